@@ -1,0 +1,149 @@
+"""The trial's data loaders as Lightning sees them.
+
+Lightning iterates its train dataloader once per epoch. Determined keeps one iterator for the
+whole run (its random draws happen once, not once per epoch), so Lightning gets an
+:class:`EpochView`: each ``iter()`` yields the next epoch's batches from the one underlying
+iterator. Its ``len()`` is the batches left in the current epoch, which is how a run resumed
+mid-epoch finishes that epoch and then continues with whole ones. Lightning's own distributed
+sampler injection is off (``use_distributed_sampler=False``): our batch sampler shards.
+"""
+
+import itertools
+import logging
+import sys
+from typing import Any, Dict, Iterator, Optional
+
+import torch
+from torch.utils import data
+
+from det_lightning.pytorch._data import (
+    DataLoader,
+    ResumableBatchSampler,
+    dataset_repro_error,
+    loader_length,
+)
+
+logger = logging.getLogger("det_lightning.pytorch")
+
+
+class EpochView:
+    """One Determined epoch per ``iter()``, drawn from a single run-long iterator.
+
+    Args:
+        loader: the iterable to draw batches from (a torch DataLoader).
+        epoch_len: batches per epoch.
+        start_batch: batches already trained (when resuming).
+        repeats: whether ``loader`` repeats forever (ours) or must be re-iterated per pass
+            (a plain torch loader the user returned).
+    """
+
+    def __init__(self, loader: Any, epoch_len: int, start_batch: int, repeats: bool) -> None:
+        self.loader = loader
+        self.epoch_len = epoch_len
+        self.position = start_batch
+        self._repeats = repeats
+        self._iterator: Optional[Iterator] = None
+
+    def start(self) -> None:
+        """Creates the run's iterator, where Determined creates its own (before restoring)."""
+        self._iterator = iter(self.loader)
+
+    def __len__(self) -> int:
+        return self.epoch_len - self.position % self.epoch_len
+
+    def __iter__(self) -> Iterator:
+        if self._iterator is None:
+            self.start()
+        for _ in range(len(self)):
+            batch = self._next()
+            self.position += 1
+            yield batch
+
+    def _next(self) -> Any:
+        try:
+            return next(self._iterator)  # type: ignore[arg-type]
+        except StopIteration:
+            if self._repeats:
+                raise
+        self._iterator = iter(self.loader)  # a plain loader ended its pass: start the next
+        try:
+            return next(self._iterator)
+        except StopIteration:
+            raise RuntimeError("The training data loader yields no batches.") from None
+
+    def shutdown(self) -> None:
+        """Ends worker processes now rather than at garbage collection."""
+        self._iterator = None
+
+
+def build_training_view(
+    trial: Any,
+    context: Any,
+    start_batch: int,
+    pass_states: Optional[Dict[int, Any]],
+    base_seed: Optional[int],
+) -> "tuple[EpochView, Optional[ResumableBatchSampler]]":
+    """The training loader in Determined's order, plus the sampler whose state checkpoints keep."""
+    dist = context.distributed
+    loader = trial.build_training_data_loader()
+    if isinstance(loader, DataLoader):
+        assert loader.batch_sampler is not None
+        sampler = ResumableBatchSampler(
+            loader.batch_sampler, dist.size, dist.rank, start_batch, pass_states, base_seed
+        )
+        epoch_len = dist.broadcast(len(sampler))
+        torch_loader = loader._torch_loader(sampler)
+        return EpochView(torch_loader, epoch_len, start_batch, repeats=True), sampler
+    _check_plain_loader(context, "build_training_data_loader", loader)
+    epoch_len = dist.broadcast(loader_length(loader))
+    passes = _PlainPasses(loader, start_batch, epoch_len)
+    return EpochView(passes, epoch_len, start_batch, repeats=False), None
+
+
+class _PlainPasses:
+    """Iterates a plain loader, skipping the batches of the current pass already trained."""
+
+    def __init__(self, loader: Any, start_batch: int, epoch_len: int) -> None:
+        self._loader = loader
+        self._skip = start_batch % epoch_len if epoch_len != sys.maxsize else start_batch
+
+    def __iter__(self) -> Iterator:
+        iterator = iter(self._loader)
+        if self._skip:
+            logger.warning(
+                f"Resuming mid-epoch with a plain torch DataLoader: replaying and discarding "
+                f"{self._skip} batches. The order is exact only if the loader's order is "
+                "deterministic; det_lightning.pytorch.DataLoader resumes exactly."
+            )
+            iterator = itertools.islice(iterator, self._skip, None)
+            self._skip = 0
+        return iterator
+
+
+def build_validation_loader(trial: Any, context: Any, evaluate_batch: bool) -> Any:
+    """The validation loader: sharded for ``evaluate_batch``; whole, on the chief, for
+    ``evaluate_full_dataset`` (other ranks get nothing to iterate)."""
+    dist = context.distributed
+    loader = trial.build_validation_data_loader()
+    if not evaluate_batch and dist.rank != 0:
+        return []
+    if isinstance(loader, DataLoader):
+        replicas, rank = (dist.size, dist.rank) if evaluate_batch else (1, 0)
+        torch_loader = loader.get_data_loader(repeat=False, skip=0, num_replicas=replicas, rank=rank)
+    else:
+        _check_plain_loader(context, "build_validation_data_loader", loader)
+        torch_loader = loader
+    # evaluate_full_dataset gets the loader itself, once per validation.
+    return torch_loader if evaluate_batch else [torch_loader]
+
+
+def _check_plain_loader(context: Any, fn: str, loader: Any) -> None:
+    if loader is None:
+        raise TypeError(
+            f"{fn}() returned None: it must return a det_lightning.pytorch.DataLoader (or, with "
+            "reproducibility checks disabled, a torch.utils.data.DataLoader)."
+        )
+    if not context.experimental._data_repro_checks_disabled:
+        raise RuntimeError(dataset_repro_error(fn, loader))
+    if not isinstance(loader, (data.DataLoader, list, tuple)) and not hasattr(loader, "__iter__"):
+        raise TypeError(f"{fn}() returned a {type(loader).__name__}, which is not iterable.")

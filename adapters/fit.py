@@ -1,0 +1,204 @@
+"""``run_fit``: one ``det_lightning.pytorch.Trainer.fit()`` call, on a ``lightning.Trainer``.
+
+Order, as Determined's controller does it::
+
+    callbacks = trial.build_callbacks()
+    on_trial_startup(first_batch_idx, latest_checkpoint)
+    build the loaders; create the training iterator      # its random draw precedes the restore
+    [restore the checkpoint: on_checkpoint_load_start, weights, optimizers, RNG, ...]
+    lightning.Trainer(...).fit(TrialModule)              # ScheduleCallback drives the periods
+    on_trial_shutdown()                                  # always
+"""
+
+import contextlib
+import logging
+import pathlib
+import warnings
+from typing import Any, Dict, Iterator, List, Optional
+
+import lightning.pytorch as pl
+import torch
+
+from det_lightning import errors
+from det_lightning.adapters.checkpoint_io import DeterminedCheckpointIO
+from det_lightning.adapters.checkpoints import (
+    CheckpointManager,
+    apply_state,
+    read_for_resume,
+    resolve_checkpoint,
+)
+from det_lightning.adapters.data import build_training_view, build_validation_loader
+from det_lightning.adapters.module import TrainState, TrialModule
+from det_lightning.adapters.schedule import ScheduleCallback
+from det_lightning.adapters.trainer_args import lightning_trainer_kwargs
+from det_lightning.pytorch import _checkpoint as ckpt
+from det_lightning.pytorch._callback import PyTorchCallback
+from det_lightning.pytorch._trial import is_overridden
+from det_lightning.pytorch._units import Schedule
+
+logger = logging.getLogger("det_lightning.core")
+
+
+def check_trial(trial: Any, context: Any) -> None:
+    if not context.models:
+        raise errors.InvalidExperimentException(
+            "Must have at least one model. This might be caused by not wrapping your model with "
+            "wrap_model()."
+        )
+    if not context.optimizers:
+        raise errors.InvalidExperimentException(
+            "Must have at least one optimizer. This might be caused by not wrapping your "
+            "optimizer with wrap_optimizer()."
+        )
+    if is_overridden(trial, "evaluate_batch") == is_overridden(trial, "evaluate_full_dataset"):
+        raise errors.InvalidExperimentException(
+            "Please define exactly one of: `evaluate_batch()` or `evaluate_full_dataset()`. For "
+            "most use cases `evaluate_batch()` is recommended because it can be parallelized "
+            "across all devices."
+        )
+
+
+def build_callbacks(trial: Any) -> Dict[str, PyTorchCallback]:
+    callbacks = trial.build_callbacks()
+    if not isinstance(callbacks, dict):
+        raise TypeError(
+            f"build_callbacks() returned a {type(callbacks).__name__}; it must return a dict of "
+            "names to PyTorchCallback objects."
+        )
+    for name, callback in callbacks.items():
+        if not isinstance(callback, PyTorchCallback):
+            raise TypeError(
+                f"build_callbacks()[{name!r}] is a {type(callback).__name__}, not a "
+                "PyTorchCallback. Pass Lightning callbacks to Trainer(..., callbacks=[...])."
+            )
+        if type(callback).on_checkpoint_end is not PyTorchCallback.on_checkpoint_end:
+            warnings.warn(
+                "The on_checkpoint_end callback is deprecated, please use on_checkpoint_write_end "
+                "instead.",
+                FutureWarning,
+                stacklevel=3,
+            )
+    return callbacks
+
+
+@contextlib.contextmanager
+def _shutdown_after(callbacks: Dict[str, PyTorchCallback]) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        for callback in callbacks.values():
+            callback.on_trial_shutdown()
+
+
+def run_fit(trial: Any, context: Any, args: Dict[str, Any], options: Any) -> ScheduleCallback:
+    """Trains ``trial`` per ``fit()``'s ``args`` with the Trainer's ``options``."""
+    check_trial(trial, context)
+    callbacks = build_callbacks(trial)
+    root = pathlib.Path(options.checkpoint_dir)
+    saved_state: Optional[Dict[str, Any]] = None
+    trial_state: Optional[Dict[str, int]] = None
+    resume_path = None
+    if args["latest_checkpoint"] is not None:
+        resume_path = resolve_checkpoint(args["latest_checkpoint"], root)
+        saved_state, trial_state = read_for_resume(resume_path, trust=True)
+    start_batch = trial_state["batches_trained"] if trial_state else 0
+    context._steps_completed = start_batch
+    for callback in callbacks.values():
+        callback.on_trial_startup(start_batch, args["latest_checkpoint"])
+    with _shutdown_after(callbacks):
+        return _train(trial, context, args, options, callbacks, saved_state, trial_state,
+                      resume_path, root)
+
+
+def _train(
+    trial: Any, context: Any, args: Dict[str, Any], options: Any,
+    callbacks: Dict[str, PyTorchCallback], saved_state: Optional[Dict[str, Any]],
+    trial_state: Optional[Dict[str, int]], resume_path: Optional[pathlib.Path],
+    root: pathlib.Path,
+) -> ScheduleCallback:
+    module = TrialModule(trial, context, callbacks, TrainState(trial_state))
+    start_batch = module.state.batches_trained
+    extra = (saved_state or {}).get(ckpt.EXTRA, {}).get("data", {})
+    base_seed = _base_seed(context, extra)
+    view, sampler = build_training_view(
+        trial, context, start_batch, extra.get("pass_states"), base_seed
+    )
+    module.train_loader, module.epoch_len = view, view.epoch_len
+    context._epoch_len = view.epoch_len
+    module.val_loader = build_validation_loader(trial, context, module._evaluate_batch)
+    view.start()
+    try:
+        if saved_state is not None:
+            logger.info(f"Restoring trial from checkpoint {resume_path}")
+            apply_state(module, saved_state)
+        schedule = Schedule(
+            args["max_length"], args["validation_period"], args["checkpoint_period"],
+            args["reporting_period"], view.epoch_len, args["test_mode"],
+        )
+        manager = CheckpointManager(
+            root, module, args["checkpoint_policy"], options.searcher_metric,
+            options.smaller_is_better, sampler, base_seed,
+            [pathlib.Path(options.tensorboard_dir)],
+        )
+        schedule_cb = ScheduleCallback(
+            module, schedule, manager, args["step_zero_validation"], options.stop_signal
+        )
+        trainer = _lightning_trainer(context, options, schedule_cb, args["test_mode"])
+        _align_progress(trainer, module, len(context.optimizers))
+        if schedule.is_done(start_batch):
+            logger.info(f"Already trained {start_batch} batches of {schedule.total_batches()}.")
+        else:
+            trainer.fit(module)
+        schedule_cb.trainer = trainer
+        return schedule_cb
+    finally:
+        view.shutdown()
+        context._close_tensorboard_writer()
+
+
+def _base_seed(context: Any, extra: Dict[str, Any]) -> Optional[int]:
+    """With several processes every rank must shuffle alike: derive pass seeds from the chief's
+    initial torch seed (no draw, so the chief's random stream is untouched)."""
+    if extra.get("base_seed") is not None:
+        return int(extra["base_seed"])
+    if context.distributed.size == 1:
+        return None
+    return int(context.distributed.broadcast(torch.initial_seed()))
+
+
+def _lightning_trainer(
+    context: Any, options: Any, schedule_cb: ScheduleCallback, test_mode: bool
+) -> pl.Trainer:
+    loggers: List[Any] = list(options.loggers) if options.loggers is not None else []
+    if options.loggers is None and context.get_enable_tensorboard_logging():
+        from lightning.pytorch.loggers import TensorBoardLogger
+
+        loggers = [TensorBoardLogger(save_dir=str(options.tensorboard_dir), name="", version="")]
+    kwargs = lightning_trainer_kwargs(
+        launch=options.launch,
+        callbacks=[schedule_cb, *options.callbacks],
+        loggers=loggers,
+        plugins=[DeterminedCheckpointIO(), *options.plugins],
+        default_root_dir=str(options.default_root_dir),
+        test_mode=test_mode,
+        user_kwargs=options.lightning_kwargs,
+    )
+    with warnings.catch_warnings():
+        # Lightning warns about settings we choose on purpose (no sanity check, our own logging).
+        warnings.filterwarnings("ignore", module="lightning")
+        trainer = pl.Trainer(**kwargs)
+    trainer.fit_loop.epoch_loop._should_check_val_fx = schedule_cb.should_check_val
+    return trainer
+
+
+def _align_progress(trainer: pl.Trainer, module: TrialModule, n_optimizers: int) -> None:
+    """Makes Lightning's counters agree with a restored run (epoch, logger step, global step)."""
+    state = module.state
+    if state.batches_trained == 0:
+        return
+    for tracker in (trainer.fit_loop.epoch_progress.current, trainer.fit_loop.epoch_progress.total):
+        tracker.ready = tracker.started = tracker.processed = tracker.completed = state.epochs_trained
+    epoch_loop = trainer.fit_loop.epoch_loop
+    epoch_loop._batches_that_stepped = state.batches_trained
+    steps = state.batches_trained // module.context._aggregation_frequency * n_optimizers
+    epoch_loop.manual_optimization.optim_step_progress.total.completed = steps

@@ -1,0 +1,213 @@
+"""Metrics: checking what the trial returns, averaging, reducing across ranks, and reporting.
+
+Per batch we only keep what ``train_batch`` returned (detached); conversion to numbers happens
+once per reporting period, so a GPU run syncs once per period rather than once per batch.
+Numbers follow Determined: a training metric's period value is ``np.mean`` of the per-batch
+float32 values; validation metrics go through the trial's reducers.
+"""
+
+import json
+import logging
+import math
+from typing import Any, Dict, List, Optional, Sequence
+
+import numpy as np
+import torch
+
+from det_lightning import errors
+from det_lightning.core import DistributedContext
+from det_lightning.pytorch._reducer import prepare_reducers, simple_reduce
+
+logger = logging.getLogger("det_lightning.core")
+
+
+def check_training_output(output: Any, batch_idx: int) -> Dict[str, Any]:
+    """``train_batch``'s result as a dict of detached values, or an error that names the fix."""
+    if isinstance(output, torch.Tensor):
+        return {"loss": output.detach()}
+    if not isinstance(output, dict):
+        raise TypeError(
+            f"train_batch() returned a {type(output).__name__} at batch {batch_idx}; it must "
+            "return the loss tensor or a dict of metric names to values, e.g. "
+            "`return {'loss': loss}`."
+        )
+    checked = {}
+    for name, value in output.items():
+        if not isinstance(name, str):
+            raise TypeError(f"train_batch() returned a metric named {name!r}; names must be str.")
+        checked[name] = value.detach() if isinstance(value, torch.Tensor) else value
+    return checked
+
+
+def check_validation_output(metrics: Any, keys: Optional[Any]) -> Any:
+    if not isinstance(metrics, dict):
+        raise TypeError(
+            "evaluate_batch() must return a dictionary of string names to Tensor metrics; got "
+            f"{type(metrics).__name__}: {metrics!r}."
+        )
+    if keys is not None and keys != metrics.keys():
+        raise ValueError(
+            "Validation metric names must match across all batches of data: "
+            f"{sorted(keys)} != {sorted(metrics.keys())}."
+        )
+    return metrics.keys()
+
+
+def to_numpy(metrics: Dict[str, Any]) -> Dict[str, Any]:
+    return {
+        k: v.detach().cpu().numpy() if isinstance(v, torch.Tensor) else v
+        for k, v in metrics.items()
+    }
+
+
+def _per_batch_numpy(per_batch: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """Per-batch metrics as numpy values, converting each metric's tensors in one go."""
+    if not per_batch:
+        return []
+    columns: Dict[str, List[Any]] = {}
+    for metrics in per_batch:
+        for name, value in metrics.items():
+            columns.setdefault(name, []).append(value)
+    converted: Dict[str, List[Any]] = {}
+    for name, values in columns.items():
+        same_shape_tensors = len(values) == len(per_batch) and all(
+            isinstance(v, torch.Tensor) and v.shape == values[0].shape for v in values
+        )
+        if same_shape_tensors:
+            converted[name] = list(torch.stack(values).cpu().numpy())
+        else:
+            converted[name] = [
+                v.cpu().numpy() if isinstance(v, torch.Tensor) else v for v in values
+            ]
+    return [
+        {name: converted[name][i] for name in converted if i < len(converted[name])}
+        for i in range(len(per_batch))
+    ]
+
+
+def first_non_finite(batch_metrics: List[Dict[str, Any]], first_batch_idx: int) -> Optional[str]:
+    """The first batch whose ``loss`` is NaN or infinite, described; other metrics may be."""
+    for offset, metrics in enumerate(batch_metrics):
+        value = metrics.get("loss")
+        if value is not None:
+            name = "loss"
+            if is_numerical_scalar(value) and not math.isfinite(float(value)):
+                return (
+                    f"Training metric {name!r} is {float(value)} at batch "
+                    f"{first_batch_idx + offset} (0-based). Lower the learning rate, clip "
+                    "gradients (step_optimizer(clip_grads=...)), or check the data of that batch."
+                )
+    return None
+
+
+def average_training_metrics(
+    per_batch: List[Dict[str, Any]], dist: DistributedContext
+) -> "tuple[Dict[str, Any], List[Dict[str, Any]]]":
+    """(averages over the period, per-batch values); across ranks the per-batch values are
+    first averaged over ranks, as Determined does. Every rank gets the result."""
+    batch_metrics = _per_batch_numpy(per_batch)
+    if dist.size > 1:
+        gathered = dist.allgather(batch_metrics)
+        batch_metrics = [_mean_over_ranks([g[i] for g in gathered]) for i in range(len(batch_metrics))]
+    averages: Dict[str, Any] = {}
+    for name in batch_metrics[0] if batch_metrics else {}:
+        values = [m[name] for m in batch_metrics if m.get(name) is not None]
+        try:
+            averages[name] = np.mean(np.array(values)).item()
+        except (TypeError, ValueError):
+            averages[name] = None  # not averageable (e.g. strings); keep the name visible
+    return averages, batch_metrics
+
+
+def _mean_over_ranks(rank_values: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
+    averaged = {}
+    for name in rank_values[0]:
+        values = [r[name] for r in rank_values if r.get(name) is not None]
+        try:
+            averaged[name] = np.mean(np.array(values), axis=0)
+        except (TypeError, ValueError):
+            averaged[name] = rank_values[0][name]
+    return averaged
+
+
+def reduce_validation_metrics(
+    batch_metrics: List[Dict[str, Any]],
+    keys: Optional[Any],
+    reducer: Any,
+    dist: DistributedContext,
+) -> Dict[str, Any]:
+    """Reduces each rank's batches with the trial's reducers, then combines the ranks on
+    every rank (AVG weighted by each rank's batch count)."""
+    names = sorted(keys) if keys is not None else []
+    if dist.size > 1:
+        all_names = set().union(*dist.allgather(names))
+        names = sorted(all_names)
+    if not names:
+        return {}
+    reducers = prepare_reducers(reducer, names)
+    mine = {
+        name: simple_reduce(reducers[name], np.stack([b[name] for b in batch_metrics], axis=0))
+        for name in names
+        if batch_metrics
+    }
+    if dist.size == 1:
+        return mine
+    gathered = [g for g in dist.allgather((mine, len(batch_metrics))) if g[1] > 0]
+    return {
+        name: simple_reduce(
+            reducers[name], np.stack([g[0][name] for g in gathered]), [g[1] for g in gathered]
+        )
+        for name in names
+    }
+
+
+def is_numerical_scalar(value: Any) -> bool:
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, (int, float, np.integer, np.floating)):
+        return True
+    return isinstance(value, np.ndarray) and value.ndim == 0 and value.dtype.kind in "iuf"
+
+
+def jsonable(metrics: Dict[str, Any]) -> Dict[str, Any]:
+    """Metrics as JSON-ready Python values; a clear error for values that cannot be."""
+    out: Dict[str, Any] = {}
+    for name, value in metrics.items():
+        if isinstance(value, (np.ndarray, np.generic)):
+            value = value.tolist()
+        try:
+            json.dumps(value, allow_nan=True)
+        except TypeError as e:
+            raise TypeError(
+                f"Metric {name!r} has a value of type {type(value).__name__} that cannot be "
+                "reported: return numbers, tensors, numpy arrays, or lists/dicts of them."
+            ) from e
+        out[name] = value
+    return out
+
+
+def log_training(steps_completed: int, metrics: Dict[str, Any]) -> None:
+    logger.info(
+        f"report_training_metrics(steps_completed={steps_completed}, metrics={metrics})"
+    )
+
+
+def log_validation(steps_completed: int, metrics: Dict[str, Any]) -> None:
+    logger.info(
+        f"report_validation_metrics(steps_completed={steps_completed}, metrics={metrics})"
+    )
+
+
+def scalars(metrics: Dict[str, Any], prefix: str = "") -> Dict[str, float]:
+    """The numerical scalars of ``metrics``, as floats, for loggers."""
+    return {
+        prefix + name: float(value)
+        for name, value in metrics.items()
+        if is_numerical_scalar(value)
+    }
+
+
+def raise_if_non_finite(batch_metrics: List[Dict[str, Any]], first_batch_idx: int) -> None:
+    problem = first_non_finite(batch_metrics, first_batch_idx)
+    if problem is not None:
+        raise errors.NonFiniteLossError(problem)

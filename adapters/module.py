@@ -1,0 +1,221 @@
+"""``TrialModule``: a ``LightningModule`` (manual optimization) that runs a ``PyTorchTrial``.
+
+``training_step`` is Determined's per-batch body; ``validation_step`` calls ``evaluate_batch``
+(or ``evaluate_full_dataset`` once, on the chief). What happens *between* batches (periods,
+validation, checkpoints, stopping) is ``schedule.ScheduleCallback``'s job.
+"""
+
+import inspect
+from typing import Any, Dict, List, Optional
+
+import lightning.pytorch as pl
+import torch
+from typing_extensions import override
+
+from det_lightning.adapters import metrics as metric_utils
+from det_lightning.pytorch import _checkpoint as ckpt
+from det_lightning.pytorch._context import PyTorchTrialContext
+from det_lightning.pytorch._lr_scheduler import due_steps
+from det_lightning.pytorch._trial import PyTorchTrial, is_overridden
+
+
+class LightningBackend:
+    """Backward passes and optimizer steps through Lightning (precision and strategy apply)."""
+
+    def __init__(self, module: "TrialModule") -> None:
+        self._module = module
+        self._lightning_optimizers: Dict[int, Any] = {}
+
+    def bind_optimizers(self) -> None:
+        optimizers = self._module.optimizers(use_pl_optimizer=True)
+        if not isinstance(optimizers, list):
+            optimizers = [optimizers]
+        self._lightning_optimizers = {id(o.optimizer): o for o in optimizers}
+
+    def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
+        gradient = kwargs.pop("gradient", None)
+        args = (gradient,) if gradient is not None else ()
+        self._module.manual_backward(loss, *args, **kwargs)
+
+    def step(self, optimizer: torch.optim.Optimizer, step_fn: Any) -> None:
+        lightning_optimizer = self._lightning_optimizers[id(optimizer)]
+        if step_fn == optimizer.step:
+            lightning_optimizer.step()
+            return
+        # A GradScaler steps the optimizer itself; keep Lightning's step counting around it.
+        lightning_optimizer._on_before_step()
+        step_fn()
+        lightning_optimizer._on_after_step()
+
+    def no_sync(self) -> Any:
+        return self._module._no_sync()
+
+
+class TrainState:
+    """Determined's ``_TrialState`` plus the metrics of the running workload."""
+
+    def __init__(self, saved: Optional[Dict[str, int]] = None) -> None:
+        self.values = dict(saved or ckpt.new_trial_state())
+        self.workload_metrics: List[Dict[str, Any]] = []
+
+    @property
+    def batches_trained(self) -> int:
+        return self.values["batches_trained"]
+
+    @property
+    def epochs_trained(self) -> int:
+        return self.values["epochs_trained"]
+
+    def validation_is_current(self) -> bool:
+        return self.values["last_val"] == self.values["batches_trained"]
+
+    def checkpoint_is_current(self) -> bool:
+        return self.values["last_ckpt"] == self.values["batches_trained"]
+
+
+class TrialModule(pl.LightningModule):
+    """Runs ``trial`` (built with ``context``) under a Lightning ``Trainer``.
+
+    Args:
+        trial: the user's trial.
+        context: the context the trial was built with.
+        callbacks: the trial's ``build_callbacks()`` result.
+        state: the training counters (fresh or restored).
+    """
+
+    def __init__(
+        self,
+        trial: PyTorchTrial,
+        context: PyTorchTrialContext,
+        callbacks: Dict[str, Any],
+        state: TrainState,
+    ) -> None:
+        super().__init__()
+        self.automatic_optimization = False
+        self.trial = trial
+        self.context = context
+        self.det_callbacks = callbacks
+        self.state = state
+        self.wrapped_models = torch.nn.ModuleList(context.models)
+        self.train_loader: Any = None
+        self.val_loader: Any = None
+        self.epoch_len = 1
+        self._backend = LightningBackend(self)
+        self._auto_to_device = context.experimental._auto_to_device
+        self._evaluate_batch = is_overridden(trial, "evaluate_batch")
+        self._eval_takes_idx = _accepts_batch_idx(trial.evaluate_batch)
+        self.val_outputs: List[Dict[str, Any]] = []
+        self.val_keys: Optional[Any] = None
+        self.val_records = 0
+        self.val_metrics: Dict[str, Any] = {}
+        self._profiler: Any = None
+
+    # ----- Lightning plumbing ---------------------------------------------------------------
+    @override
+    def configure_optimizers(self) -> Any:
+        return list(self.context.optimizers)
+
+    @override
+    def train_dataloader(self) -> Any:
+        return self.train_loader
+
+    @override
+    def val_dataloader(self) -> Any:
+        return self.val_loader
+
+    @override
+    def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
+        # The context moves batches (honouring disable_auto_to_device), as Determined does.
+        return batch
+
+    @override
+    def on_fit_start(self) -> None:
+        self._backend.bind_optimizers()
+        self.context._backend = self._backend
+        self.context._training_started = True
+
+    def _no_sync(self) -> Any:
+        strategy = self.trainer.strategy
+        model = getattr(strategy, "model", None)
+        if model is not None and hasattr(model, "no_sync") and strategy.world_size > 1:
+            return model.no_sync()
+        import contextlib
+
+        return contextlib.nullcontext()
+
+    # ----- training -------------------------------------------------------------------------
+    @override
+    def training_step(self, batch: Any, batch_idx: int) -> None:
+        context, state = self.context, self.state
+        idx = state.values["batches_trained"]
+        epoch_idx, in_epoch = divmod(idx, self.epoch_len)
+        context._current_batch_idx = idx
+        if in_epoch == 0:
+            for callback in self.det_callbacks.values():
+                callback.on_training_epoch_start(epoch_idx)
+        if self._auto_to_device:
+            batch = context.to_device(batch)
+        if self._profiler is not None:
+            with self._profiler:
+                output = self.trial.train_batch(batch=batch, epoch_idx=epoch_idx, batch_idx=idx)
+            self._profiler.step()
+        else:
+            output = self.trial.train_batch(batch=batch, epoch_idx=epoch_idx, batch_idx=idx)
+        stepped = context._should_communicate_and_update()
+        if stepped and context._scaler is not None and context.experimental._auto_amp:
+            context._scaler.update()
+        state.workload_metrics.append(metric_utils.check_training_output(output, idx))
+        if stepped:
+            self._step_lr_schedulers(idx)
+        state.values["batches_trained"] = idx + 1
+        if in_epoch == self.epoch_len - 1:
+            for callback in self.det_callbacks.values():
+                callback.on_training_epoch_end(epoch_idx)
+            state.values["epochs_trained"] += 1
+
+    def _step_lr_schedulers(self, idx: int) -> None:
+        for scheduler in self.context.lr_schedulers:
+            for _ in range(
+                due_steps(
+                    scheduler._step_mode, scheduler._frequency, idx,
+                    self.context._aggregation_frequency, self.epoch_len,
+                )
+            ):
+                scheduler.step()
+
+    # ----- validation -----------------------------------------------------------------------
+    @override
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        if not self._evaluate_batch:
+            self._evaluate_full_dataset(batch)
+            return
+        if self._auto_to_device:
+            batch = self.context.to_device(batch)
+        self.val_records += self.trial.get_batch_length(batch)
+        if self._eval_takes_idx:
+            metrics = self.trial.evaluate_batch(batch=batch, batch_idx=batch_idx)
+        else:
+            metrics = self.trial.evaluate_batch(batch=batch)  # type: ignore[call-arg]
+        self.val_keys = metric_utils.check_validation_output(metrics, self.val_keys)
+        self.val_outputs.append(metric_utils.to_numpy(metrics))
+
+    def _evaluate_full_dataset(self, loader: Any) -> None:
+        metrics = self.trial.evaluate_full_dataset(data_loader=loader)
+        if not isinstance(metrics, dict):
+            raise TypeError(
+                "evaluate_full_dataset() must return a dict of metric names to values, got "
+                f"{type(metrics).__name__}."
+            )
+        self.val_metrics = metric_utils.to_numpy(dict(metrics))
+
+    @override
+    def on_save_checkpoint(self, checkpoint: Dict[str, Any]) -> None:
+        checkpoint["det_lightning_trial_state"] = dict(self.state.values)
+
+
+def _accepts_batch_idx(fn: Any) -> bool:
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return True
+    return "batch_idx" in params or len(params) >= 2

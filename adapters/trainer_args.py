@@ -1,0 +1,52 @@
+"""A pure function from ``fit()``'s situation to ``lightning.Trainer`` keyword arguments."""
+
+import sys
+from typing import Any, Dict, List, Optional
+
+
+def lightning_trainer_kwargs(
+    *,
+    launch: Dict[str, Any],
+    callbacks: List[Any],
+    loggers: List[Any],
+    plugins: List[Any],
+    default_root_dir: str,
+    test_mode: bool,
+    user_kwargs: Optional[Dict[str, Any]] = None,
+) -> Dict[str, Any]:
+    """Keyword arguments for the ``lightning.Trainer`` that runs a trial.
+
+    The loop limits are infinite: the schedule stops training itself (Determined counts batches
+    across epochs, with periods Lightning cannot express), and it decides when to validate.
+
+    >>> kw = lightning_trainer_kwargs(launch={}, callbacks=[], loggers=[], plugins=[],
+    ...                               default_root_dir=".", test_mode=True)
+    >>> kw["max_epochs"], kw["limit_val_batches"], kw["use_distributed_sampler"]
+    (-1, 1, False)
+    """
+    has_model_checkpoint = any(
+        type(c).__name__ == "ModelCheckpoint" or hasattr(c, "monitor") and hasattr(c, "dirpath")
+        for c in callbacks
+    )
+    kwargs: Dict[str, Any] = {
+        "max_epochs": -1,
+        "max_steps": -1,
+        "num_sanity_val_steps": 0,
+        "check_val_every_n_epoch": None,
+        "val_check_interval": 1,
+        "use_distributed_sampler": False,
+        "enable_checkpointing": has_model_checkpoint,
+        "enable_model_summary": False,
+        "inference_mode": False,  # Determined validates under no_grad, not inference_mode
+        "callbacks": callbacks,
+        "logger": loggers if loggers else False,
+        "plugins": plugins,
+        "default_root_dir": default_root_dir,
+        "enable_progress_bar": sys.stderr.isatty(),
+        "log_every_n_steps": 1 << 30,  # we log ourselves, once per reporting period
+    }
+    if test_mode:
+        kwargs["limit_val_batches"] = 1
+    kwargs.update({k: v for k, v in launch.items() if v is not None})
+    kwargs.update(user_kwargs or {})
+    return kwargs

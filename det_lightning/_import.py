@@ -1,0 +1,62 @@
+"""``import_from_path``: import a module from a directory without disturbing the current ones."""
+
+import contextlib
+import os
+import pathlib
+import sys
+import types
+from typing import Dict, Iterator, Union
+
+
+def _modules_from_dir(path: str) -> Dict[str, types.ModuleType]:
+    """The loaded modules whose file lies directly in ``path`` (or are packages there)."""
+    found = {}
+    for name, module in list(sys.modules.items()):
+        module_file = getattr(module, "__file__", None)
+        if not module_file:
+            continue
+        parent = os.path.dirname(os.path.abspath(module_file))
+        if os.path.basename(module_file) == "__init__.py":
+            parent = os.path.dirname(parent)
+        if parent == path or name.split(".")[0] in found:
+            found[name] = module
+    return found
+
+
+def _shadowed_names(path: str) -> set:
+    """Top-level names that a module or package in ``path`` would take."""
+    names = set()
+    for entry in os.listdir(path):
+        stem, ext = os.path.splitext(entry)
+        if ext == ".py" or os.path.isfile(os.path.join(path, entry, "__init__.py")):
+            names.add(stem)
+    return names
+
+
+@contextlib.contextmanager
+def import_from_path(path: Union[str, "os.PathLike[str]"]) -> Iterator[None]:
+    """Imports inside the block resolve against ``path`` first, even for names already imported
+    from elsewhere (a checkpoint's ``model_def`` next to the current one). Afterwards the modules
+    loaded from ``path`` are dropped and the ones they shadowed are restored.
+
+    Args:
+        path: directory holding the modules to import.
+    """
+    path = os.path.abspath(str(pathlib.Path(path)))
+    shadowed = _shadowed_names(path) if os.path.isdir(path) else set()
+    stashed = {
+        name: module
+        for name, module in sys.modules.items()
+        if name.split(".")[0] in shadowed
+    }
+    for name in stashed:
+        del sys.modules[name]
+    sys.path.insert(0, path)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(ValueError):
+            sys.path.remove(path)
+        for name in _modules_from_dir(path):
+            sys.modules.pop(name, None)
+        sys.modules.update(stashed)

@@ -1,0 +1,35 @@
+"""``det_lightning.pytorch``: the ``determined.pytorch`` API, run on Lightning."""
+
+from det_lightning.pytorch import samplers
+from det_lightning.pytorch._callback import PyTorchCallback
+from det_lightning.pytorch._context import PyTorchTrialContext
+from det_lightning.pytorch._data import DataLoader, TorchData, data_length, to_device
+from det_lightning.pytorch._experimental import PyTorchExperimentalContext
+from det_lightning.pytorch._load import CheckpointLoadContext, load_trial_from_checkpoint_path
+from det_lightning.pytorch._lr_scheduler import LRScheduler
+from det_lightning.pytorch._reducer import MetricReducer, Reducer
+from det_lightning.pytorch._trainer import Trainer, init
+from det_lightning.pytorch._trial import PyTorchTrial
+from det_lightning.pytorch._units import Batch, Epoch, TrainUnit
+
+__all__ = [
+    "Batch",
+    "CheckpointLoadContext",
+    "DataLoader",
+    "Epoch",
+    "LRScheduler",
+    "MetricReducer",
+    "PyTorchCallback",
+    "PyTorchExperimentalContext",
+    "PyTorchTrial",
+    "PyTorchTrialContext",
+    "Reducer",
+    "TorchData",
+    "TrainUnit",
+    "Trainer",
+    "data_length",
+    "init",
+    "load_trial_from_checkpoint_path",
+    "samplers",
+    "to_device",
+]

@@ -1,0 +1,237 @@
+"""``init()`` and ``Trainer``: check the arguments, build the adapters, run.
+
+Lightning is imported only when ``fit()`` runs, so ``import det_lightning`` stays fast.
+"""
+
+import contextlib
+import logging
+import os
+import pathlib
+import random
+import time
+from typing import Any, Dict, Iterator, List, Optional
+
+import numpy as np
+import torch
+
+from det_lightning.core import DistributedContext
+from det_lightning.pytorch._context import PyTorchTrialContext
+from det_lightning.pytorch._trial import PyTorchTrial
+from det_lightning.pytorch._units import Batch, TrainUnit, check_max_length, check_period
+
+logger = logging.getLogger("det_lightning.pytorch")
+
+CHECKPOINT_DIR_ENV = "DET_LIGHTNING_CHECKPOINT_DIR"
+TENSORBOARD_DIR_ENV = "DET_LIGHTNING_TENSORBOARD_DIR"
+CHECKPOINT_POLICIES = ("best", "all", "none")
+
+
+def _seed_all(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.random.manual_seed(seed)
+
+
+def _experiment_seed(exp_conf: Optional[Dict[str, Any]]) -> Optional[int]:
+    seed = ((exp_conf or {}).get("reproducibility") or {}).get("experiment_seed")
+    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or seed < 0):
+        raise ValueError(
+            f"exp_conf['reproducibility']['experiment_seed'] = {seed!r}: expected an int >= 0."
+        )
+    return seed
+
+
+def _default_tensorboard_dir() -> pathlib.Path:
+    configured = os.environ.get(TENSORBOARD_DIR_ENV)
+    if configured:
+        return pathlib.Path(configured)
+    return pathlib.Path.cwd() / "tensorboard" / time.strftime("%Y%m%d-%H%M%S")
+
+
+def _choose_device(accelerator: Optional[str], distributed: DistributedContext) -> torch.device:
+    wants_gpu = accelerator in (None, "auto", "gpu", "cuda")
+    if wants_gpu and torch.cuda.is_available():
+        return torch.device("cuda", distributed.local_rank)
+    if accelerator in ("gpu", "cuda"):
+        raise RuntimeError(
+            f"init(accelerator={accelerator!r}) but no CUDA device is available; use "
+            "accelerator='cpu' (or 'auto')."
+        )
+    return torch.device("cpu")
+
+
+@contextlib.contextmanager
+def init(
+    *,
+    hparams: Optional[Dict[str, Any]] = None,
+    exp_conf: Optional[Dict[str, Any]] = None,
+    distributed: Optional[DistributedContext] = None,
+    aggregation_frequency: int = 1,
+    enable_tensorboard_logging: bool = True,
+    accelerator: Optional[str] = None,
+    devices: Any = None,
+    num_nodes: Optional[int] = None,
+    strategy: Any = None,
+    precision: Any = None,
+) -> Iterator[PyTorchTrialContext]:
+    """Creates the ``PyTorchTrialContext`` for a trial; use as ``with init(...) as context:``.
+
+    Args:
+        hparams: the trial's hyperparameters.
+        exp_conf: the experiment configuration; ``reproducibility.experiment_seed`` seeds
+            ``random``, numpy and torch here (and becomes ``get_trial_seed()``). Without it
+            nothing is seeded, as in Determined's local mode.
+        distributed: a ``core.DistributedContext`` for code that sets up torch.distributed itself.
+        aggregation_frequency: step the optimizers every this many batches.
+        enable_tensorboard_logging: write metrics to TensorBoard.
+        accelerator, devices, num_nodes, strategy, precision: Lightning's launch options
+            (defaults: Lightning's own).
+    """
+    from det_lightning.core import DummyDistributedContext
+
+    seed = _experiment_seed(exp_conf)
+    if seed is not None:
+        _seed_all(seed)
+    distributed = distributed or DummyDistributedContext()
+    context = PyTorchTrialContext(
+        hparams=hparams,
+        exp_conf=exp_conf,
+        distributed=distributed,
+        aggregation_frequency=aggregation_frequency,
+        enable_tensorboard_logging=enable_tensorboard_logging,
+        trial_seed=seed,
+        device=_choose_device(accelerator, distributed),
+        tensorboard_path=_default_tensorboard_dir(),
+    )
+    context._launch = {
+        "accelerator": accelerator or ("gpu" if context.device.type == "cuda" else "cpu"),
+        "devices": devices if devices is not None else 1,
+        "num_nodes": num_nodes,
+        "strategy": strategy,
+        "precision": precision,
+    }
+    try:
+        yield context
+    finally:
+        context._close_tensorboard_writer()
+
+
+class _Options:
+    """What ``Trainer(...)`` was given beyond Determined's arguments."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        self.__dict__.update(kwargs)
+
+
+class Trainer:
+    """Trains a ``PyTorchTrial`` on a ``lightning.Trainer``.
+
+    Args:
+        trial: the trial, built with ``context``.
+        context: from ``det_lightning.pytorch.init()``.
+        callbacks: Lightning callbacks, run beside the trial's ``PyTorchCallback``s.
+        logger: Lightning logger(s); None means TensorBoard in ``tensorboard_dir``, False none.
+        plugins: Lightning plugins.
+        checkpoint_dir: where checkpoints go (default ``$DET_LIGHTNING_CHECKPOINT_DIR`` or
+            ``./checkpoints``).
+        tensorboard_dir: where TensorBoard files go (default ``$DET_LIGHTNING_TENSORBOARD_DIR``
+            or ``./tensorboard/<timestamp>``).
+        **lightning_kwargs: any other ``lightning.Trainer`` argument (e.g. ``profiler``).
+    """
+
+    def __init__(
+        self,
+        trial: PyTorchTrial,
+        context: PyTorchTrialContext,
+        *,
+        callbacks: Optional[List[Any]] = None,
+        logger: Any = None,
+        plugins: Optional[List[Any]] = None,
+        checkpoint_dir: Optional[str] = None,
+        tensorboard_dir: Optional[str] = None,
+        **lightning_kwargs: Any,
+    ) -> None:
+        if not isinstance(trial, PyTorchTrial):
+            raise TypeError(
+                f"Trainer(trial=...) expects a det_lightning.pytorch.PyTorchTrial, got "
+                f"{type(trial).__name__}."
+            )
+        if not isinstance(context, PyTorchTrialContext):
+            raise TypeError(
+                "Trainer(context=...) expects the context from det_lightning.pytorch.init(), got "
+                f"{type(context).__name__}."
+            )
+        self._trial = trial
+        self._context = context
+        if tensorboard_dir is not None:
+            context._tensorboard_path = pathlib.Path(tensorboard_dir)
+        if logger is not None and logger is not False and not isinstance(logger, (list, tuple)):
+            logger = [logger]
+        searcher = (context._exp_conf or {}).get("searcher") or {}
+        self._options = _Options(
+            callbacks=list(callbacks or []),
+            loggers=[] if logger is False else logger,
+            plugins=list(plugins or []),
+            checkpoint_dir=pathlib.Path(
+                checkpoint_dir or os.environ.get(CHECKPOINT_DIR_ENV) or "checkpoints"
+            ).absolute(),
+            tensorboard_dir=context._tensorboard_path,
+            default_root_dir=pathlib.Path.cwd(),
+            launch=dict(getattr(context, "_launch", {})),
+            lightning_kwargs=lightning_kwargs,
+            searcher_metric=searcher.get("metric", "validation_loss"),
+            smaller_is_better=bool(searcher.get("smaller_is_better", True)),
+            stop_signal=None,
+        )
+
+    def configure_profiler(
+        self,
+        sync_timings: bool = True,
+        enabled: bool = False,
+        begin_on_batch: int = 0,
+        end_after_batch: Optional[int] = None,
+    ) -> None:
+        """Deprecated in Determined; use ``fit(..., profiling_enabled=True)``."""
+        self._options.profiling = enabled
+
+    def fit(
+        self,
+        checkpoint_period: Optional[TrainUnit] = None,
+        validation_period: Optional[TrainUnit] = None,
+        max_length: Optional[TrainUnit] = None,
+        reporting_period: TrainUnit = Batch(100),  # noqa: B008
+        checkpoint_policy: str = "best",
+        latest_checkpoint: Optional[str] = None,
+        step_zero_validation: bool = False,
+        test_mode: bool = False,
+        profiling_enabled: bool = False,
+    ) -> None:
+        """Trains until ``max_length``, validating and checkpointing at the given periods.
+
+        Unlike Determined's local mode, ``checkpoint_policy="best"`` is honoured: a validation
+        triggers a checkpoint only when it improves ``searcher.metric`` (``validation_loss`` by
+        default), and this run's superseded checkpoints are deleted once a newer one is complete.
+        """
+        if checkpoint_policy not in CHECKPOINT_POLICIES:
+            raise ValueError(
+                f"fit(checkpoint_policy={checkpoint_policy!r}): expected one of "
+                f"{', '.join(CHECKPOINT_POLICIES)}."
+            )
+        if latest_checkpoint is not None and not isinstance(latest_checkpoint, (str, os.PathLike)):
+            raise TypeError(
+                f"fit(latest_checkpoint={latest_checkpoint!r}): expected a checkpoint path or UUID."
+            )
+        args = {
+            "max_length": check_max_length(max_length),
+            "validation_period": check_period("validation_period", validation_period),
+            "checkpoint_period": check_period("checkpoint_period", checkpoint_period),
+            "reporting_period": check_period("reporting_period", reporting_period),
+            "checkpoint_policy": checkpoint_policy,
+            "latest_checkpoint": str(latest_checkpoint) if latest_checkpoint is not None else None,
+            "step_zero_validation": bool(step_zero_validation),
+            "test_mode": bool(test_mode),
+            "profiling_enabled": bool(profiling_enabled),
+        }
+        from det_lightning.adapters.fit import run_fit
+
+        self._result = run_fit(self._trial, self._context, args, self._options)

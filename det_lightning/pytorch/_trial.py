@@ -1,0 +1,66 @@
+"""``PyTorchTrial``: the user's model, data and steps. No loop logic lives here."""
+
+import abc
+from typing import Any, Dict, Union
+
+import torch
+
+from det_lightning.pytorch._callback import PyTorchCallback
+from det_lightning.pytorch._data import DataLoader, TorchData, data_length
+from det_lightning.pytorch._reducer import Reducer
+
+
+class PyTorchTrial(metaclass=abc.ABCMeta):
+    """Subclass this and implement the abstract methods plus exactly one of ``evaluate_batch``
+    and ``evaluate_full_dataset``.
+
+    Args:
+        context: the ``PyTorchTrialContext``; wrap models, optimizers and schedulers with it.
+    """
+
+    @abc.abstractmethod
+    def __init__(self, context: Any) -> None:
+        pass
+
+    @abc.abstractmethod
+    def train_batch(
+        self, batch: TorchData, epoch_idx: int, batch_idx: int
+    ) -> Union[torch.Tensor, Dict[str, Any]]:
+        """One training step: forward, ``context.backward(loss)``, ``context.step_optimizer(opt)``.
+
+        Returns:
+            the loss tensor, or a dict of metrics (averaged over each reporting period).
+        """
+
+    @abc.abstractmethod
+    def build_training_data_loader(self) -> Union[DataLoader, torch.utils.data.DataLoader]:
+        """The training data; a ``det_lightning.pytorch.DataLoader`` keeps it reproducible."""
+
+    @abc.abstractmethod
+    def build_validation_data_loader(self) -> Union[DataLoader, torch.utils.data.DataLoader]:
+        """The validation data."""
+
+    def build_callbacks(self) -> Dict[str, PyTorchCallback]:
+        """Named ``PyTorchCallback``s; the names key their state in checkpoints."""
+        return {}
+
+    def evaluate_batch(self, batch: TorchData, batch_idx: int) -> Dict[str, Any]:
+        """Metrics of one validation batch, reduced with ``evaluation_reducer()``."""
+        raise NotImplementedError
+
+    def evaluation_reducer(self) -> Union[Reducer, Dict[str, Reducer]]:
+        """How ``evaluate_batch`` metrics combine: one ``Reducer`` or one per metric name."""
+        return Reducer.AVG
+
+    def evaluate_full_dataset(self, data_loader: torch.utils.data.DataLoader) -> Dict[str, Any]:
+        """Metrics over the whole validation loader, computed on the chief only."""
+        raise NotImplementedError
+
+    def get_batch_length(self, batch: Any) -> int:
+        """Records in ``batch``; override for batch types ``data_length`` cannot count."""
+        return data_length(batch)
+
+
+def is_overridden(trial: PyTorchTrial, name: str) -> bool:
+    """Whether the trial's class defines ``name`` itself rather than inheriting our default."""
+    return getattr(type(trial), name) is not getattr(PyTorchTrial, name)

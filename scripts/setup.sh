@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Creates .venv and installs det_lightning into it.
+#
+#   scripts/setup.sh            runtime only (what the example needs)
+#   scripts/setup.sh test       plus the dev and interop extras (pytest, the real determined)
+#
+# torch is installed first and pinned through constraints.txt, so that no later step lets pip
+# pick a torch build on its own (on a CPU machine that would pull several GB of CUDA packages).
+# Set TORCH_SPEC to install another torch, e.g. TORCH_SPEC="torch==2.5.1".
+set -euo pipefail
+cd "$(dirname "$0")/.."
+extras=""
+[ "${1:-}" = "test" ] && extras="[dev,interop]"
+python="${PYTHON:-python3}"
+[ -x .venv/bin/python ] || "$python" -m venv .venv
+pip=(.venv/bin/python -m pip --disable-pip-version-check -q)
+torch_spec="${TORCH_SPEC:-torch==2.13.0}"
+constraints=$(mktemp)
+trap 'rm -f "$constraints"' EXIT
+echo "$torch_spec" >"$constraints"
+"${pip[@]}" install "$torch_spec" 2>&1 | grep -v "is ignored: it is neither" || true
+.venv/bin/python -c "import torch" # fail here, clearly, if torch did not install
+"${pip[@]}" install -c "$constraints" -e ".$extras" 2>&1 | grep -v "is ignored: it is neither" || true
+.venv/bin/python -c "import det_lightning.adapters, lightning"
