@@ -3,3 +3,4 @@
 The only part of det_lightning that imports ``lightning``. Installed as ``det_lightning.adapters``
 (the root ``adapters/`` folder in the source tree); always import it by that name.
 """
+

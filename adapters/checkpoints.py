@@ -17,6 +17,8 @@ from det_lightning.pytorch import _checkpoint as ckpt
 
 logger = logging.getLogger("det_lightning.core")
 
+LIGHTNING_STATE_FILE = "lightning_state.pth"
+
 
 class CheckpointManager:
     """Saves checkpoints of one ``fit()`` and applies the checkpoint policy.
@@ -92,7 +94,7 @@ class CheckpointManager:
         dist = module.context.distributed
         uuid = dist.broadcast(ckpt.new_uuid())
         request = DeterminedSave(self.root, uuid, self._write_files)
-        trainer.save_checkpoint(str(self.root / uuid), storage_options=request)
+        trainer.save_checkpoint(str(self.root / uuid), weights_only=False, storage_options=request)
         for callback in module.det_callbacks.values():
             callback.on_checkpoint_upload_end(uuid=uuid)
         if dist.rank == 0:
@@ -133,6 +135,11 @@ class CheckpointManager:
             ckpt.source_dir(type(module.trial)),
             [self.root, *self.skip_dirs],
         )
+        lightning_callbacks = lightning_checkpoint.get("callbacks")
+        if lightning_callbacks:
+            # Lightning callbacks' state (EarlyStopping's counters, ...) for resuming; kept out of
+            # state_dict.pth so that file never needs more than weights_only loading.
+            torch.save({"callbacks": lightning_callbacks}, str(directory / LIGHTNING_STATE_FILE))
         for callback in module.det_callbacks.values():
             callback.on_checkpoint_end(str(directory))
             callback.on_checkpoint_write_end(str(directory))
@@ -274,3 +281,18 @@ def _legacy(state: Dict[str, Any], key: str, old_key: str) -> List[Any]:
     if old_key in state:
         return [state[old_key]]
     return list(state.get(key, []))
+
+
+def restore_lightning_callbacks(trainer: pl.Trainer, path: pathlib.Path) -> None:
+    """Gives Lightning callbacks back the state a checkpoint saved for them."""
+    state_file = path / LIGHTNING_STATE_FILE
+    if not state_file.exists():
+        return
+    try:
+        saved = torch.load(str(state_file), map_location="cpu", weights_only=True)["callbacks"]
+    except Exception as e:  # a callback state that needs unpickling: start it fresh
+        logger.warning(f"Lightning callback state in {state_file} not restored: {e}")
+        return
+    for callback in trainer.callbacks:
+        if callback.state_key in saved:
+            callback.load_state_dict(saved[callback.state_key])

@@ -26,6 +26,7 @@ from det_lightning.adapters.checkpoints import (
     apply_state,
     read_for_resume,
     resolve_checkpoint,
+    restore_lightning_callbacks,
 )
 from det_lightning.adapters.data import build_training_view, build_validation_loader
 from det_lightning.adapters.module import TrainState, TrialModule
@@ -143,17 +144,42 @@ def _train(
         schedule_cb = ScheduleCallback(
             module, schedule, manager, args["step_zero_validation"], options.stop_signal
         )
-        trainer = _lightning_trainer(context, options, schedule_cb, args["test_mode"])
+        trainer = _lightning_trainer(context, options, schedule_cb, args["test_mode"], view.epoch_len)
         _align_progress(trainer, module, len(context.optimizers))
+        if resume_path is not None:
+            restore_lightning_callbacks(trainer, resume_path)
         if schedule.is_done(start_batch):
             logger.info(f"Already trained {start_batch} batches of {schedule.total_batches()}.")
         else:
-            trainer.fit(module)
+            with warnings.catch_warnings():
+                # Lightning 2.6 type-checks torch's deprecated pytree LeafSpec; torch >= 2.10
+                # warns about it on every fit. It is not the user's business.
+                warnings.filterwarnings("ignore", message=r".*LeafSpec.*", category=FutureWarning)
+                trainer.fit(module)
         schedule_cb.trainer = trainer
         return schedule_cb
     finally:
         view.shutdown()
         context._close_tensorboard_writer()
+
+
+@contextlib.contextmanager
+def _quiet_lightning_setup() -> Iterator[None]:
+    """Lightning announces devices and settings we chose on purpose (validation scheduling, no
+    sanity check); keep the user's log to what concerns their run."""
+    quiet = [logging.getLogger(name) for name in (
+        "lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero"
+    )]
+    levels = [q.level for q in quiet]
+    for q in quiet:
+        q.setLevel(logging.WARNING)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*val_check_interval.*")
+            yield
+    finally:
+        for q, level in zip(quiet, levels):
+            q.setLevel(level)
 
 
 def _base_seed(context: Any, extra: Dict[str, Any]) -> Optional[int]:
@@ -167,7 +193,7 @@ def _base_seed(context: Any, extra: Dict[str, Any]) -> Optional[int]:
 
 
 def _lightning_trainer(
-    context: Any, options: Any, schedule_cb: ScheduleCallback, test_mode: bool
+    context: Any, options: Any, schedule_cb: ScheduleCallback, test_mode: bool, epoch_len: int
 ) -> pl.Trainer:
     loggers: List[Any] = list(options.loggers) if options.loggers is not None else []
     if options.loggers is None and context.get_enable_tensorboard_logging():
@@ -181,11 +207,10 @@ def _lightning_trainer(
         plugins=[DeterminedCheckpointIO(), *options.plugins],
         default_root_dir=str(options.default_root_dir),
         test_mode=test_mode,
+        epoch_len=epoch_len,
         user_kwargs=options.lightning_kwargs,
     )
-    with warnings.catch_warnings():
-        # Lightning warns about settings we choose on purpose (no sanity check, our own logging).
-        warnings.filterwarnings("ignore", module="lightning")
+    with _quiet_lightning_setup():
         trainer = pl.Trainer(**kwargs)
     trainer.fit_loop.epoch_loop._should_check_val_fx = schedule_cb.should_check_val
     return trainer

@@ -12,6 +12,7 @@ def lightning_trainer_kwargs(
     plugins: List[Any],
     default_root_dir: str,
     test_mode: bool,
+    epoch_len: int = 1 << 30,
     user_kwargs: Optional[Dict[str, Any]] = None,
 ) -> Dict[str, Any]:
     """Keyword arguments for the ``lightning.Trainer`` that runs a trial.
@@ -20,7 +21,7 @@ def lightning_trainer_kwargs(
     across epochs, with periods Lightning cannot express), and it decides when to validate.
 
     >>> kw = lightning_trainer_kwargs(launch={}, callbacks=[], loggers=[], plugins=[],
-    ...                               default_root_dir=".", test_mode=True)
+    ...                               default_root_dir=".", test_mode=True, epoch_len=8)
     >>> kw["max_epochs"], kw["limit_val_batches"], kw["use_distributed_sampler"]
     (-1, 1, False)
     """
@@ -43,7 +44,9 @@ def lightning_trainer_kwargs(
         "plugins": plugins,
         "default_root_dir": default_root_dir,
         "enable_progress_bar": sys.stderr.isatty(),
-        "log_every_n_steps": 1 << 30,  # we log ourselves, once per reporting period
+        # We log ourselves, once per reporting period; Lightning's own per-step logging only
+        # needs to stay within an epoch (it warns otherwise).
+        "log_every_n_steps": max(1, min(epoch_len, 50)),
     }
     if test_mode:
         kwargs["limit_val_batches"] = 1

@@ -83,7 +83,8 @@ def test_distributed_sampler(size: int, num_workers: int, rank: int) -> None:
 def test_skip_sampler(size: int) -> None:
     for skip in skips_for(size):
         ours = our_samplers.SkipSampler(index_base(size), skip)
-        theirs = det_samplers.SkipSampler(index_base(size), skip)
+        base: Any = index_base(size)  # Determined annotates this argument as a BatchSampler
+        theirs = det_samplers.SkipSampler(base, skip)
         assert_same(ours, theirs, size + 1)
 
 

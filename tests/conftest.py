@@ -1,0 +1,43 @@
+"""Shared test setup: every test runs in its own working directory with its own storage."""
+
+import os
+import pathlib
+from typing import Iterator
+
+import pytest
+import torch
+
+
+@pytest.fixture(autouse=True)
+def isolated_run(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[pathlib.Path]:
+    """A fresh working directory; checkpoints, TensorBoard files and the real Determined's
+    storage (``$XDG_DATA_HOME/determined``) all go to separate folders under ``tmp_path``.
+
+    The real Determined copies the working directory into each checkpoint's ``code/``, so its
+    storage must not lie inside the working directory (it would copy itself recursively).
+    """
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("DET_LIGHTNING_CHECKPOINT_DIR", str(tmp_path / "checkpoints"))
+    monkeypatch.setenv("DET_LIGHTNING_TENSORBOARD_DIR", str(tmp_path / "tensorboard"))
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "determined-storage"))
+    # Under torch >= 2.6 the real Determined cannot read its own checkpoints otherwise.
+    monkeypatch.setenv("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")
+    torch.set_num_threads(1)
+    yield work
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+
+
+@pytest.fixture
+def checkpoint_dir(tmp_path: pathlib.Path) -> pathlib.Path:
+    return tmp_path / "checkpoints"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
+    # Tests that import the real determined are marked, so they can be selected or excluded.
+    for item in items:
+        if "compat" in pathlib.Path(str(item.fspath)).parts:
+            item.add_marker(pytest.mark.interop)
+    _ = os
