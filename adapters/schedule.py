@@ -96,15 +96,24 @@ class ScheduleCallback(Callback):
             return
         self._end_workload(trainer, batches_trained)
         done = Boundary.TRAIN in reached
-        self.validate_now = (done or Boundary.VALIDATE in reached) and not stop and (
-            not module.state.validation_is_current()
-        )
-        self.checkpoint_due = done or stop or Boundary.CHECKPOINT in reached
         if done or stop:
             trainer.should_stop = True
             self.stopped_early = stop and not done
-        if not self.validate_now:
+        if Boundary.VALIDATE in reached and not module.state.validation_is_current():
+            # Validate first; the periodic (final, or stop) checkpoint follows it.
+            self.validate_now = True
+            self.checkpoint_due = done or stop or Boundary.CHECKPOINT in reached
+            return
+        if stop:  # a stop skips the final validation, as in Determined
+            self.checkpoint_due = True
             self._after_boundaries(trainer)
+            return
+        # Determined handles the CHECKPOINT boundary before the final validation at the end.
+        self.checkpoint_due = Boundary.CHECKPOINT in reached
+        self._after_boundaries(trainer)
+        if done and not module.state.validation_is_current():
+            self.validate_now = True
+            self.checkpoint_due = True
 
     def _end_workload(self, trainer: pl.Trainer, batches_trained: int) -> None:
         module = self.module

@@ -251,13 +251,14 @@ def trial_class_spec(trial_cls: type) -> "tuple[str, bool]":
 
 
 def source_dir(trial_cls: type) -> Optional[pathlib.Path]:
-    """The directory holding the trial class's module (its top-level package's parent)."""
+    """What ``code/`` needs to import the trial class: the top-level package holding its
+    module, or, for a top-level module (``model_def.py``), the directory holding it."""
     module = sys.modules.get(trial_cls.__module__)
     module_file = getattr(module, "__file__", None)
     if not module_file:
         return None
     path = pathlib.Path(module_file).resolve().parent
-    for _ in range(trial_cls.__module__.count(".")):
+    for _ in range(trial_cls.__module__.count(".") - 1):
         path = path.parent
     return path
 
@@ -268,6 +269,8 @@ def copy_code(src: Optional[pathlib.Path], dest: pathlib.Path, skip: Iterable[pa
     dest.mkdir(parents=True, exist_ok=True)
     if src is None or not src.is_dir():
         return
+    if (src / "__init__.py").exists():
+        dest = dest / src.name  # a package keeps its name, so `import pkg.module` works
     skip_resolved = {p.resolve() for p in skip}
     large: List[str] = []
 
