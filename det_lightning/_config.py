@@ -67,6 +67,7 @@ class _Context:
     """Collects the paths of ignored keys while one config is validated."""
 
     def __init__(self) -> None:
+        """Start with no ignored keys."""
         self.ignored: List[str] = []
 
     def ignore(self, path: str) -> None:
@@ -273,6 +274,7 @@ def _length_check(minimum: int, allow_int: bool) -> _Custom:
     """A check for a training length: ``{batches|epochs|records: N}`` (or a bare int)."""
 
     def check(value: Any, path: str, ctx: _Context) -> Any:
+        """Validate one length value; return it normalized."""
         example = f"e.g. {path.rsplit('.', 1)[-1]}: {{batches: 1000}}"
         if allow_int and _KIND_CHECKS["integer"](value):
             return _check_length_number(value, path, minimum)

@@ -113,8 +113,11 @@ class _DeterminedAliasFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader)
         path: Optional[Sequence[str]],
         target: Optional[types.ModuleType],
     ) -> bool:
-        """Whether ``fullname`` is a det_lightning submodule, asked for through an aliased
-        ``determined`` package, that no other finder can locate."""
+        """Whether ``fullname`` is an unknown det_lightning submodule asked for via the alias.
+
+        Only names whose parent package is imported as ``determined`` count, so det_lightning's
+        own imports are untouched until user code imports ``determined``.
+        """
         if not fullname.startswith(_TARGET + "."):
             return False
         alias_parent = _target_to_alias(fullname.rpartition(".")[0])

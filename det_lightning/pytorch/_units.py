@@ -28,7 +28,7 @@ class TrainUnit:
             raise TypeError(
                 "TrainUnit is abstract: use det_lightning.pytorch.Batch(n) or Epoch(n)."
             )
-        if isinstance(value, bool) or not isinstance(value, (int, abc.Container)):
+        if isinstance(value, (bool, str, bytes)) or not isinstance(value, (int, abc.Container)):
             raise TypeError(
                 f"{type(self).__name__}({value!r}) is not a valid length. Expected an int or a "
                 "container of ints, e.g. Batch(100) or Batch([5, 30, 45])."
