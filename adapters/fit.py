@@ -11,6 +11,7 @@ Order, as Determined's controller does it::
 """
 
 import contextlib
+import copy
 import logging
 import pathlib
 import warnings
@@ -20,6 +21,7 @@ import lightning.pytorch as pl
 import torch
 
 from det_lightning import errors
+from det_lightning.adapters import preemption
 from det_lightning.adapters.checkpoint_io import DeterminedCheckpointIO
 from det_lightning.adapters.checkpoints import (
     CheckpointManager,
@@ -31,6 +33,7 @@ from det_lightning.adapters.checkpoints import (
 from det_lightning.adapters.data import build_training_view, build_validation_loader
 from det_lightning.adapters.module import TrainState, TrialModule
 from det_lightning.adapters.schedule import ScheduleCallback
+from det_lightning.adapters.storage import check_checkpoint_dir
 from det_lightning.adapters.trainer_args import lightning_trainer_kwargs
 from det_lightning.pytorch import _checkpoint as ckpt
 from det_lightning.pytorch._callback import PyTorchCallback
@@ -96,6 +99,9 @@ def run_fit(trial: Any, context: Any, args: Dict[str, Any], options: Any) -> Sch
     check_trial(trial, context)
     callbacks = build_callbacks(trial)
     root = pathlib.Path(options.checkpoint_dir)
+    check_checkpoint_dir(root, context.distributed, context.models)
+    if args["latest_checkpoint"] is None:
+        args["latest_checkpoint"] = preemption.checkpoint_from_environment(root)
     saved_state: Optional[Dict[str, Any]] = None
     trial_state: Optional[Dict[str, int]] = None
     resume_path = None
@@ -104,11 +110,23 @@ def run_fit(trial: Any, context: Any, args: Dict[str, Any], options: Any) -> Sch
         saved_state, trial_state = read_for_resume(resume_path, trust=True)
     start_batch = trial_state["batches_trained"] if trial_state else 0
     context._steps_completed = start_batch
-    for callback in callbacks.values():
-        callback.on_trial_startup(start_batch, args["latest_checkpoint"])
-    with _shutdown_after(callbacks):
-        return _train(trial, context, args, options, callbacks, saved_state, trial_state,
-                      resume_path, root)
+    if context.distributed.rank == 0:
+        logger.info(
+            f"checkpoints go to {root}; TensorBoard files to {options.tensorboard_dir}"
+            + (f"; resuming from {resume_path} at batch {start_batch}" if resume_path else "")
+        )
+    signals = preemption.SignalWatcher(context.distributed, options.stop_signal)
+    options = copy.copy(options)
+    options.stop_signal = signals
+    with signals:  # SIGTERM/SIGINT: checkpoint after this batch, then TrialPreempted
+        for callback in callbacks.values():
+            callback.on_trial_startup(start_batch, args["latest_checkpoint"])
+        with _shutdown_after(callbacks):
+            result = _train(trial, context, args, options, callbacks, saved_state, trial_state,
+                            resume_path, root)
+    written = result.checkpoints.written
+    signals.raise_if_received(root / written[-1] if written else ckpt.latest_checkpoint(root), root)
+    return result
 
 
 def _train(
@@ -212,6 +230,7 @@ def _lightning_trainer(
     )
     with _quiet_lightning_setup():
         trainer = pl.Trainer(**kwargs)
+    preemption.supersede_lightning_signals(trainer)
     trainer.fit_loop.epoch_loop._should_check_val_fx = schedule_cb.should_check_val
     return trainer
 

@@ -1,0 +1,45 @@
+"""Train the MNIST trial locally: Determined's Trainer-API script with one import changed.
+
+    python train.py                  # 1 epoch on generated data
+    python train.py --epochs 3
+"""
+
+import argparse
+import logging
+
+import det_lightning as det
+from det_lightning import pytorch
+
+import model_def
+
+HPARAMS = {
+    "learning_rate": 1.0,
+    "n_filters1": 16,
+    "n_filters2": 32,
+    "dropout1": 0.25,
+    "dropout2": 0.5,
+    "global_batch_size": 64,
+}
+
+
+def main(epochs: int, latest_checkpoint: str = None) -> None:
+    with pytorch.init(hparams=HPARAMS) as train_context:
+        trial = model_def.MNistTrial(train_context)
+        trainer = pytorch.Trainer(trial, train_context)
+        trainer.fit(
+            max_length=pytorch.Epoch(epochs),
+            validation_period=pytorch.Batch(32),
+            checkpoint_period=pytorch.Epoch(1),
+            reporting_period=pytorch.Batch(16),
+            latest_checkpoint=latest_checkpoint,
+        )
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO, format=det.LOG_FORMAT)
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument("--latest-checkpoint", default=None,
+                        help="a checkpoint directory, its UUID, or 'latest' to resume")
+    args = parser.parse_args()
+    main(args.epochs, args.latest_checkpoint)
