@@ -19,6 +19,6 @@ constraints=$(mktemp)
 trap 'rm -f "$constraints"' EXIT
 echo "$torch_spec" >"$constraints"
 "${pip[@]}" install "$torch_spec" 2>&1 | grep -v "is ignored: it is neither" || true
-.venv/bin/python -c "import torch" # fail here, clearly, if torch did not install
+.venv/bin/python -c "import importlib.util as u, sys; sys.exit(u.find_spec(\"torch\") is None)" || { echo "torch did not install" >&2; exit 1; }
 "${pip[@]}" install -c "$constraints" -e ".$extras" 2>&1 | grep -v "is ignored: it is neither" || true
 .venv/bin/python -c "import det_lightning.adapters, lightning"
