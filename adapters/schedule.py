@@ -125,14 +125,14 @@ class ScheduleCallback(Callback):
         metric_utils.raise_if_non_finite(batch_metrics, first_idx)
         averages.update(metric_utils.to_numpy(module.context.reduce_metrics(for_training=True)))
         module.context.reset_reducers()
+        # Determined adds these while reporting, to the same dict its callbacks then receive.
+        averages.setdefault("batches", state.batches_trained)
+        averages.setdefault("epochs", state.epochs_trained)
         for callback in module.det_callbacks.values():
             callback.on_training_workload_end(avg_metrics=averages, batch_metrics=batch_metrics)
         if dist.rank != 0:
             return
-        reported = dict(averages)
-        reported.setdefault("batches", state.batches_trained)
-        reported.setdefault("epochs", state.epochs_trained)
-        metric_utils.log_training(batches_trained, metric_utils.jsonable(reported))
+        metric_utils.log_training(batches_trained, metric_utils.jsonable(averages))
         _log_per_batch(trainer, batch_metrics, averages, first_idx)
         for name, value in metric_utils.scalars(averages).items():
             module.log(name, value, logger=False, prog_bar=(name == "loss"))
@@ -197,6 +197,7 @@ class ScheduleCallback(Callback):
         metrics = module.val_metrics
         for callback in module.det_callbacks.values():
             callback.on_validation_end(metrics)
+        module.context.reset_reducers()  # the next training workload starts fresh, as Determined's
         state.values["last_val"] = state.batches_trained
         self.validate_now = False
         dist = module.context.distributed
@@ -235,7 +236,7 @@ def _log_per_batch(
         seen.update(metrics)
         for lg in trainer.loggers:
             lg.log_metrics(values, step=first_idx + offset)
-    rest = {k: v for k, v in averages.items() if k not in seen}
+    rest = {k: v for k, v in averages.items() if k not in seen and k not in ("batches", "epochs")}
     for lg in trainer.loggers:
         lg.log_metrics(metric_utils.scalars(rest, "Determined/"), step=first_idx + len(batch_metrics))
 
