@@ -1,0 +1,86 @@
+"""Where metrics go (Determined's log lines, TensorBoard through Lightning's logger, the
+context's writer on the same run) and when init() seeds."""
+
+import logging
+import pathlib
+import random
+
+import numpy as np
+import pytest
+import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from det_lightning import pytorch
+from det_lightning.errors import InternalException
+from tests.fixtures.run import run_trial
+
+
+def scalars(run_dir: pathlib.Path) -> dict:
+    found: dict = {}
+    for events in run_dir.rglob("events.out.tfevents.*"):
+        acc = EventAccumulator(str(events))
+        acc.Reload()
+        for tag in acc.Tags()["scalars"]:
+            found.setdefault(tag, []).extend((e.step, e.value) for e in acc.Scalars(tag))
+    return found
+
+
+def test_metrics_reach_tensorboard_and_the_log(
+    tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    tb_dir = tmp_path / "tb"
+    caplog.set_level(logging.INFO, logger="det_lightning")
+    trial, _ = run_trial(
+        pytorch, "MLPTrial", {"lr": 0.01}, trainer_kwargs={"tensorboard_dir": str(tb_dir)},
+        max_length=pytorch.Batch(12), validation_period=pytorch.Batch(6),
+        reporting_period=pytorch.Batch(4),
+    )
+    found = scalars(tb_dir)
+    assert [step for step, _ in found["Determined/loss"]] == list(range(12))
+    losses = [value for _, value in sorted(found["Determined/loss"])]
+    assert losses == pytest.approx(trial.recorder.batch_losses, rel=1e-6)
+    assert [step for step, _ in found["Determined/validation_loss"]] == [6, 12]
+    lines = [r.getMessage() for r in caplog.records]
+    assert sum(m.startswith("report_training_metrics(steps_completed=") for m in lines) == 3
+    assert any(m.startswith("report_validation_metrics(steps_completed=12") for m in lines)
+    assert any(m.startswith("saved checkpoint ") for m in lines)
+
+
+def test_context_writer_writes_to_the_same_run(tmp_path: pathlib.Path) -> None:
+    tb_dir = tmp_path / "tb"
+    with pytorch.init(hparams={}) as context:
+        from tests.fixtures.trials import make_trials
+
+        trial = make_trials(pytorch)["MLPTrial"](context)
+        trainer = pytorch.Trainer(trial, context, tensorboard_dir=str(tb_dir))
+        trainer.fit(max_length=pytorch.Batch(2))
+        assert context.get_tensorboard_path() == tb_dir
+        context.get_tensorboard_writer().add_scalar("custom/metric", 1.5, 7)
+    found = scalars(tb_dir)
+    assert found["custom/metric"] == [(7, 1.5)]
+    assert "Determined/loss" in found
+
+
+def test_init_seeds_only_when_an_experiment_seed_is_configured() -> None:
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    with pytorch.init(hparams={}) as context:
+        assert torch.equal(torch.rand(3), expected)  # untouched: the user's seeding stands
+        with pytest.raises(InternalException, match="experiment_seed"):
+            context.get_trial_seed()
+    values = []
+    for _ in range(2):
+        torch.manual_seed(999)
+        with pytorch.init(exp_conf={"reproducibility": {"experiment_seed": 7}}) as context:
+            assert context.get_trial_seed() == 7
+            values.append((torch.rand(1).item(), np.random.rand(), random.random()))
+    assert values[0] == values[1]
+    torch.manual_seed(7)
+    assert values[0][0] == torch.rand(1).item()
+
+
+def test_bad_experiment_seed_is_refused() -> None:
+    with pytest.raises(ValueError, match="experiment_seed.*int >= 0"):
+        with pytorch.init(exp_conf={"reproducibility": {"experiment_seed": "abc"}}):
+            pass
