@@ -1,0 +1,250 @@
+"""The ``det-lightning`` command (also ``python -m det_lightning``).
+
+Usage::
+
+    det-lightning run [LAUNCH] train.py [ARGS ...]        # a Trainer-API script, unmodified
+    det-lightning run [LAUNCH] -m package.module [ARGS ...]
+    det-lightning experiment [LAUNCH] [--checkpoint-dir DIR] CONFIG.yaml MODEL_DIR
+    det-lightning checkpoint {export,convert} ...         # see det_lightning.pytorch._export
+
+Code run by ``run`` and ``experiment`` gets ``det_lightning`` when it imports ``determined``
+(``det_lightning.compat``).
+
+``LAUNCH`` is Lightning's ``--accelerator``, ``--devices``, ``--num-nodes``, ``--strategy`` and
+``--precision``, given before the script or config. ``experiment`` passes them to ``init()``
+(``--devices`` defaults to ``resources.slots_per_trial``). ``run`` puts them in the script's
+environment as ``$DET_LIGHTNING_<OPTION>``. With ``--devices N`` (N > 1) either command starts N
+processes of itself under torchrun, whose environment ``init()`` reads; Lightning's own launcher
+would re-run the bare script, without the ``determined`` alias.
+
+Exit status: 0 on success; 2 for a usage or configuration error (the message names the config
+key); 1 when a trial fails or the real ``determined`` is already imported; 75 when training was
+stopped by a signal after checkpointing (run again to resume); a script's own status for ``run``.
+"""
+
+import argparse
+import logging
+import os
+import runpy
+import subprocess
+import sys
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+
+import det_lightning
+from det_lightning import _experiment, compat, errors
+from det_lightning._config import load_config
+from det_lightning._experiment import UsageError
+from det_lightning.pytorch import _export
+from det_lightning.pytorch._launch import LAUNCH_ENV, add_launch_arguments
+
+PROG = "det-lightning"
+EXIT_USAGE = 2
+EXIT_FAILURE = 1
+
+
+def _error(command: str, message: str) -> None:
+    print(f"{PROG} {command}: error: {message}", file=sys.stderr)
+
+
+def _launch_options(args: argparse.Namespace) -> Dict[str, Any]:
+    return {name: getattr(args, name) for name in LAUNCH_ENV if getattr(args, name) is not None}
+
+
+def _already_launched(environ: Mapping[str, str]) -> bool:
+    """Whether this process is one of several that torchrun, Lightning or SLURM started."""
+    several_tasks = int(environ.get("SLURM_NTASKS", "1") or 1) > 1
+    return "LOCAL_RANK" in environ or "TORCHELASTIC_RUN_ID" in environ or several_tasks
+
+
+def torchrun_command(
+    options: Mapping[str, Any], environ: Mapping[str, str], argv: Sequence[str]
+) -> Optional[List[str]]:
+    """``det-lightning ARGV`` under torchrun, one process per device; None when this process is
+    already one of them, or one is enough.
+
+    Lightning would start the other processes by re-running ``sys.argv``, which inside ``run``
+    is the user's script without the ``determined`` alias; torchrun re-runs ``det-lightning``.
+
+    >>> torchrun_command({"devices": 2}, {}, ["run", "train.py"])[2:]
+    ['torch.distributed.run', '--nproc-per-node=2', '--standalone', '-m', 'det_lightning', \
+'run', 'train.py']
+    >>> torchrun_command({"devices": 2}, {"LOCAL_RANK": "1"}, ["run", "train.py"]) is None
+    True
+
+    Raises:
+        UsageError: several nodes, without ``MASTER_ADDR`` and ``NODE_RANK`` to meet at.
+    """
+    devices = options.get("devices")
+    if not isinstance(devices, int) or devices <= 1 or _already_launched(environ):
+        return None
+    command = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={devices}"]
+    nodes = options.get("num_nodes") or 1
+    if nodes == 1:
+        command.append("--standalone")
+    else:
+        missing = [name for name in ("MASTER_ADDR", "NODE_RANK") if name not in environ]
+        if missing:
+            raise UsageError(
+                f"--num-nodes {nodes} needs {' and '.join(missing)} in the environment (the "
+                "first node's address, and this node's rank) to start this node's processes; "
+                "or start them yourself with torchrun -m det_lightning ... on every node."
+            )
+        command += [
+            f"--nnodes={nodes}", f"--node-rank={environ['NODE_RANK']}",
+            f"--master-addr={environ['MASTER_ADDR']}",
+            f"--master-port={environ.get('MASTER_PORT', '29500')}",
+        ]
+    return command + ["-m", "det_lightning", *argv]
+
+
+def _start_processes(options: Mapping[str, Any], argv: Sequence[str]) -> Optional[int]:
+    """Runs ``det-lightning ARGV`` once per device under torchrun and returns its exit status,
+    or None to go on in this process."""
+    command = torchrun_command(options, os.environ, argv)
+    if command is None:
+        return None
+    print(f"{PROG}: starting {options['devices']} processes: {' '.join(command[1:])}",
+          file=sys.stderr, flush=True)
+    return subprocess.call(command)
+
+
+# ----- run -----------------------------------------------------------------------------------
+
+
+def run_script(target: str, script_args: List[str], as_module: bool = False) -> int:
+    """Runs a script (or ``-m`` module) as ``__main__`` with ``determined`` aliased.
+
+    ``sys.argv`` and ``sys.path[0]`` are what ``python train.py ARGS`` would give the script.
+
+    Returns:
+        0 when the script returns; its ``sys.exit`` status propagates as ``SystemExit``.
+    """
+    compat.install()
+    if as_module:
+        sys.argv = [target, *script_args]
+        sys.path[0:1] = [os.getcwd()]
+        runpy.run_module(target, run_name="__main__", alter_sys=True)
+        return 0
+    path = os.path.abspath(target)
+    sys.argv = [target, *script_args]
+    sys.path[0:1] = [os.path.dirname(path)]
+    runpy.run_path(path, run_name="__main__")
+    return 0
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    if not args.module and not os.path.isfile(args.target):
+        _error("run", f"can't open file {args.target!r}: no such file.")
+        return EXIT_USAGE
+    options = _launch_options(args)
+    try:
+        status = _start_processes(options, args.argv)
+    except UsageError as e:
+        _error("run", str(e))
+        return EXIT_USAGE
+    if status is not None:
+        return status
+    for name, value in options.items():
+        os.environ[LAUNCH_ENV[name]] = str(value)
+    return run_script(args.target, args.script_args, as_module=args.module)
+
+
+# ----- experiment ----------------------------------------------------------------------------
+
+
+def _cmd_experiment(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.INFO, format=det_lightning.LOG_FORMAT)
+    try:
+        config = load_config(args.config)
+        plan = _experiment.plan_experiment(
+            config, args.model_dir, _launch_options(args), args.checkpoint_dir
+        )
+        if plan.trial_class is not None:
+            status = _start_processes(plan.launch, args.argv)  # a command starts its own
+            if status is not None:
+                return status
+            compat.install()  # model_def.py imports determined
+        return _experiment.run_experiment(plan)
+    except (errors.InvalidConfigException, NotImplementedError, UsageError) as e:
+        _error("experiment", f"{args.config}: {e}")
+        return EXIT_USAGE
+
+
+# ----- checkpoint ----------------------------------------------------------------------------
+
+
+def _cmd_checkpoint(args: argparse.Namespace) -> int:
+    return _export.main([args.action, *args.rest])
+
+
+# ----- parser and main -----------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``det-lightning`` argument parser."""
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="Run Determined PyTorchTrial projects, unmodified, on PyTorch Lightning.",
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    run = commands.add_parser(
+        "run", help="run a Trainer-API script with `import determined` aliased to det_lightning",
+        description="Run a Trainer-API script (python train.py ARGS) with `import determined` "
+        "resolving to det_lightning. Launch options go before the script.",
+    )
+    add_launch_arguments(run)
+    run.add_argument("-m", dest="module", action="store_true",
+                     help="TARGET is a module to run, as with python -m")
+    run.add_argument("target", metavar="SCRIPT", help="the script (or module, with -m)")
+    run.add_argument("script_args", metavar="ARGS", nargs=argparse.REMAINDER,
+                     help="arguments for the script")
+    run.set_defaults(handler=_cmd_run)
+
+    experiment = commands.add_parser(
+        "experiment", help="run a Determined experiment config locally, trial after trial",
+        description="Run a Determined experiment config locally: searchers single, grid and "
+        "random, one trial after another, each checkpointing to <checkpoint dir>/trial-<n>/.",
+    )
+    add_launch_arguments(experiment)
+    experiment.add_argument("--checkpoint-dir", default=None,
+                            help="where checkpoints go (default: checkpoint_storage, else "
+                            "$DET_LIGHTNING_CHECKPOINT_DIR, else ./checkpoints)")
+    experiment.add_argument("config", metavar="CONFIG", help="the experiment config (YAML)")
+    experiment.add_argument("model_dir", metavar="MODEL_DIR", help="the model definition directory")
+    experiment.set_defaults(handler=_cmd_experiment)
+
+    checkpoint = commands.add_parser(
+        "checkpoint", help="Lightning .ckpt files to Determined checkpoints (export), and back "
+        "(convert)", description="export FILE.ckpt [--checkpoint-dir DIR] [--code DIR] [--trust]; "
+        "convert CHECKPOINT_DIR FILE.ckpt [--trust]. `det-lightning checkpoint export --help` "
+        "for more.",
+    )
+    checkpoint.add_argument("action", choices=("export", "convert"))
+    checkpoint.add_argument("rest", metavar="ARGS", nargs=argparse.REMAINDER)
+    checkpoint.set_defaults(handler=_cmd_checkpoint)
+    return parser
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """Runs ``det-lightning ARGV``.
+
+    Returns:
+        The exit status (see the module docstring).
+    """
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser().parse_args(argv)
+    args.argv = argv
+    handler: Callable[[argparse.Namespace], int] = args.handler
+    try:
+        return handler(args)
+    except compat.RealDeterminedImportedError as e:
+        _error(args.command, str(e))
+        return EXIT_FAILURE
+    except errors.TrialPreempted as e:
+        _error(args.command, f"{e} Run the same command with DET_LIGHTNING_LATEST_CHECKPOINT=latest "
+               "to continue from the last checkpoint.")
+        return errors.TrialPreempted.EXIT_CODE
+
+
+__all__ = ["build_parser", "main", "run_script"]
