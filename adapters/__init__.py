@@ -4,3 +4,7 @@ The only part of det_lightning that imports ``lightning``. Installed as ``det_li
 (the root ``adapters/`` folder in the source tree); always import it by that name.
 """
 
+
+from det_lightning.adapters.lightning_module import LightningTrial
+
+__all__ = ["LightningTrial"]

@@ -7,18 +7,13 @@ Saves go through ``lightning.Trainer.save_checkpoint``, so Lightning callbacks a
 is an ordinary ``.ckpt`` file.
 """
 
-import logging
 import pathlib
-import pickle
 from typing import Any, Callable, Dict, Optional
 
-import torch
 from lightning.fabric.plugins import TorchCheckpointIO
 from typing_extensions import override
 
 from det_lightning.pytorch import _checkpoint as ckpt
-
-logger = logging.getLogger("det_lightning.pytorch")
 
 
 class DeterminedSave:
@@ -54,20 +49,3 @@ class DeterminedCheckpointIO(TorchCheckpointIO):
             return
         super().save_checkpoint(checkpoint, path, storage_options)
 
-
-def write_determined_files(
-    directory: pathlib.Path,
-    state_dict: Dict[str, Any],
-    trial_state: Dict[str, int],
-    load_data: Dict[str, Any],
-    metadata: Dict[str, Any],
-    code_source: Optional[pathlib.Path],
-    code_skip: Any,
-) -> None:
-    """The files of one checkpoint, in ``directory``."""
-    torch.save(state_dict, str(directory / ckpt.STATE_DICT_FILE))
-    with open(directory / ckpt.TRIAL_STATE_FILE, "wb") as f:
-        pickle.dump(dict(trial_state), f)
-    ckpt.write_json(directory / ckpt.LOAD_DATA_FILE, load_data)
-    ckpt.write_json(directory / ckpt.METADATA_FILE, metadata)
-    ckpt.copy_code(code_source, directory / ckpt.CODE_DIR, code_skip)

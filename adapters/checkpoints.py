@@ -1,6 +1,23 @@
-"""Writing, retaining and restoring Determined checkpoints during ``fit()``."""
+"""Writing, retaining and restoring Determined checkpoints during ``fit()``.
 
-import json
+One save, as Determined orders its callbacks::
+
+    trainer.save_checkpoint(root/uuid, storage_options=DeterminedSave)   # on every rank
+      TrialModule.on_save_checkpoint            # Determined state into Lightning's dict
+      Lightning callbacks' on_save_checkpoint   # they see every Determined checkpoint
+      DeterminedCheckpointIO (rank 0): in .<uuid>.partial/
+        on_checkpoint_save_start(state_dict)    # may still edit the state dict
+        state_dict.pth, trial_state.pkl, load_data.json, metadata.json, code/
+        on_checkpoint_end(path); on_checkpoint_write_end(path)
+        rename to root/uuid                     # Determined's upload step
+    on_checkpoint_upload_end(uuid)              # every rank
+    checkpoint_policy="best": delete this run's superseded checkpoints (rank 0)
+
+As with Determined's cloud storage, the path ``on_checkpoint_write_end`` gets is the staging
+directory: files a callback adds there become part of the checkpoint atomically, and the
+checkpoint is at ``root/uuid`` once ``on_checkpoint_upload_end`` runs.
+"""
+
 import logging
 import pathlib
 import shutil
@@ -9,15 +26,14 @@ from typing import Any, Dict, List, Optional, Tuple
 import lightning.pytorch as pl
 import torch
 
-import det_lightning
 from det_lightning import errors
-from det_lightning.adapters.checkpoint_io import DeterminedSave, write_determined_files
+from det_lightning.adapters.checkpoint_io import DeterminedSave
+from det_lightning.adapters.storage import raise_if_storage_error
 from det_lightning.adapters.metrics import is_numerical_scalar
 from det_lightning.pytorch import _checkpoint as ckpt
+from det_lightning.pytorch._code import code_sources
 
 logger = logging.getLogger("det_lightning.core")
-
-LIGHTNING_STATE_FILE = "lightning_state.pth"
 
 
 class CheckpointManager:
@@ -27,7 +43,8 @@ class CheckpointManager:
         root: the checkpoint directory.
         module: the ``TrialModule`` being trained.
         policy: ``"best"``, ``"all"`` or ``"none"``.
-        metric, smaller_is_better: what ``"best"`` compares.
+        metric: the searcher metric ``"best"`` compares.
+        smaller_is_better: whether a smaller ``metric`` is better.
         sampler: the training batch sampler, whose shuffle state resume needs (or None).
         base_seed: the derived-shuffle seed used with several processes (or None).
         skip_dirs: directories never copied into ``code/``.
@@ -52,13 +69,23 @@ class CheckpointManager:
         self.sampler = sampler
         self.base_seed = base_seed
         self.skip_dirs = skip_dirs
+        self.metric_configured = False  # set when exp_conf names the searcher metric
         self.best_value: Optional[float] = None
         self.best_uuid: Optional[str] = None
         self.written: List[str] = []  # this run's checkpoints, oldest first
         self.last_metrics: Optional[Dict[str, Any]] = None
+        self.last_metrics_batch = -1
+        # Every Lightning checkpoint of the module (ours, a user's ModelCheckpoint) carries the
+        # Determined state, so a .ckpt file can be exported to a Determined checkpoint.
+        module.checkpoint_extras = self.lightning_extras
 
     # ----- policy ---------------------------------------------------------------------------
     def searcher_value(self, metrics: Dict[str, Any]) -> float:
+        """``metrics[metric]`` as a float.
+
+        Raises:
+            RuntimeError: the validation did not report the metric, or not as a scalar.
+        """
         if self.metric not in metrics:
             raise RuntimeError(
                 f"Search method is configured to use metric '{self.metric}' but model definition "
@@ -74,43 +101,69 @@ class CheckpointManager:
         return float(value)
 
     def is_better(self, value: float) -> bool:
+        """Whether ``value`` beats the best so far of this run."""
         if self.best_value is None:
             return True
         return value < self.best_value if self.smaller_is_better else value > self.best_value
 
     def wants_checkpoint_after_validation(self, metrics: Dict[str, Any]) -> bool:
+        """Records a validation's metrics; True when the policy checkpoints after it."""
         self.last_metrics = metrics
+        self.last_metrics_batch = self.module.state.batches_trained
         if self.policy == "all":
             return True
         if self.policy == "best":
+            if self.metric not in metrics and not self.metric_configured:
+                self._fall_back_to_all(metrics)
+                return True
             return self.is_better(self.searcher_value(metrics))
         return False
 
+    def _fall_back_to_all(self, metrics: Dict[str, Any]) -> None:
+        """No searcher metric was configured and the default one is not reported: keep
+        Determined's local behaviour (checkpoint after every validation) instead of failing a
+        script that never asked for 'best'."""
+        logger.warning(
+            f"checkpoint_policy='best' compares '{self.metric}', which the trial does not report "
+            f"(it reports {sorted(metrics)}); falling back to 'all' as Determined's local mode "
+            "does. Set exp_conf={'searcher': {'metric': ..., 'smaller_is_better': ...}} to keep "
+            "only the best checkpoints."
+        )
+        self.policy = "all"
+
     # ----- saving ---------------------------------------------------------------------------
     def save(self, trainer: pl.Trainer) -> str:
+        """Writes a checkpoint through ``trainer.save_checkpoint``; returns its UUID."""
         module = self.module
-        state = module.state
-        state.values["last_ckpt"] = state.batches_trained
+        module.state.values["last_ckpt"] = module.state.batches_trained
         dist = module.context.distributed
         uuid = dist.broadcast(ckpt.new_uuid())
         request = DeterminedSave(self.root, uuid, self._write_files)
-        trainer.save_checkpoint(str(self.root / uuid), weights_only=False, storage_options=request)
+        try:
+            trainer.save_checkpoint(
+                str(self.root / uuid), weights_only=False, storage_options=request
+            )
+        except Exception as e:
+            raise_if_storage_error(e, self.root / uuid)  # with the path and the cause
+            raise
         for callback in module.det_callbacks.values():
             callback.on_checkpoint_upload_end(uuid=uuid)
         if dist.rank == 0:
-            logger.info(f"saved checkpoint {uuid} at {self.root / uuid}")
+            logger.info(f"saved checkpoint {uuid} at {request.path}")
             self._record(uuid)
         return uuid
 
     def _record(self, uuid: str) -> None:
         self.written.append(uuid)
+        if self.policy != "best":
+            return
         metrics = self.last_metrics
-        if metrics is not None and self.policy == "best" and self.metric in metrics:
+        validated_now = self.last_metrics_batch == self.module.state.batches_trained
+        if metrics is not None and validated_now:
             value = self.searcher_value(metrics)
-            if self.is_better(value) or self.best_uuid is None:
+            if self.is_better(value):
                 self.best_value, self.best_uuid = value, uuid
-        if self.policy == "best":
-            self._delete_superseded()
+        self._delete_superseded()
 
     def _delete_superseded(self) -> None:
         """Keeps this run's best and latest checkpoints (Determined's save_trial_best=1,
@@ -119,36 +172,39 @@ class CheckpointManager:
         for uuid in [u for u in self.written if u not in keep]:
             shutil.rmtree(self.root / uuid, ignore_errors=True)
             self.written.remove(uuid)
-            logger.info(f"deleted checkpoint {uuid}")
+            logger.info(f"deleted checkpoint {uuid} (superseded under checkpoint_policy='best')")
 
     def _write_files(self, directory: pathlib.Path, lightning_checkpoint: Dict[str, Any]) -> None:
         module = self.module
-        state_dict = self.state_dict()
+        state_dict = lightning_checkpoint.get(ckpt.LIGHTNING_STATE_KEY) or self.state_dict()
         for callback in module.det_callbacks.values():
             callback.on_checkpoint_save_start(state_dict)
-        write_determined_files(
+        ckpt.write_files(
             directory,
             state_dict,
             module.state.values,
             self._load_data(),
-            self._metadata(),
-            ckpt.source_dir(type(module.trial)),
+            code_sources(type(module.trial)),
             [self.root, *self.skip_dirs],
+            lightning_checkpoint.get("callbacks"),
         )
-        lightning_callbacks = lightning_checkpoint.get("callbacks")
-        if lightning_callbacks:
-            # Lightning callbacks' state (EarlyStopping's counters, ...) for resuming; kept out of
-            # state_dict.pth so that file never needs more than weights_only loading.
-            torch.save({"callbacks": lightning_callbacks}, str(directory / LIGHTNING_STATE_FILE))
         for callback in module.det_callbacks.values():
             callback.on_checkpoint_end(str(directory))
             callback.on_checkpoint_write_end(str(directory))
 
+    def lightning_extras(self) -> Dict[str, Any]:
+        """What ``TrialModule.on_save_checkpoint`` adds to a Lightning checkpoint."""
+        return {
+            ckpt.LIGHTNING_STATE_KEY: self.state_dict(),
+            ckpt.LIGHTNING_LOAD_DATA_KEY: self._load_data(),
+        }
+
     def state_dict(self) -> Dict[str, Any]:
+        """The content of ``state_dict.pth``, as of now."""
         module = self.module
         context = module.context
         state: Dict[str, Any] = {
-            ckpt.MODELS: [model.state_dict() for model in context.models],
+            ckpt.MODELS: ckpt.model_state_dicts(context.models),
             ckpt.OPTIMIZERS: [opt.state_dict() for opt in context.optimizers],
             ckpt.LR_SCHEDULERS: [s.state_dict() for s in context.lr_schedulers],
             ckpt.CALLBACKS: {name: cb.state_dict() for name, cb in module.det_callbacks.items()},
@@ -164,26 +220,7 @@ class CheckpointManager:
 
     def _load_data(self) -> Dict[str, Any]:
         context = self.module.context
-        spec, in_main = ckpt.trial_class_spec(type(self.module.trial))
-        load_data: Dict[str, Any] = {
-            "trial_type": "PyTorchTrial",
-            "experiment_config": context._exp_conf,
-            "hparams": context._hparams,
-            "trial_cls_spec": spec,
-            "is_trainer": True,
-        }
-        if in_main:
-            load_data["trial_in_main"] = True
-        return load_data
-
-    def _metadata(self) -> Dict[str, Any]:
-        return {
-            "determined_version": ckpt.DETERMINED_VERSION,
-            "det_lightning_version": det_lightning.__version__,
-            "steps_completed": self.module.state.batches_trained,
-            "framework": f"torch-{torch.__version__}",
-            "format": "pickle",
-        }
+        return ckpt.make_load_data(type(self.module.trial), context._hparams, context._exp_conf)
 
 
 def _cuda_index(device: torch.device) -> Optional[int]:
@@ -194,9 +231,14 @@ def _cuda_index(device: torch.device) -> Optional[int]:
 
 # ----- restoring ------------------------------------------------------------------------------
 def resolve_checkpoint(latest_checkpoint: str, root: pathlib.Path) -> pathlib.Path:
-    """A checkpoint path, a UUID under ``root``, or ``"latest"`` (the newest complete one)."""
+    """A checkpoint path, a UUID under ``root``, or ``"latest"`` (the newest complete one).
+
+    Raises:
+        InvalidCheckpointException: nothing of that name exists.
+    """
     if latest_checkpoint == "latest":
-        ckpt.remove_partials(root)
+        for partial in ckpt.remove_partials(root):
+            logger.info(f"Deleted the unfinished checkpoint {partial}.")
         found = ckpt.latest_checkpoint(root)
         if found is None:
             raise errors.InvalidCheckpointException(
@@ -218,11 +260,18 @@ def resolve_checkpoint(latest_checkpoint: str, root: pathlib.Path) -> pathlib.Pa
 
 
 def read_for_resume(path: pathlib.Path, trust: bool) -> Tuple[Dict[str, Any], Dict[str, int]]:
-    """The state dict and trial state of a checkpoint to resume from."""
+    """The state dict and trial state of a checkpoint to resume from.
+
+    Args:
+        path: the checkpoint directory.
+        trust: allow full unpickling for a checkpoint the real Determined wrote (its
+            ``state_dict.pth`` pickles numpy RNG state).
+    """
     try:
         state = ckpt.read_state_dict(path)
     except errors.InvalidCheckpointException as e:
-        if not (trust and _written_by_determined(path) and "weights_only" in str(e)):
+        refused = e.__cause__ is not None and ckpt.refused_by_weights_only(e.__cause__)
+        if not (trust and refused and _written_by_determined(path)):
             raise
         logger.warning(
             f"{path} was written by Determined itself and pickles numpy objects; loading it with "
@@ -239,17 +288,13 @@ def read_for_resume(path: pathlib.Path, trust: bool) -> Tuple[Dict[str, Any], Di
 
 
 def _written_by_determined(path: pathlib.Path) -> bool:
-    try:
-        metadata = json.loads((path / ckpt.METADATA_FILE).read_text())
-    except (OSError, ValueError):
-        return True
-    return "det_lightning_version" not in metadata
+    return "det_lightning_version" not in ckpt.read_metadata(path)
 
 
 def _steps_from_metadata(path: pathlib.Path) -> int:
     try:
-        return int(json.loads((path / ckpt.METADATA_FILE).read_text())["steps_completed"])
-    except (OSError, ValueError, KeyError):
+        return int(ckpt.read_metadata(path).get("steps_completed", 0))
+    except (TypeError, ValueError):
         return 0
 
 
@@ -285,7 +330,7 @@ def _legacy(state: Dict[str, Any], key: str, old_key: str) -> List[Any]:
 
 def restore_lightning_callbacks(trainer: pl.Trainer, path: pathlib.Path) -> None:
     """Gives Lightning callbacks back the state a checkpoint saved for them."""
-    state_file = path / LIGHTNING_STATE_FILE
+    state_file = path / ckpt.LIGHTNING_CALLBACKS_FILE
     if not state_file.exists():
         return
     try:
@@ -293,6 +338,6 @@ def restore_lightning_callbacks(trainer: pl.Trainer, path: pathlib.Path) -> None
     except Exception as e:  # a callback state that needs unpickling: start it fresh
         logger.warning(f"Lightning callback state in {state_file} not restored: {e}")
         return
-    for callback in trainer.callbacks:
+    for callback in trainer.callbacks:  # type: ignore[attr-defined]  # set by a connector
         if callback.state_key in saved:
             callback.load_state_dict(saved[callback.state_key])

@@ -96,6 +96,11 @@ def build_training_view(
         return EpochView(torch_loader, epoch_len, start_batch, repeats=True), sampler
     _check_plain_loader(context, "build_training_data_loader", loader)
     epoch_len = dist.broadcast(loader_length(loader))
+    if epoch_len == 0:
+        raise ValueError(
+            "The training data loader yields no batches: build_training_data_loader() returned "
+            f"an empty {type(loader).__name__}."
+        )
     passes = _PlainPasses(loader, start_batch, epoch_len)
     return EpochView(passes, epoch_len, start_batch, repeats=False), None
 
@@ -122,19 +127,40 @@ class _PlainPasses:
 
 def build_validation_loader(trial: Any, context: Any, evaluate_batch: bool) -> Any:
     """The validation loader: sharded for ``evaluate_batch``; whole, on the chief, for
-    ``evaluate_full_dataset`` (other ranks get nothing to iterate)."""
+    ``evaluate_full_dataset`` (other ranks get one empty step: Lightning rejects a loader of
+    length zero, and every rank must reach the validation hooks that reduce across ranks)."""
     dist = context.distributed
     loader = trial.build_validation_data_loader()
     if not evaluate_batch and dist.rank != 0:
-        return []
+        return WholeLoader(None)
     if isinstance(loader, DataLoader):
         replicas, rank = (dist.size, dist.rank) if evaluate_batch else (1, 0)
         torch_loader = loader.get_data_loader(repeat=False, skip=0, num_replicas=replicas, rank=rank)
     else:
         _check_plain_loader(context, "build_validation_data_loader", loader)
         torch_loader = loader
+    if evaluate_batch and dist.size == 1 and loader_length(torch_loader) == 0:
+        raise RuntimeError(
+            "validation_loader is empty: build_validation_data_loader() yields no batches."
+        )
     # evaluate_full_dataset gets the loader itself, once per validation.
-    return torch_loader if evaluate_batch else [torch_loader]
+    return torch_loader if evaluate_batch else WholeLoader(torch_loader)
+
+
+class WholeLoader:
+    """A dataloader of one "batch": the whole validation loader (None on non-chief ranks).
+
+    A plain ``[loader]`` would not do: Lightning reads a list as several dataloaders.
+    """
+
+    def __init__(self, loader: Optional[Any]) -> None:
+        self.loader = loader
+
+    def __len__(self) -> int:
+        return 1
+
+    def __iter__(self) -> Iterator:
+        return iter([self.loader])
 
 
 def _check_plain_loader(context: Any, fn: str, loader: Any) -> None:
@@ -146,4 +172,6 @@ def _check_plain_loader(context: Any, fn: str, loader: Any) -> None:
     if not context.experimental._data_repro_checks_disabled:
         raise RuntimeError(dataset_repro_error(fn, loader))
     if not isinstance(loader, (data.DataLoader, list, tuple)) and not hasattr(loader, "__iter__"):
-        raise TypeError(f"{fn}() returned a {type(loader).__name__}, which is not iterable.")
+        raise TypeError(
+            f"{fn}() returned an instance of {type(loader).__name__}, which is not iterable."
+        )

@@ -32,6 +32,8 @@ from det_lightning.adapters.checkpoints import (
 )
 from det_lightning.adapters.data import build_training_view, build_validation_loader
 from det_lightning.adapters.module import TrainState, TrialModule
+from det_lightning.adapters.precision import apply_precision
+from det_lightning.adapters.profiler import profiling_callbacks
 from det_lightning.adapters.schedule import ScheduleCallback
 from det_lightning.adapters.storage import check_checkpoint_dir
 from det_lightning.adapters.trainer_args import lightning_trainer_kwargs
@@ -159,10 +161,15 @@ def _train(
             options.smaller_is_better, sampler, base_seed,
             [pathlib.Path(options.tensorboard_dir)],
         )
+        manager.metric_configured = options.searcher_metric_configured
         schedule_cb = ScheduleCallback(
             module, schedule, manager, args["step_zero_validation"], options.stop_signal
         )
-        trainer = _lightning_trainer(context, options, schedule_cb, args["test_mode"], view.epoch_len)
+        # len(view): a run resumed mid-epoch starts with a shorter epoch, and Lightning warns
+        # when an epoch is shorter than log_every_n_steps.
+        trainer = _lightning_trainer(
+            context, options, schedule_cb, args["test_mode"], len(view), args["profiling_enabled"]
+        )
         _align_progress(trainer, module, len(context.optimizers))
         if resume_path is not None:
             restore_lightning_callbacks(trainer, resume_path)
@@ -173,6 +180,8 @@ def _train(
                 # Lightning 2.6 type-checks torch's deprecated pytree LeafSpec; torch >= 2.10
                 # warns about it on every fit. It is not the user's business.
                 warnings.filterwarnings("ignore", message=r".*LeafSpec.*", category=FutureWarning)
+                # The metrics we self.log() are reduced across ranks already.
+                warnings.filterwarnings("ignore", message=r".*sync_dist=True.*")
                 trainer.fit(module)
         schedule_cb.trainer = trainer
         return schedule_cb
@@ -211,7 +220,8 @@ def _base_seed(context: Any, extra: Dict[str, Any]) -> Optional[int]:
 
 
 def _lightning_trainer(
-    context: Any, options: Any, schedule_cb: ScheduleCallback, test_mode: bool, epoch_len: int
+    context: Any, options: Any, schedule_cb: ScheduleCallback, test_mode: bool, epoch_len: int,
+    profiling_enabled: bool = False,
 ) -> pl.Trainer:
     loggers: List[Any] = list(options.loggers) if options.loggers is not None else []
     if options.loggers is None and context.get_enable_tensorboard_logging():
@@ -220,7 +230,10 @@ def _lightning_trainer(
         loggers = [TensorBoardLogger(save_dir=str(options.tensorboard_dir), name="", version="")]
     kwargs = lightning_trainer_kwargs(
         launch=options.launch,
-        callbacks=[schedule_cb, *options.callbacks],
+        callbacks=[
+            schedule_cb, *profiling_callbacks(schedule_cb.module, profiling_enabled, options),
+            *options.callbacks,
+        ],
         loggers=loggers,
         plugins=[DeterminedCheckpointIO(), *options.plugins],
         default_root_dir=str(options.default_root_dir),
@@ -228,6 +241,7 @@ def _lightning_trainer(
         epoch_len=epoch_len,
         user_kwargs=options.lightning_kwargs,
     )
+    kwargs = apply_precision(context, kwargs)
     with _quiet_lightning_setup():
         trainer = pl.Trainer(**kwargs)
     preemption.supersede_lightning_signals(trainer)

@@ -50,7 +50,23 @@ def check_validation_output(metrics: Any, keys: Optional[Any]) -> Any:
             "Validation metric names must match across all batches of data: "
             f"{sorted(keys)} != {sorted(metrics.keys())}."
         )
+    for name, value in metrics.items():
+        if not _is_numeric(value):
+            raise TypeError(
+                f"evaluate_batch() returned metric {name!r} of type {type(value).__name__}: metrics "
+                "must be tensors, numpy arrays or numbers, which the evaluation reducer combines "
+                "across batches."
+            )
     return metrics.keys()
+
+
+def _is_numeric(value: Any) -> bool:
+    if isinstance(value, torch.Tensor):
+        return True
+    try:
+        return np.asarray(value).dtype.kind in "biufc"
+    except (TypeError, ValueError):
+        return False
 
 
 def to_numpy(metrics: Dict[str, Any]) -> Dict[str, Any]:
@@ -115,6 +131,8 @@ def average_training_metrics(
         try:
             averages[name] = np.mean(np.array(values)).item()
         except (TypeError, ValueError):
+            if values:
+                jsonable({name: values[0]})  # raises for a value that cannot even be reported
             averages[name] = None  # not averageable (e.g. strings); keep the name visible
     return averages, batch_metrics
 

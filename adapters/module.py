@@ -6,13 +6,14 @@ validation, checkpoints, stopping) is ``schedule.ScheduleCallback``'s job.
 """
 
 import inspect
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import lightning.pytorch as pl
 import torch
 from typing_extensions import override
 
 from det_lightning.adapters import metrics as metric_utils
+from det_lightning.adapters.precision import scheduler_waits
 from det_lightning.pytorch import _checkpoint as ckpt
 from det_lightning.pytorch._context import PyTorchTrialContext
 from det_lightning.pytorch._lr_scheduler import due_steps
@@ -92,6 +93,16 @@ class TrialModule(pl.LightningModule):
     ) -> None:
         super().__init__()
         self.automatic_optimization = False
+        self.bind_trial(trial, context, callbacks, state)
+
+    def bind_trial(
+        self,
+        trial: PyTorchTrial,
+        context: PyTorchTrialContext,
+        callbacks: Dict[str, Any],
+        state: TrainState,
+    ) -> None:
+        """Attaches the trial (``LightningTrial`` builds it later, in ``setup()``)."""
         self.trial = trial
         self.context = context
         self.det_callbacks = callbacks
@@ -109,6 +120,8 @@ class TrialModule(pl.LightningModule):
         self.val_records = 0
         self.val_metrics: Dict[str, Any] = {}
         self._profiler: Any = None
+        # Set by the CheckpointManager: the Determined state every Lightning checkpoint carries.
+        self.checkpoint_extras: Optional[Callable[[], Dict[str, Any]]] = None
 
     # ----- Lightning plumbing ---------------------------------------------------------------
     @override
@@ -155,12 +168,9 @@ class TrialModule(pl.LightningModule):
                 callback.on_training_epoch_start(epoch_idx)
         if self._auto_to_device:
             batch = context.to_device(batch)
-        if self._profiler is not None:
-            with self._profiler:
-                output = self.trial.train_batch(batch=batch, epoch_idx=epoch_idx, batch_idx=idx)
+        output = self.trial.train_batch(batch=batch, epoch_idx=epoch_idx, batch_idx=idx)
+        if self._profiler is not None:  # set_profiler's; profiler.TraceProfiler runs it
             self._profiler.step()
-        else:
-            output = self.trial.train_batch(batch=batch, epoch_idx=epoch_idx, batch_idx=idx)
         stepped = context._should_communicate_and_update()
         if stepped and context._scaler is not None and context.experimental._auto_amp:
             context._scaler.update()
@@ -174,7 +184,10 @@ class TrialModule(pl.LightningModule):
             state.values["epochs_trained"] += 1
 
     def _step_lr_schedulers(self, idx: int) -> None:
+        skipped = self.context._skipped_steps
         for scheduler in self.context.lr_schedulers:
+            if skipped and scheduler_waits(scheduler, skipped):
+                continue
             for _ in range(
                 due_steps(
                     scheduler._step_mode, scheduler._frequency, idx,
@@ -182,12 +195,14 @@ class TrialModule(pl.LightningModule):
                 )
             ):
                 scheduler.step()
+        skipped.clear()
 
     # ----- validation -----------------------------------------------------------------------
     @override
     def validation_step(self, batch: Any, batch_idx: int) -> None:
         if not self._evaluate_batch:
-            self._evaluate_full_dataset(batch)
+            if batch is not None:  # None: a non-chief rank, which evaluates nothing
+                self._evaluate_full_dataset(batch)
             return
         if self._auto_to_device:
             batch = self.context.to_device(batch)
@@ -210,7 +225,9 @@ class TrialModule(pl.LightningModule):
 
     @override
     def on_save_checkpoint(self, checkpoint: Dict[str, Any]) -> None:
-        checkpoint["det_lightning_trial_state"] = dict(self.state.values)
+        checkpoint[ckpt.LIGHTNING_TRIAL_STATE_KEY] = dict(self.state.values)
+        if self.checkpoint_extras is not None:
+            checkpoint.update(self.checkpoint_extras())
 
 
 def _accepts_batch_idx(fn: Any) -> bool:

@@ -1,7 +1,8 @@
 """A pure function from ``fit()``'s situation to ``lightning.Trainer`` keyword arguments."""
 
+import os
 import sys
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Mapping, Optional, TextIO
 
 
 def lightning_trainer_kwargs(
@@ -43,7 +44,7 @@ def lightning_trainer_kwargs(
         "logger": loggers if loggers else False,
         "plugins": plugins,
         "default_root_dir": default_root_dir,
-        "enable_progress_bar": sys.stderr.isatty(),
+        "enable_progress_bar": progress_bar_default(sys.stderr, os.environ),
         # We log ourselves, once per reporting period; Lightning's own per-step logging only
         # needs to stay within an epoch (it warns otherwise).
         "log_every_n_steps": max(1, min(epoch_len, 50)),
@@ -53,3 +54,14 @@ def lightning_trainer_kwargs(
     kwargs.update({k: v for k, v in launch.items() if v is not None})
     kwargs.update(user_kwargs or {})
     return kwargs
+
+
+def progress_bar_default(stream: TextIO, environ: Mapping[str, str]) -> bool:
+    """Lightning's progress bar in a terminal; not in CI (``CI`` set) or redirected output.
+
+    >>> import io
+    >>> progress_bar_default(io.StringIO(), {})
+    False
+    """
+    ci = environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+    return stream.isatty() and not ci

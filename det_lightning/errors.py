@@ -26,10 +26,37 @@ class NonFiniteLossError(FloatingPointError):
     """A training metric (usually the loss) became NaN or infinite."""
 
 
+class CheckpointStorageError(OSError):
+    """The checkpoint directory cannot be written (missing, read-only, full); the message names
+    the path and the cause. Earlier complete checkpoints are kept."""
+
+
+class TrialPreempted(SystemExit):
+    """``Trainer.fit()`` stopped on SIGTERM/SIGINT after saving a checkpoint.
+
+    A ``SystemExit``: left uncaught, the process ends with status ``EXIT_CODE`` (75, sysexits'
+    ``EX_TEMPFAIL``: "try again"). Run again with ``fit(latest_checkpoint="latest")`` (or
+    ``DET_LIGHTNING_LATEST_CHECKPOINT=latest``) to continue. ``checkpoint`` is the last
+    checkpoint's path, if any.
+    """
+
+    EXIT_CODE = 75
+
+    def __init__(self, message: str = "", checkpoint: "str | None" = None) -> None:
+        super().__init__(self.EXIT_CODE)
+        self.message = message
+        self.checkpoint = checkpoint
+
+    def __str__(self) -> str:
+        return self.message
+
+
 __all__ = [
     "InvalidExperimentException",
     "InternalException",
     "InvalidCheckpointException",
     "InvalidConfigException",
     "NonFiniteLossError",
+    "CheckpointStorageError",
+    "TrialPreempted",
 ]

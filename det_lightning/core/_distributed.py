@@ -51,7 +51,9 @@ class DistributedContext:
         force_tcp: bool = False,
     ) -> None:
         if not 0 <= rank < size:
-            raise ValueError(f"DistributedContext(rank={rank}, size={size}): need 0 <= rank < size.")
+            raise ValueError(
+                f"DistributedContext(rank={rank}, size={size}): need 0 <= rank < size."
+            )
         if not 0 <= local_rank < local_size:
             raise ValueError(
                 f"DistributedContext(local_rank={local_rank}, local_size={local_size}): "
@@ -64,6 +66,7 @@ class DistributedContext:
         self.cross_rank = cross_rank
         self.cross_size = cross_size
         self._chief_ip = chief_ip
+        self._node_group: Any = None
 
     # ----- constructors -------------------------------------------------------------------
     @classmethod
@@ -128,9 +131,9 @@ class DistributedContext:
         if not (dist.is_available() and dist.is_initialized()):
             raise RuntimeError(
                 f"DistributedContext(size={self.size}) needs an initialized torch.distributed "
-                "process group for its collectives. Under det_lightning the Trainer sets it up; "
-                "when you build the context yourself, call "
-                "torch.distributed.init_process_group() first."
+                "process group for its collectives. det_lightning.pytorch.init() sets it up "
+                "(launched with `python train.py --devices N` or torchrun); when you build the "
+                "context yourself, call torch.distributed.init_process_group() first."
             )
         return True
 
@@ -159,18 +162,49 @@ class DistributedContext:
         dist.broadcast_object_list(box, src=0)
         return box[0]
 
-    def _node_slice(self, everything: List) -> List:
-        nodes = self.allgather_nodes() if self.size > 1 else [0]
-        return [item for item, node in zip(everything, nodes) if node == self.cross_rank]
+    # ----- node-local collectives --------------------------------------------------------
+    # Determined's local collectives involve only the ranks of one node, so ranks of other nodes
+    # need not call them. A per-node process group keeps that true; with one node the world is
+    # the node.
+    def _init_local_groups(self) -> None:
+        """Creates one process group per node for the ``*_local`` collectives.
 
-    def allgather_nodes(self) -> List[int]:
-        if not hasattr(self, "_nodes"):
-            self._nodes = self.allgather(self.cross_rank)
-        return self._nodes
+        Collective: every rank must call it (``torch.distributed.new_group`` is), right after
+        the process group is set up. ``det_lightning.pytorch.init()`` does.
+        """
+        if self.size < 2 or self.cross_size < 2 or not self._group_ready():
+            return
+        import torch.distributed as dist
+
+        nodes = self.allgather(self.cross_rank)
+        ranks_per_node = [
+            [rank for rank, node in enumerate(nodes) if node == this] for this in sorted(set(nodes))
+        ]
+        self._node_group, _ = dist.new_subgroups_by_enumeration(ranks_per_node)
+
+    def _local_group(self) -> Any:
+        """The node's process group (None: the world, when there is one node)."""
+        self._group_ready()
+        if self.cross_size == 1:
+            return None
+        group = self._node_group
+        if group is None:
+            raise RuntimeError(
+                f"{self!r} has no per-node process group for allgather_local()/gather_local()/"
+                "broadcast_local(). Pass the context to det_lightning.pytorch.init("
+                "distributed=...), which creates it on every rank."
+            )
+        return group
 
     def allgather_local(self, stuff: Any) -> List:
         """Every rank gets the ``stuff`` of the ranks on its own node, in local-rank order."""
-        return self._node_slice(self.allgather(stuff))
+        if self.local_size < 2:
+            return [stuff]
+        import torch.distributed as dist
+
+        out: List[Any] = [None] * self.local_size
+        dist.all_gather_object(out, (self.local_rank, stuff), group=self._local_group())
+        return [item for _, item in sorted(out, key=lambda pair: pair[0])]
 
     def gather_local(self, stuff: Any) -> Optional[List]:
         """The node's local chief gets the ``stuff`` of the node's ranks; others get None."""
@@ -179,11 +213,9 @@ class DistributedContext:
 
     def broadcast_local(self, stuff: Any = None) -> Any:
         """Every rank gets its node's local chief's ``stuff``."""
-        everything = self.allgather((self.local_rank == 0, stuff))
-        for (is_local_chief, item) in self._node_slice(everything):
-            if is_local_chief:
-                return item
-        raise RuntimeError("No local chief (local_rank 0) found on this node.")
+        if self.local_size < 2:
+            return stuff
+        return self.allgather_local(stuff)[0]
 
     def __repr__(self) -> str:
         return (

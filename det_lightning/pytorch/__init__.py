@@ -5,6 +5,8 @@ from det_lightning.pytorch._callback import PyTorchCallback
 from det_lightning.pytorch._context import PyTorchTrialContext
 from det_lightning.pytorch._data import DataLoader, TorchData, data_length, to_device
 from det_lightning.pytorch._experimental import PyTorchExperimentalContext
+from det_lightning.pytorch._export import export_lightning_checkpoint, to_lightning_checkpoint
+from det_lightning.pytorch._launch import add_launch_arguments, launch_kwargs
 from det_lightning.pytorch._load import CheckpointLoadContext, load_trial_from_checkpoint_path
 from det_lightning.pytorch._lr_scheduler import LRScheduler
 from det_lightning.pytorch._reducer import MetricReducer, Reducer
@@ -27,9 +29,13 @@ __all__ = [
     "TorchData",
     "TrainUnit",
     "Trainer",
+    "add_launch_arguments",
     "data_length",
+    "export_lightning_checkpoint",
     "init",
+    "launch_kwargs",
     "load_trial_from_checkpoint_path",
     "samplers",
     "to_device",
+    "to_lightning_checkpoint",
 ]

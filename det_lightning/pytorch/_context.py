@@ -120,6 +120,7 @@ class PyTorchTrialContext:
         self._current_batch_idx: Optional[int] = None
         self._training_started = False
         self._stop_requested = False
+        self._skipped_steps: Set[int] = set()  # optimizers whose GradScaler skipped this batch
 
     # ----- configuration --------------------------------------------------------------------
     def get_hparams(self) -> Dict[str, Any]:
@@ -445,10 +446,24 @@ class PyTorchTrialContext:
                 # Clip the true gradients, not the scaled ones (GradScaler notes).
                 scaler.unscale_(optimizer)
             clip_grads(params)  # type: ignore[arg-type]
-        step_fn = (lambda: scaler.step(optimizer)) if scaler is not None else optimizer.step
-        self._backend.step(optimizer, step_fn)
+        if scaler is None:
+            self._backend.step(optimizer, optimizer.step)
+        else:
+            self._step_with_scaler(optimizer, scaler)
         if auto_zero_grads:
             optimizer.zero_grad()
+
+    def _step_with_scaler(self, optimizer: torch.optim.Optimizer, scaler: Any) -> None:
+        """``scaler.step(optimizer)``, noting when the scaler skips the step (inf/NaN gradients)
+        so the trainer does not step that optimizer's LR schedulers for this batch either."""
+        stepped: List[bool] = []
+        handle = optimizer.register_step_post_hook(lambda *_: stepped.append(True))
+        try:
+            self._backend.step(optimizer, lambda: scaler.step(optimizer))
+        finally:
+            handle.remove()
+        if not stepped:
+            self._skipped_steps.add(id(optimizer))
 
     # ----- where training is ----------------------------------------------------------------
     def _require_batch(self) -> int:

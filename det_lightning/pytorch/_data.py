@@ -331,7 +331,15 @@ def to_device(
     if isinstance(data, np.ndarray) and data.dtype.kind in "fciub":
         return torch.from_numpy(data).to(device)
     if callable(getattr(data, "to", None)):
-        return data.to(device)
+        try:
+            return data.to(device)
+        except Exception as e:
+            raise RuntimeError(
+                f"Was not able to move data item of type '{type(data).__name__}' to device "
+                f"{device}: its .to() raised {type(e).__name__}: {e}. Return tensors, numpy "
+                "arrays, or dicts/lists/tuples of them from the data loader, or call "
+                "context.experimental.disable_auto_to_device() and move batches yourself."
+            ) from e
     if type(data) not in warned_types:
         warned_types.add(type(data))
         logger.warning(f"Was not able to move data item of type '{type(data).__name__}' to device.")

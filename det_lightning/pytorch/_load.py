@@ -1,5 +1,12 @@
-"""``load_trial_from_checkpoint_path``: a trained trial back from a checkpoint directory."""
+"""``load_trial_from_checkpoint_path``: a trained trial back from a checkpoint directory.
 
+Unlike Determined, importing the trial class from the checkpoint's ``code/`` (which runs that
+code) needs consent: pass ``trial_class=``, or ``trust_code=True``, or set
+``DET_LIGHTNING_TRUST_CHECKPOINT_CODE=1``. ``state_dict.pth`` is read with
+``torch.load(weights_only=True)`` unless ``torch_load_kwargs`` says otherwise.
+"""
+
+import importlib
 import json
 import logging
 import os
@@ -19,7 +26,18 @@ TRUST_CODE_ENV = "DET_LIGHTNING_TRUST_CHECKPOINT_CODE"
 
 
 class CheckpointLoadContext(PyTorchTrialContext):
-    """The context a trial is rebuilt with when loading a checkpoint (no training)."""
+    """The context a trial is rebuilt with when loading a checkpoint (no training).
+
+    Example::
+
+        with det_lightning.import_from_path(path + "/code/"):
+            import my_model_def
+        trial = my_model_def.MyTrial(pytorch.CheckpointLoadContext(), ...)
+
+    Args:
+        hparams: the trial's hyperparameters.
+        exp_conf: the experiment configuration.
+    """
 
     def __init__(
         self, hparams: Optional[Dict] = None, exp_conf: Optional[Dict[str, Any]] = None
@@ -27,11 +45,20 @@ class CheckpointLoadContext(PyTorchTrialContext):
         super().__init__(hparams=hparams, exp_conf=exp_conf, trial_seed=0)
 
 
-def _read_load_data(ckpt_dir: pathlib.Path) -> Dict[str, Any]:
+def read_load_data(ckpt_dir: pathlib.Path) -> Dict[str, Any]:
+    """``load_data.json`` (or the ``metadata.json`` of checkpoints from Determined <= 0.17.7).
+
+    Raises:
+        InvalidCheckpointException: the directory is missing or describes no trial.
+    """
+    if not ckpt_dir.is_dir():
+        raise errors.InvalidCheckpointException(
+            f"Checkpoint directory {ckpt_dir} does not exist (or is not a directory)."
+        )
     load_data_path = ckpt_dir / ckpt.LOAD_DATA_FILE
     metadata_path = ckpt_dir / ckpt.METADATA_FILE
     if load_data_path.exists():
-        load_data = json.loads(load_data_path.read_text())
+        load_data = _read_json(load_data_path)
         if load_data.get("trial_type") != "PyTorchTrial":
             logger.warning(
                 "Checkpoint does not appear to be a valid PyTorchTrial checkpoint, continuing "
@@ -39,7 +66,7 @@ def _read_load_data(ckpt_dir: pathlib.Path) -> Dict[str, Any]:
             )
         return load_data
     if metadata_path.exists():
-        metadata = json.loads(metadata_path.read_text())
+        metadata = _read_json(metadata_path)
         config = metadata.get("experiment_config") or {}
         return {
             "experiment_config": config,
@@ -47,8 +74,6 @@ def _read_load_data(ckpt_dir: pathlib.Path) -> Dict[str, Any]:
             "trial_cls_spec": config.get("entrypoint", ""),
             "is_trainer": False,
         }
-    if not ckpt_dir.exists():
-        raise errors.InvalidCheckpointException(f"Checkpoint directory {ckpt_dir} does not exist.")
     raise errors.InvalidCheckpointException(
         f"Checkpoint {ckpt_dir} has neither load_data.json nor metadata.json, so the trial class "
         "and hyperparameters are unknown. Checkpoints written by Determined 0.17.7 and earlier "
@@ -56,20 +81,32 @@ def _read_load_data(ckpt_dir: pathlib.Path) -> Dict[str, Any]:
     )
 
 
+def _read_json(path: pathlib.Path) -> Dict[str, Any]:
+    try:
+        content = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise errors.InvalidCheckpointException(f"Cannot read {path}: {e}") from e
+    if not isinstance(content, dict):
+        raise errors.InvalidCheckpointException(f"{path} holds no JSON object.")
+    return content
+
+
 def _import_trial_class(ckpt_dir: pathlib.Path, spec: str, in_main: bool) -> Type[PyTorchTrial]:
     module_name, _, qualname = spec.partition(":")
-    if not module_name or not qualname:
+    if not module_name or not qualname or "<locals>" in qualname:
+        where = "the entrypoint script, which is not an importable module" if in_main else (
+            "a function" if "<locals>" in qualname else "no importable module"
+        )
         raise ValueError(
-            f"Unable to load trial class from spec {spec!r} (the trial was defined in a script "
-            "that is not an importable module). Pass trial_class=YourTrial."
+            f"Unable to import trial class {spec!r} from checkpoint {ckpt_dir}: it was defined in "
+            f"{where}. Pass trial_class=YourTrial, or define the class at the top level of an "
+            "importable module."
         )
     if in_main:
         logger.warning(
             f"Importing trial class {qualname}, which was defined in the entrypoint script. "
             f"Assuming that entrypoint is importable via `import {module_name}`."
         )
-    import importlib
-
     try:
         with import_from_path(ckpt_dir / ckpt.CODE_DIR):
             obj: Any = importlib.import_module(module_name)
@@ -77,10 +114,15 @@ def _import_trial_class(ckpt_dir: pathlib.Path, spec: str, in_main: bool) -> Typ
                 obj = getattr(obj, part)
     except Exception as e:
         raise ValueError(
-            f"Automatic import logic failed to import Trial class as {spec}. You will need to "
-            "provide your Trial class via the trial_class argument instead."
+            f"Automatic import logic failed to import Trial class as {spec} from "
+            f"{ckpt_dir / ckpt.CODE_DIR} ({type(e).__name__}: {e}). You will need to provide "
+            "your Trial class via the trial_class argument instead."
         ) from e
     return obj  # type: ignore[no-any-return]
+
+
+def _trusts_code(trust_code: bool) -> bool:
+    return trust_code or os.environ.get(TRUST_CODE_ENV, "").lower() in ("1", "true", "yes")
 
 
 def load_trial_from_checkpoint_path(
@@ -99,8 +141,14 @@ def load_trial_from_checkpoint_path(
             ``code/``, which runs that code: pass ``trust_code=True`` (or set
             ``DET_LIGHTNING_TRUST_CHECKPOINT_CODE=1``) to allow it.
         trial_kwargs: extra keyword arguments for the trial's constructor.
-        torch_load_kwargs: for ``torch.load``; ``weights_only=True`` unless you override it.
+        torch_load_kwargs: for ``torch.load``; ``weights_only=True`` and ``map_location="cpu"``
+            unless you override them.
         trust_code: allow importing the trial class from the checkpoint's ``code/``.
+        **kwargs: deprecated spelling of ``torch_load_kwargs``.
+
+    Raises:
+        InvalidCheckpointException: the directory is missing, damaged, or of another trial.
+        ValueError: the trial class is not given and may not, or cannot, be imported.
     """
     if kwargs:
         if torch_load_kwargs:
@@ -113,18 +161,18 @@ def load_trial_from_checkpoint_path(
         )
         torch_load_kwargs = kwargs
     ckpt_dir = pathlib.Path(path)
-    load_data = _read_load_data(ckpt_dir)
+    load_data = read_load_data(ckpt_dir)
     state = ckpt.read_state_dict(ckpt_dir, **(torch_load_kwargs or {}))
     if trial_class is None:
-        if not (trust_code or os.environ.get(TRUST_CODE_ENV) == "1"):
+        spec = load_data.get("trial_cls_spec", "")
+        if not _trusts_code(trust_code):
             raise ValueError(
                 f"load_trial_from_checkpoint_path({str(path)!r}) would import the trial class "
-                f"{load_data.get('trial_cls_spec')!r} from the checkpoint's code/, which runs that "
-                "code. Pass trial_class=YourTrial, or trust_code=True if you trust the checkpoint."
+                f"{spec!r} from the checkpoint's code/, which runs that code. Pass "
+                f"trial_class=YourTrial, or trust_code=True (or set {TRUST_CODE_ENV}=1) if you "
+                "trust the checkpoint."
             )
-        trial_class = _import_trial_class(
-            ckpt_dir, load_data.get("trial_cls_spec", ""), bool(load_data.get("trial_in_main"))
-        )
+        trial_class = _import_trial_class(ckpt_dir, spec, bool(load_data.get("trial_in_main")))
     context = CheckpointLoadContext(load_data.get("hparams"), load_data.get("experiment_config"))
     trial = trial_class(context, **(trial_kwargs or {}))  # type: ignore[call-arg]
     ckpt.load_models(context.models, state)

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from det_lightning.core import DistributedContext
+from det_lightning.pytorch import _launch
 from det_lightning.pytorch._context import PyTorchTrialContext
 from det_lightning.pytorch._trial import PyTorchTrial
 from det_lightning.pytorch._units import Batch, TrainUnit, check_max_length, check_period
@@ -48,18 +49,6 @@ def _default_tensorboard_dir() -> pathlib.Path:
     return pathlib.Path.cwd() / "tensorboard" / time.strftime("%Y%m%d-%H%M%S")
 
 
-def _choose_device(accelerator: Optional[str], distributed: DistributedContext) -> torch.device:
-    wants_gpu = accelerator in (None, "auto", "gpu", "cuda")
-    if wants_gpu and torch.cuda.is_available():
-        return torch.device("cuda", distributed.local_rank)
-    if accelerator in ("gpu", "cuda"):
-        raise RuntimeError(
-            f"init(accelerator={accelerator!r}) but no CUDA device is available; use "
-            "accelerator='cpu' (or 'auto')."
-        )
-    return torch.device("cpu")
-
-
 @contextlib.contextmanager
 def init(
     *,
@@ -81,35 +70,34 @@ def init(
         exp_conf: the experiment configuration; ``reproducibility.experiment_seed`` seeds
             ``random``, numpy and torch here (and becomes ``get_trial_seed()``). Without it
             nothing is seeded, as in Determined's local mode.
-        distributed: a ``core.DistributedContext`` for code that sets up torch.distributed itself.
+        distributed: a ``core.DistributedContext`` for code that sets up torch.distributed itself
+            (``DistributedContext.from_torch_distributed()`` under torchrun).
         aggregation_frequency: step the optimizers every this many batches.
         enable_tensorboard_logging: write metrics to TensorBoard.
-        accelerator, devices, num_nodes, strategy, precision: Lightning's launch options
-            (defaults: Lightning's own).
+        accelerator, devices, num_nodes, strategy, precision: Lightning's ``Trainer`` options
+            (defaults: Lightning's own; see ``add_launch_arguments``). With several devices the
+            processes start here: ``python train.py --devices 2`` re-runs the script for the
+            second one, so ``context.distributed`` is right in the trial's ``__init__``.
     """
-    from det_lightning.core import DummyDistributedContext
-
     seed = _experiment_seed(exp_conf)
+    launched = _launch.start(
+        {"accelerator": accelerator, "devices": devices, "num_nodes": num_nodes,
+         "strategy": strategy, "precision": precision},
+        distributed,
+    )
     if seed is not None:
         _seed_all(seed)
-    distributed = distributed or DummyDistributedContext()
     context = PyTorchTrialContext(
         hparams=hparams,
         exp_conf=exp_conf,
-        distributed=distributed,
+        distributed=launched.distributed,
         aggregation_frequency=aggregation_frequency,
         enable_tensorboard_logging=enable_tensorboard_logging,
         trial_seed=seed,
-        device=_choose_device(accelerator, distributed),
+        device=launched.device,
         tensorboard_path=_default_tensorboard_dir(),
     )
-    context._launch = {
-        "accelerator": accelerator or ("gpu" if context.device.type == "cuda" else "cpu"),
-        "devices": devices if devices is not None else 1,
-        "num_nodes": num_nodes,
-        "strategy": strategy,
-        "precision": precision,
-    }
+    context._launch = launched.trainer_options
     try:
         yield context
     finally:
@@ -180,6 +168,7 @@ class Trainer:
             launch=dict(getattr(context, "_launch", {})),
             lightning_kwargs=lightning_kwargs,
             searcher_metric=searcher.get("metric", "validation_loss"),
+            searcher_metric_configured="metric" in searcher,
             smaller_is_better=bool(searcher.get("smaller_is_better", True)),
             stop_signal=None,
         )
@@ -191,8 +180,20 @@ class Trainer:
         begin_on_batch: int = 0,
         end_after_batch: Optional[int] = None,
     ) -> None:
-        """Deprecated in Determined; use ``fit(..., profiling_enabled=True)``."""
-        self._options.profiling = enabled
+        """Deprecated in Determined; use ``fit(..., profiling_enabled=True)``.
+
+        With ``enabled=True``, ``fit()`` records system metrics and the time of each training
+        batch from ``begin_on_batch`` to ``end_after_batch`` (waiting for the GPU before timing
+        with ``sync_timings``) to the Lightning loggers.
+        """
+        logger.warning(
+            "`trainer.configure_profiler` has been replaced with "
+            "`fit(..., profiling_enabled=True)` and will be removed in a future release."
+        )
+        self._options.profiler_config = dict(
+            sync_timings=sync_timings, begin_on_batch=begin_on_batch,
+            end_after_batch=end_after_batch,
+        ) if enabled else None
 
     def fit(
         self,
@@ -211,6 +212,18 @@ class Trainer:
         Unlike Determined's local mode, ``checkpoint_policy="best"`` is honoured: a validation
         triggers a checkpoint only when it improves ``searcher.metric`` (``validation_loss`` by
         default), and this run's superseded checkpoints are deleted once a newer one is complete.
+
+        ``latest_checkpoint`` is a checkpoint directory, a UUID under ``checkpoint_dir``, or
+        ``"latest"``; when it is None, ``$DET_LIGHTNING_LATEST_CHECKPOINT`` is used (with
+        ``latest``, a first run that finds no checkpoint starts fresh), so a requeued job
+        continues where it stopped.
+
+        Raises:
+            det_lightning.errors.TrialPreempted: after SIGTERM/SIGINT, once the current batch
+                is trained and checkpointed and ``on_trial_shutdown`` ran. A ``SystemExit``:
+                uncaught, the process exits with status 75. A second signal exits at once.
+            det_lightning.errors.CheckpointStorageError: checkpoints cannot be written (checked
+                before training, and on each save); earlier complete checkpoints are kept.
         """
         if checkpoint_policy not in CHECKPOINT_POLICIES:
             raise ValueError(

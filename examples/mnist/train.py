@@ -22,8 +22,8 @@ HPARAMS = {
 }
 
 
-def main(epochs: int, latest_checkpoint: str = None) -> None:
-    with pytorch.init(hparams=HPARAMS) as train_context:
+def main(epochs: int, latest_checkpoint: str = None, **launch: object) -> None:
+    with pytorch.init(hparams=HPARAMS, **launch) as train_context:
         trial = model_def.MNistTrial(train_context)
         trainer = pytorch.Trainer(trial, train_context)
         trainer.fit(
@@ -41,5 +41,6 @@ if __name__ == "__main__":
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--latest-checkpoint", default=None,
                         help="a checkpoint directory, its UUID, or 'latest' to resume")
+    pytorch.add_launch_arguments(parser)  # --devices 2, --num-nodes, --strategy, ...
     args = parser.parse_args()
-    main(args.epochs, args.latest_checkpoint)
+    main(args.epochs, args.latest_checkpoint, **pytorch.launch_kwargs(args))

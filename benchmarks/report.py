@@ -1,0 +1,236 @@
+"""From the workers' JSON results to the markdown report: medians, ranges, ratios, targets."""
+
+import math
+import statistics
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+Runs = Dict[Tuple[str, str], List[Dict[str, Any]]]  # (workload, system) -> counted runs
+
+STEP_WORKLOADS = ("mlp", "cnn", "validation", "ddp-mlp", "ddp-cnn")
+LABELS = {
+    "raw": "raw PyTorch loop",
+    "lightning": "Lightning (manual optimization)",
+    "det_lightning": "det_lightning",
+    "det_lightning+tb": "det_lightning, TensorBoard on",
+    "determined": "Determined 0.38.1 Trainer",
+}
+
+
+def _values(runs: List[Dict[str, Any]], key: str, pick: Callable = lambda v: v) -> List[float]:
+    found = [pick(r[key]) for r in runs if key in r and r[key] is not None]
+    return [v for v in found if not (isinstance(v, float) and math.isnan(v))]
+
+
+def _median(values: List[float]) -> Optional[float]:
+    return statistics.median(values) if values else None
+
+
+def _mean_list(values: List[float]) -> float:
+    return sum(values) / len(values)
+
+
+def _cell(values: List[float], scale: float, digits: int) -> str:
+    if not values:
+        return "—"
+    med = statistics.median(values) * scale
+    if len(values) == 1:
+        return f"{med:.{digits}f}"
+    lo, hi = min(values) * scale, max(values) * scale
+    return f"{med:.{digits}f} ({lo:.{digits}f}–{hi:.{digits}f})"
+
+
+def _ratio(a: Optional[float], b: Optional[float]) -> str:
+    return f"{a / b:.2f}" if a is not None and b else "—"
+
+
+def _failure(runs: List[Dict[str, Any]], failures: Dict[Tuple[str, str], str],
+             key: Tuple[str, str]) -> Optional[str]:
+    if runs:
+        return None
+    return "not measured: " + failures.get(key, "no run")
+
+
+class Report:
+    """Builds the markdown from the counted runs.
+
+    Args:
+        runs: counted runs (the warm-up repetition already dropped) by (workload, system).
+        failures: a one-line reason by (workload, system) for pairs that never ran to the end.
+        systems: the systems in table order.
+        workloads: the ``Workload`` objects by name.
+    """
+
+    def __init__(self, runs: Runs, failures: Dict[Tuple[str, str], str], systems: List[str],
+                 workloads: Dict[str, Any]) -> None:
+        self.runs = runs
+        self.failures = failures
+        self.systems = systems
+        self.workloads = workloads
+
+    def median(self, workload: str, system: str, key: str, pick: Callable = lambda v: v
+               ) -> Optional[float]:
+        return _median(_values(self.runs.get((workload, system), []), key, pick))
+
+    # ----- tables ---------------------------------------------------------------------------
+    def steps_table(self) -> List[str]:
+        lines = [
+            "| workload | system | CPU ms / step, median (min–max) | × raw | × Lightning "
+            "| wall ms / step | peak RSS MB | same weights as raw |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for name in STEP_WORKLOADS:
+            if name not in self.workloads:
+                continue
+            raw = self.median(name, "raw", "cpu_per_step_s")
+            lit = self.median(name, "lightning", "cpu_per_step_s")
+            raw_sum = self.median(name, "raw", "checksum")
+            for system in self.systems:
+                key = (name, system)
+                if key not in self.runs and key not in self.failures:
+                    continue
+                runs = self.runs.get(key, [])
+                failed = _failure(runs, self.failures, key)
+                title = self.workloads[name].title
+                if failed:
+                    lines.append(f"| {title} | {LABELS[system]} | {failed} | | | | | |")
+                    continue
+                per_step = self.median(name, system, "cpu_per_step_s")
+                lines.append(
+                    f"| {title} | {LABELS[system]} "
+                    f"| {_cell(_values(runs, 'cpu_per_step_s'), 1e3, 3)} "
+                    f"| {_ratio(per_step, raw)} | {_ratio(per_step, lit)} "
+                    f"| {_cell(_values(runs, 'per_step_s'), 1e3, 3).split(' ')[0]} "
+                    f"| {_cell(_values(runs, 'maxrss_mb'), 1, 0).split(' ')[0]} "
+                    f"| {self._parity(name, runs, raw_sum)} |"
+                )
+        return lines
+
+    def _parity(self, name: str, runs: List[Dict[str, Any]], raw_sum: Optional[float]) -> str:
+        if self.workloads[name].processes > 1:
+            return "n/a"  # each system shards the data its own way
+        sums = _values(runs, "checksum")
+        if raw_sum is None or not sums:
+            return "—"
+        worst = max(abs(s - raw_sum) for s in sums) / max(abs(raw_sum), 1e-12)
+        return "yes" if worst < 1e-5 else f"no (rel. diff {worst:.1e})"
+
+    def checkpoint_table(self) -> List[str]:
+        name = "checkpoint"
+        if name not in self.workloads:
+            return []
+        raw_save = self.median(name, "raw", "save_s", _mean_list)
+        raw_load = self.median(name, "raw", "load_s", _mean_list)
+        lines = [
+            "| system | save s, median (min–max) | × bare torch.save | load s | × bare torch.load "
+            "| peak RSS MB |",
+            "|---|---|---|---|---|---|",
+        ]
+        for system in self.systems:
+            key = (name, system)
+            if key not in self.runs and key not in self.failures:
+                continue
+            runs = self.runs.get(key, [])
+            failed = _failure(runs, self.failures, key)
+            label = "bare torch.save / torch.load" if system == "raw" else LABELS[system]
+            if failed:
+                lines.append(f"| {label} | {failed} | | | | |")
+                continue
+            saves = _values(runs, "save_s", _mean_list)
+            loads = _values(runs, "load_s", _mean_list)
+            lines.append(
+                f"| {label} | {_cell(saves, 1, 3)} | {_ratio(_median(saves), raw_save)} "
+                f"| {_cell(loads, 1, 3)} | {_ratio(_median(loads), raw_load)} "
+                f"| {_cell(_values(runs, 'maxrss_mb'), 1, 0).split(' ')[0]} |"
+            )
+            if system == "raw":
+                fsync = _values(runs, "save_fsync_s", _mean_list)
+                lines.append(f"| torch.save + fsync | {_cell(fsync, 1, 3)} "
+                             f"| {_ratio(_median(fsync), raw_save)} | | | |")
+        return lines
+
+    def startup_table(self) -> List[str]:
+        name = "startup"
+        if name not in self.workloads:
+            return []
+        raw = self.median(name, "raw", "startup_s")
+        lines = [
+            "| system | process start → first step done, s | × raw | peak RSS MB |",
+            "|---|---|---|---|",
+        ]
+        for system in self.systems:
+            key = (name, system)
+            if key not in self.runs and key not in self.failures:
+                continue
+            runs = self.runs.get(key, [])
+            failed = _failure(runs, self.failures, key)
+            if failed:
+                lines.append(f"| {LABELS[system]} | {failed} | | |")
+                continue
+            values = _values(runs, "startup_s")
+            lines.append(f"| {LABELS[system]} | {_cell(values, 1, 2)} "
+                         f"| {_ratio(_median(values), raw)} "
+                         f"| {_cell(_values(runs, 'maxrss_mb'), 1, 0).split(' ')[0]} |")
+        return lines
+
+    def import_lines(self) -> List[str]:
+        runs = self.runs.get(("import", "import"), [])
+        if not runs:
+            reason = self.failures.get(("import", "import"), "no run")
+            return [f"`import det_lightning`: not measured: {reason}"]
+        torch_s = _values(runs, "torch_import_s")
+        own = _values(runs, "det_lightning_import_s")
+        pulled = any(r.get("lightning_imported") for r in runs)
+        return [
+            f"`import det_lightning` after `import torch`: {_cell(own, 1e3, 0)} ms "
+            f"(`import torch` itself: {_cell(torch_s, 1e3, 0)} ms); "
+            f"`lightning` imported: {'**yes**' if pulled else 'no'}."
+        ]
+
+    # ----- targets --------------------------------------------------------------------------
+    def targets(self) -> List[Tuple[str, str, Optional[bool]]]:
+        """(target, measured, met) for each stated target; met is None when not measured."""
+        found: List[Tuple[str, str, Optional[bool]]] = []
+
+        def ratio_target(label: str, a: Optional[float], b: Optional[float], limit: float,
+                         strict_less: bool = False) -> None:
+            if a is None or b is None or not b:
+                found.append((label, "not measured", None))
+                return
+            r = a / b
+            met = r < limit if strict_less else r <= limit
+            found.append((label, f"{r:.3f}", met))
+
+        med = self.median
+        ratio_target("MLP: det_lightning / Lightning ≤ 1.05", med("mlp", "det_lightning", "cpu_per_step_s"),
+                     med("mlp", "lightning", "cpu_per_step_s"), 1.05)
+        ratio_target("CNN: det_lightning / Lightning ≤ 1.01", med("cnn", "det_lightning", "cpu_per_step_s"),
+                     med("cnn", "lightning", "cpu_per_step_s"), 1.01)
+        ratio_target("MLP: det_lightning / Determined < 1", med("mlp", "det_lightning", "cpu_per_step_s"),
+                     med("mlp", "determined", "cpu_per_step_s"), 1.0, strict_less=True)
+        ratio_target("validation: det_lightning / Determined < 1",
+                     med("validation", "det_lightning", "cpu_per_step_s"),
+                     med("validation", "determined", "cpu_per_step_s"), 1.0, strict_less=True)
+        ratio_target("checkpoint save: det_lightning / bare torch.save ≤ 1.10",
+                     med("checkpoint", "det_lightning", "save_s", _mean_list),
+                     med("checkpoint", "raw", "save_s", _mean_list), 1.10)
+        own = med("import", "import", "det_lightning_import_s")
+        runs = self.runs.get(("import", "import"), [])
+        if own is None:
+            found.append(("`import det_lightning` < 0.3 s, no lightning", "not measured", None))
+        else:
+            pulled = any(r.get("lightning_imported") for r in runs)
+            found.append(("`import det_lightning` < 0.3 s, no lightning",
+                          f"{own:.3f} s after torch; lightning {'imported' if pulled else 'not imported'}",
+                          own < 0.3 and not pulled))
+        return found
+
+    def targets_table(self) -> List[str]:
+        lines = ["| target | measured | met |", "|---|---|---|"]
+        for label, measured, met in self.targets():
+            verdict = "not measured" if met is None else ("yes" if met else "**no**")
+            lines.append(f"| {label} | {measured} | {verdict} |")
+        return lines
+
+    def failure_lines(self) -> List[str]:
+        return [f"- {w} / {LABELS.get(s, s)}: {reason}"
+                for (w, s), reason in sorted(self.failures.items())]

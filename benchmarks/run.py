@@ -1,0 +1,270 @@
+"""How much det_lightning costs next to what a user would otherwise run: one command.
+
+    python benchmarks/run.py            # full run, several minutes; writes benchmarks/results/
+    python benchmarks/run.py --quick    # a few steps per workload (the CI smoke test)
+
+Every (repetition, workload, system) runs in its own fresh process (``worker.py``), on one
+thread, one at a time; the systems are interleaved within each repetition, so slow drift of the
+machine hits all of them alike. The first repetition is a warm-up and is dropped (when there is
+more than one). The command reports; it never fails because a ratio is high.
+"""
+
+import argparse
+import datetime
+import importlib.util
+import json
+import os
+import pathlib
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from importlib import metadata
+from typing import Any, Dict, List, Optional, Tuple
+
+HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import workloads  # noqa: E402
+from report import Report, Runs  # noqa: E402
+
+ALL_SYSTEMS = ["raw", "lightning", "det_lightning", "det_lightning+tb", "determined"]
+
+
+def systems_for(name: str, have_determined: bool) -> List[str]:
+    systems = ["raw", "lightning", "det_lightning"]
+    if name == "mlp":
+        systems.append("det_lightning+tb")
+    if have_determined:
+        systems.append("determined")
+    return systems
+
+
+def _env(scratch: pathlib.Path, system: str) -> Dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONUNBUFFERED="1",
+        DET_LIGHTNING_CHECKPOINT_DIR=str(scratch / "checkpoints"),
+        DET_LIGHTNING_TENSORBOARD_DIR=str(scratch / "tensorboard"),
+        XDG_DATA_HOME=str(scratch / "determined-storage"),
+    )
+    if system == "determined":
+        # Under torch >= 2.6 the real Determined cannot read its own checkpoints otherwise.
+        env["TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"] = "1"
+        # What Determined's own launcher sets for torch.distributed training.
+        env["USE_TORCH_DISTRIBUTED"] = "1"
+    return env
+
+
+def run_job(system: str, ws: List[Any], quick: bool, timeout: float
+            ) -> Tuple[Optional[Dict[str, Dict[str, Any]]], str]:
+    """Runs one worker process for ``ws`` (all with the same process count); returns
+    ({workload: result}, "") or (None, why it failed)."""
+    scratch = pathlib.Path(tempfile.mkdtemp(prefix="det-lightning-bench-"))
+    out = scratch / "result.json"
+    cmd = [sys.executable]
+    if ws[0].processes > 1:
+        cmd += ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ws[0].processes}"]
+    cmd += [str(HERE / "worker.py"), system, ",".join(w.name for w in ws), str(out),
+            "--scratch", str(scratch)]
+    if quick:
+        cmd.append("--quick")
+    log = scratch / "log.txt"
+    try:
+        with open(log, "wb") as f:
+            started = time.time()
+            proc = subprocess.run(cmd, env=_env(scratch, system), stdout=f, stderr=subprocess.STDOUT,
+                                  timeout=timeout, cwd=scratch)
+        if proc.returncode != 0 or not out.exists():
+            return None, _why(log, proc.returncode)
+        output = json.loads(out.read_text())
+        results = output["results"]
+        for name, result in results.items():
+            result["maxrss_mb"] = output["maxrss_mb"]
+        if "startup" in results and ws[0].name == "startup":
+            results["startup"]["startup_s"] = results["startup"]["first_done_wall"] - started
+        return results, ""
+    except subprocess.TimeoutExpired:
+        return None, f"timed out after {timeout:.0f} s"
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _why(log: pathlib.Path, code: int) -> str:
+    lines = [ln.strip() for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
+    errors = [ln for ln in lines if ("Error" in ln or "Exception" in ln)
+              and "ChildFailedError" not in ln and not ln.startswith("raise ")]
+    last = (errors or lines or ["no output"])[-1]
+    return f"exit code {code}: {last[:300]}".replace("|", "/")
+
+
+def machine() -> Dict[str, str]:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = ""
+    try:
+        kb = int(pathlib.Path("/proc/meminfo").read_text().split()[1])
+        mem = f"{kb / 2**20:.0f} GiB"
+    except (OSError, ValueError, IndexError):
+        pass
+    return {"cpu": cpu, "cores": str(os.cpu_count()), "memory": mem,
+            "os": platform.platform(), "python": platform.python_version()}
+
+
+def versions() -> Dict[str, str]:
+    found = {}
+    for dist in ("torch", "lightning", "det-lightning", "determined", "numpy"):
+        try:
+            found[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            found[dist] = "not installed"
+    return found
+
+
+def plan(chosen: Dict[str, Any], systems: List[str], quick: bool, have_determined: bool
+         ) -> List[Tuple[str, List[Any]]]:
+    """(system, workloads) per worker process, in run order: one process per workload and
+    system; with ``quick``, one per system and process count (start-up first, as it must be)."""
+    jobs: List[Tuple[str, List[Any]]] = []
+    for w in chosen.values():
+        for system in systems_for(w.name, have_determined):
+            if system in systems:
+                jobs.append((system, [w]))
+    if quick:
+        merged: Dict[Tuple[str, int], List[Any]] = {}
+        for system, ws in sorted(jobs, key=lambda j: j[1][0].name != "startup"):
+            merged.setdefault((system, ws[0].processes), []).extend(ws)
+        jobs = [(system, ws) for (system, _), ws in merged.items()]
+    if "startup" in chosen:
+        jobs.append(("import", [workloads.Workload("import", "import", "mlp", 1, 0)]))
+    return jobs
+
+
+def collect(args: argparse.Namespace, jobs: List[Tuple[str, List[Any]]]
+            ) -> Tuple[Runs, Dict[Tuple[str, str], str], List[Dict[str, Any]]]:
+    runs: Runs = {}
+    failures: Dict[Tuple[str, str], str] = {}
+    every: List[Dict[str, Any]] = []
+    timeout = 300.0 if args.quick else 900.0
+    for rep in range(args.repeats):
+        for system, ws in jobs:
+            keys = [(w.name, system) for w in ws]
+            if all(k in failures for k in keys):
+                continue  # it failed once; it would fail again and cost the timeout
+            t0 = time.perf_counter()
+            results, why = run_job(system, ws, args.quick, timeout)
+            took = time.perf_counter() - t0
+            names = ",".join(w.name for w in ws)
+            status = "ok" if results else f"FAILED ({why})"
+            print(f"[rep {rep + 1}/{args.repeats}] {names:<12} {system:<17} {took:6.1f} s  {status}",
+                  flush=True)
+            for key in keys:
+                if results is None:
+                    failures[key] = why
+                    runs.pop(key, None)
+                    continue
+                result = dict(results[key[0]], system=system, workload=key[0], repetition=rep)
+                every.append(result)
+                if rep > 0 or args.repeats == 1:
+                    runs.setdefault(key, []).append(result)
+    return runs, failures, every
+
+
+def render(args: argparse.Namespace, report: Report, have_determined: bool, started: str,
+           took: float) -> str:
+    counted = args.repeats - 1 if args.repeats > 1 else 1
+    mach, vers = machine(), versions()
+    lines = [
+        f"# det_lightning overhead, {hardware()}, {started[:10]}{' (quick smoke run)' if args.quick else ''}",
+        "",
+        f"Command: `python benchmarks/run.py{' --quick' if args.quick else ''} --repeats "
+        f"{args.repeats}` ({took / 60:.1f} min). Each cell: median over {counted} "
+        f"repetition(s){', the first (warm-up) repetition dropped' if args.repeats > 1 else ''}; "
+        "every system and repetition in its own process, one at a time, interleaved.",
+        "",
+        f"Machine: {mach['cpu']}, {mach['cores']} cores, {mach['memory']}, {mach['os']}; "
+        "one thread per process (`OMP_NUM_THREADS=1`, `torch.set_num_threads(1)`).",
+        f"Versions: Python {mach['python']}, torch {vers['torch']}, lightning {vers['lightning']}, "
+        f"det_lightning {vers['det-lightning']}, determined {vers['determined']}"
+        f"{'' if have_determined else ' (not importable: its rows are skipped)'}, "
+        f"numpy {vers['numpy']}.",
+        "",
+        "## Training steps",
+        "",
+        "Time between the starts of consecutive training steps (so everything the framework does "
+        "between steps counts), first tenth of the steps skipped. Peak RSS: `ru_maxrss` of the "
+        "whole process (rank 0), imports and data included. Same weights: the final weights "
+        "sum to raw's within 1e-5.",
+        "",
+        *report.steps_table(),
+        "",
+        "## Checkpoint",
+        "",
+        "Save: the extra time of the between-step gaps that held a save (every 2 batches), over "
+        "the other gaps. Load: time to the first step of a resumed fit minus that of a fresh "
+        "one (raw: `torch.load` + `load_state_dict`). Bare `torch.save` is of the same state "
+        "(weights + Adam), without fsync; det_lightning fsyncs its files.",
+        "",
+        *report.checkpoint_table(),
+        "",
+        "## Start-up",
+        "",
+        *report.startup_table(),
+        "",
+        *report.import_lines(),
+        "",
+        "## Targets",
+        "",
+        *report.targets_table(),
+    ]
+    failures = report.failure_lines()
+    if failures:
+        lines += ["", "## Not measured", "", *failures]
+    return "\n".join(lines) + "\n"
+
+
+def hardware() -> str:
+    return f"cpu-{os.cpu_count()}core"
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a few steps per workload")
+    parser.add_argument("--repeats", type=int, default=None,
+                        help="repetitions, the first dropped (default 6, quick 1)")
+    parser.add_argument("--workloads", default=",".join(w.name for w in workloads.WORKLOADS))
+    parser.add_argument("--systems", default=",".join(ALL_SYSTEMS),
+                        help="comma-separated subset of " + ",".join(ALL_SYSTEMS))
+    parser.add_argument("--out", type=pathlib.Path, default=HERE / "results")
+    args = parser.parse_args(argv)
+    if args.repeats is None:
+        args.repeats = 1 if args.quick else 6
+    every = workloads.by_name(args.quick)
+    chosen = {n: every[n] for n in args.workloads.split(",")}
+    have_determined = importlib.util.find_spec("determined") is not None
+    started = datetime.datetime.now().isoformat(timespec="seconds")
+    t0 = time.perf_counter()
+    systems = args.systems.split(",")
+    runs, failures, all_results = collect(args, plan(chosen, systems, args.quick, have_determined))
+    report = Report(runs, failures, [s for s in ALL_SYSTEMS if s in systems], chosen)
+    text = render(args, report, have_determined, started, time.perf_counter() - t0)
+    theme = "overhead-quick" if args.quick else "overhead"
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / f"{theme}_{hardware()}_{started[:10]}.md"
+    path.write_text(text)
+    path.with_suffix(".json").write_text(json.dumps(all_results, indent=1))
+    print(text)
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

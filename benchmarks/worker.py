@@ -1,0 +1,90 @@
+"""Measurements in a fresh process: ``python benchmarks/worker.py SYSTEM W1[,W2...] OUT.json``.
+
+``run.py`` starts one of these per system, workload and repetition (``--quick`` runs all of a
+system's workloads in one process). It runs in a scratch working directory (the real Determined
+copies the working directory into every checkpoint) with all storage outside it, on one thread,
+and writes its measurements as JSON (rank 0 only): ``{"results": {workload: {...}}, ...}``.
+"""
+
+import argparse
+import json
+import os
+import pathlib
+import resource
+import sys
+import time
+from typing import Any, Dict
+
+SYSTEMS = ("raw", "lightning", "det_lightning", "det_lightning+tb", "determined")
+
+
+def _measure(system: str, workload: Any, work: pathlib.Path) -> Dict[str, Any]:
+    if system == "raw":
+        import raw_loop
+
+        return raw_loop.run(workload, work)
+    if system == "lightning":
+        import lightning_module
+
+        return lightning_module.run(workload, work)
+    import det_trial
+
+    return det_trial.run(system.split("+")[0], workload, work,
+                         tensorboard=system.endswith("+tb"))
+
+
+def _import_only(result: Dict[str, Any]) -> None:
+    """``import torch``, then ``import det_lightning``: what the package itself adds."""
+    start = time.perf_counter()
+    import torch  # noqa: F401
+
+    after_torch = time.perf_counter()
+    import det_lightning  # noqa: F401
+
+    done = time.perf_counter()
+    result.update(
+        torch_import_s=after_torch - start,
+        det_lightning_import_s=done - after_torch,
+        lightning_imported=any(m == "lightning" or m.startswith(("lightning.", "pytorch_lightning"))
+                               for m in sys.modules),
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("system", choices=(*SYSTEMS, "import"))
+    parser.add_argument("workloads", help="comma-separated workload names")
+    parser.add_argument("out", type=pathlib.Path)
+    parser.add_argument("--scratch", type=pathlib.Path, required=True)
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    output: Dict[str, Any] = {"system": args.system, "results": {}}
+    if args.system == "import":
+        output["results"]["import"] = result = {}
+        _import_only(result)
+    else:
+        import torch
+
+        import workloads
+
+        torch.set_num_threads(1)
+        known = workloads.by_name(args.quick)
+        for name in args.workloads.split(","):
+            work = args.scratch / name / "cwd"
+            work.mkdir(parents=True, exist_ok=True)  # ranks share it
+            os.chdir(work)
+            # Each workload's storage apart from the others', and outside the working directory.
+            os.environ.update(
+                DET_LIGHTNING_CHECKPOINT_DIR=str(work.parent / "checkpoints"),
+                DET_LIGHTNING_TENSORBOARD_DIR=str(work.parent / "tensorboard"),
+                XDG_DATA_HOME=str(work.parent / "determined-storage"),
+            )
+            output["results"][name] = _measure(args.system, known[name], work)
+    if int(os.environ.get("RANK", "0")) != 0:
+        return
+    output["maxrss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    args.out.write_text(json.dumps(output))
+
+
+if __name__ == "__main__":
+    main()

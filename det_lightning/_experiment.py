@@ -1,0 +1,382 @@
+"""Running a Determined experiment config locally: ``det-lightning experiment CONFIG MODEL_DIR``.
+
+What Determined's master and harness do for an experiment, one trial after another::
+
+    config = load_config(CONFIG)                  # unknown keys fail; cluster-only keys reported
+    plan = plan_experiment(config, MODEL_DIR)     # every check that can fail before training
+    for n, hparams in enumerate(config.trial_hparams(), 1):      # single, grid or random
+        'model_def:Trial' entrypoint: run_legacy_trial    # the harness: init(), Trial(context),
+                                                          #   Trainer.fit(periods from the config)
+        command entrypoint ('python3 train.py'): run_command_trial   # `det-lightning run` in
+                                                          #   MODEL_DIR, in a child process
+    print(format_summary(results))                # trial, hyperparameters, best metric, checkpoint
+
+Each trial writes its checkpoints to ``<checkpoint dir>/trial-<n>/`` and its TensorBoard files to
+``<tensorboard dir>/trial-<n>/``. A failing trial is reported and the search goes on, as on a
+cluster; configuration errors stop everything before the first trial.
+"""
+
+import contextlib
+import dataclasses
+import logging
+import os
+import pathlib
+import shlex
+import subprocess
+import sys
+import time
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
+
+from det_lightning import errors, pytorch
+from det_lightning._config import ExperimentConfig
+from det_lightning._harness import load_trial_class, parse_command, training_lengths
+from det_lightning._import import import_from_path
+from det_lightning.pytorch import _checkpoint as ckpt
+from det_lightning.pytorch._trainer import CHECKPOINT_DIR_ENV, TENSORBOARD_DIR_ENV
+
+logger = logging.getLogger("det_lightning")
+
+LAUNCH_FLAGS = {
+    "accelerator": "--accelerator",
+    "devices": "--devices",
+    "num_nodes": "--num-nodes",
+    "strategy": "--strategy",
+    "precision": "--precision",
+}
+
+
+class UsageError(ValueError):
+    """The command line or the model directory cannot be used (not a config-key error)."""
+
+
+@dataclasses.dataclass
+class Plan:
+    """Everything a run needs, settled before the first trial starts.
+
+    Attributes:
+        config: the validated experiment config.
+        model_dir: the model definition directory (absolute).
+        checkpoint_root: trial ``n`` checkpoints to ``checkpoint_root / f"trial-{n}"``.
+        tensorboard_root: likewise for TensorBoard files.
+        trials: the hyperparameter values of each trial.
+        trial_class: ``module:Class`` for a legacy entrypoint, else None.
+        command: the ``det-lightning run`` arguments for a command entrypoint, else None.
+        launch: Lightning launch options for ``init()`` (or ``run``'s flags).
+    """
+
+    config: ExperimentConfig
+    model_dir: pathlib.Path
+    checkpoint_root: pathlib.Path
+    tensorboard_root: pathlib.Path
+    trials: List[Dict[str, Any]]
+    trial_class: Optional[str]
+    command: Optional[List[str]]
+    launch: Dict[str, Any]
+
+
+@dataclasses.dataclass
+class TrialResult:
+    """How one trial ended."""
+
+    number: int
+    hparams: Dict[str, Any]
+    status: str  # "COMPLETED" or "ERROR"
+    best_metric: Optional[float] = None
+    checkpoint: Optional[pathlib.Path] = None
+
+
+# ----- planning ------------------------------------------------------------------------------
+
+
+def launch_options(config: ExperimentConfig, given: Dict[str, Any]) -> Dict[str, Any]:
+    """Launch options: the command line's, else ``resources.slots_per_trial`` as ``devices``.
+
+    >>> from det_lightning._config import load_config
+    >>> conf = {"entrypoint": "m:T", "searcher": {"name": "single", "metric": "loss"}}
+    >>> launch_options(load_config({**conf, "resources": {"slots_per_trial": 2}}), {})
+    {'devices': 2}
+    >>> launch_options(load_config({**conf, "resources": {"slots_per_trial": 0}}), {})
+    {'accelerator': 'cpu'}
+    """
+    options = {name: value for name, value in given.items() if value is not None}
+    slots = config.slots_per_trial()
+    if slots > 1:
+        options.setdefault("devices", slots)
+    if slots == 0:  # Determined's CPU-only trial
+        options.setdefault("accelerator", "cpu")
+    return options
+
+
+def _refuse_unsupported_searcher(config: ExperimentConfig) -> None:
+    name = config.searcher["name"]
+    if name == "adaptive_asha":
+        raise NotImplementedError(
+            "searcher.name: 'adaptive_asha' needs the Determined master to stop and promote "
+            "trials while they run; det-lightning runs trials one after another. Use "
+            "searcher.name: random (with max_trials) or grid to compare hyperparameters locally, "
+            "or submit the experiment to a Determined cluster."
+        )
+
+
+def _entrypoint_plan(config: ExperimentConfig, trials: List[Dict[str, Any]]) -> Any:
+    """``(trial_class, command)``: exactly one of them is set."""
+    trial_class = config.legacy_trial_class()
+    if trial_class is not None:
+        return trial_class, None
+    parsed = parse_command(config.entrypoint)
+    if isinstance(parsed, str):
+        return parsed, None
+    if len(trials) > 1:
+        raise errors.InvalidConfigException(
+            f"searcher.name: a {config.searcher['name']!r} search runs {len(trials)} trials with "
+            "different hyperparameters, but a command entrypoint gets none locally (its script "
+            "takes the branch where det.get_cluster_info() is None), so every trial would be "
+            "the same. Use a 'model_def:TrialClass' entrypoint for searches, or searcher.name: "
+            "single."
+        )
+    return None, parsed
+
+
+def _absolute(path: Union[str, "os.PathLike[str]"]) -> pathlib.Path:
+    return pathlib.Path(os.path.abspath(os.path.expanduser(str(path))))
+
+
+def plan_experiment(
+    config: ExperimentConfig,
+    model_dir: Union[str, "os.PathLike[str]"],
+    launch: Optional[Dict[str, Any]] = None,
+    checkpoint_dir: Optional[str] = None,
+) -> Plan:
+    """Checks everything that can be checked before training, and settles the directories.
+
+    Checkpoints go to ``checkpoint_dir``, else ``checkpoint_storage`` (``host_path`` /
+    ``storage_path``), else ``$DET_LIGHTNING_CHECKPOINT_DIR``, else ``./checkpoints``.
+
+    Raises:
+        errors.InvalidConfigException: the config cannot run locally (the message names the key).
+        NotImplementedError: the searcher is ``adaptive_asha``.
+        UsageError: ``model_dir`` is not a directory.
+    """
+    directory = _absolute(model_dir)
+    if not directory.is_dir():
+        raise UsageError(f"MODEL_DIR {str(model_dir)!r} is not a directory (the model definition).")
+    _refuse_unsupported_searcher(config)
+    trials = config.trial_hparams()
+    trial_class, command = _entrypoint_plan(config, trials)
+    if trial_class is not None:
+        for hparams in trials:
+            training_lengths(config, hparams)
+    root = checkpoint_dir or config.checkpoint_dir() or os.environ.get(CHECKPOINT_DIR_ENV)
+    stamp = f"{config.raw.get('name') or 'experiment'}-{time.strftime('%Y%m%d-%H%M%S')}"
+    tensorboard = os.environ.get(TENSORBOARD_DIR_ENV) or os.path.join("tensorboard", stamp)
+    return Plan(
+        config=config,
+        model_dir=directory,
+        checkpoint_root=_absolute(root or "checkpoints"),
+        tensorboard_root=_absolute(tensorboard),
+        trials=trials,
+        trial_class=trial_class,
+        command=command,
+        launch=launch_options(config, launch or {}),
+    )
+
+
+# ----- running one trial ---------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _working_dir(path: pathlib.Path) -> Iterator[None]:
+    """Trials run in their model directory, as on a cluster (relative data paths work)."""
+    previous = os.getcwd()
+    os.chdir(path)
+    try:
+        yield
+    finally:
+        os.chdir(previous)
+
+
+def _trial_outcome(trainer: Any, directory: pathlib.Path, metric: str, smaller: bool) -> Any:
+    """``(best searcher metric, checkpoint to report)`` after a legacy trial's ``fit()``."""
+    result = getattr(trainer, "_result", None)
+    history = getattr(result, "validation_history", None) or []
+    values = [float(m[metric]) for m in history if metric in m]
+    best = (min(values) if smaller else max(values)) if values else None
+    manager = getattr(result, "checkpoints", None)
+    uuid = getattr(manager, "best_uuid", None) or (
+        manager.written[-1] if manager is not None and manager.written else None
+    )
+    checkpoint = directory / uuid if uuid else ckpt.latest_checkpoint(directory)
+    return best, checkpoint
+
+
+def run_legacy_trial(plan: Plan, number: int, hparams: Dict[str, Any]) -> TrialResult:
+    """One trial of a ``model_def:Trial`` entrypoint, as Determined's harness runs it."""
+    assert plan.trial_class is not None
+    config = plan.config
+    directory = plan.checkpoint_root / f"trial-{number}"
+    with import_from_path(plan.model_dir), _working_dir(plan.model_dir):
+        trial_class = load_trial_class(plan.trial_class)
+        with pytorch.init(
+            hparams=hparams,
+            exp_conf=config.raw,
+            aggregation_frequency=config.aggregation_frequency(),
+            **plan.launch,
+        ) as context:
+            trial = trial_class(context)
+            trainer = pytorch.Trainer(
+                trial,
+                context,
+                checkpoint_dir=str(directory),
+                tensorboard_dir=str(plan.tensorboard_root / f"trial-{number}"),
+            )
+            trainer.fit(
+                **training_lengths(config, hparams),
+                checkpoint_policy=config.raw["checkpoint_policy"],
+                step_zero_validation=config.raw["perform_initial_validation"],
+            )
+    metric, smaller = config.searcher["metric"], config.searcher["smaller_is_better"]
+    best, checkpoint = _trial_outcome(trainer, directory, metric, smaller)
+    return TrialResult(number, hparams, "COMPLETED", best, checkpoint)
+
+
+def launch_flags(options: Dict[str, Any]) -> List[str]:
+    """``{"devices": 2}`` -> ``["--devices", "2"]``, for ``det-lightning run``."""
+    flags: List[str] = []
+    for name, value in options.items():
+        flags += [LAUNCH_FLAGS[name], str(value)]
+    return flags
+
+
+def run_command_trial(plan: Plan, number: int, hparams: Dict[str, Any]) -> TrialResult:
+    """A command entrypoint: ``det-lightning run`` in a child process, in the model directory.
+
+    Raises:
+        errors.TrialPreempted: the script stopped for a signal after checkpointing.
+    """
+    assert plan.command is not None
+    directory = plan.checkpoint_root / f"trial-{number}"
+    argv = [sys.executable, "-m", "det_lightning", "run", *launch_flags(plan.launch), *plan.command]
+    env = dict(os.environ)
+    env[CHECKPOINT_DIR_ENV] = str(directory)
+    env[TENSORBOARD_DIR_ENV] = str(plan.tensorboard_root / f"trial-{number}")
+    logger.info(f"trial {number}: det-lightning {shlex.join(argv[3:])} in {plan.model_dir}")
+    code = subprocess.call(argv, cwd=plan.model_dir, env=env)
+    if code == errors.TrialPreempted.EXIT_CODE:
+        raise errors.TrialPreempted(f"trial {number} was stopped by a signal.")
+    status = "COMPLETED" if code == 0 else "ERROR"
+    if code != 0:
+        logger.error(f"trial {number}: the command exited with status {code}")
+    return TrialResult(number, hparams, status, None, ckpt.latest_checkpoint(directory))
+
+
+# ----- the whole experiment ------------------------------------------------------------------
+
+
+def _flat(hparams: Dict[str, Any], prefix: str = "") -> Dict[str, Any]:
+    out: Dict[str, Any] = {}
+    for key, value in hparams.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def _show(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def best_trial(results: Sequence[TrialResult], smaller_is_better: bool) -> Optional[TrialResult]:
+    """The completed trial with the best searcher metric, if any reported one."""
+    scored = [r for r in results if r.status == "COMPLETED" and r.best_metric is not None]
+    if not scored:
+        return None
+    sign = 1.0 if smaller_is_better else -1.0
+    return min(scored, key=lambda r: sign * float(r.best_metric or 0.0))
+
+
+def format_summary(results: Sequence[TrialResult], metric: str, smaller_is_better: bool) -> str:
+    """The table printed after an experiment: one row per trial, then the best trial.
+
+    >>> rows = [TrialResult(1, {"lr": 0.1}, "COMPLETED", 0.5, None),
+    ...         TrialResult(2, {"lr": 0.01}, "COMPLETED", 0.25, None)]
+    >>> print(format_summary(rows, "loss", True))  # doctest: +NORMALIZE_WHITESPACE
+    trial  status     hyperparameters  best loss  checkpoint
+    1      COMPLETED  lr=0.1           0.5        -
+    2      COMPLETED  lr=0.01          0.25       -
+    best: trial 2 (loss=0.25), checkpoint -
+    """
+    header = ["trial", "status", "hyperparameters", f"best {metric}", "checkpoint"]
+    rows = [header] + [
+        [
+            str(r.number),
+            r.status,
+            ", ".join(f"{k}={_show(v)}" for k, v in _flat(r.hparams).items()) or "-",
+            _show(r.best_metric) if r.best_metric is not None else "-",
+            str(r.checkpoint) if r.checkpoint else "-",
+        ]
+        for r in results
+    ]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
+    best = best_trial(results, smaller_is_better)
+    if best is not None:
+        lines.append(
+            f"best: trial {best.number} ({metric}={_show(best.best_metric)}), checkpoint "
+            f"{best.checkpoint or '-'}"
+        )
+    return "\n".join(lines)
+
+
+def run_trials(plan: Plan) -> List[TrialResult]:
+    """Runs the plan's trials in order; a failing trial is logged and the search goes on."""
+    results = []
+    total = len(plan.trials)
+    for number, hparams in enumerate(plan.trials, start=1):
+        logger.info(f"trial {number} of {total}: hyperparameters {hparams}")
+        try:
+            if plan.trial_class is not None:
+                results.append(run_legacy_trial(plan, number, hparams))
+            else:
+                results.append(run_command_trial(plan, number, hparams))
+        except errors.InvalidConfigException:
+            raise  # the entrypoint cannot be loaded: every trial would fail alike
+        except Exception:
+            logger.exception(f"trial {number} failed")
+            results.append(TrialResult(number, hparams, "ERROR"))
+    return results
+
+
+def run_experiment(plan: Plan) -> int:
+    """Runs every trial of ``plan`` and prints the summary.
+
+    Returns:
+        0 when every trial completed, else 1.
+    """
+    config = plan.config
+    if plan.command is not None:
+        logger.info(
+            "A command entrypoint chooses its own hyperparameters and training length locally "
+            "(det.get_cluster_info() is None); the config's hyperparameters and "
+            "searcher.max_length are not passed to it."
+        )
+    logger.info(
+        f"experiment {config.raw.get('name') or ''!r}: {len(plan.trials)} trial(s), searcher "
+        f"{config.searcher['name']}; checkpoints under {plan.checkpoint_root}"
+    )
+    results = run_trials(plan)
+    if os.environ.get("RANK", "0") == "0":  # with several processes, the chief reports
+        summary = format_summary(results, config.searcher["metric"],
+                                 config.searcher["smaller_is_better"])
+        print(summary, flush=True)
+    return 0 if all(r.status == "COMPLETED" for r in results) else 1
+
+
+__all__ = [
+    "Plan",
+    "TrialResult",
+    "UsageError",
+    "format_summary",
+    "plan_experiment",
+    "run_experiment",
+]

@@ -1,0 +1,98 @@
+"""What a checkpoint's ``code/`` holds: the trial's source, for importing its class later.
+
+Determined copies the working directory. We copy the top-level package of the trial's module
+(``pkg`` for ``pkg.models.trial``), or the directory of a top-level module or script, so that
+``import pkg.models.trial`` works from ``code/``; never hidden entries, caches, virtual
+environments, the checkpoint and log directories, or files over 1 MiB (with one warning).
+"""
+
+import logging
+import pathlib
+import shutil
+import sys
+from typing import Iterable, List, Set, Tuple
+
+logger = logging.getLogger("det_lightning.pytorch")
+
+MAX_CODE_FILE_BYTES = 1 << 20
+_warned_large: Set[str] = set()
+
+
+def main_module_name() -> str:
+    """The importable name of the ``__main__`` script (``pkg.mod`` under ``python -m``)."""
+    main = sys.modules["__main__"]
+    spec = getattr(main, "__spec__", None)
+    if spec is not None and spec.name and spec.name != "__main__":
+        return str(spec.name)
+    main_file = getattr(main, "__file__", None)
+    return pathlib.Path(main_file).stem if main_file else ""
+
+
+def code_sources(trial_cls: type) -> List[Tuple[pathlib.Path, str]]:
+    """What ``code/`` holds, as (source, path under ``code/``) pairs: the top-level package of
+    the trial's module, or the directory of a top-level module or script (Determined copies
+    the working directory). An installed single-file module copies only that file."""
+    module = sys.modules.get(trial_cls.__module__)
+    module_file = getattr(module, "__file__", None)
+    if not module_file:
+        return []
+    path = pathlib.Path(module_file).resolve()
+    name = trial_cls.__module__
+    if name == "__main__":
+        name = main_module_name() or path.stem
+    parts = name.split(".")
+    if path.name == "__init__.py":
+        path = path.parent
+    top = path.parents[len(parts) - 2] if len(parts) > 1 else path
+    if len(parts) > 1 or path.is_dir():
+        return [(top, top.name)]
+    if path.parent.name in ("site-packages", "dist-packages"):
+        return [(path, path.name)]
+    return [(path.parent, "")]
+
+
+def copy_code(
+    sources: List[Tuple[pathlib.Path, str]], dest: pathlib.Path, skip: Iterable[pathlib.Path]
+) -> None:
+    """Copies ``sources`` under ``dest``, never descending into ``skip`` (the checkpoint and log
+    directories), hidden entries, caches, virtual environments or files over 1 MiB."""
+    dest.mkdir(parents=True, exist_ok=True)
+    skip_resolved = {p.resolve() for p in skip}
+    large: List[str] = []
+
+    def ignore(directory: str, names: List[str]) -> List[str]:
+        ignored = [n for n in names if _skip_entry(pathlib.Path(directory, n), skip_resolved)]
+        for name in names:
+            full = pathlib.Path(directory, name)
+            if name not in ignored and full.is_file() and full.stat().st_size > MAX_CODE_FILE_BYTES:
+                large.append(str(full))
+                ignored.append(name)
+        return ignored
+
+    for source, relative in sources:
+        target = dest / relative if relative else dest
+        if source.is_dir():
+            shutil.copytree(source, target, ignore=ignore, dirs_exist_ok=True, symlinks=True)
+        elif source.is_file():
+            shutil.copy2(source, target)
+    _warn_large(large)
+
+
+def _skip_entry(path: pathlib.Path, skip: Set[pathlib.Path]) -> bool:
+    name = path.name
+    if name.startswith(".") or name in ("__pycache__", "venv", "node_modules"):
+        return True
+    if path.resolve() in skip:
+        return True
+    return path.is_dir() and (path / "pyvenv.cfg").exists()
+
+
+def _warn_large(large: List[str]) -> None:
+    new = [p for p in large if p not in _warned_large]
+    if not new:
+        return
+    _warned_large.update(new)
+    logger.warning(
+        f"Not copied into checkpoints' code/ (files over {MAX_CODE_FILE_BYTES >> 20} MiB): "
+        f"{new[:5]}{' ...' if len(new) > 5 else ''}"
+    )

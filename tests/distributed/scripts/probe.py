@@ -1,0 +1,229 @@
+"""A small trial that records what each rank saw, for the distributed tests.
+
+    python probe.py --out DIR [--devices 2 --accelerator cpu] [--batches 8] ...
+    torchrun --nproc_per_node=2 probe.py --out DIR ...
+
+Each rank writes ``DIR/rank<r>.json``: the ranks seen in the trial's ``__init__``, every
+callback event, the per-batch training losses, the validation metrics, the ids a custom
+``MetricReducer`` saw, the number of gradient all-reduces, and the final weights.
+"""
+
+import argparse
+import json
+import pathlib
+from typing import Any, Dict, List
+
+import lightning.pytorch as pl
+import torch
+from torch import nn
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+from det_lightning import core, pytorch
+
+RECORD: Dict[str, Any] = {
+    "events": [], "losses": [], "validations": [], "weights_at_validation": [], "allreduces": 0
+}
+
+
+def weights(model: nn.Module) -> List[float]:
+    return [v for p in model.parameters() for v in p.detach().flatten().tolist()]
+
+
+def dataset(n: int, seed: int) -> torch.utils.data.TensorDataset:
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 4, generator=g)
+    y = torch.sin(x.sum(dim=1, keepdim=True)) + 0.1 * torch.randn(n, 1, generator=g)
+    return torch.utils.data.TensorDataset(torch.arange(n), x, y)
+
+
+class SeenIds(pytorch.MetricReducer):
+    """The ids of every validation record, from every rank: each must appear exactly once."""
+
+    def __init__(self) -> None:
+        self.ids: List[int] = []
+
+    def reset(self) -> None:
+        self.ids = []
+
+    def update(self, ids: List[int]) -> None:
+        self.ids.extend(ids)
+
+    def per_slot_reduce(self) -> List[int]:
+        return self.ids
+
+    def cross_slot_reduce(self, per_slot_metrics: List[List[int]]) -> Dict[str, Any]:
+        seen = sorted(i for ids in per_slot_metrics for i in ids)
+        return {"seen_ids": seen, "ranks_reporting": len(per_slot_metrics)}
+
+
+class Recorder(pytorch.PyTorchCallback):
+    def __init__(self, model: nn.Module) -> None:
+        self.model = model
+
+    def on_trial_startup(self, first_batch_idx: int, checkpoint_uuid: Any) -> None:
+        RECORD["events"].append(["startup", first_batch_idx])
+
+    def on_training_workload_end(self, avg_metrics: Dict, batch_metrics: List) -> None:
+        RECORD["losses"].extend(float(m["loss"]) for m in batch_metrics)
+
+    def on_validation_end(self, metrics: Dict[str, Any]) -> None:
+        RECORD["validations"].append(
+            {k: (v if isinstance(v, list) else float(v)) for k, v in metrics.items()}
+        )
+        RECORD["weights_at_validation"].append(weights(self.model))
+
+    def on_checkpoint_load_start(self, checkpoint: Dict[str, Any]) -> None:
+        RECORD["events"].append(["checkpoint_load", 0])
+
+    def on_checkpoint_save_start(self, checkpoint: Dict[str, Any]) -> None:
+        RECORD["events"].append(["checkpoint_save", 0])
+
+    def on_checkpoint_upload_end(self, uuid: str) -> None:
+        RECORD["events"].append(["checkpoint_upload_end", 0])
+
+    def on_trial_shutdown(self) -> None:
+        RECORD["events"].append(["shutdown", 0])
+
+
+class CountAllreduces(pl.Callback):
+    """Counts DDP's gradient all-reduces (one bucket per backward for this small model)."""
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        model = trainer.strategy.model
+        if isinstance(model, nn.parallel.DistributedDataParallel):
+            model.register_comm_hook(None, self._hook)
+            RECORD["ddp"] = {
+                "wraps": type(model.module).__name__,
+                "find_unused_parameters": model.find_unused_parameters,
+            }
+
+    @staticmethod
+    def _hook(
+        state: Any, bucket: torch.distributed.GradBucket
+    ) -> torch.futures.Future[torch.Tensor]:
+        RECORD["allreduces"] += 1
+        return default_hooks.allreduce_hook(None, bucket)
+
+
+class ProbeTrial(pytorch.PyTorchTrial):
+    def __init__(self, context: pytorch.PyTorchTrialContext, args: argparse.Namespace) -> None:
+        self.context = context
+        self.args = args
+        dist = context.distributed
+        RECORD["init"] = {
+            "rank": dist.get_rank(), "size": dist.get_size(), "local_rank": dist.get_local_rank(),
+            "local_size": dist.get_local_size(), "cross_rank": dist.get_cross_rank(),
+            "cross_size": dist.get_cross_size(),
+            "per_slot_batch_size": context.get_per_slot_batch_size(),
+            "global_batch_size": context.get_global_batch_size(),
+            "device": str(context.device),
+            "process_group": torch.distributed.is_initialized(),
+            "gathered_ranks": dist.allgather(dist.get_rank()),
+            "gathered_by_chief": dist.gather(dist.get_rank()),
+            "local_ranks": dist.allgather_local(dist.get_rank()),
+            "local_chief": dist.broadcast_local(dist.get_rank()),
+        }
+        if dist.get_cross_rank() == 0:
+            # Node-local: the other nodes' ranks do not take part (they would hang otherwise).
+            RECORD["init"]["node0_only"] = dist.gather_local(dist.get_local_rank())
+        self.model = context.wrap_model(nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1)))
+        self.opt = context.wrap_optimizer(
+            torch.optim.SGD(self.model.parameters(), lr=0.2, momentum=0.9)
+        )
+        self.seen = context.wrap_reducer(SeenIds(), for_training=False)
+        if args.unused_parameter:  # DDP needs find_unused_parameters=True for this one
+            self.unused = context.wrap_model(nn.Linear(1, 1))
+
+    def build_callbacks(self) -> Dict[str, pytorch.PyTorchCallback]:
+        return {"recorder": Recorder(self.model)}
+
+    def build_training_data_loader(self) -> pytorch.DataLoader:
+        return pytorch.DataLoader(
+            dataset(64, seed=0), batch_size=self.context.get_per_slot_batch_size()
+        )
+
+    def build_validation_data_loader(self) -> pytorch.DataLoader:
+        return pytorch.DataLoader(
+            dataset(self.args.val_size, seed=1), batch_size=self.context.get_per_slot_batch_size()
+        )
+
+    def train_batch(self, batch: Any, epoch_idx: int, batch_idx: int) -> Dict[str, Any]:
+        rank = self.context.distributed.get_rank()
+        if (rank, batch_idx) == (self.args.crash_rank, self.args.crash_batch):
+            raise RuntimeError(f"probe crash on rank {rank} at batch {batch_idx}")
+        _, x, y = batch
+        loss = nn.functional.mse_loss(self.model(x), y)
+        self.context.backward(loss)
+        self.context.step_optimizer(self.opt)
+        return {"loss": loss}
+
+    def evaluate_batch(self, batch: Any) -> Dict[str, Any]:
+        ids, x, y = batch
+        self.seen.update(ids.tolist())
+        return {"validation_loss": nn.functional.mse_loss(self.model(x), y)}
+
+
+class FullDatasetProbe(ProbeTrial):
+    """Validates with ``evaluate_full_dataset``, which must run on the chief only."""
+
+    evaluate_batch = pytorch.PyTorchTrial.evaluate_batch  # type: ignore[assignment]
+
+    def evaluate_full_dataset(self, data_loader: Any) -> Dict[str, Any]:
+        RECORD["events"].append(["evaluate_full_dataset", self.context.distributed.get_rank()])
+        losses = [nn.functional.mse_loss(self.model(x), y).item() for _, x, y in data_loader]
+        self.seen.update([])
+        return {"validation_loss": sum(losses) / len(losses)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    pytorch.add_launch_arguments(parser)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--batches", type=int, default=8)
+    parser.add_argument("--global-batch-size", type=int, default=8)
+    parser.add_argument("--aggregation-frequency", type=int, default=1)
+    parser.add_argument("--val-size", type=int, default=32)
+    parser.add_argument("--resume", default=None)
+    parser.add_argument("--crash-rank", type=int, default=-1)
+    parser.add_argument("--crash-batch", type=int, default=-1)
+    parser.add_argument("--full-dataset", action="store_true")
+    parser.add_argument("--unused-parameter", action="store_true")
+    parser.add_argument("--find-unused-parameters", action="store_true",
+                        help="init(strategy=DDPStrategy(find_unused_parameters=True))")
+    parser.add_argument("--torch-distributed", action="store_true",
+                        help="Determined's recipe: init_process_group + from_torch_distributed")
+    args = parser.parse_args()
+    distributed = None
+    if args.torch_distributed:
+        torch.distributed.init_process_group("gloo")
+        distributed = core.DistributedContext.from_torch_distributed()
+    launch = pytorch.launch_kwargs(args)
+    if args.find_unused_parameters:
+        launch["strategy"] = pl.strategies.DDPStrategy(find_unused_parameters=True)
+    with pytorch.init(
+        hparams={"global_batch_size": args.global_batch_size},
+        exp_conf={"reproducibility": {"experiment_seed": 7}},
+        distributed=distributed,
+        aggregation_frequency=args.aggregation_frequency,
+        **launch,
+    ) as context:
+        trial = (FullDatasetProbe if args.full_dataset else ProbeTrial)(context, args)
+        trainer = pytorch.Trainer(
+            trial, context, callbacks=[CountAllreduces()], enable_progress_bar=False
+        )
+        trainer.fit(
+            max_length=pytorch.Batch(args.batches),
+            validation_period=pytorch.Batch(4),
+            reporting_period=pytorch.Batch(2),
+            checkpoint_policy="none",
+            latest_checkpoint=args.resume,
+        )
+        RECORD["weights"] = weights(trial.model)
+        RECORD["device_after"] = str(next(trial.model.parameters()).device)
+    out = pathlib.Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"rank{RECORD['init']['rank']}.json").write_text(json.dumps(RECORD))
+
+
+if __name__ == "__main__":
+    main()

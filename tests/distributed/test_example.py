@@ -1,0 +1,25 @@
+"""The MNIST example, launched on two CPU processes by Lightning from its command line."""
+
+import re
+
+import pytest
+
+from tests.distributed import jobs
+
+pytestmark = [pytest.mark.distributed, pytest.mark.slow]
+
+
+def test_mnist_example_trains_on_two_processes(tmp_path_factory: pytest.TempPathFactory) -> None:
+    script = jobs.REPO / "examples" / "mnist" / "train.py"
+    workdir = tmp_path_factory.mktemp("mnist")
+    job = jobs.run([str(script), "--devices", "2", "--accelerator", "cpu"], workdir, timeout=400)
+    assert job.returncode == 0, job.output[-6000:]
+    assert "Starting with 2 processes" in job.output
+    # One epoch of 4096 images at a global batch of 64: 64 batches, of 32 images per process.
+    validations = re.findall(
+        r"report_validation_metrics\(steps_completed=(\d+), metrics=\{[^}]*'accuracy': ([0-9.]+)",
+        job.output,
+    )
+    assert validations and validations[-1][0] == "64", job.output[-3000:]
+    assert float(validations[-1][1]) > 0.5
+    assert len(job.checkpoints()) == 1

@@ -1,0 +1,190 @@
+"""Two processes on CPU (gloo), started by Lightning (``--devices 2``) and by torchrun.
+
+One probe run per launcher, shared by the tests of this module (each run costs seconds of
+interpreter start-up). The oracle is a single process with the same global batch size: with
+Determined's round-robin sharding rank ``r`` takes per-slot batches ``r, r+N, ...``, so the union
+of one step's per-slot batches is exactly the single process's batch, and DDP's averaged
+gradient is that batch's gradient.
+"""
+
+import pathlib
+from typing import List
+
+import numpy as np
+import pytest
+
+from tests.distributed import jobs
+
+pytestmark = [pytest.mark.distributed, pytest.mark.slow]
+
+PROBE = str(jobs.PROBE)
+COMMON = ["--accelerator", "cpu", "--global-batch-size", "8", "--aggregation-frequency", "2"]
+
+
+@pytest.fixture(scope="module")
+def two_procs(tmp_path_factory: pytest.TempPathFactory) -> jobs.Job:
+    """``python probe.py --devices 2``: 8 batches (4 optimizer steps), validation every 4."""
+    workdir = tmp_path_factory.mktemp("two_procs")
+    return jobs.run([PROBE, "--out", "out", "--devices", "2", *COMMON, "--batches", "8"], workdir)
+
+
+@pytest.fixture(scope="module")
+def one_proc(tmp_path_factory: pytest.TempPathFactory) -> jobs.Job:
+    """The oracle: one process, the same global batch, 12 batches (validation at 4, 8, 12)."""
+    workdir = tmp_path_factory.mktemp("one_proc")
+    return jobs.run([PROBE, "--out", "out", "--devices", "1", *COMMON, "--batches", "12"], workdir)
+
+
+@pytest.fixture(scope="module")
+def torchrun_resumed(tmp_path_factory: pytest.TempPathFactory, two_procs: jobs.Job) -> jobs.Job:
+    """``torchrun --nproc_per_node=2 probe.py`` resuming the two-process run's checkpoint to
+    batch 12, with 30 validation records (the ranks get 4 and 4 batches, one of them short)."""
+    (checkpoint,) = two_procs.checkpoints()
+    workdir = tmp_path_factory.mktemp("torchrun")
+    return jobs.run(
+        [*jobs.TORCHRUN, PROBE, "--out", "out", *COMMON, "--batches", "12", "--val-size", "30",
+         "--resume", str(checkpoint)],
+        workdir,
+    )
+
+
+def _close(a: List[float], b: List[float], tol: float = 1e-6) -> bool:
+    return bool(np.allclose(np.array(a), np.array(b), rtol=0, atol=tol))
+
+
+def test_the_trial_sees_its_rank_and_a_joined_process_group_in_init(two_procs: jobs.Job) -> None:
+    for rank, record in enumerate(two_procs.ranks(2)):
+        assert record["init"] == {
+            "rank": rank, "size": 2, "local_rank": rank, "local_size": 2, "cross_rank": 0,
+            "cross_size": 1, "per_slot_batch_size": 4, "global_batch_size": 8, "device": "cpu",
+            "process_group": True, "gathered_ranks": [0, 1],
+            "gathered_by_chief": [0, 1] if rank == 0 else None,
+            "local_ranks": [0, 1], "local_chief": 0,
+            "node0_only": [0, 1] if rank == 0 else None,
+        }
+
+
+def test_two_processes_train_like_one_with_the_same_global_batch(
+    two_procs: jobs.Job, one_proc: jobs.Job
+) -> None:
+    (single,) = one_proc.ranks(1)
+    ranks = two_procs.ranks(2)
+    at_batch_8 = single["weights_at_validation"][1]
+    assert not _close(single["weights_at_validation"][0], at_batch_8, tol=1e-3)  # it trained
+    for record in ranks:
+        assert _close(record["weights"], at_batch_8)
+        assert _close(record["losses"], single["losses"][:8])  # averaged over the ranks
+        for mine, oracle in zip(record["validations"], single["validations"][:2]):
+            assert mine["validation_loss"] == pytest.approx(oracle["validation_loss"], abs=1e-6)
+    assert ranks[0]["weights"] == ranks[1]["weights"]
+
+
+def test_accumulating_batches_skip_the_gradient_all_reduce(
+    two_procs: jobs.Job, one_proc: jobs.Job
+) -> None:
+    """aggregation_frequency=2: 8 batches, 4 optimizer steps, so 4 all-reduces (not 8)."""
+    assert [r["allreduces"] for r in two_procs.ranks(2)] == [4, 4]
+    assert two_procs.ranks(2)[0]["ddp"] == {"wraps": "TrialModule", "find_unused_parameters": False}
+    assert one_proc.ranks(1)[0]["allreduces"] == 0  # no DDP in a single process
+
+
+def test_a_metric_reducer_sees_every_validation_record_exactly_once(
+    two_procs: jobs.Job, torchrun_resumed: jobs.Job
+) -> None:
+    for job, records in ((two_procs, 32), (torchrun_resumed, 30)):
+        for record in job.ranks(2):
+            assert record["validations"]
+            for metrics in record["validations"]:
+                assert metrics["seen_ids"] == list(range(records))
+                assert metrics["ranks_reporting"] == 2
+
+
+def test_callbacks_run_on_every_rank_and_only_the_chief_writes(two_procs: jobs.Job) -> None:
+    chief, worker = two_procs.ranks(2)
+    assert [e for e, _ in chief["events"]] == [
+        "startup", "checkpoint_save", "checkpoint_upload_end", "shutdown"
+    ]
+    assert [e for e, _ in worker["events"]] == ["startup", "checkpoint_upload_end", "shutdown"]
+    assert worker["validations"] == chief["validations"]
+    assert worker["losses"] == chief["losses"]
+    assert len(two_procs.checkpoints()) == 1
+    events = list((two_procs.workdir / "tensorboard").rglob("*tfevents*"))
+    assert len(events) == 1, events
+
+
+def test_torchrun_resumes_every_rank_from_one_checkpoint(
+    torchrun_resumed: jobs.Job, one_proc: jobs.Job
+) -> None:
+    (single,) = one_proc.ranks(1)
+    for rank, record in enumerate(torchrun_resumed.ranks(2)):
+        assert record["init"]["rank"] == rank and record["init"]["size"] == 2
+        assert record["events"][:2] == [["startup", 8], ["checkpoint_load", 0]]
+        assert _close(record["weights"], single["weights"])
+        assert _close(record["losses"], single["losses"][8:])
+
+
+def test_determined_recipe_with_a_strategy_object_and_evaluate_full_dataset(
+    tmp_path: pathlib.Path,
+) -> None:
+    """Determined's local recipe (torchrun, init_process_group(),
+    DistributedContext.from_torch_distributed() passed to init(distributed=...)), with
+    init(strategy=DDPStrategy(find_unused_parameters=True)) for a model with an unused
+    parameter, validated by evaluate_full_dataset, which runs on the chief only."""
+    job = jobs.run(
+        [*jobs.TORCHRUN, PROBE, "--out", "out", "--accelerator", "cpu", "--torch-distributed",
+         "--find-unused-parameters", "--unused-parameter", "--full-dataset", "--batches", "4"],
+        tmp_path / "recipe",
+    )
+    chief, worker = job.ranks(2)
+    for record in (chief, worker):
+        assert record["ddp"] == {"wraps": "TrialModule", "find_unused_parameters": True}
+    assert ["evaluate_full_dataset", 0] in chief["events"]
+    assert not any(e == "evaluate_full_dataset" for e, _ in worker["events"])
+    assert len(chief["validations"]) == 1
+    assert worker["validations"] == chief["validations"]
+    assert worker["init"]["size"] == 2 and worker["init"]["process_group"]
+
+
+def test_two_nodes_of_two_processes_train_like_one(
+    tmp_path: pathlib.Path, one_proc: jobs.Job
+) -> None:
+    """``--num-nodes 2``, each node's script started with NODE_RANK/MASTER_ADDR/MASTER_PORT (as
+    a cluster scheduler would); node-local collectives stay within each node."""
+    workdir = tmp_path / "nodes"
+    port = str(jobs.free_port())
+    args = [PROBE, "--out", "out", "--devices", "2", "--num-nodes", "2", *COMMON, "--batches", "8"]
+    started = jobs.time.monotonic()
+    procs = [
+        jobs.start(args, workdir, {"NODE_RANK": str(node), "MASTER_ADDR": "127.0.0.1",
+                                   "MASTER_PORT": port}, log_name=f"node{node}.txt")
+        for node in (0, 1)
+    ]
+    job = jobs.finish(procs, workdir, started, timeout=240, log_names=("node0.txt", "node1.txt"))
+    (single,) = one_proc.ranks(1)
+    for rank, record in enumerate(job.ranks(4)):
+        init = record["init"]
+        node = rank // 2
+        assert (init["rank"], init["size"], init["local_rank"], init["cross_rank"]) == (
+            rank, 4, rank % 2, node
+        )
+        assert init["per_slot_batch_size"] == 2 and init["cross_size"] == 2
+        assert init["local_ranks"] == [2 * node, 2 * node + 1]
+        assert init["local_chief"] == 2 * node
+        assert init.get("node0_only") == ([0, 1] if rank == 0 else None)
+        assert _close(record["weights"], single["weights_at_validation"][1])
+    assert len(job.checkpoints()) == 1
+
+
+@pytest.mark.parametrize("crashing_rank", [1, 0])
+def test_an_exception_on_one_rank_ends_the_job_with_that_error(
+    tmp_path: pathlib.Path, crashing_rank: int
+) -> None:
+    job = jobs.run(
+        [PROBE, "--out", "out", "--devices", "2", "--accelerator", "cpu",
+         "--crash-rank", str(crashing_rank), "--crash-batch", "1"],
+        tmp_path / "crash", timeout=180,
+    )
+    assert job.returncode != 0
+    assert f"probe crash on rank {crashing_rank} at batch 1" in job.output
+    assert job.seconds < 170, f"the job hung until killed:\n{job.output[-3000:]}"
+    assert not (tmp_path / "crash" / "out").exists()

@@ -1,0 +1,116 @@
+"""Trains the fixture MLPTrial in its own process, for tests that signal or kill it.
+
+Usage: ``python train.py ARGS_JSON``, ARGS_JSON being a file of keyword arguments:
+
+    batches         max_length in batches
+    hparams         the trial's hyperparameters
+    seed            seeds random/numpy/torch before the trial is built
+    fit             extra fit() arguments: {"checkpoint_period": n} (batches)
+    signal_at       send this process ``signal`` (a name, default SIGTERM) during batch k
+    signal_rank     ... on this rank only (default: every rank)
+    devices         processes to train with (Lightning starts the others)
+    block_write     block inside the write of the n-th checkpoint (1-based): touch
+                    ``marker`` and sleep, so the parent can signal or kill the process then
+    fsize_after     after the n-th checkpoint, limit files this process writes to
+                    ``fsize_limit`` bytes (RLIMIT_FSIZE: a full disk that also fails root)
+    slow_batches    seconds to sleep in each batch
+    workers         train with this many DataLoader worker processes
+    started         a file touched at the first batch
+    shutdown        a file touched by on_trial_shutdown
+    out             where to torch.save the final weights
+
+The uncaught ``TrialPreempted`` sets the exit status, as it would in a user's script.
+"""
+
+import json
+import os
+import pathlib
+import resource
+import signal
+import sys
+import time
+from typing import Any, Dict
+
+REPO = pathlib.Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(REPO))
+
+import torch  # noqa: E402
+
+from det_lightning import pytorch  # noqa: E402
+from tests.fixtures.trials import make_trials, regression_data, seed_everything  # noqa: E402
+
+
+class Harness(pytorch.PyTorchCallback):
+    """Blocks a checkpoint write, limits file sizes, and records shutdown, as asked."""
+
+    def __init__(self, args: Dict[str, Any]) -> None:
+        self.args = args
+        self.checkpoints = 0
+
+    def on_checkpoint_write_end(self, checkpoint_dir: str) -> None:
+        self.checkpoints += 1
+        if self.checkpoints == self.args.get("block_write"):
+            pathlib.Path(self.args["marker"]).write_text(checkpoint_dir)
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:  # the parent signals or kills us meanwhile
+                time.sleep(0.05)
+            raise RuntimeError("nobody killed the blocked checkpoint write")
+
+    def on_checkpoint_upload_end(self, uuid: str) -> None:
+        if self.checkpoints == self.args.get("fsize_after"):
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # fail the write instead of dying
+            limit = self.args["fsize_limit"]
+            resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
+
+    def on_trial_shutdown(self) -> None:
+        if self.args.get("shutdown"):
+            pathlib.Path(self.args["shutdown"]).write_text("shutdown")
+
+
+def main(args: Dict[str, Any]) -> None:
+    torch.set_num_threads(1)
+    base = make_trials(pytorch)["MLPTrial"]
+    signum = getattr(signal, args.get("signal", "SIGTERM"))
+
+    class ScriptTrial(base):  # type: ignore[valid-type, misc]
+        def build_callbacks(self) -> Dict[str, Any]:
+            return {**super().build_callbacks(), "harness": Harness(args)}
+
+        def build_training_data_loader(self) -> Any:
+            if not args.get("workers"):
+                return super().build_training_data_loader()
+            hparams = args.get("hparams", {})
+            return pytorch.DataLoader(
+                regression_data(hparams.get("n", 64)), batch_size=hparams.get("batch_size", 8),
+                shuffle=True, num_workers=args["workers"],
+            )
+
+        def train_batch(self, batch: Any, epoch_idx: int, batch_idx: int) -> Any:
+            if batch_idx == 0 and args.get("started"):
+                pathlib.Path(args["started"]).write_text("started")
+            at_rank = args.get("signal_rank", self.context.distributed.rank)
+            if batch_idx == args.get("signal_at") and self.context.distributed.rank == at_rank:
+                os.kill(os.getpid(), signum)
+            time.sleep(args.get("slow_batches", 0))
+            return super().train_batch(batch, epoch_idx, batch_idx)
+
+    fit_args: Dict[str, Any] = {
+        k: pytorch.Batch(v) if k.endswith("_period") else v for k, v in args.get("fit", {}).items()
+    }
+    seed_everything(args.get("seed", 3))
+    launch = {"devices": args["devices"]} if args.get("devices") else {}
+    with pytorch.init(hparams=args.get("hparams", {}), accelerator="cpu", **launch) as context:
+        trial = ScriptTrial(context)
+        trainer = pytorch.Trainer(trial, context, logger=False)
+        trainer.fit(max_length=pytorch.Batch(args["batches"]), **fit_args)
+    if args.get("out"):
+        torch.save(trial.model.state_dict(), args["out"])
+
+
+if __name__ == "__main__":
+    import logging
+
+    import det_lightning
+
+    logging.basicConfig(level=logging.INFO, format=det_lightning.LOG_FORMAT)
+    main(json.loads(pathlib.Path(sys.argv[1]).read_text()))

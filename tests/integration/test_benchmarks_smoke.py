@@ -1,0 +1,46 @@
+"""The benchmark command (``benchmarks/run.py --quick``) runs end to end and writes its report.
+
+Tiny sizes, one repetition: this checks that every workload still runs under det_lightning
+and the baselines it is compared with, not the numbers (a benchmark reports, it does not assert).
+"""
+
+import json
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+SYSTEMS = {"raw": "raw PyTorch loop", "lightning": "Lightning (manual optimization)",
+           "det_lightning": "det_lightning"}
+WORKLOAD_ROWS = ["MLP 32-64-1", "CNN 3x32x32", "MLP, validation", "MLP, 2 processes",
+                 "CNN, 2 processes"]
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_quick_benchmark_writes_a_report_with_every_row(tmp_path: pathlib.Path) -> None:
+    out = tmp_path / "results"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "run.py"), "--quick",
+         "--systems", ",".join(SYSTEMS), "--out", str(out)],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    reports = list(out.glob("overhead-quick_cpu-*core_*.md"))
+    assert len(reports) == 1, sorted(p.name for p in out.iterdir())
+    text = reports[0].read_text()
+    assert "not measured" not in text.split("## Targets")[0], text
+    table_rows = [line for line in text.splitlines() if line.startswith("| ")]
+    for workload in WORKLOAD_ROWS:
+        for label in SYSTEMS.values():
+            assert any(workload in row and f"| {label} |" in row for row in table_rows), (
+                workload, label, text)
+    for label in ["bare torch.save / torch.load", SYSTEMS["lightning"], SYSTEMS["det_lightning"]]:
+        assert any(row.startswith(f"| {label} |") for row in text.split("## Checkpoint")[1]
+                   .split("## Start-up")[0].splitlines()), (label, text)
+    assert "`import det_lightning` after `import torch`" in text
+    assert "`lightning` imported: no" in text
+    results = json.loads(reports[0].with_suffix(".json").read_text())
+    assert {r["system"] for r in results} == {*SYSTEMS, "import"}

@@ -1,0 +1,293 @@
+"""``det-lightning experiment``: Determined experiment configs run locally, trial after trial.
+
+The fixture project (tests/fixtures/determined_project) is Determined code, unmodified: its
+``model_def.py`` imports ``determined``. Runs go through child processes (see cli_support).
+"""
+
+import pathlib
+import re
+import sys
+
+import pytest
+
+from det_lightning import _cli, _experiment, _harness, compat, errors
+from det_lightning._config import load_config
+from det_lightning.pytorch import Batch, Epoch
+from tests.integration.cli_support import (
+    PROJECT,
+    VALIDATION_LOG_ENV,
+    load_checkpoint,
+    output,
+    project_files,
+    read_validation_log,
+    run_cli,
+)
+
+
+def _config(**overrides: object) -> dict:
+    base = {
+        "entrypoint": "model_def:RegressionTrial",
+        "hyperparameters": {"global_batch_size": 8, "learning_rate": 0.05, "hidden_size": 4},
+        "searcher": {"name": "single", "metric": "validation_loss", "max_length": {"batches": 4}},
+    }
+    return {**base, **overrides}
+
+
+# ----- whole experiments, through the CLI ----------------------------------------------------
+
+
+def test_legacy_entrypoint_validates_at_config_batches_and_checkpoints(
+    isolated_run: pathlib.Path, checkpoint_dir: pathlib.Path
+) -> None:
+    """const.yaml: max_length {batches: 12}, min_validation_period {batches: 5}."""
+    before = project_files()
+    log = isolated_run / "validations.jsonl"
+    result = run_cli("experiment", str(PROJECT / "const.yaml"), str(PROJECT), cwd=isolated_run,
+                     env={VALIDATION_LOG_ENV: str(log)})
+    assert result.returncode == 0, output(result)
+
+    # Validation after batches 5 and 10 (the period) and 12 (the end), as Determined does.
+    assert [v["batches"] for v in read_validation_log(log)] == [5, 10, 12]
+    steps = re.findall(r"report_validation_metrics\(steps_completed=(\d+)", result.stderr)
+    assert steps == ["5", "10", "12"]
+    # Keys that only matter on a cluster are reported once.
+    ignored = [line for line in result.stderr.splitlines() if "ignored when running locally" in line]
+    assert len(ignored) == 1 and "max_restarts" in ignored[0] and "environment" in ignored[0]
+
+    # The summary names the trial's best checkpoint, under its own trial directory.
+    best = re.search(r"^best: trial 1 \(validation_loss=([\d.e+-]+)\), checkpoint (\S+)$",
+                     result.stdout, re.M)
+    assert best, output(result)
+    losses = [v["validation_loss"] for v in read_validation_log(log)]
+    assert float(best.group(1)) == pytest.approx(min(losses), rel=1e-3)
+    checkpoint = pathlib.Path(best.group(2))
+    assert checkpoint.parent == checkpoint_dir / "trial-1"
+    assert (checkpoint / "code" / "model_def.py").read_bytes() == before["model_def.py"]
+
+    loaded = load_checkpoint(checkpoint, "trust_code", cwd=isolated_run)
+    assert loaded["class"] == "model_def.RegressionTrial" and loaded["is_trial"]
+    assert loaded["hparams"] == {"global_batch_size": 8, "learning_rate": 0.05, "hidden_size": 8}
+    assert loaded["keys"] and loaded["max_weight_difference"] == 0.0
+    assert project_files() == before  # the project is run as it is, and left as it was
+
+    # `det-lightning checkpoint convert` (in process: it imports no trial code).
+    assert _cli.main(["checkpoint", "convert", str(checkpoint), "best.ckpt"]) == 0
+    assert (isolated_run / "best.ckpt").stat().st_size > 0
+
+
+@pytest.mark.slow
+def test_grid_search_runs_each_point_and_reports_the_best(
+    isolated_run: pathlib.Path, checkpoint_dir: pathlib.Path
+) -> None:
+    """search.yaml: learning_rate (log, count 2) x hidden_size (2 values) = 4 trials."""
+    log = isolated_run / "validations.jsonl"
+    result = run_cli("experiment", str(PROJECT / "search.yaml"), str(PROJECT), cwd=isolated_run,
+                     env={VALIDATION_LOG_ENV: str(log)})
+    assert result.returncode == 0, output(result)
+
+    lines = read_validation_log(log)
+    points = {(round(v["hparams"]["learning_rate"], 6), v["hparams"]["hidden_size"]) for v in lines}
+    assert points == {(0.001, 2), (0.001, 8), (0.1, 2), (0.1, 8)}
+    assert [v["batches"] for v in lines] == [4, 8] * 4  # one trial after another
+    for n in range(1, 5):
+        assert len([p for p in (checkpoint_dir / f"trial-{n}").iterdir()]) >= 1
+
+    rows = re.findall(r"^([1-4])\s+COMPLETED\s+.*?\s([\d.e+-]+)\s+(\S+)$", result.stdout, re.M)
+    assert len(rows) == 4, output(result)
+    best_per_trial = [min(v["validation_loss"] for v in lines[2 * i : 2 * i + 2]) for i in range(4)]
+    for (number, metric, path), expected in zip(rows, best_per_trial):
+        assert float(metric) == pytest.approx(expected, rel=1e-3)
+        assert pathlib.Path(path).parent == checkpoint_dir / f"trial-{number}"
+    winner = 1 + best_per_trial.index(min(best_per_trial))
+    assert re.search(rf"^best: trial {winner} \(validation_loss=", result.stdout, re.M), output(
+        result
+    )
+
+
+@pytest.mark.slow
+def test_command_entrypoint_runs_the_script_in_the_model_dir(
+    isolated_run: pathlib.Path, checkpoint_dir: pathlib.Path
+) -> None:
+    """script.yaml: `python3 -m determined.launch.torch_distributed python3 train.py --batches 6`."""
+    before = project_files()
+    log = isolated_run / "validations.jsonl"
+    result = run_cli("experiment", str(PROJECT / "script.yaml"), str(PROJECT), cwd=isolated_run,
+                     env={VALIDATION_LOG_ENV: str(log)})
+    assert result.returncode == 0, output(result)
+    assert [v["batches"] for v in read_validation_log(log)] == [4, 6]  # train.py's own periods
+    checkpoints = list((checkpoint_dir / "trial-1").iterdir())
+    assert len(checkpoints) == 1, checkpoints
+    assert re.search(rf"^1\s+COMPLETED\s.*{re.escape(str(checkpoints[0]))}$", result.stdout, re.M)
+    assert project_files() == before
+
+
+# ----- configuration errors: before any training, naming the key -----------------------------
+
+
+def _write(tmp_path: pathlib.Path, text: str) -> pathlib.Path:
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("searcher: {name: single, metric: validation_loss, max_length: {batches: 4}}\n",
+         "entrypoint: required key is missing"),
+        ("entrypoint: model_def:RegressionTrial\n"
+         "searcher: {name: single, metric: validation_loss, max_length: {steps: 4}}\n",
+         "searcher.max_length.steps: unknown training unit 'steps'"),
+        ("entrypoint: model_def:RegressionTrial\n"
+         "searcher: {name: single, metric: validation_loss, max_length: 4}\n",
+         "searcher.max_length: 4 has no unit"),
+        ("entrypoint: model_def:RegressionTrial\n"
+         "searcher: {name: single, metric: validation_loss, max_length: {records: 64}}\n",
+         "searcher.max_length.records: converting records to batches needs"),
+        ("entrypoint: model_def:RegressionTrial\n"
+         "searcher: {name: adaptive_asha, metric: validation_loss, max_trials: 4,\n"
+         "           max_length: {batches: 4}}\n",
+         "searcher.name: 'adaptive_asha' needs the Determined master"),
+    ],
+)
+def test_config_errors_name_the_key_and_exit_2(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture, text: str, expected: str
+) -> None:
+    """In process: these fail while planning, before anything is imported as ``determined``."""
+    config = _write(tmp_path, text)
+    assert _cli.main(["experiment", str(config), str(PROJECT)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"det-lightning experiment: error: {config}: "), err
+    assert expected in err
+    assert not compat.is_installed()
+
+
+def test_config_errors_exit_the_process_with_2(isolated_run: pathlib.Path) -> None:
+    misspelled = _write(isolated_run, (
+        "entrypoint: model_def:RegressionTrial\n"
+        "searcher: {name: single, metric: validation_loss, max_length: {batches: 4}}\n"
+        "min_validaton_period: {batches: 2}\n"
+    ))
+    result = run_cli("experiment", str(misspelled), str(PROJECT), cwd=isolated_run)
+    assert result.returncode == 2, output(result)
+    assert "min_validaton_period: unknown key. Did you mean 'min_validation_period'?" in (
+        result.stderr
+    )
+    missing_class = _write(isolated_run, (
+        "entrypoint: model_def:NoSuchTrial\n"
+        "searcher: {name: single, metric: validation_loss, max_length: {batches: 4}}\n"
+    ))
+    result = run_cli("experiment", str(missing_class), str(PROJECT), cwd=isolated_run)
+    assert result.returncode == 2, output(result)
+    assert "entrypoint: 'model_def:NoSuchTrial': model_def has no attribute 'NoSuchTrial'" in (
+        result.stderr
+    )
+    assert "Traceback" not in result.stderr
+
+
+# ----- planning: pure functions, in process ---------------------------------------------------
+
+
+def test_plan_puts_checkpoints_where_checkpoint_storage_says(tmp_path: pathlib.Path) -> None:
+    storage = {"type": "shared_fs", "host_path": str(tmp_path / "store"), "storage_path": "exp"}
+    plan = _experiment.plan_experiment(load_config(_config(checkpoint_storage=storage)), PROJECT)
+    assert plan.checkpoint_root == tmp_path / "store" / "exp"
+    assert plan.trial_class == "model_def:RegressionTrial" and plan.command is None
+    overridden = _experiment.plan_experiment(
+        load_config(_config(checkpoint_storage=storage)), PROJECT,
+        checkpoint_dir=str(tmp_path / "cli"),
+    )
+    assert overridden.checkpoint_root == tmp_path / "cli"
+
+
+def test_plan_defaults_to_the_environment_checkpoint_dir(checkpoint_dir: pathlib.Path) -> None:
+    plan = _experiment.plan_experiment(load_config(_config()), str(PROJECT), {"devices": None})
+    assert plan.checkpoint_root == checkpoint_dir
+    assert plan.launch == {}
+
+
+def test_plan_refuses_adaptive_asha_and_missing_model_dir(tmp_path: pathlib.Path) -> None:
+    asha = _config(searcher={"name": "adaptive_asha", "metric": "validation_loss",
+                             "max_trials": 4, "max_length": {"batches": 4}})
+    with pytest.raises(NotImplementedError, match="'adaptive_asha' needs the Determined master"):
+        _experiment.plan_experiment(load_config(asha), PROJECT)
+    with pytest.raises(_experiment.UsageError, match="is not a directory"):
+        _experiment.plan_experiment(load_config(_config()), tmp_path / "missing")
+
+
+def test_plan_refuses_a_search_over_a_command_entrypoint() -> None:
+    grid = _config(
+        entrypoint="python3 train.py",
+        hyperparameters={"learning_rate": {"type": "categorical", "vals": [0.1, 0.2]}},
+        searcher={"name": "grid", "metric": "validation_loss"},
+    )
+    with pytest.raises(errors.InvalidConfigException, match="a 'grid' search runs 2 trials"):
+        _experiment.plan_experiment(load_config(grid), PROJECT)
+
+
+@pytest.mark.parametrize(
+    "entrypoint, expected",
+    [
+        ("python3 train.py --epochs 2", ["train.py", "--epochs", "2"]),
+        (["python3", "train.py"], ["train.py"]),
+        ("python3 -m determined.launch.torch_distributed python3 train.py", ["train.py"]),
+        ("python3 -m determined.launch.torch_distributed -- python3 train.py -x", ["train.py", "-x"]),
+        ("python3 -m determined.launch.deepspeed --trial model_def:T", "model_def:T"),
+        ("python3 -m determined.launch.horovod --autohorovod --trial=model_def:T", "model_def:T"),
+        ("python -m mypackage.train --lr 1", ["-m", "mypackage.train", "--lr", "1"]),
+        (f"{sys.executable} -u train.py", ["train.py"]),
+    ],
+)
+def test_parse_command(entrypoint: object, expected: object) -> None:
+    assert _harness.parse_command(entrypoint) == expected  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("entrypoint", ["bash run.sh", "python3 -c 'print(1)'", "train.py"])
+def test_parse_command_refuses_non_python_commands(entrypoint: str) -> None:
+    with pytest.raises(errors.InvalidConfigException, match="^entrypoint: .* is not run locally"):
+        _harness.parse_command(entrypoint)
+
+
+def test_training_lengths_follow_the_harness() -> None:
+    config = load_config(_config(
+        searcher={"name": "single", "metric": "validation_loss", "max_length": {"records": 100}},
+        min_validation_period={"epochs": 2},
+        scheduling_unit=7,
+    ))
+    lengths = _harness.training_lengths(config, {"global_batch_size": 8})
+    assert lengths["max_length"] == Batch(12)  # 100 records // 8
+    assert lengths["validation_period"] == Epoch(2)
+    assert lengths["checkpoint_period"] == Batch(sys.maxsize)  # 0: never
+    assert lengths["reporting_period"] == Batch(7)
+    epochs = load_config(_config(searcher={"name": "single", "metric": "validation_loss",
+                                           "max_length": {"epochs": 3}}))
+    assert _harness.training_lengths(epochs, {})["max_length"] == Epoch(3)
+    with pytest.raises(errors.InvalidConfigException, match="global_batch_size >= 1, got None"):
+        _harness.training_lengths(config, {})
+    missing = load_config(_config(searcher={"name": "single", "metric": "validation_loss"}))
+    with pytest.raises(errors.InvalidConfigException, match="^searcher.max_length: required"):
+        _harness.training_lengths(missing, {})
+
+
+def test_launch_options_from_slots_per_trial() -> None:
+    two = load_config(_config(resources={"slots_per_trial": 2}))
+    assert _experiment.launch_options(two, {}) == {"devices": 2}
+    assert _experiment.launch_options(two, {"devices": 1, "precision": None}) == {"devices": 1}
+    assert _experiment.launch_flags({"devices": 2, "num_nodes": 1}) == [
+        "--devices", "2", "--num-nodes", "1"
+    ]
+
+
+def test_summary_picks_the_best_completed_trial() -> None:
+    rows = [
+        _experiment.TrialResult(1, {"lr": 0.1, "net": {"width": 4}}, "COMPLETED", 0.5, None),
+        _experiment.TrialResult(2, {"lr": 0.01, "net": {"width": 8}}, "ERROR"),
+        _experiment.TrialResult(3, {"lr": 0.001, "net": {"width": 8}}, "COMPLETED", 0.75,
+                                pathlib.Path("/c/trial-3/x")),
+    ]
+    lower = _experiment.format_summary(rows, "loss", smaller_is_better=True)
+    assert "lr=0.01, net.width=8" in lower
+    assert lower.splitlines()[-1] == "best: trial 1 (loss=0.5), checkpoint -"
+    higher = _experiment.format_summary(rows, "accuracy", smaller_is_better=False)
+    assert higher.splitlines()[-1] == "best: trial 3 (accuracy=0.75), checkpoint /c/trial-3/x"
+    assert _experiment.best_trial(rows[1:2], True) is None

@@ -1,0 +1,348 @@
+"""Preemption and crash safety: a signalled or killed run resumes to the same weights.
+
+The oracle is the uninterrupted run: stopping at any batch (SIGTERM, SIGINT, a stop request)
+or dying at any moment (kill -9, even inside a checkpoint write) and resuming from the newest
+complete checkpoint must end with exactly its weights.
+"""
+
+import json
+import os
+import pathlib
+import random
+import signal
+import threading
+import time
+from typing import Any, Dict, List, Optional
+
+import lightning.pytorch as pl
+import pytest
+import torch
+
+from det_lightning import errors, pytorch
+from det_lightning.adapters import preemption
+from det_lightning.pytorch import _checkpoint as ckpt
+from tests.distributed import jobs
+from tests.fixtures.trials import make_trials, seed_everything
+from tests.integration.scripts.launch import Script
+
+HPARAMS = {"n": 48, "batch_size": 8}  # 6 batches an epoch: most stops land mid-epoch
+BATCHES = 14
+MLPTrial = make_trials(pytorch)["MLPTrial"]
+
+
+class StopAt(MLPTrial):  # type: ignore[valid-type, misc]
+    """MLPTrial that, during batch ``at``, signals its own process (or asks to stop)."""
+
+    at: int = -1
+    signum: Optional[int] = None
+    shutdowns: List[str] = []
+
+    def train_batch(self, batch: Any, epoch_idx: int, batch_idx: int) -> Any:
+        if batch_idx == self.at:
+            if self.signum is None:
+                self.context.set_stop_requested(True)
+            else:
+                os.kill(os.getpid(), self.signum)
+        return super().train_batch(batch, epoch_idx, batch_idx)
+
+    def build_callbacks(self) -> Dict[str, Any]:
+        trial = self
+
+        class Shutdown(pytorch.PyTorchCallback):
+            def on_trial_shutdown(self) -> None:
+                trial.shutdowns.append(f"shutdown after {len(trial.seen)} batches")
+
+        return {**super().build_callbacks(), "shutdown": Shutdown()}
+
+
+def stop_at(at: int, signum: Optional[int]) -> Any:
+    """A ``StopAt`` subclass for batch ``at`` (a class statement, so ``code/`` copies this
+    package: ``type()`` under ABCMeta would name the ``abc`` module as the class's home)."""
+
+    class Stopping(StopAt):
+        pass
+
+    Stopping.at, Stopping.signum, Stopping.shutdowns = at, signum, []
+    return Stopping
+
+
+def fit(
+    trial_cls: Any, checkpoint_dir: pathlib.Path, callbacks: Optional[List[Any]] = None, **kw: Any
+) -> Any:
+    seed_everything(3)
+    with pytorch.init(hparams=dict(HPARAMS), accelerator="cpu") as context:
+        trial = trial_cls(context)
+        trainer = pytorch.Trainer(
+            trial, context, logger=False, checkpoint_dir=str(checkpoint_dir),
+            callbacks=callbacks or [],
+        )
+        trainer.fit(max_length=pytorch.Batch(BATCHES), **kw)
+    return trial
+
+
+def assert_same_weights(a: Dict[str, torch.Tensor], b: Dict[str, torch.Tensor]) -> None:
+    assert a.keys() == b.keys()
+    for name in a:
+        assert torch.equal(a[name], b[name]), name
+
+
+@pytest.fixture
+def straight(tmp_path: pathlib.Path) -> Dict[str, torch.Tensor]:
+    """The final weights of the uninterrupted run."""
+    return dict(fit(MLPTrial, tmp_path / "straight").model.state_dict())
+
+
+def steps_of(checkpoint: pathlib.Path) -> int:
+    return int(json.loads((checkpoint / ckpt.METADATA_FILE).read_text())["steps_completed"])
+
+
+# ----- signals, in this process --------------------------------------------------------------
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_a_signal_checkpoints_after_the_batch_and_resuming_matches_the_straight_run(
+    seed: int, checkpoint_dir: pathlib.Path, straight: Dict[str, torch.Tensor]
+) -> None:
+    rng = random.Random(seed)
+    at = rng.randrange(0, BATCHES - 1)
+    signum = [signal.SIGTERM, signal.SIGINT][seed % 2]
+    trial_cls = stop_at(at, signum)
+    with pytest.raises(errors.TrialPreempted) as stopped:
+        fit(trial_cls, checkpoint_dir)
+    assert stopped.value.code == errors.TrialPreempted.EXIT_CODE == 75
+    # The batch the signal arrived in was finished, then checkpointed; nothing more trained.
+    assert trial_cls.shutdowns == [f"shutdown after {at + 1} batches"]
+    latest = ckpt.latest_checkpoint(checkpoint_dir)
+    assert latest is not None and steps_of(latest) == at + 1
+    assert stopped.value.checkpoint == str(latest)
+    assert signal.Signals(signum).name in str(stopped.value)
+    assert "latest_checkpoint='latest'" in str(stopped.value)
+
+    resumed = fit(MLPTrial, checkpoint_dir, latest_checkpoint="latest")
+    assert len(resumed.seen) == BATCHES - at - 1
+    assert_same_weights(dict(resumed.model.state_dict()), straight)
+
+
+class SignalProbe(pl.Callback):
+    """Records, inside Lightning's loop, who handles SIGTERM and what Lightning believes."""
+
+    def __init__(self) -> None:
+        self.handlers: List[Any] = []
+        self.received_sigterm: List[bool] = []
+
+    def on_train_batch_end(self, trainer: pl.Trainer, *args: Any) -> None:
+        self.handlers.append(signal.getsignal(signal.SIGTERM))
+        self.received_sigterm.append(trainer.received_sigterm)
+
+
+def test_lightning_sigterm_handling_is_superseded_and_handlers_are_restored(
+    checkpoint_dir: pathlib.Path,
+) -> None:
+    def previous(signum: int, frame: Any) -> None:
+        raise AssertionError("the handler from before fit() ran during fit()")
+
+    old = signal.signal(signal.SIGTERM, previous)
+    try:
+        probe = SignalProbe()
+        trial_cls = stop_at(2, signal.SIGTERM)
+        with pytest.raises(errors.TrialPreempted):
+            fit(trial_cls, checkpoint_dir, callbacks=[probe])
+        assert signal.getsignal(signal.SIGTERM) is previous
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGTERM, old)
+    # Ours alone (not Lightning's _HandlersCompose chaining to it), and Lightning never saw the
+    # signal, so it raised no SIGTERMException mid-loop.
+    assert len(probe.handlers) == 3
+    assert all(isinstance(getattr(h, "__self__", None), preemption.SignalWatcher)
+               for h in probe.handlers)
+    assert probe.received_sigterm == [False, False, False]
+
+
+def test_set_stop_requested_stops_after_the_batch_with_a_checkpoint(
+    checkpoint_dir: pathlib.Path, straight: Dict[str, torch.Tensor]
+) -> None:
+    trial_cls = stop_at(4, None)
+    trial = fit(trial_cls, checkpoint_dir)  # returns: the trial chose to stop
+    assert len(trial.seen) == 5
+    assert trial_cls.shutdowns == ["shutdown after 5 batches"]
+    latest = ckpt.latest_checkpoint(checkpoint_dir)
+    assert latest is not None and steps_of(latest) == 5
+    resumed = fit(MLPTrial, checkpoint_dir, latest_checkpoint="latest")
+    assert_same_weights(dict(resumed.model.state_dict()), straight)
+
+
+def test_no_handlers_outside_the_main_thread(checkpoint_dir: pathlib.Path) -> None:
+    errors_seen: List[BaseException] = []
+    before = signal.getsignal(signal.SIGTERM)
+
+    def run() -> None:
+        try:
+            fit(MLPTrial, checkpoint_dir)
+        except BaseException as e:  # signal.signal() would raise ValueError in this thread
+            errors_seen.append(e)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(timeout=120)
+    assert not thread.is_alive() and errors_seen == []
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+# ----- resuming from the environment ---------------------------------------------------------
+def test_env_latest_starts_fresh_then_continues(
+    checkpoint_dir: pathlib.Path, straight: Dict[str, torch.Tensor],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(preemption.LATEST_CHECKPOINT_ENV, "latest")
+    trial_cls = stop_at(6, signal.SIGTERM)
+    with pytest.raises(errors.TrialPreempted):
+        fit(trial_cls, checkpoint_dir)  # no checkpoint yet: the first run starts from batch 0
+    resumed = fit(MLPTrial, checkpoint_dir)  # the same call, requeued
+    assert len(resumed.seen) == BATCHES - 7
+    assert_same_weights(dict(resumed.model.state_dict()), straight)
+
+
+def test_env_names_a_checkpoint(
+    checkpoint_dir: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    trial_cls = stop_at(2, None)
+    fit(trial_cls, checkpoint_dir)
+    latest = ckpt.latest_checkpoint(checkpoint_dir)
+    assert latest is not None
+    monkeypatch.setenv(preemption.LATEST_CHECKPOINT_ENV, latest.name)  # a UUID
+    assert len(fit(MLPTrial, checkpoint_dir).seen) == BATCHES - 3
+
+
+# ----- in a process of its own -----------------------------------------------------------------
+@pytest.mark.slow
+def test_sigterm_exits_with_status_75_and_the_requeued_run_continues(
+    tmp_path: pathlib.Path, checkpoint_dir: pathlib.Path, straight: Dict[str, torch.Tensor],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    shutdown = tmp_path / "shutdown"
+    script = Script(
+        tmp_path / "run", batches=BATCHES, hparams=HPARAMS, signal_at=8, shutdown=str(shutdown)
+    )
+    assert script.wait() == 75, script.log()
+    log = script.log()
+    assert "Received SIGTERM: finishing the current batch" in log
+    assert "latest_checkpoint='latest'" in log and "DET_LIGHTNING_LATEST_CHECKPOINT=latest" in log
+    assert "Traceback" not in log
+    assert shutdown.read_text() == "shutdown"
+    latest = ckpt.latest_checkpoint(checkpoint_dir)
+    assert latest is not None and steps_of(latest) == 9
+
+    monkeypatch.setenv(preemption.LATEST_CHECKPOINT_ENV, "latest")
+    resumed = fit(MLPTrial, checkpoint_dir)
+    assert len(resumed.seen) == BATCHES - 9
+    assert_same_weights(dict(resumed.model.state_dict()), straight)
+
+
+@pytest.mark.slow
+def test_ctrl_c_with_loader_workers_still_checkpoints(
+    tmp_path: pathlib.Path, checkpoint_dir: pathlib.Path
+) -> None:
+    """Ctrl+C signals the whole process group, DataLoader workers included. The workers
+    inherit the handler, so they keep serving batches until the main process stops them.
+    (torch gives its workers a SIGTERM handler of its own: a group-wide SIGTERM kills them.)"""
+    started = tmp_path / "started"
+    script = Script(
+        tmp_path / "run", new_session=True, batches=200, hparams=HPARAMS, workers=2,
+        slow_batches=0.02, started=str(started),
+    )
+    script.wait_for_file(started)
+    time.sleep(0.2)
+    os.killpg(script.process.pid, signal.SIGINT)
+    assert script.wait() == 75, script.log()
+    log = script.log()
+    assert log.count("Received SIGINT") == 1  # said once, by the main process
+    assert "DataLoader worker" not in log and "KeyboardInterrupt" not in log
+    latest = ckpt.latest_checkpoint(checkpoint_dir)
+    assert latest is not None and 0 < steps_of(latest) < 200
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_a_signal_on_one_rank_stops_every_rank_after_the_same_batch(tmp_path: pathlib.Path) -> None:
+    args = tmp_path / "args.json"
+    args.write_text(json.dumps({
+        "batches": 40, "hparams": HPARAMS, "devices": 2, "signal_at": 5, "signal_rank": 1,
+        "shutdown": str(tmp_path / "shutdown"),
+    }))
+    job = jobs.run([str(jobs.REPO / "tests/integration/scripts/train.py"), str(args)],
+                   tmp_path / "job")
+    assert job.returncode == 75, job.output[-6000:]
+    assert job.output.count("Received SIGTERM") == 1
+    assert "Stopped by SIGTERM" in job.output
+    (checkpoint,) = job.checkpoints()
+    assert steps_of(checkpoint) == 6  # rank 1's batch 5 finished, on both ranks, then stopped
+
+
+def _blocked_in_second_checkpoint(tmp_path: pathlib.Path) -> "tuple[Script, pathlib.Path]":
+    """A run blocked while writing its second checkpoint (batch 6; the first is batch 3)."""
+    marker = tmp_path / "blocked"
+    script = Script(
+        tmp_path / "run", batches=BATCHES, hparams=HPARAMS, fit={"checkpoint_period": 3},
+        block_write=2, marker=str(marker),
+    )
+    script.wait_for_file(marker)
+    return script, pathlib.Path(marker.read_text())
+
+
+def _assert_previous_checkpoint_intact(checkpoint_dir: pathlib.Path, partial: pathlib.Path) -> None:
+    assert partial.name.startswith(".") and partial.name.endswith(ckpt.PARTIAL_SUFFIX)
+    assert partial.is_dir()  # the write that was cut short
+    complete = [p for p in checkpoint_dir.iterdir() if not p.name.startswith(".")]
+    assert len(complete) == 1 and steps_of(complete[0]) == 3
+    assert ckpt.latest_checkpoint(checkpoint_dir) == complete[0]
+    trial = pytorch.load_trial_from_checkpoint_path(str(complete[0]), trial_class=MLPTrial)
+    assert isinstance(trial, MLPTrial)
+
+
+@pytest.mark.slow
+def test_a_second_signal_exits_at_once_keeping_the_last_complete_checkpoint(
+    tmp_path: pathlib.Path, checkpoint_dir: pathlib.Path
+) -> None:
+    script, partial = _blocked_in_second_checkpoint(tmp_path)
+    script.signal(signal.SIGTERM)
+    time.sleep(0.5)
+    assert script.process.poll() is None  # the first signal waits for the batch to end
+    script.signal(signal.SIGTERM)
+    assert script.wait(timeout=30) == -signal.SIGTERM
+    assert "Received SIGTERM again: exiting at once" in script.log()
+    _assert_previous_checkpoint_intact(checkpoint_dir, partial)
+
+
+@pytest.mark.slow
+def test_kill_9_during_a_checkpoint_write_loses_nothing_complete(
+    tmp_path: pathlib.Path, checkpoint_dir: pathlib.Path, straight: Dict[str, torch.Tensor]
+) -> None:
+    script, partial = _blocked_in_second_checkpoint(tmp_path)
+    script.signal(signal.SIGKILL)
+    assert script.wait(timeout=30) == -signal.SIGKILL
+    _assert_previous_checkpoint_intact(checkpoint_dir, partial)
+
+    resumed = fit(MLPTrial, checkpoint_dir, latest_checkpoint="latest")
+    assert not partial.exists()  # cleaned on the next start
+    assert len(resumed.seen) == BATCHES - 3
+    assert_same_weights(dict(resumed.model.state_dict()), straight)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [0, 1])
+def test_kill_9_at_a_random_moment_then_resume_matches_the_straight_run(
+    seed: int, tmp_path: pathlib.Path, checkpoint_dir: pathlib.Path,
+    straight: Dict[str, torch.Tensor], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    started = tmp_path / "started"
+    script = Script(
+        tmp_path / "run", batches=BATCHES, hparams=HPARAMS, fit={"checkpoint_period": 1},
+        slow_batches=0.03, started=str(started),
+    )
+    script.wait_for_file(started)
+    time.sleep(random.Random(seed).uniform(0.0, 0.4))
+    script.signal(signal.SIGKILL)
+    assert script.wait(timeout=30) == -signal.SIGKILL  # killed mid-run, not after it ended
+    monkeypatch.setenv(preemption.LATEST_CHECKPOINT_ENV, "latest")
+    resumed = fit(MLPTrial, checkpoint_dir)
+    assert not [p for p in checkpoint_dir.iterdir() if p.name.endswith(ckpt.PARTIAL_SUFFIX)]
+    assert_same_weights(dict(resumed.model.state_dict()), straight)

@@ -1,0 +1,209 @@
+"""The checkpoint format's pieces, without a Trainer: RNG state, model keys, files, atomic writes."""
+
+import json
+import logging
+import pathlib
+import pickle
+import random
+import sys
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from det_lightning import errors
+from det_lightning.pytorch import _checkpoint as ckpt
+from det_lightning.pytorch._code import MAX_CODE_FILE_BYTES, code_sources, copy_code
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+
+
+def _mlp() -> nn.Module:
+    return nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 1))
+
+
+# ----- RNG state ------------------------------------------------------------------------------
+def test_rng_state_round_trips_through_a_weights_only_file(tmp_path: pathlib.Path) -> None:
+    random.seed(1), np.random.seed(2), torch.manual_seed(3)
+    state = ckpt.capture_rng_state()
+    assert set(state) == {"cpu_rng_state", "np_rng_state", "random_rng_state"}  # no GPU here
+    torch.save(state, tmp_path / "rng.pth")
+    expected = (random.random(), np.random.rand(), torch.rand(1))
+    random.seed(9), np.random.seed(9), torch.manual_seed(9)
+    ckpt.restore_rng_state(torch.load(tmp_path / "rng.pth", weights_only=True))
+    assert (random.random(), np.random.rand(), torch.rand(1)) == expected
+
+
+def test_determined_numpy_rng_state_is_restored_and_made_weights_only_safe() -> None:
+    np.random.seed(5)
+    determined_style = {
+        "cpu_rng_state": torch.random.get_rng_state(),
+        "np_rng_state": np.random.get_state(),  # what Determined pickles: a numpy array inside
+        "random_rng_state": random.getstate(),
+    }
+    expected = np.random.rand(3)
+    safe = ckpt.safe_rng_state(determined_style)
+    assert isinstance(safe["np_rng_state"][1], torch.Tensor)
+    np.random.seed(0)
+    ckpt.restore_rng_state(safe)
+    assert np.array_equal(np.random.rand(3), expected)
+
+
+# ----- models ---------------------------------------------------------------------------------
+def test_data_parallel_models_save_plain_keys() -> None:
+    model = _mlp()
+    wrapped = nn.DataParallel(nn.DataParallel(model))
+    assert list(wrapped.state_dict())[0].startswith("module.module.")
+    assert ckpt.model_state_dicts([wrapped])[0].keys() == model.state_dict().keys()
+
+
+def test_prefixed_weights_load_into_plain_and_wrapped_models() -> None:
+    source = _mlp()
+    prefixed = {f"module._orig_mod.{k}": v for k, v in source.state_dict().items()}
+    for target in (_mlp(), nn.DataParallel(_mlp())):
+        ckpt.load_models([target], {ckpt.MODELS: [prefixed]})
+        for mine, theirs in zip(ckpt.plain_model(target).parameters(), source.parameters()):
+            assert torch.equal(mine, theirs)
+
+
+def test_a_model_whose_own_keys_start_with_module_keeps_them() -> None:
+    class Holder(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.module = nn.Linear(2, 2)
+
+    source, target = Holder(), Holder()
+    ckpt.load_models([target], {ckpt.MODELS: [source.state_dict()]})
+    assert torch.equal(target.module.weight, source.module.weight)
+
+
+def test_key_mismatch_names_the_keys() -> None:
+    with pytest.raises(errors.InvalidCheckpointException, match=r"missing keys \['0.bias'"):
+        ckpt.load_models([_mlp()], {ckpt.MODELS: [nn.Linear(3, 1).state_dict()]})
+    with pytest.raises(errors.InvalidCheckpointException, match="size mismatch for 0.weight"):
+        other = nn.Sequential(nn.Linear(3, 5), nn.ReLU(), nn.Linear(5, 1))
+        ckpt.load_models([_mlp()], {ckpt.MODELS: [other.state_dict()]})
+    with pytest.raises(errors.InvalidCheckpointException, match="2 model state dicts"):
+        ckpt.load_models([_mlp()], {ckpt.MODELS: [_mlp().state_dict()] * 2})
+
+
+# ----- files ----------------------------------------------------------------------------------
+def _write(directory: pathlib.Path, state: dict, batches: int = 7) -> None:
+    trial_state = {**ckpt.new_trial_state(), "batches_trained": batches}
+    ckpt.write_files(directory, state, trial_state, {"trial_type": "PyTorchTrial"}, [], [])
+
+
+def test_written_files_follow_determined_layout(tmp_path: pathlib.Path) -> None:
+    state = {ckpt.MODELS: [_mlp().state_dict()], ckpt.RNG_STATE: ckpt.capture_rng_state()}
+    path = ckpt.write_atomically(tmp_path, "abc", lambda d: _write(d, state))
+    assert sorted(p.name for p in path.iterdir()) == [
+        "code", "load_data.json", "metadata.json", "state_dict.pth", "trial_state.pkl"
+    ]
+    metadata = json.loads((path / "metadata.json").read_text())
+    assert metadata["steps_completed"] == 7 and metadata["format"] == "pickle"
+    assert metadata["framework"] == f"torch-{torch.__version__}"
+    assert metadata["determined_version"] == "0.38.1"
+    assert pickle.loads((path / "trial_state.pkl").read_bytes())["batches_trained"] == 7
+    assert ckpt.read_state_dict(path).keys() == state.keys()  # weights_only loading
+
+
+def test_hyphenated_state_dict_name_is_accepted_on_read(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "checkpoints" / "u1"
+    path.mkdir(parents=True)
+    torch.save({ckpt.MODELS: []}, path / "state-dict.pth")
+    assert ckpt.read_state_dict(path) == {ckpt.MODELS: []}
+    ckpt.write_json(path / "metadata.json", {"steps_completed": 4})
+    assert ckpt.latest_checkpoint(tmp_path / "checkpoints") == path
+
+
+class _Opaque:
+    pass
+
+
+def test_objects_that_need_unpickling_are_refused_unless_asked(tmp_path: pathlib.Path) -> None:
+    torch.save({ckpt.MODELS: [], "extra": _Opaque()}, tmp_path / "state_dict.pth")
+    with pytest.raises(errors.InvalidCheckpointException, match="weights_only"):
+        ckpt.read_state_dict(tmp_path)
+    loaded = ckpt.read_state_dict(tmp_path, weights_only=False)
+    assert isinstance(loaded["extra"], _Opaque)
+
+
+def test_trial_state_pickle_may_not_build_objects(tmp_path: pathlib.Path) -> None:
+    (tmp_path / "trial_state.pkl").write_bytes(pickle.dumps({"batches_trained": _Opaque()}))
+    with pytest.raises(errors.InvalidCheckpointException, match="only plain data"):
+        ckpt.read_trial_state(tmp_path)
+
+
+def test_load_data_names_a_class_in_main_as_the_script(monkeypatch: pytest.MonkeyPatch) -> None:
+    main = type(sys)("__main__")
+    main.__file__ = "/somewhere/train_script.py"
+    monkeypatch.setitem(sys.modules, "__main__", main)
+    trial_cls = type("MyTrial", (), {"__module__": "__main__"})
+    load_data = ckpt.make_load_data(trial_cls, {"lr": 1}, None)
+    assert load_data["trial_cls_spec"] == "train_script:MyTrial"
+    assert load_data["trial_in_main"] is True and load_data["is_trainer"] is True
+    assert "trial_in_main" not in ckpt.make_load_data(_Opaque, {}, None)
+
+
+# ----- code/ ----------------------------------------------------------------------------------
+def _project(tmp_path: pathlib.Path) -> pathlib.Path:
+    project = tmp_path / "project"
+    (project / "pkg").mkdir(parents=True)
+    (project / "pkg" / "__init__.py").write_text("")
+    (project / "pkg" / "model.py").write_text("X = 1\n")
+    (project / "pkg" / "weights.bin").write_bytes(b"0" * (MAX_CODE_FILE_BYTES + 1))
+    (project / "pkg" / "checkpoints").mkdir()
+    (project / "pkg" / "checkpoints" / "old").write_text("a checkpoint")
+    (project / "pkg" / ".git").mkdir()
+    return project
+
+
+def test_code_holds_the_package_without_checkpoints_or_large_files(
+    tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    project = _project(tmp_path)
+    dest = tmp_path / "code"
+    with caplog.at_level(logging.WARNING, "det_lightning.pytorch"):
+        copy_code([(project / "pkg", "pkg")], dest, [project / "pkg" / "checkpoints"])
+    copied = sorted(str(p.relative_to(dest)) for p in dest.rglob("*"))
+    assert copied == ["pkg", "pkg/__init__.py", "pkg/model.py"]
+    assert "weights.bin" in caplog.text and "Not copied" in caplog.text
+
+
+def test_code_sources_are_the_top_level_package_or_the_module_directory(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert code_sources(_Opaque) == [(REPO / "tests", "tests")]
+    (tmp_path / "solo_trial_module.py").write_text("class Trial:\n    pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import solo_trial_module  # type: ignore[import-not-found]
+
+    monkeypatch.delitem(sys.modules, "solo_trial_module")
+    assert code_sources(solo_trial_module.Trial) == []  # no longer importable as such
+    monkeypatch.setitem(sys.modules, "solo_trial_module", solo_trial_module)
+    assert code_sources(solo_trial_module.Trial) == [(tmp_path.resolve(), "")]
+    assert code_sources(int) == []  # a builtin has no source
+
+
+# ----- atomic writes --------------------------------------------------------------------------
+def test_a_failed_write_leaves_nothing(tmp_path: pathlib.Path) -> None:
+    tmp_path = tmp_path / "checkpoints"
+
+    def fail(directory: pathlib.Path) -> None:
+        _write(directory, {ckpt.MODELS: []})
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        ckpt.write_atomically(tmp_path, "u1", fail)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_existing_checkpoint_is_never_overwritten(tmp_path: pathlib.Path) -> None:
+    tmp_path = tmp_path / "checkpoints"
+    first = ckpt.write_atomically(tmp_path, "u1", lambda d: _write(d, {ckpt.MODELS: []}, 3))
+    before = (first / "state_dict.pth").read_bytes()
+    with pytest.raises(FileExistsError):
+        ckpt.write_atomically(tmp_path, "u1", lambda d: _write(d, {ckpt.MODELS: [1]}, 9))
+    assert (first / "state_dict.pth").read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["u1"]
