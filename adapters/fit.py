@@ -109,7 +109,10 @@ def run_fit(trial: Any, context: Any, args: Dict[str, Any], options: Any) -> Sch
     resume_path = None
     if args["latest_checkpoint"] is not None:
         resume_path = resolve_checkpoint(args["latest_checkpoint"], root)
-        saved_state, trial_state = read_for_resume(resume_path, trust=True)
+        # Full unpickling (needed by Determined's own checkpoints) only for a checkpoint the user
+        # named; one found by scanning the directory ("latest") must load with weights_only.
+        explicit = args["latest_checkpoint"] != "latest"
+        saved_state, trial_state = read_for_resume(resume_path, trust=explicit)
     start_batch = trial_state["batches_trained"] if trial_state else 0
     context._steps_completed = start_batch
     if context.distributed.rank == 0:

@@ -46,9 +46,22 @@ def code_sources(trial_cls: type) -> List[Tuple[pathlib.Path, str]]:
     top = path.parents[len(parts) - 2] if len(parts) > 1 else path
     if len(parts) > 1 or path.is_dir():
         return [(top, top.name)]
-    if path.parent.name in ("site-packages", "dist-packages"):
+    if path.parent.name in ("site-packages", "dist-packages") or path.parent in _install_dirs():
+        # A module of the Python installation itself (a class whose __module__ is `abc`, say):
+        # never copy the whole standard library or site-packages, only the file.
         return [(path, path.name)]
     return [(path.parent, "")]
+
+
+def _install_dirs() -> Set[pathlib.Path]:
+    """The interpreter's own library directories (standard library, site-packages)."""
+    import site
+    import sysconfig
+
+    dirs = {pathlib.Path(p).resolve() for key, p in sysconfig.get_paths().items()
+            if key in ("stdlib", "platstdlib", "purelib", "platlib")}
+    dirs.update(pathlib.Path(p).resolve() for p in site.getsitepackages())
+    return dirs
 
 
 def copy_code(

@@ -207,3 +207,48 @@ def test_an_existing_checkpoint_is_never_overwritten(tmp_path: pathlib.Path) -> 
         ckpt.write_atomically(tmp_path, "u1", lambda d: _write(d, {ckpt.MODELS: [1]}, 9))
     assert (first / "state_dict.pth").read_bytes() == before
     assert [p.name for p in tmp_path.iterdir()] == ["u1"]
+
+
+def test_code_of_a_class_claiming_a_stdlib_module_copies_one_file_at_most() -> None:
+    """A class built with type(...) under ABCMeta reports its module as `abc`: code/ must not
+    copy the standard library."""
+    import abc as abc_module
+
+    from det_lightning.pytorch._code import code_sources
+
+    odd = abc_module.ABCMeta("Odd", (), {})
+    assert odd.__module__ == "abc"
+    sources = code_sources(odd)
+    assert all(source.is_file() for source, _ in sources), sources
+
+
+class _Payload:
+    """Unpickling this runs code: it creates a marker file."""
+
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple:
+        return (open, (self.marker, "w"))
+
+
+def test_a_found_checkpoint_pretending_to_be_determined_never_unpickles(tmp_path: "pathlib.Path") -> None:
+    import json
+
+    import pytest
+    import torch
+
+    from det_lightning import errors
+    from det_lightning.adapters.checkpoints import read_for_resume, resolve_checkpoint
+
+    root = tmp_path / "checkpoints"
+    fake = root / "0000-fake"
+    fake.mkdir(parents=True)
+    marker = tmp_path / "pwned"
+    torch.save({"models_state_dict": [_Payload(str(marker))]}, str(fake / "state_dict.pth"))
+    (fake / "metadata.json").write_text(json.dumps({"steps_completed": 99}))  # "Determined's"
+    found = resolve_checkpoint("latest", root)
+    assert found == fake
+    with pytest.raises(errors.InvalidCheckpointException, match="weights_only"):
+        read_for_resume(found, trust=False)
+    assert not marker.exists()
