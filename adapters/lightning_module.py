@@ -35,7 +35,7 @@ from lightning.pytorch.trainer.states import TrainerFn
 from typing_extensions import override
 
 from det_lightning.adapters.callbacks import PyTorchCallbackBridge
-from det_lightning.adapters.data import _check_plain_loader
+from det_lightning.adapters.data import WholeLoader, _check_plain_loader
 from det_lightning.adapters.fit import build_callbacks, check_trial
 from det_lightning.adapters.module import TrainState, TrialModule
 from det_lightning.adapters.precision import adopt_trainer_precision
@@ -142,7 +142,7 @@ class LightningTrial(TrialModule):
             return loader
         # evaluate_full_dataset gets the whole loader as one "batch"; only the chief evaluates,
         # but every rank runs the (empty) step so the validation hooks stay collective.
-        return _WholeLoader(loader if self.context.distributed.rank == 0 else None)
+        return WholeLoader(loader if self.context.distributed.rank == 0 else None)
 
     @override
     def test_dataloader(self) -> Any:
@@ -160,11 +160,6 @@ class LightningTrial(TrialModule):
         return loader
 
     # ----- steps ----------------------------------------------------------------------------
-    @override
-    def validation_step(self, batch: Any, batch_idx: int) -> None:
-        if batch is not None:
-            super().validation_step(batch, batch_idx)
-
     @override
     def test_step(self, batch: Any, batch_idx: int) -> None:
         self.validation_step(batch, batch_idx)
@@ -248,19 +243,6 @@ def _as_torch_loader(loader: DataLoader) -> torch.utils.data.DataLoader:
         prefetch_factor=loader.prefetch_factor,
         persistent_workers=loader.persistent_workers,
     )
-
-
-class _WholeLoader:
-    """A dataloader with one "batch": the whole validation loader (or None on other ranks)."""
-
-    def __init__(self, loader: Optional[Any]) -> None:
-        self.loader = loader
-
-    def __len__(self) -> int:
-        return 1
-
-    def __iter__(self) -> Any:
-        return iter([self.loader])
 
 
 def _tensorboard_dir(trainer: pl.Trainer) -> pathlib.Path:

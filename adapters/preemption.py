@@ -76,8 +76,9 @@ class SignalWatcher:
         self._previous = {}
 
     def _handle(self, signum: int, frame: Optional[FrameType]) -> None:
-        # Forked DataLoader workers inherit this handler: they wait for the main process to
-        # stop them (a job-wide SIGTERM must not kill them mid-batch), silently.
+        # Forked DataLoader workers inherit this handler (torch replaces it for SIGTERM only):
+        # on Ctrl+C, which reaches the whole process group, they keep serving batches, silently,
+        # until the main process stops them.
         speak = os.getpid() == self._pid
         name = signal.Signals(signum).name
         if self.received is None:

@@ -217,9 +217,12 @@ class ScheduleCallback(Callback):
     # ----- end ------------------------------------------------------------------------------
     @override
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        # Training can end through a Lightning callback (EarlyStopping) too: always leave a
-        # checkpoint of the final weights, as Determined does.
-        if self.module.state.batches_trained > 0 and not self.module.state.checkpoint_is_current():
+        # Training can end through a Lightning callback (EarlyStopping) too: report the batches
+        # trained since the last period and leave a checkpoint of the final weights.
+        state = self.module.state
+        if state.workload_metrics:
+            self._end_workload(trainer, state.batches_trained)
+        if state.batches_trained > 0 and not state.checkpoint_is_current():
             self.checkpoints.save(trainer)
 
 

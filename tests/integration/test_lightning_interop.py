@@ -425,3 +425,14 @@ def test_progress_bar_default_rule() -> None:
     assert not trainer_args.progress_bar_default(io.StringIO(), {})
     result = doctest.testmod(trainer_args)
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_metrics_since_the_last_period_are_reported_when_a_callback_stops_training(
+    checkpoint_dir: pathlib.Path,
+) -> None:
+    trial, _ = run_trial(
+        pytorch, "MLPTrial", {"n": 64, "batch_size": 8}, trainer_kwargs={"callbacks": [StopAt(5)]},
+        max_length=pytorch.Batch(12), reporting_period=pytorch.Batch(100),
+    )
+    assert len(trial.recorder.batch_losses) == 5  # no period ended, yet all five are reported
+    assert _trained_batches(checkpoint_dir) == [5]
