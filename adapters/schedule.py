@@ -115,7 +115,9 @@ class ScheduleCallback(Callback):
             self.validate_now = True
             self.checkpoint_due = True
 
-    def _end_workload(self, trainer: pl.Trainer, batches_trained: int) -> None:
+    def _end_workload(
+        self, trainer: pl.Trainer, batches_trained: int, in_loop: bool = True
+    ) -> None:
         module = self.module
         state = module.state
         per_batch, state.workload_metrics = state.workload_metrics, []
@@ -134,6 +136,8 @@ class ScheduleCallback(Callback):
             return
         metric_utils.log_training(batches_trained, metric_utils.jsonable(averages))
         _log_per_batch(trainer, batch_metrics, averages, first_idx)
+        if not in_loop:  # after training Lightning takes no self.log; nothing monitors it then
+            return
         for name, value in metric_utils.scalars(averages).items():
             module.log(name, value, logger=False, prog_bar=(name == "loss"))
 
@@ -221,7 +225,7 @@ class ScheduleCallback(Callback):
         # trained since the last period and leave a checkpoint of the final weights.
         state = self.module.state
         if state.workload_metrics:
-            self._end_workload(trainer, state.batches_trained)
+            self._end_workload(trainer, state.batches_trained, in_loop=False)
         if state.batches_trained > 0 and not state.checkpoint_is_current():
             self.checkpoints.save(trainer)
 
