@@ -1,7 +1,10 @@
 """Train the MNIST trial locally: Determined's Trainer-API script with one import changed.
 
-    python train.py                  # 1 epoch on generated data
+    python train.py                            # 1 epoch on generated data
     python train.py --epochs 3
+    python train.py --devices 2 --accelerator cpu     # Lightning launches 2 processes (DDP)
+    torchrun --nproc_per_node=2 train.py       # or let torchrun launch them
+    python train.py --latest-checkpoint latest # continue from the newest checkpoint
 """
 
 import argparse
