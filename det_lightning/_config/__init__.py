@@ -1,0 +1,43 @@
+"""Loading and validating Determined experiment configs for running experiments locally.
+
+``load_config`` accepts the YAML a team already submits with ``det experiment create`` and
+checks it against a small declarative schema written for this package. It keeps Determined's
+key names, types and defaults, and sorts keys into three groups:
+
+* keys with a local meaning (``entrypoint``, ``hyperparameters``, ``searcher``,
+  ``min_validation_period``, ``checkpoint_storage``, ...) are validated and defaulted;
+* keys that only mean something on a Determined cluster (``environment``, ``bind_mounts``,
+  ``resources.resource_pool``, ``profiling``, ...) are accepted, type-checked, and reported
+  once as ignored (``ExperimentConfig.ignored_keys`` plus a single logged warning);
+* anything else is an error (``det_lightning.errors.InvalidConfigException``) that names the
+  key's full path, what was expected, and, for a misspelling, the closest valid key.
+
+Differences from Determined, on purpose:
+
+* ``reproducibility.experiment_seed`` defaults to ``None`` (no seeding). Determined picks a
+  time-based seed when the key is absent; set the key to make runs repeatable.
+* ``searcher.max_length`` is optional (Determined 0.38 deprecated it for most searchers).
+* ``checkpoint_storage`` of type ``s3``, ``gcs`` or ``azure`` is accepted but ignored;
+  checkpoints then go wherever the local runner puts them by default.
+* A grid search over no hyperparameters yields one trial (``[{}]``), not zero.
+
+The hyperparameter search helpers :func:`grid_points` and :func:`random_points` follow
+Determined's master: grid values are evenly spaced and include both ends (an ``int`` grid is
+rounded half away from zero and clamped to the integers available), and a random ``int`` is
+drawn from ``[minval, maxval)`` as Determined draws it.
+"""
+
+from det_lightning._config._experiment_config import (
+    ExperimentConfig,
+    load_config,
+    validate_config,
+)
+from det_lightning._config._search import grid_points, random_points
+
+__all__ = [
+    "ExperimentConfig",
+    "grid_points",
+    "load_config",
+    "random_points",
+    "validate_config",
+]

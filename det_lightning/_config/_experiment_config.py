@@ -1,0 +1,216 @@
+"""``ExperimentConfig`` and the functions that load and validate an experiment config."""
+
+import logging
+import os
+import pathlib
+from typing import Any, Dict, List, Optional, Tuple, Union
+
+import yaml
+
+from det_lightning._config._checks import _LEGACY_ENTRYPOINT
+from det_lightning._config._nodes import _Context, _fail, _type_error, _validate_section
+from det_lightning._config._schema import _EXPERIMENT, _check_grid_counts
+from det_lightning._config._search import grid_points, random_points
+from det_lightning.errors import InvalidConfigException
+
+logger = logging.getLogger("det_lightning")
+
+
+class ExperimentConfig:
+    """A validated experiment config with Determined's defaults filled in.
+
+    Attributes:
+        raw: the validated config (a plain dict) including defaults.
+        ignored_keys: dotted paths of the keys that were accepted but have no local meaning.
+    """
+
+    def __init__(self, raw: Dict[str, Any], ignored_keys: List[str]) -> None:
+        """Wrap an already-validated config; use :func:`load_config` to build one.
+
+        Args:
+            raw: the validated config.
+            ignored_keys: paths of keys accepted but ignored locally.
+        """
+        self.raw = raw
+        self.ignored_keys = list(ignored_keys)
+
+    def __repr__(self) -> str:
+        """Short form naming the entrypoint and searcher."""
+        searcher = self.searcher["name"]
+        return f"ExperimentConfig(entrypoint={self.entrypoint!r}, searcher={searcher!r})"
+
+    @property
+    def entrypoint(self) -> Union[str, List[str]]:
+        """The ``entrypoint``: ``model_def:TrialClass`` or a command (string or argv list)."""
+        value: Union[str, List[str]] = self.raw["entrypoint"]
+        return value
+
+    @property
+    def hyperparameters(self) -> Dict[str, Any]:
+        """The ``hyperparameters`` section: search spaces and constants, not sampled values."""
+        value: Dict[str, Any] = self.raw["hyperparameters"]
+        return value
+
+    @property
+    def searcher(self) -> Dict[str, Any]:
+        """The ``searcher`` section."""
+        value: Dict[str, Any] = self.raw["searcher"]
+        return value
+
+    def legacy_trial_class(self) -> Optional[str]:
+        """The ``module:Class`` entrypoint, or None when the entrypoint is a command.
+
+        Returns:
+            The entrypoint string when it names a trial class the way Determined detects it.
+        """
+        entrypoint = self.entrypoint
+        if isinstance(entrypoint, str) and _LEGACY_ENTRYPOINT.match(entrypoint.strip()):
+            return entrypoint.strip()
+        return None
+
+    def max_length(self) -> Optional[Tuple[int, Optional[str]]]:
+        """``searcher.max_length`` as ``(value, unit)``.
+
+        Returns:
+            ``(n, "batches"|"epochs"|"records")``; ``(n, None)`` for the unit-less integer form
+            (the training code decides the unit, as in Determined); None when absent.
+        """
+        value = self.searcher.get("max_length")
+        if value is None:
+            return None
+        if isinstance(value, int):
+            return value, None
+        unit, number = next(iter(value.items()))
+        return number, unit
+
+    def _period(self, key: str) -> Optional[Tuple[int, str]]:
+        """A ``{unit: n}`` period as ``(n, unit)``, None when it is 0 (never)."""
+        unit, number = next(iter(self.raw[key].items()))
+        return (number, unit) if number > 0 else None
+
+    def min_validation_period(self) -> Optional[Tuple[int, str]]:
+        """``min_validation_period`` as ``(value, unit)``, None when unset or 0."""
+        return self._period("min_validation_period")
+
+    def min_checkpoint_period(self) -> Optional[Tuple[int, str]]:
+        """``min_checkpoint_period`` as ``(value, unit)``, None when unset or 0."""
+        return self._period("min_checkpoint_period")
+
+    def checkpoint_dir(self) -> Optional[str]:
+        """Where checkpoints go according to ``checkpoint_storage``.
+
+        Returns:
+            ``host_path`` joined with ``storage_path`` for ``shared_fs``, ``container_path``
+            for ``directory``, or None (unset, or a cloud type, which is ignored locally).
+        """
+        storage = self.raw.get("checkpoint_storage")
+        if not storage:
+            return None
+        if storage["type"] == "shared_fs":
+            return os.path.join(storage["host_path"], storage.get("storage_path") or "")
+        if storage["type"] == "directory":
+            return str(storage["container_path"])
+        return None
+
+    def slots_per_trial(self) -> int:
+        """``resources.slots_per_trial`` (default 1)."""
+        return int(self.raw["resources"]["slots_per_trial"])
+
+    def aggregation_frequency(self) -> int:
+        """``optimizations.aggregation_frequency`` (default 1)."""
+        return int(self.raw["optimizations"]["aggregation_frequency"])
+
+    def experiment_seed(self) -> Optional[int]:
+        """``reproducibility.experiment_seed``; None means "do not seed" (see module notes)."""
+        seed = self.raw["reproducibility"]["experiment_seed"]
+        return None if seed is None else int(seed)
+
+    def records_per_epoch(self) -> Optional[int]:
+        """``records_per_epoch``, or None when unset (0)."""
+        value = int(self.raw["records_per_epoch"])
+        return value or None
+
+    def trial_hparams(self) -> List[Dict[str, Any]]:
+        """The hyperparameter values of each trial the searcher would create.
+
+        ``single`` samples once, ``random`` samples ``max_trials`` times (seeded by
+        ``experiment_seed``), ``grid`` enumerates the grid.
+
+        Returns:
+            One dict of hyperparameter values per trial.
+
+        Raises:
+            InvalidConfigException: the searcher is ``adaptive_asha``, which is not run locally.
+        """
+        name = self.searcher["name"]
+        if name == "grid":
+            return grid_points(self.hyperparameters)
+        if name == "random":
+            return random_points(self.hyperparameters, self.searcher["max_trials"],
+                                 self.experiment_seed())
+        if name == "single":
+            return random_points(self.hyperparameters, 1, self.experiment_seed())
+        raise _fail("searcher.name", f"the {name!r} searcher is not run locally.",
+                    "Use single, grid or random.")
+
+
+def _read_yaml(path: Union[str, "os.PathLike[str]"]) -> Any:
+    """Parse a YAML file into Python values."""
+    try:
+        text = pathlib.Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        message = f"cannot read experiment config {str(path)!r}: {exc}"
+        raise InvalidConfigException(message) from exc
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise InvalidConfigException(f"{str(path)!r} is not valid YAML: {exc}") from exc
+
+
+def validate_config(config: Dict[str, Any]) -> Tuple[Dict[str, Any], List[str]]:
+    """Validate a config dict without logging.
+
+    Args:
+        config: the parsed experiment config.
+
+    Returns:
+        The config with defaults filled, and the paths of the ignored keys.
+
+    Raises:
+        InvalidConfigException: an unknown key, a wrong type, or a missing required key.
+    """
+    if not isinstance(config, dict):
+        raise _type_error("", ("mapping",), config, "An experiment config is a YAML mapping.")
+    ctx = _Context()
+    raw = _validate_section(_EXPERIMENT, config, "", ctx)
+    if raw["searcher"]["name"] == "grid":
+        _check_grid_counts(raw["hyperparameters"], "hyperparameters")
+    return raw, ctx.ignored
+
+
+def load_config(source: Union[str, "os.PathLike[str]", Dict[str, Any]]) -> ExperimentConfig:
+    """Load and validate a Determined experiment config.
+
+    Keys with no local meaning are reported in ``ignored_keys`` and in one logged warning.
+
+    Args:
+        source: a path to a YAML file, or an already-parsed config dict (not modified).
+
+    Returns:
+        The validated config.
+
+    Raises:
+        InvalidConfigException: the file cannot be read or parsed, or the config is invalid.
+    """
+    if isinstance(source, (str, os.PathLike)):
+        config = _read_yaml(source)
+    else:
+        config = source
+    raw, ignored = validate_config(config)
+    if ignored:
+        logger.warning(
+            "These experiment-config keys only matter on a Determined cluster and are "
+            "ignored when running locally: %s",
+            ", ".join(ignored),
+        )
+    return ExperimentConfig(raw, ignored)

@@ -1,0 +1,146 @@
+"""Hyperparameter search expansion with Determined's grid and random semantics.
+
+Grid values are evenly spaced and include both ends (an ``int`` grid is rounded half away
+from zero and clamped to the integers available); a random ``int`` is drawn from
+``[minval, maxval)`` as Determined draws it.
+"""
+
+import copy
+import itertools
+import math
+import random
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from det_lightning._config._checks import _check_hparams
+from det_lightning._config._nodes import _KIND_CHECKS, _Context, _fail
+
+_Leaf = Tuple[Tuple[str, ...], Any]
+
+
+def _flatten(hparams: Dict[str, Any], prefix: Tuple[str, ...] = ()) -> List[_Leaf]:
+    """``(path, spec)`` for every leaf hyperparameter, in config order."""
+    leaves: List[_Leaf] = []
+    for key, value in hparams.items():
+        path = prefix + (key,)
+        if isinstance(value, dict) and value and "type" not in value:
+            leaves.extend(_flatten(value, path))
+        else:
+            leaves.append((path, value))
+    return leaves
+
+
+def _unflatten(pairs: Sequence[Tuple[Tuple[str, ...], Any]]) -> Dict[str, Any]:
+    """Rebuild nested dicts from ``(path, value)`` pairs."""
+    out: Dict[str, Any] = {}
+    for path, value in pairs:
+        node = out
+        for key in path[:-1]:
+            node = node.setdefault(key, {})
+        node[path[-1]] = copy.deepcopy(value)
+    return out
+
+
+def _round_half_away(value: float) -> int:
+    """Round like Go's ``math.Round`` (half away from zero), not Python's banker's rounding."""
+    return int(math.floor(abs(value) + 0.5)) * (1 if value >= 0 else -1)
+
+
+def _spaced(minval: float, maxval: float, count: int) -> List[float]:
+    """``count`` evenly spaced values from minval to maxval inclusive (midpoint if count 1)."""
+    if count == 1:
+        return [(minval + maxval) / 2.0]
+    return [minval + i * (maxval - minval) / (count - 1) for i in range(count)]
+
+
+def _grid_axis(spec: Any, path: str) -> List[Any]:
+    """The values a grid search tries for one hyperparameter."""
+    if not isinstance(spec, dict) or "type" not in spec:
+        return [spec]
+    kind = spec["type"]
+    if kind == "const":
+        return [spec["val"]]
+    if kind == "categorical":
+        return list(spec["vals"])
+    if spec.get("count") is None:
+        raise _fail(path, f"grid search needs 'count' for this {kind!r} hyperparameter.",
+                    "Add e.g. count: 3, or make it a 'const' or 'categorical'.")
+    if kind == "int":
+        count = min(spec["count"], spec["maxval"] - spec["minval"] + 1)
+        values = [_round_half_away(v) for v in _spaced(spec["minval"], spec["maxval"], count)]
+        return list(dict.fromkeys(values))
+    points = _spaced(float(spec["minval"]), float(spec["maxval"]), spec["count"])
+    if kind == "log":
+        return [float(spec["base"]) ** p for p in points]
+    return points
+
+
+def _checked_hparams(hparams: Dict[str, Any]) -> Dict[str, Any]:
+    """Validate a ``hyperparameters`` section on its own."""
+    checked: Dict[str, Any] = _check_hparams(hparams, "hyperparameters", _Context())
+    return checked
+
+
+def grid_points(hparams: Dict[str, Any]) -> List[Dict[str, Any]]:
+    """All hyperparameter combinations of a grid search (Determined's grid semantics).
+
+    The first hyperparameter varies slowest. Nested groups come back nested.
+
+    Args:
+        hparams: a ``hyperparameters`` section.
+
+    Returns:
+        One dict of values per grid point (``[{}]`` when there are no hyperparameters).
+
+    Raises:
+        InvalidConfigException: the section is invalid, or an int/double/log lacks ``count``.
+    """
+    leaves = _flatten(_checked_hparams(hparams))
+    paths = [path for path, _ in leaves]
+    axes = [_grid_axis(spec, "hyperparameters." + ".".join(path)) for path, spec in leaves]
+    return [_unflatten(list(zip(paths, combo))) for combo in itertools.product(*axes)]
+
+
+def _sample(spec: Any, rng: random.Random) -> Any:
+    """One random value for one hyperparameter (Determined's sampling rules)."""
+    if not isinstance(spec, dict) or "type" not in spec:
+        return spec
+    kind = spec["type"]
+    if kind == "const":
+        return spec["val"]
+    if kind == "categorical":
+        return spec["vals"][rng.randrange(len(spec["vals"]))]
+    if kind == "int":
+        return rng.randrange(spec["minval"], spec["maxval"])
+    value = rng.uniform(float(spec["minval"]), float(spec["maxval"]))
+    if kind == "log":
+        return float(spec["base"]) ** value
+    return value
+
+
+def random_points(
+    hparams: Dict[str, Any], max_trials: int, seed: Optional[int] = None
+) -> List[Dict[str, Any]]:
+    """``max_trials`` random hyperparameter samples, repeatable for a given seed.
+
+    ``int`` is drawn from ``[minval, maxval)``, ``double`` uniformly from ``[minval, maxval]``,
+    ``log`` as ``base ** uniform(minval, maxval)``, ``categorical`` uniformly from ``vals``.
+
+    Args:
+        hparams: a ``hyperparameters`` section.
+        max_trials: how many samples to draw.
+        seed: seed for the sampler; None draws from system randomness.
+
+    Returns:
+        One dict of values per trial.
+
+    Raises:
+        InvalidConfigException: the section is invalid or ``max_trials`` is not positive.
+    """
+    if not _KIND_CHECKS["integer"](max_trials) or max_trials < 1:
+        raise _fail("searcher.max_trials", f"must be a positive integer, got {max_trials!r}.")
+    leaves = _flatten(_checked_hparams(hparams))
+    rng = random.Random(seed)
+    return [
+        _unflatten([(path, _sample(spec, rng)) for path, spec in leaves])
+        for _ in range(max_trials)
+    ]
