@@ -120,7 +120,7 @@ class PyTorchCallbackBridge(ScheduleCallback):
     ) -> None:
         module = self.module
         batches_trained = module.state.batches_trained
-        if batches_trained % trainer.log_every_n_steps == 0:
+        if batches_trained % trainer.log_every_n_steps == 0:  # type: ignore[attr-defined]
             self._end_workload(trainer, batches_trained)
         if module.context._stop_requested:
             trainer.should_stop = True

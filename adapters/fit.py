@@ -248,7 +248,10 @@ def _lightning_trainer(
     with _quiet_lightning_setup():
         trainer = pl.Trainer(**kwargs)
     preemption.supersede_lightning_signals(trainer)
-    trainer.fit_loop.epoch_loop._should_check_val_fx = schedule_cb.should_check_val
+    # The one decision we take from Lightning: when to validate (see schedule.py).
+    trainer.fit_loop.epoch_loop._should_check_val_fx = (  # type: ignore[method-assign]
+        schedule_cb.should_check_val
+    )
     return trainer
 
 
@@ -258,7 +261,8 @@ def _align_progress(trainer: pl.Trainer, module: TrialModule, n_optimizers: int)
     if state.batches_trained == 0:
         return
     for tracker in (trainer.fit_loop.epoch_progress.current, trainer.fit_loop.epoch_progress.total):
-        tracker.ready = tracker.started = tracker.processed = tracker.completed = state.epochs_trained
+        for counter in ("ready", "started", "processed", "completed"):
+            setattr(tracker, counter, state.epochs_trained)
     epoch_loop = trainer.fit_loop.epoch_loop
     epoch_loop._batches_that_stepped = state.batches_trained
     steps = state.batches_trained // module.context._aggregation_frequency * n_optimizers

@@ -150,7 +150,7 @@ class TrialModule(pl.LightningModule):
     def _no_sync(self) -> Any:
         strategy = self.trainer.strategy
         model = getattr(strategy, "model", None)
-        if model is not None and hasattr(model, "no_sync") and strategy.world_size > 1:
+        if model is not None and hasattr(model, "no_sync") and self.trainer.world_size > 1:
             return model.no_sync()
         import contextlib
 

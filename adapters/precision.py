@@ -106,7 +106,9 @@ def apply_precision(context: Any, kwargs: Dict[str, Any]) -> Dict[str, Any]:
         return kwargs
     scaler = _scaler_for(context, precision)
     out = {k: v for k, v in kwargs.items() if k != "precision"}
-    out["plugins"] = [*plugins, TrialPrecision(precision, context.device.type, scaler)]
+    out["plugins"] = [
+        *plugins, TrialPrecision(precision, context.device.type, scaler)  # type: ignore[arg-type]
+    ]
     return out
 
 
@@ -154,4 +156,4 @@ def _take_over(context: Any, plugin: MixedPrecision) -> TrialPrecision:
         context._scaler = plugin.scaler
         context.experimental._auto_amp = True
     scaler = _scaler_for(context, plugin.precision)
-    return TrialPrecision(plugin.precision, plugin.device, scaler)
+    return TrialPrecision(plugin.precision, plugin.device, scaler)  # type: ignore[arg-type]

@@ -16,7 +16,7 @@ monitors see it) at exactly Determined's batches. Checkpoints go through
 """
 
 import logging
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Set
 
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
@@ -237,7 +237,7 @@ def _log_per_batch(
     """Per-batch training metrics at their own steps, named as Determined names them."""
     if not trainer.loggers:
         return
-    seen = set()
+    seen: Set[str] = set()
     for offset, metrics in enumerate(batch_metrics):
         values = metric_utils.scalars(metrics, prefix="Determined/")
         seen.update(metrics)

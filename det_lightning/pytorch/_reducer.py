@@ -209,8 +209,8 @@ class ReducerRegistry:
         mine = [w._call("per_slot_reduce", w.reducer.per_slot_reduce) for w in active]
         gathered = self._allgather(mine)
         metrics: Dict[str, Any] = {}
-        for wrapped, per_slot in zip(active, zip(*gathered)):
-            per_slot = list(per_slot)
+        for wrapped, gathered_slots in zip(active, zip(*gathered)):
+            per_slot = list(gathered_slots)
             reduced = wrapped._call(
                 "cross_slot_reduce",
                 lambda: wrapped.reducer.cross_slot_reduce(per_slot),

@@ -105,7 +105,13 @@ def init(
 
 
 class _Options:
-    """What ``Trainer(...)`` was given beyond Determined's arguments."""
+    """What ``Trainer(...)`` was given beyond Determined's arguments (attributes vary)."""
+
+    def __getattr__(self, name: str) -> Any:  # for the type checker: attributes are dynamic
+        raise AttributeError(name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        self.__dict__[name] = value
 
     def __init__(self, **kwargs: Any) -> None:
         self.__dict__.update(kwargs)

@@ -79,7 +79,9 @@ class Unmovable:
 
 class BatchUnmovable(Trial):
     def build_training_data_loader(self) -> Any:
-        return pytorch.DataLoader(regression_data(8), batch_size=2, collate_fn=lambda b: Unmovable())
+        return pytorch.DataLoader(
+            regression_data(8), batch_size=2, collate_fn=lambda b: Unmovable()
+        )
 
     def train_batch(self, batch: Any, epoch_idx: int, batch_idx: int) -> Any:
         raise AssertionError("never reached: the batch cannot be moved")
