@@ -92,3 +92,12 @@ def test_lr_scheduler_steps_like_determined(step_mode: str, frequency: int, aggr
         assert ours[-1] < ours[0]  # the scheduler did step
     else:
         assert len(set(ours)) == 1
+
+
+def test_worker_processes_give_determineds_order() -> None:
+    periods = {"max_length": "Epoch(3)", "validation_period": "Batch(5)"}
+    theirs = _run(det_pytorch, periods, {"shuffle": True, "num_workers": 2})
+    ours = _run(dl_pytorch, periods, {"shuffle": True, "num_workers": 2})
+    assert len(ours.seen) == 24
+    assert ours.seen == theirs.seen
+    assert ours.recorder.batch_losses == theirs.recorder.batch_losses
