@@ -1,7 +1,16 @@
 #!/usr/bin/env bash
 # Installs everything the tests need into .venv, then runs the whole suite (all but `gpu`).
+#
+#   scripts/test.sh                  everything: fast tests on both cores, then the slow and
+#                                    distributed ones (they start processes of their own) in turn
+#   scripts/test.sh tests/unit -x    just what you name, in one run
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh test
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
-exec .venv/bin/python -m pytest -m "not gpu" -q "$@"
+pytest=(.venv/bin/python -m pytest -q)
+if [ $# -gt 0 ]; then
+  exec "${pytest[@]}" -m "not gpu" "$@"
+fi
+"${pytest[@]}" -m "not gpu and not slow and not distributed" -n 2
+"${pytest[@]}" -m "not gpu and (slow or distributed)"

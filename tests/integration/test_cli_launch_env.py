@@ -3,6 +3,8 @@
 import pathlib
 import textwrap
 
+import pytest
+
 from tests.integration.cli_support import output, run_cli
 
 SCRIPT = textwrap.dedent(
@@ -16,6 +18,7 @@ SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_run_passes_launch_flags_to_init(tmp_path: pathlib.Path) -> None:
     script = tmp_path / "train.py"
     script.write_text(SCRIPT)
