@@ -139,6 +139,10 @@ class ScheduleCallback(Callback):
         if not in_loop:  # after training Lightning takes no self.log; nothing monitors it then
             return
         for name, value in metric_utils.scalars(averages).items():
+            if name in ("batches", "epochs"):
+                # Determined's counters, which Lightning keeps itself; each self.log costs ~1 ms
+                # (benchmarks/README.md).
+                continue
             module.log(name, value, logger=False, prog_bar=(name == "loss"))
 
     def _after_boundaries(self, trainer: pl.Trainer) -> None:

@@ -82,8 +82,9 @@ def checksum(model: Any) -> float:
     return float(sum(p.detach().double().sum() for p in model.parameters()))
 
 
-def step_result(clock: Clock, model: Any, fit_s: float) -> Dict[str, Any]:
+def step_result(clock: Clock, model: Any, fit_s: float, world_size: int) -> Dict[str, Any]:
     return {
+        "world_size": world_size,
         "per_step_s": clock.per_step(),
         "cpu_per_step_s": clock.per_step(cpu=True),
         "steps_timed": len(clock.starts),

@@ -90,7 +90,8 @@ def run(api_name: str, w: Workload, work: pathlib.Path, tensorboard: bool = Fals
     policy = "none"
     start = time.perf_counter()
     clock, trial = _fit(api, api_name, w, w.steps, tensorboard, policy=policy)
-    result = step_result(clock, trial.model, time.perf_counter() - start)
+    result = step_result(clock, trial.model, time.perf_counter() - start,
+                         trial.context.distributed.get_size())
     if w.measures == "checkpoint":
         result["save_s"] = save_costs(clock, w.checkpoint_every)
         saved = find_checkpoint(root, w.checkpoint_every)

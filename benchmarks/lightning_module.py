@@ -72,17 +72,17 @@ def _fit(w: Workload, steps: int, work: pathlib.Path, save: bool = False,
     clock.called()
     trainer = _trainer(w, steps, work, save)
     trainer.fit(module, ckpt_path=ckpt_path)
-    return clock, module
+    return clock, module, trainer
 
 
 def run(w: Workload, work: pathlib.Path) -> Dict[str, Any]:
     start = time.perf_counter()
-    clock, module = _fit(w, w.steps, work, save=w.measures == "checkpoint")
-    result = step_result(clock, module.model, time.perf_counter() - start)
+    clock, module, trainer = _fit(w, w.steps, work, save=w.measures == "checkpoint")
+    result = step_result(clock, module.model, time.perf_counter() - start, trainer.world_size)
     if w.measures == "checkpoint":
         result["save_s"] = save_costs(clock, w.checkpoint_every)
-        fresh, _ = _fit(w, 1, work / "fresh")
+        fresh, _, _ = _fit(w, 1, work / "fresh")
         saved = next((work / "lightning-ckpt").glob(f"*step={w.checkpoint_every}.ckpt"))
-        resumed, _ = _fit(w, w.checkpoint_every + 1, work / "resumed", ckpt_path=str(saved))
+        resumed, _, _ = _fit(w, w.checkpoint_every + 1, work / "resumed", ckpt_path=str(saved))
         result["load_s"] = [resumed.to_first_step() - fresh.to_first_step()]
     return result

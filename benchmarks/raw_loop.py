@@ -75,7 +75,8 @@ def run(w: Workload, work: pathlib.Path) -> Dict[str, Any]:
     clock = Clock()
     start = time.perf_counter()
     _train(w, model, opt, clock, work)
-    result = step_result(clock, model, time.perf_counter() - start)
+    world = torch.distributed.get_world_size() if w.processes > 1 else 1
+    result = step_result(clock, model, time.perf_counter() - start, world)
     if w.measures == "checkpoint":
         result["save_s"] = save_costs(clock, w.checkpoint_every)
         result["save_fsync_s"] = [_save_with_fsync(_state(model, opt), work / f"fsync-{i}.pth")

@@ -106,13 +106,43 @@ class Report:
         return lines
 
     def _parity(self, name: str, runs: List[Dict[str, Any]], raw_sum: Optional[float]) -> str:
-        if self.workloads[name].processes > 1:
-            return "n/a"  # each system shards the data its own way
+        processes = self.workloads[name].processes
+        worlds = set(_values(runs, "world_size"))
+        if worlds and worlds != {processes}:
+            return f"**ran with {sorted(worlds)} process(es), not {processes}**"
+        if processes > 1:
+            return f"n/a ({processes} ranks; each system shards the data its own way)"
         sums = _values(runs, "checksum")
         if raw_sum is None or not sums:
             return "—"
         worst = max(abs(s - raw_sum) for s in sums) / max(abs(raw_sum), 1e-12)
         return "yes" if worst < 1e-5 else f"no (rel. diff {worst:.1e})"
+
+    def instructions_table(self) -> List[str]:
+        names = [n for n in ("mlp", "validation")
+                 if any(k[0] == f"{n}#instructions" for k in (*self.runs, *self.failures))]
+        if not names:
+            return []
+        lines = ["| workload | system | M instructions / step | × raw | × Lightning |",
+                 "|---|---|---|---|---|"]
+        for name in names:
+            counted = f"{name}#instructions"
+            raw = self.median(counted, "raw", "instructions_per_step")
+            lit = self.median(counted, "lightning", "instructions_per_step")
+            for system in self.systems:
+                key = (counted, system)
+                if key not in self.runs and key not in self.failures:
+                    continue
+                failed = _failure(self.runs.get(key, []), self.failures, key)
+                title = self.workloads[name].title
+                if failed:
+                    lines.append(f"| {title} | {LABELS[system]} | {failed} | | |")
+                    continue
+                value = self.median(counted, system, "instructions_per_step")
+                assert value is not None
+                lines.append(f"| {title} | {LABELS[system]} | {value / 1e6:.3f} "
+                             f"| {_ratio(value, raw)} | {_ratio(value, lit)} |")
+        return lines
 
     def checkpoint_table(self) -> List[str]:
         name = "checkpoint"
@@ -213,6 +243,19 @@ class Report:
         ratio_target("checkpoint save: det_lightning / bare torch.save ≤ 1.10",
                      med("checkpoint", "det_lightning", "save_s", _mean_list),
                      med("checkpoint", "raw", "save_s", _mean_list), 1.10)
+        counted = "instructions_per_step"
+        if ("mlp#instructions", "det_lightning") in self.runs:
+            ratio_target("MLP: det_lightning / Lightning ≤ 1.05 (instructions)",
+                         med("mlp#instructions", "det_lightning", counted),
+                         med("mlp#instructions", "lightning", counted), 1.05)
+            ratio_target("MLP: det_lightning / Determined < 1 (instructions)",
+                         med("mlp#instructions", "det_lightning", counted),
+                         med("mlp#instructions", "determined", counted), 1.0, strict_less=True)
+        if ("validation#instructions", "det_lightning") in self.runs:
+            ratio_target("validation: det_lightning / Determined < 1 (instructions)",
+                         med("validation#instructions", "det_lightning", counted),
+                         med("validation#instructions", "determined", counted), 1.0,
+                         strict_less=True)
         own = med("import", "import", "det_lightning_import_s")
         runs = self.runs.get(("import", "import"), [])
         if own is None:

@@ -92,6 +92,69 @@ def run_job(system: str, ws: List[Any], quick: bool, timeout: float
         shutil.rmtree(scratch, ignore_errors=True)
 
 
+INSTRUCTION_WORKLOADS = ("mlp", "validation")
+
+
+def instruction_steps(quick: bool) -> Tuple[int, int]:
+    return (10, 30) if quick else (100, 600)
+
+
+def instruction_jobs(args: argparse.Namespace, chosen: Dict[str, Any], systems: List[str],
+                     have_determined: bool) -> Tuple[Runs, Dict[Tuple[str, str], str]]:
+    """Instructions per training step, counted by valgrind's callgrind: the same on a busy
+    machine as on an idle one, so all the jobs run at once."""
+    steps = instruction_steps(args.quick)
+    jobs = [(system, chosen[name]) for name in INSTRUCTION_WORKLOADS if name in chosen
+            for system in systems_for(name, have_determined) if system in systems]
+    runs: Runs = {}
+    failures: Dict[Tuple[str, str], str] = {}
+    width = max(1, os.cpu_count() or 1)
+    for first in range(0, len(jobs), width):
+        started = [_start_callgrind(system, w, steps, args.quick) for system, w in jobs[first:first + width]]
+        for (system, w), (scratch, proc) in zip(jobs[first:first + width], started):
+            code = proc.wait()
+            counts = _callgrind_counts(scratch)
+            key = (w.name, system)
+            if code != 0 or any(f"steps{n}" not in counts for n in steps):
+                failures[key] = _why(scratch / "log.txt", code)
+            else:
+                added = counts[f"steps{steps[1]}"] - counts[f"steps{steps[0]}"]
+                runs[key] = [{"instructions_per_step": added / (steps[1] - steps[0])}]
+            print(f"[instructions] {w.name:<12} {system:<17} {'ok' if key in runs else 'FAILED'}",
+                  flush=True)
+            shutil.rmtree(scratch, ignore_errors=True)
+    return runs, failures
+
+
+def _start_callgrind(system: str, w: Any, steps: Tuple[int, int], quick: bool
+                     ) -> Tuple[pathlib.Path, subprocess.Popen]:
+    scratch = pathlib.Path(tempfile.mkdtemp(prefix="det-lightning-bench-cg-"))
+    cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={scratch}/cg.%p",
+           sys.executable, str(HERE / "worker.py"), system, w.name, str(scratch / "out.json"),
+           "--scratch", str(scratch), "--callgrind-steps", ",".join(map(str, steps))]
+    if quick:
+        cmd.append("--quick")
+    env = dict(_env(scratch, system), PYTHONHASHSEED="0")
+    with open(scratch / "log.txt", "wb") as log:
+        proc = subprocess.Popen(cmd, env=env, cwd=scratch, stdout=log, stderr=log)
+    return scratch, proc
+
+
+def _callgrind_counts(scratch: pathlib.Path) -> Dict[str, int]:
+    """{dump tag: instructions} from callgrind's dump files."""
+    counts = {}
+    for path in scratch.glob("cg.*"):
+        tag, total = None, None
+        for line in path.read_text(errors="replace").splitlines()[:40]:
+            if line.startswith("desc: Trigger:"):
+                tag = line.rsplit(" ", 1)[-1]
+            elif line.startswith(("summary:", "totals:")):
+                total = int(line.split()[1])
+        if tag is not None and total is not None:
+            counts[tag] = total
+    return counts
+
+
 def _why(log: pathlib.Path, code: int) -> str:
     lines = [ln.strip() for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
     errors = [ln for ln in lines if ("Error" in ln or "Exception" in ln)
@@ -181,12 +244,13 @@ def collect(args: argparse.Namespace, jobs: List[Tuple[str, List[Any]]]
 def render(args: argparse.Namespace, report: Report, have_determined: bool, started: str,
            took: float) -> str:
     counted = args.repeats - 1 if args.repeats > 1 else 1
+    steps = instruction_steps(args.quick)
     mach, vers = machine(), versions()
     lines = [
         f"# det_lightning overhead, {hardware()}, {started[:10]}{' (quick smoke run)' if args.quick else ''}",
         "",
-        f"Command: `python benchmarks/run.py{' --quick' if args.quick else ''} --repeats "
-        f"{args.repeats}` ({took / 60:.1f} min). Each cell: median over {counted} "
+        f"Command: `{' '.join(['python benchmarks/run.py', *args.argv])}` "
+        f"({took / 60:.1f} min, {args.repeats} repetition(s)). Each cell: median over {counted} "
         f"repetition(s){', the first (warm-up) repetition dropped' if args.repeats > 1 else ''}; "
         "every system and repetition in its own process, one at a time, interleaved.",
         "",
@@ -195,7 +259,7 @@ def render(args: argparse.Namespace, report: Report, have_determined: bool, star
         f"Versions: Python {mach['python']}, torch {vers['torch']}, lightning {vers['lightning']}, "
         f"det_lightning {vers['det-lightning']}, determined {vers['determined']}"
         f"{'' if have_determined else ' (not importable: its rows are skipped)'}, "
-        f"numpy {vers['numpy']}.",
+        f"numpy {vers['numpy']}; det_lightning source: {source_state()}.",
         "",
         "## Training steps",
         "",
@@ -206,6 +270,12 @@ def render(args: argparse.Namespace, report: Report, have_determined: bool, star
         "",
         *report.steps_table(),
         "",
+        *(["## Instructions per training step", "",
+            "Counted by valgrind's callgrind (`--instructions`): the instructions of a fit of "
+            f"{steps[1]} steps minus those of a fit of {steps[0]}, over {steps[1] - steps[0]}. "
+            "Deterministic, so unlike the times above it does not move with the machine's other "
+            "load; it ignores cache misses and waiting.", "",
+            *report.instructions_table(), ""] if args.instructions else []),
         "## Checkpoint",
         "",
         "Save: the extra time of the between-step gaps that held a save (every 2 batches), over "
@@ -231,6 +301,18 @@ def render(args: argparse.Namespace, report: Report, have_determined: bool, star
     return "\n".join(lines) + "\n"
 
 
+def source_state() -> str:
+    """The checkout measured: commit, and whether the working tree differed from it."""
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE,
+                                capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "det_lightning", "adapters"],
+                               cwd=HERE.parent, capture_output=True, text=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown (not a git checkout)"
+    return f"{commit}{' + uncommitted changes' if dirty else ''}"
+
+
 def hardware() -> str:
     return f"cpu-{os.cpu_count()}core"
 
@@ -239,14 +321,18 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a few steps per workload")
     parser.add_argument("--repeats", type=int, default=None,
-                        help="repetitions, the first dropped (default 6, quick 1)")
+                        help="repetitions, the first dropped (default 5, quick 1)")
     parser.add_argument("--workloads", default=",".join(w.name for w in workloads.WORKLOADS))
     parser.add_argument("--systems", default=",".join(ALL_SYSTEMS),
                         help="comma-separated subset of " + ",".join(ALL_SYSTEMS))
+    parser.add_argument("--instructions", action="store_true",
+                        help="also count instructions per step under valgrind (slow, but "
+                        "immune to a busy machine)")
     parser.add_argument("--out", type=pathlib.Path, default=HERE / "results")
     args = parser.parse_args(argv)
+    args.argv = [a for a in (sys.argv[1:] if argv is None else argv)]
     if args.repeats is None:
-        args.repeats = 1 if args.quick else 6
+        args.repeats = 1 if args.quick else 5
     every = workloads.by_name(args.quick)
     chosen = {n: every[n] for n in args.workloads.split(",")}
     have_determined = importlib.util.find_spec("determined") is not None
@@ -254,6 +340,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     t0 = time.perf_counter()
     systems = args.systems.split(",")
     runs, failures, all_results = collect(args, plan(chosen, systems, args.quick, have_determined))
+    if args.instructions:
+        counted, failed = instruction_jobs(args, chosen, systems, have_determined)
+        runs.update({(f"{w}#instructions", s): r for (w, s), r in counted.items()})
+        failures.update({(f"{w}#instructions", s): r for (w, s), r in failed.items()})
     report = Report(runs, failures, [s for s in ALL_SYSTEMS if s in systems], chosen)
     text = render(args, report, have_determined, started, time.perf_counter() - t0)
     theme = "overhead-quick" if args.quick else "overhead"

@@ -7,13 +7,15 @@ and writes its measurements as JSON (rank 0 only): ``{"results": {workload: {...
 """
 
 import argparse
+import dataclasses
 import json
 import os
 import pathlib
 import resource
+import subprocess
 import sys
 import time
-from typing import Any, Dict
+from typing import Any, Dict, List
 
 SYSTEMS = ("raw", "lightning", "det_lightning", "det_lightning+tb", "determined")
 
@@ -50,6 +52,33 @@ def _import_only(result: Dict[str, Any]) -> None:
     )
 
 
+def _run_workload(system: str, w: Any, scratch: pathlib.Path, tag: str) -> Dict[str, Any]:
+    work = scratch / tag / "cwd"
+    work.mkdir(parents=True, exist_ok=True)  # ranks share it
+    os.chdir(work)
+    # Each workload's storage apart from the others', and outside the working directory.
+    os.environ.update(
+        DET_LIGHTNING_CHECKPOINT_DIR=str(work.parent / "checkpoints"),
+        DET_LIGHTNING_TENSORBOARD_DIR=str(work.parent / "tensorboard"),
+        XDG_DATA_HOME=str(work.parent / "determined-storage"),
+    )
+    return _measure(system, w, work)
+
+
+def _callgrind_phases(system: str, w: Any, scratch: pathlib.Path, steps: List[int]) -> None:
+    """Under valgrind's callgrind: a warm-up fit, then one fit per step count, each followed by
+    a counter dump named ``steps<N>`` (``run.py --instructions`` reads the dumps)."""
+    def dump(tag: str) -> None:
+        subprocess.run(["callgrind_control", "--dump=" + tag, str(os.getpid())], check=True,
+                       capture_output=True)
+
+    _run_workload(system, dataclasses.replace(w, steps=20), scratch, "warm-up")
+    dump("warm-up")
+    for n in steps:
+        _run_workload(system, dataclasses.replace(w, steps=n), scratch, f"steps{n}")
+        dump(f"steps{n}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("system", choices=(*SYSTEMS, "import"))
@@ -57,6 +86,8 @@ def main() -> None:
     parser.add_argument("out", type=pathlib.Path)
     parser.add_argument("--scratch", type=pathlib.Path, required=True)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--callgrind-steps", default="",
+                        help="comma-separated step counts: count instructions (under callgrind)")
     args = parser.parse_args()
     output: Dict[str, Any] = {"system": args.system, "results": {}}
     if args.system == "import":
@@ -70,16 +101,12 @@ def main() -> None:
         torch.set_num_threads(1)
         known = workloads.by_name(args.quick)
         for name in args.workloads.split(","):
-            work = args.scratch / name / "cwd"
-            work.mkdir(parents=True, exist_ok=True)  # ranks share it
-            os.chdir(work)
-            # Each workload's storage apart from the others', and outside the working directory.
-            os.environ.update(
-                DET_LIGHTNING_CHECKPOINT_DIR=str(work.parent / "checkpoints"),
-                DET_LIGHTNING_TENSORBOARD_DIR=str(work.parent / "tensorboard"),
-                XDG_DATA_HOME=str(work.parent / "determined-storage"),
-            )
-            output["results"][name] = _measure(args.system, known[name], work)
+            if args.callgrind_steps:
+                steps = [int(n) for n in args.callgrind_steps.split(",")]
+                _callgrind_phases(args.system, known[name], args.scratch / name, steps)
+                output["results"][name] = {}
+            else:
+                output["results"][name] = _run_workload(args.system, known[name], args.scratch, name)
     if int(os.environ.get("RANK", "0")) != 0:
         return
     output["maxrss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
