@@ -43,6 +43,12 @@ def _ratio(a: Optional[float], b: Optional[float]) -> str:
     return f"{a / b:.2f}" if a is not None and b else "—"
 
 
+def _paired_save_ratios(runs: List[Dict[str, Any]]) -> List[float]:
+    """Per run: its mean save time over the mean of the bare ``torch.save`` it did itself."""
+    return [_mean_list(r["save_s"]) / _mean_list(r["bare_save_s"])
+            for r in runs if r.get("save_s") and r.get("bare_save_s")]
+
+
 def _failure(runs: List[Dict[str, Any]], failures: Dict[Tuple[str, str], str],
              key: Tuple[str, str]) -> Optional[str]:
     if runs:
@@ -151,9 +157,9 @@ class Report:
         raw_save = self.median(name, "raw", "save_s", _mean_list)
         raw_load = self.median(name, "raw", "load_s", _mean_list)
         lines = [
-            "| system | save s, median (min–max) | × bare torch.save | load s | × bare torch.load "
-            "| peak RSS MB |",
-            "|---|---|---|---|---|---|",
+            "| system | save s, median (min–max) | × bare torch.save | × bare torch.save, same "
+            "process | load s | × bare torch.load | peak RSS MB |",
+            "|---|---|---|---|---|---|---|",
         ]
         for system in self.systems:
             key = (name, system)
@@ -163,19 +169,21 @@ class Report:
             failed = _failure(runs, self.failures, key)
             label = "bare torch.save / torch.load" if system == "raw" else LABELS[system]
             if failed:
-                lines.append(f"| {label} | {failed} | | | | |")
+                lines.append(f"| {label} | {failed} | | | | | |")
                 continue
             saves = _values(runs, "save_s", _mean_list)
             loads = _values(runs, "load_s", _mean_list)
+            paired = _median(_paired_save_ratios(runs))
             lines.append(
                 f"| {label} | {_cell(saves, 1, 3)} | {_ratio(_median(saves), raw_save)} "
+                f"| {'—' if paired is None else f'{paired:.2f}'} "
                 f"| {_cell(loads, 1, 3)} | {_ratio(_median(loads), raw_load)} "
                 f"| {_cell(_values(runs, 'maxrss_mb'), 1, 0).split(' ')[0]} |"
             )
             if system == "raw":
                 fsync = _values(runs, "save_fsync_s", _mean_list)
                 lines.append(f"| torch.save + fsync | {_cell(fsync, 1, 3)} "
-                             f"| {_ratio(_median(fsync), raw_save)} | | | |")
+                             f"| {_ratio(_median(fsync), raw_save)} | | | | |")
         return lines
 
     def startup_table(self) -> List[str]:
@@ -243,6 +251,9 @@ class Report:
         ratio_target("checkpoint save: det_lightning / bare torch.save ≤ 1.10",
                      med("checkpoint", "det_lightning", "save_s", _mean_list),
                      med("checkpoint", "raw", "save_s", _mean_list), 1.10)
+        ratio_target("checkpoint save: det_lightning / bare torch.save in the same process ≤ 1.10",
+                     _median(_paired_save_ratios(self.runs.get(("checkpoint", "det_lightning"), []))),
+                     1.0, 1.10)
         counted = "instructions_per_step"
         if ("mlp#instructions", "det_lightning") in self.runs:
             ratio_target("MLP: det_lightning / Lightning ≤ 1.05 (instructions)",
