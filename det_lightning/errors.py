@@ -31,6 +31,23 @@ class CheckpointStorageError(OSError):
     the path and the cause. Earlier complete checkpoints are kept."""
 
 
+class InvalidHP(Exception):
+    """Raised by a trial to reject its hyperparameters (``det.InvalidHP`` in Determined).
+
+    A search drops such a trial and starts another in its place; it does not count toward
+    ``max_trials``. Outside a search it ends the run like any other error.
+    """
+
+    def __init__(self, msg: str = "...") -> None:
+        if not isinstance(msg, str):
+            raise TypeError(
+                "InvalidHP(msg) takes a message string, not a "
+                f"{type(msg).__name__}: raise det.InvalidHP('why these hyperparameters fail')."
+            )
+        super().__init__(msg)
+        self.msg = msg
+
+
 class TrialPreempted(SystemExit):
     """``Trainer.fit()`` stopped on SIGTERM/SIGINT after saving a checkpoint.
 
@@ -52,6 +69,7 @@ class TrialPreempted(SystemExit):
 
 
 __all__ = [
+    "InvalidHP",
     "InvalidExperimentException",
     "InternalException",
     "InvalidCheckpointException",

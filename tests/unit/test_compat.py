@@ -225,3 +225,12 @@ def test_aliased_context_manager(tmp_path: pathlib.Path) -> None:
         tmp_path,
     )
     assert out.strip() == "ok"
+
+
+def test_invalid_hp_is_a_top_level_name_with_determined_s_message_check() -> None:
+    import det_lightning as det
+
+    error = det.InvalidHP("lr too large")
+    assert error.msg == "lr too large" and isinstance(error, Exception)
+    with pytest.raises(TypeError, match="message string"):
+        det.InvalidHP(3)  # type: ignore[arg-type]
