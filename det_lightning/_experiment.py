@@ -195,20 +195,6 @@ def _working_dir(path: pathlib.Path) -> Iterator[None]:
         os.chdir(previous)
 
 
-def _trial_outcome(trainer: Any, directory: pathlib.Path, metric: str, smaller: bool) -> Any:
-    """``(best searcher metric, checkpoint to report)`` after a legacy trial's ``fit()``."""
-    result = getattr(trainer, "_result", None)
-    history = getattr(result, "validation_history", None) or []
-    values = [float(m[metric]) for m in history if metric in m]
-    best = (min(values) if smaller else max(values)) if values else None
-    manager = getattr(result, "checkpoints", None)
-    uuid = getattr(manager, "best_uuid", None) or (
-        manager.written[-1] if manager is not None and manager.written else None
-    )
-    checkpoint = directory / uuid if uuid else ckpt.latest_checkpoint(directory)
-    return best, checkpoint
-
-
 def run_legacy_trial(plan: Plan, number: int, hparams: Dict[str, Any]) -> TrialResult:
     """One trial of a ``model_def:Trial`` entrypoint, as Determined's harness runs it."""
     assert plan.trial_class is not None
@@ -235,7 +221,9 @@ def run_legacy_trial(plan: Plan, number: int, hparams: Dict[str, Any]) -> TrialR
                 step_zero_validation=config.raw["perform_initial_validation"],
             )
     metric, smaller = config.searcher["metric"], config.searcher["smaller_is_better"]
-    best, checkpoint = _trial_outcome(trainer, directory, metric, smaller)
+    assert trainer.result is not None
+    best = trainer.result.best_metric(metric, smaller)
+    checkpoint = trainer.result.reported_checkpoint() or ckpt.latest_checkpoint(directory)
     return TrialResult(number, hparams, "COMPLETED", best, checkpoint)
 
 

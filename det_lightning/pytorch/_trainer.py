@@ -17,6 +17,7 @@ import torch
 from det_lightning.core import DistributedContext
 from det_lightning.pytorch import _launch
 from det_lightning.pytorch._context import PyTorchTrialContext
+from det_lightning.pytorch._result import FitResult
 from det_lightning.pytorch._trial import PyTorchTrial
 from det_lightning.pytorch._units import Batch, TrainUnit, check_max_length, check_period
 
@@ -162,6 +163,7 @@ class Trainer:
         if logger is not None and logger is not False and not isinstance(logger, (list, tuple)):
             logger = [logger]
         searcher = (context._exp_conf or {}).get("searcher") or {}
+        self.result: Optional[FitResult] = None  # set by fit()
         self._options = _Options(
             callbacks=list(callbacks or []),
             loggers=[] if logger is False else logger,
@@ -254,3 +256,18 @@ class Trainer:
         from det_lightning.adapters.fit import run_fit
 
         self._result = run_fit(self._trial, self._context, args, self._options)
+        self.result = _fit_result(self._result, pathlib.Path(self._options.checkpoint_dir))
+
+
+def _fit_result(schedule: Any, checkpoint_dir: pathlib.Path) -> FitResult:
+    """The engine's end state as the typed ``FitResult`` callers read."""
+    manager = schedule.checkpoints
+    written = manager.written if manager is not None else []
+    return FitResult(
+        batches_trained=int(schedule.module.state.batches_trained),
+        validations=tuple(dict(m) for m in schedule.validation_history),
+        checkpoint_dir=checkpoint_dir,
+        best_checkpoint=manager.best_uuid if manager is not None else None,
+        latest_checkpoint=written[-1] if written else None,
+        stopped_early=bool(schedule.stopped_early),
+    )
