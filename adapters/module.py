@@ -3,6 +3,29 @@
 ``training_step`` is Determined's per-batch body; ``validation_step`` calls ``evaluate_batch``
 (or ``evaluate_full_dataset`` once, on the chief). What happens *between* batches (periods,
 validation, checkpoints, stopping) is ``schedule.ScheduleCallback``'s job.
+
+What Lightning does between two ``train_batch`` calls, against what Determined does there
+(audited for Lightning 2.6; a difference is fixed here or where named)::
+
+    validation inside the training loop
+      on_validation_model_zero_grad  zeroes every gradient   -> a no-op here: Determined never
+                                     (an aggregation window  touches gradients around a
+                                     would lose its batches)  validation
+      on_validation_model_eval       trainer.model.eval()    same as Determined's model.eval()
+                                                             on each wrapped model
+      validation under inference_mode                        no_grad, as Determined
+                                                             (trainer_args: inference_mode=False)
+      on_validation_model_train      restores the modes      Determined calls model.train() when
+                                     captured before         training restarts; so does
+                                                             training_step (and on_fit_start)
+      val dataloader iterator        one torch draw (seed)   the same draw in Determined's
+                                                             iter(validation_loader)
+      sanity check                   validates before fit    off (num_sanity_val_steps=0)
+    optimizers and LR schedulers     manual optimization: Lightning steps, zeroes and schedules
+                                     nothing itself (configure_optimizers returns no scheduler)
+    RNG                              nothing drawn besides the loader iterators above; checkpoints
+                                     save and restore the generators (checkpoints.py)
+    between epochs                   Lightning's epoch hooks move no state we train with
 """
 
 import inspect
@@ -143,9 +166,21 @@ class TrialModule(pl.LightningModule):
 
     @override
     def on_fit_start(self) -> None:
+        self._set_train_mode()
         self._backend.bind_optimizers()
         self.context._backend = self._backend
         self.context._training_started = True
+
+    @override
+    def on_validation_model_zero_grad(self) -> None:
+        """Keeps the gradients: a validation may fall inside an aggregation window, and
+        Determined's validation leaves them alone (Lightning's default zeroes them)."""
+
+    def _set_train_mode(self) -> None:
+        # Determined calls model.train() on each wrapped model whenever training (re)starts
+        # after a boundary, undoing any eval() the trial did; Lightning restores old modes.
+        for model in self.context.models:
+            model.train()
 
     def _no_sync(self) -> Any:
         strategy = self.trainer.strategy
@@ -163,6 +198,8 @@ class TrialModule(pl.LightningModule):
         idx = state.values["batches_trained"]
         epoch_idx, in_epoch = divmod(idx, self.epoch_len)
         context._current_batch_idx = idx
+        if not state.workload_metrics:  # the first batch after a boundary
+            self._set_train_mode()
         if in_epoch == 0:
             for callback in self.det_callbacks.values():
                 callback.on_training_epoch_start(epoch_idx)
