@@ -38,6 +38,7 @@ from typing_extensions import override
 from det_lightning.adapters import metrics as metric_utils
 from det_lightning.adapters.precision import scheduler_waits
 from det_lightning.pytorch import _checkpoint as ckpt
+from det_lightning.pytorch._callback import call_epoch_start
 from det_lightning.pytorch._context import PyTorchTrialContext
 from det_lightning.pytorch._lr_scheduler import due_steps
 from det_lightning.pytorch._trial import PyTorchTrial, is_overridden
@@ -143,6 +144,7 @@ class TrialModule(pl.LightningModule):
         self.val_records = 0
         self.val_metrics: Dict[str, Any] = {}
         self._profiler: Any = None
+        self._legacy_warned: "set[int]" = set()  # callbacks warned about a deprecated signature
         # Set by the CheckpointManager: the Determined state every Lightning checkpoint carries.
         self.checkpoint_extras: Optional[Callable[[], Dict[str, Any]]] = None
 
@@ -202,7 +204,7 @@ class TrialModule(pl.LightningModule):
             self._set_train_mode()
         if in_epoch == 0:
             for callback in self.det_callbacks.values():
-                callback.on_training_epoch_start(epoch_idx)
+                call_epoch_start(callback, epoch_idx, self._legacy_warned)
         if self._auto_to_device:
             batch = context.to_device(batch)
         output = self.trial.train_batch(batch=batch, epoch_idx=epoch_idx, batch_idx=idx)
