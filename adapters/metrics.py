@@ -156,10 +156,9 @@ def reduce_validation_metrics(
 ) -> Dict[str, Any]:
     """Reduces each rank's batches with the trial's reducers, then combines the ranks on
     every rank (AVG weighted by each rank's batch count)."""
-    names = sorted(keys) if keys is not None else []
+    names = list(keys) if keys is not None else []  # the first batch's order, as Determined
     if dist.size > 1:
-        all_names = set().union(*dist.allgather(names))
-        names = sorted(all_names)
+        names = list(dict.fromkeys(n for rank in dist.allgather(names) for n in rank))
     if not names:
         return {}
     reducers = prepare_reducers(reducer, names)
@@ -187,12 +186,25 @@ def is_numerical_scalar(value: Any) -> bool:
     return isinstance(value, np.ndarray) and value.ndim == 0 and value.dtype.kind in "iuf"
 
 
+def _plain(value: Any) -> Any:
+    """``value`` with numpy values and tensors turned into Python ones, also inside lists,
+    tuples and dicts (a metric may be a list of predictions)."""
+    if isinstance(value, torch.Tensor):
+        value = value.detach().cpu().numpy()
+    if isinstance(value, (np.ndarray, np.generic)):
+        return value.tolist()
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
 def jsonable(metrics: Dict[str, Any]) -> Dict[str, Any]:
     """Metrics as JSON-ready Python values; a clear error for values that cannot be."""
     out: Dict[str, Any] = {}
     for name, value in metrics.items():
-        if isinstance(value, (np.ndarray, np.generic)):
-            value = value.tolist()
+        value = _plain(value)
         try:
             json.dumps(value, allow_nan=True)
         except TypeError as e:

@@ -26,10 +26,14 @@ class Reducer(enum.Enum):
 def simple_reduce(
     reducer: Reducer, values: Any, num_batches: Optional[Sequence[int]] = None
 ) -> Any:
-    """Reduces stacked per-batch values (first axis) with ``reducer``; ``num_batches`` weights AVG.
+    """Reduces stacked per-batch values with ``reducer`` into one number, over every element as
+    Determined does (a metric of shape ``(1,)`` or ``(batch, k)`` per batch gives a scalar);
+    ``num_batches`` weights AVG.
 
     >>> float(simple_reduce(Reducer.AVG, np.array([1.0, 3.0]), [1, 3]))
     2.5
+    >>> simple_reduce(Reducer.SUM, np.array([[1], [2]])).shape
+    ()
     """
     if reducer is Reducer.AVG:
         if num_batches is not None and len(num_batches) != len(values):
@@ -37,13 +41,13 @@ def simple_reduce(
                 f"Lengths of metrics and num_batches are not equal: {len(values)} != "
                 f"{len(num_batches)}."
             )
-        return np.average(values, axis=0, weights=num_batches)
+        return np.average(values, weights=num_batches)
     if reducer is Reducer.SUM:
-        return np.sum(values, axis=0)
+        return np.sum(values)
     if reducer is Reducer.MAX:
-        return np.max(values, axis=0)
+        return np.max(values)
     if reducer is Reducer.MIN:
-        return np.min(values, axis=0)
+        return np.min(values)
     raise NotImplementedError(f"Unknown reducer {reducer!r}.")
 
 

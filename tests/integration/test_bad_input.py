@@ -131,7 +131,10 @@ class EvalMetricNotNumeric(Trial):
 
 
 class EvalSearcherMetricNotScalar(Trial):
-    def evaluate_batch(self, batch: Any) -> Dict[str, Any]:
+    # Per-batch arrays reduce to a scalar (as in Determined); a full-dataset array stays one.
+    evaluate_batch = pytorch.PyTorchTrial.evaluate_batch
+
+    def evaluate_full_dataset(self, data_loader: Any) -> Dict[str, Any]:
         return {"validation_loss": torch.ones(3)}
 
 
