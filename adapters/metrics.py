@@ -9,6 +9,7 @@ float32 values; validation metrics go through the trial's reducers.
 import json
 import logging
 import math
+import os
 from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
@@ -101,19 +102,70 @@ def _per_batch_numpy(per_batch: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
     ]
 
 
-def first_non_finite(batch_metrics: List[Dict[str, Any]], first_batch_idx: int) -> Optional[str]:
-    """The first batch whose ``loss`` is NaN or infinite, described; other metrics may be."""
-    for offset, metrics in enumerate(batch_metrics):
-        value = metrics.get("loss")
-        if value is not None:
-            name = "loss"
-            if is_numerical_scalar(value) and not math.isfinite(float(value)):
-                return (
-                    f"Training metric {name!r} is {float(value)} at batch "
-                    f"{first_batch_idx + offset} (0-based). Lower the learning rate, clip "
-                    "gradients (step_optimizer(clip_grads=...)), or check the data of that batch."
-                )
-    return None
+STOP_ON_NONFINITE_LOSS_ENV = "DET_LIGHTNING_STOP_ON_NONFINITE_LOSS"
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("", "0", "false", "no", "off")
+
+
+def stop_on_non_finite(option: Optional[bool] = None) -> bool:
+    """Whether a non-finite ``loss`` stops training: ``Trainer(stop_on_nonfinite_loss=...)``
+    when given, else ``$DET_LIGHTNING_STOP_ON_NONFINITE_LOSS``; by default training goes on,
+    as it does in Determined and in Lightning.
+
+    >>> stop_on_non_finite(True), stop_on_non_finite(False)
+    (True, False)
+    """
+    if option is not None:
+        if not isinstance(option, bool):
+            raise TypeError(
+                f"Trainer(stop_on_nonfinite_loss={option!r}): expected True, False or None "
+                f"(None: ${STOP_ON_NONFINITE_LOSS_ENV} decides)."
+            )
+        return option
+    value = os.environ.get(STOP_ON_NONFINITE_LOSS_ENV, "").strip().lower()
+    if value not in _TRUE + _FALSE:
+        raise ValueError(
+            f"{STOP_ON_NONFINITE_LOSS_ENV}={value!r}: expected 1 (stop on a NaN or infinite "
+            "loss) or 0 (train on, the default)."
+        )
+    return value in _TRUE
+
+
+def non_finite_batches(batch_metrics: List[Dict[str, Any]], first_batch_idx: int) -> List[int]:
+    """The (0-based) batches whose ``loss`` is NaN or infinite; other metrics may be."""
+    return [
+        first_batch_idx + offset
+        for offset, metrics in enumerate(batch_metrics)
+        if is_numerical_scalar(metrics.get("loss")) and not math.isfinite(float(metrics["loss"]))
+    ]
+
+
+def check_non_finite(
+    batch_metrics: List[Dict[str, Any]], first_batch_idx: int, stop: bool, warn: bool = True
+) -> None:
+    """Raises ``NonFiniteLossError`` (``stop``) or warns once for the reporting period when a
+    batch's ``loss`` is NaN or infinite, naming the first such batch.
+
+    Raises:
+        det_lightning.errors.NonFiniteLossError: with ``stop``, for a non-finite loss.
+    """
+    bad = non_finite_batches(batch_metrics, first_batch_idx)
+    if not bad:
+        return
+    value = float(batch_metrics[bad[0] - first_batch_idx]["loss"])
+    problem = (
+        f"Training metric 'loss' is {value} at batch {bad[0]} (0-based)"
+        + (f", and at {len(bad) - 1} more batch(es) of this reporting period" if bad[1:] else "")
+        + ". Lower the learning rate, clip gradients (step_optimizer(clip_grads=...)), or check "
+        "the data of that batch."
+    )
+    if stop:
+        raise errors.NonFiniteLossError(problem)
+    if warn:
+        logger.warning(
+            f"{problem} Training goes on, as in Determined and Lightning; to stop at a "
+            "non-finite loss instead, pass Trainer(stop_on_nonfinite_loss=True) or set "
+            f"{STOP_ON_NONFINITE_LOSS_ENV}=1."
+        )
 
 
 def average_training_metrics(
@@ -235,9 +287,3 @@ def scalars(metrics: Dict[str, Any], prefix: str = "") -> Dict[str, float]:
         for name, value in metrics.items()
         if is_numerical_scalar(value)
     }
-
-
-def raise_if_non_finite(batch_metrics: List[Dict[str, Any]], first_batch_idx: int) -> None:
-    problem = first_non_finite(batch_metrics, first_batch_idx)
-    if problem is not None:
-        raise errors.NonFiniteLossError(problem)

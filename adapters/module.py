@@ -145,6 +145,9 @@ class TrialModule(pl.LightningModule):
         self.val_metrics: Dict[str, Any] = {}
         self._profiler: Any = None
         self._legacy_warned: "set[int]" = set()  # callbacks warned about a deprecated signature
+        # Off by default (Determined and Lightning train on); Trainer(stop_on_nonfinite_loss=...)
+        # or the environment turns it on.
+        self.stop_on_nonfinite_loss = metric_utils.stop_on_non_finite()
         # Set by the CheckpointManager: the Determined state every Lightning checkpoint carries.
         self.checkpoint_extras: Optional[Callable[[], Dict[str, Any]]] = None
 

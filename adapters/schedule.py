@@ -124,7 +124,9 @@ class ScheduleCallback(Callback):
         first_idx = batches_trained - len(per_batch)
         dist = module.context.distributed
         averages, batch_metrics = metric_utils.average_training_metrics(per_batch, dist)
-        metric_utils.raise_if_non_finite(batch_metrics, first_idx)
+        metric_utils.check_non_finite(
+            batch_metrics, first_idx, module.stop_on_nonfinite_loss, warn=dist.rank == 0
+        )
         averages.update(metric_utils.to_numpy(module.context.reduce_metrics(for_training=True)))
         module.context.reset_reducers()
         # Determined adds these while reporting, to the same dict its callbacks then receive.
