@@ -13,6 +13,8 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, TypeV
 
 import numpy as np
 
+from det_lightning import errors
+
 
 class Reducer(enum.Enum):
     """How per-batch values of a validation metric combine into one number."""
@@ -54,10 +56,15 @@ def simple_reduce(
 def prepare_reducers(
     reducer: Union[Reducer, Mapping[str, Reducer]], keys: Sequence[str]
 ) -> Dict[str, Reducer]:
-    """One ``Reducer`` per metric name, from ``evaluation_reducer()``'s answer."""
+    """One ``Reducer`` per metric name, from ``evaluation_reducer()``'s answer.
+
+    Raises:
+        det_lightning.errors.InvalidExperimentException: a dict that does not name every metric,
+            or a value that is not a ``Reducer`` (Determined's class for both).
+    """
     if isinstance(reducer, Mapping):
         if set(keys) != set(reducer.keys()):
-            raise ValueError(
+            raise errors.InvalidExperimentException(
                 "Please provide a single evaluation reducer or provide a reducer for every "
                 f"validation metric. Expected keys: {sorted(keys)}, provided keys: "
                 f"{sorted(reducer.keys())}."
@@ -67,7 +74,7 @@ def prepare_reducers(
         chosen = {key: reducer for key in keys}
     for key, value in chosen.items():
         if not isinstance(value, Reducer):
-            raise TypeError(
+            raise errors.InvalidExperimentException(
                 f"evaluation_reducer() gave {value!r} for metric {key!r}: select a "
                 "det_lightning.pytorch.Reducer (AVG, SUM, MAX or MIN) for reducing validation "
                 "metrics, or use context.wrap_reducer() for a custom reduction."
