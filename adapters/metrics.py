@@ -269,12 +269,17 @@ def jsonable(metrics: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def log_training(steps_completed: int, metrics: Dict[str, Any]) -> None:
+    """Reports the period's training metrics as Determined logs them: the values themselves
+    (numpy values and 0-d arrays as they are); one that could not be reported raises."""
+    jsonable(metrics)
     logger.info(
         f"report_training_metrics(steps_completed={steps_completed}, metrics={metrics})"
     )
 
 
 def log_validation(steps_completed: int, metrics: Dict[str, Any]) -> None:
+    """Reports validation metrics as Determined logs them (see ``log_training``)."""
+    jsonable(metrics)
     logger.info(
         f"report_validation_metrics(steps_completed={steps_completed}, metrics={metrics})"
     )
