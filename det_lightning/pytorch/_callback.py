@@ -41,7 +41,8 @@ class PyTorchCallback:
         """After the checkpoint (if any) is restored, before the first batch."""
 
     def on_training_epoch_start(self, epoch_idx: int) -> None:
-        """Before the first batch of an epoch."""
+        """Before the first batch of an epoch. The older form without ``epoch_idx`` is still
+        called (without it), with a deprecation warning, as in Determined."""
 
     def on_training_epoch_end(self, epoch_idx: int) -> None:
         """After the last batch of an epoch."""
