@@ -55,7 +55,7 @@ def make_trial(api: Any) -> Any:
 
 def _run(api: Any, batches: int = 2) -> Any:
     seed_everything(0)
-    with api.init(hparams={}, aggregation_frequency=2) as context:
+    with api.init(hparams={}, aggregation_frequency=2, enable_tensorboard_logging=False) as context:
         trial = make_trial(api)(context)
         api.Trainer(trial, context).fit(
             max_length=api.Batch(batches), validation_period=api.Batch(1),

@@ -25,7 +25,7 @@ def _run(api: Any) -> List[Any]:
             return {"legacy": LegacyEpochStart(), "other": LegacyEpochStart()}
 
     seed_everything(0)
-    with api.init(hparams={"n": 16, "batch_size": 8}) as context:
+    with api.init(hparams={"n": 16, "batch_size": 8}, enable_tensorboard_logging=False) as context:
         trial = Trial(context)
         api.Trainer(trial, context).fit(max_length=api.Epoch(3))
     return calls

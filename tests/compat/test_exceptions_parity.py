@@ -52,7 +52,9 @@ def _raised(api: Any, errors: Any, case: str) -> BaseException:
     trial_cls, name, init_kwargs = _cases(api)[case]
     seed_everything(0)
     with pytest.raises(getattr(errors, name)) as info:
-        with api.init(hparams={"n": 16}, **init_kwargs) as context:
+        with api.init(
+            hparams={"n": 16}, **init_kwargs, enable_tensorboard_logging=False
+        ) as context:
             trial = trial_cls(context)
             api.Trainer(trial, context).fit(
                 max_length=api.Batch(4), validation_period=api.Batch(2)

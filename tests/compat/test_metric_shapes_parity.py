@@ -71,7 +71,7 @@ def make_trial(api: Any, full_dataset: bool) -> Any:
 def _run(api: Any, full_dataset: bool) -> Any:
     seed_everything(0)
     logger = RecordingLogger()
-    with api.init(hparams={}) as context:
+    with api.init(hparams={}, enable_tensorboard_logging=False) as context:
         trial = make_trial(api, full_dataset)(context)
         kwargs = {"logger": logger} if api is dl_pytorch else {}
         api.Trainer(trial, context, **kwargs).fit(

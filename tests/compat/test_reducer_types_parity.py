@@ -94,7 +94,7 @@ def make_trial(api: Any, full_dataset: bool) -> Any:
 
 def _run(api: Any, full_dataset: bool) -> List[Tuple[str, Dict[str, Any]]]:
     seed_everything(0)
-    with api.init(hparams={}) as context:
+    with api.init(hparams={}, enable_tensorboard_logging=False) as context:
         trial = make_trial(api, full_dataset)(context)
         api.Trainer(trial, context).fit(
             max_length=api.Batch(4), validation_period=api.Batch(2), reporting_period=api.Batch(2)
