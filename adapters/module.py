@@ -23,7 +23,10 @@ What Lightning does between two ``train_batch`` calls, against what Determined d
       sanity check                   validates before fit    off (num_sanity_val_steps=0)
     optimizers and LR schedulers     manual optimization: Lightning steps, zeroes and schedules
                                      nothing itself (configure_optimizers returns no scheduler)
-    RNG                              nothing drawn besides the loader iterators above; checkpoints
+    RNG                              nothing drawn besides the loader iterators above; the draws of
+                                     dropout, shuffles and per-item augmentation around a
+                                     validation come in Determined's order (pinned by
+                                     tests/compat/test_between_batches_parity.py); checkpoints
                                      save and restore the generators (checkpoints.py)
     between epochs                   Lightning's epoch hooks move no state we train with
 """

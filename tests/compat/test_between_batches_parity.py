@@ -85,3 +85,56 @@ def test_gradients_modes_and_weights_match_real_determined() -> None:
     assert ours.modes == theirs.modes
     assert ours.weights == theirs.weights
     assert theirs.weights[1] == pytest.approx(0.00375, abs=1e-7)
+
+
+def _augmenting_run(api: Any) -> List[float]:
+    """Dropout, a shuffled loader whose items draw from the global generator (augmentation),
+    and a validation after every batch: every random draw around a validation, in order."""
+
+    class Augmented(torch.utils.data.Dataset):
+        def __len__(self) -> int:
+            return 32
+
+        def __getitem__(self, i: int) -> Any:
+            x = torch.full((4,), float(i)) + torch.rand(4)
+            return x, x.sum(0, keepdim=True)
+
+    class AugmentingTrial(api.PyTorchTrial):  # type: ignore[misc, name-defined]
+        def __init__(self, context: Any) -> None:
+            self.context = context
+            self.model = context.wrap_model(
+                nn.Sequential(nn.Linear(4, 8), nn.Dropout(0.5), nn.Linear(8, 1))
+            )
+            self.opt = context.wrap_optimizer(torch.optim.SGD(self.model.parameters(), lr=1e-6))
+            self.losses: List[float] = []
+
+        def build_training_data_loader(self) -> Any:
+            return api.DataLoader(Augmented(), batch_size=4, shuffle=True)
+
+        def build_validation_data_loader(self) -> Any:
+            return api.DataLoader(Augmented(), batch_size=8)
+
+        def train_batch(self, batch: Any, epoch_idx: int, batch_idx: int) -> Any:
+            x, y = batch
+            loss = nn.functional.mse_loss(self.model(x), y)
+            self.context.backward(loss)
+            self.context.step_optimizer(self.opt)
+            self.losses.append(loss.item())
+            return loss
+
+        def evaluate_batch(self, batch: Any) -> Dict[str, Any]:
+            x, y = batch
+            return {"validation_loss": nn.functional.mse_loss(self.model(x), y)}
+
+    seed_everything(0)
+    with api.init(hparams={}, enable_tensorboard_logging=False) as context:
+        trial = AugmentingTrial(context)
+        api.Trainer(trial, context).fit(max_length=api.Batch(12), validation_period=api.Batch(1))
+    return trial.losses
+
+
+@pytest.mark.interop
+def test_random_draws_around_validations_match_real_determined() -> None:
+    from determined import pytorch as det_pytorch
+
+    assert _augmenting_run(dl_pytorch) == _augmenting_run(det_pytorch)
