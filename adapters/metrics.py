@@ -3,7 +3,9 @@
 Per batch we only keep what ``train_batch`` returned (detached); conversion to numbers happens
 once per reporting period, so a GPU run syncs once per period rather than once per batch.
 Numbers follow Determined: a training metric's period value is ``np.mean`` of the per-batch
-float32 values; validation metrics go through the trial's reducers.
+float32 values; validation metrics go through the trial's reducers, which reduce every element
+of a per-batch value to one number, as Determined's do. Reports are logged with the values as
+they are (Determined's log lines); only numerical scalars go to Lightning's loggers.
 """
 
 import json
