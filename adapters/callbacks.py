@@ -173,9 +173,7 @@ class PyTorchCallbackBridge(ScheduleCallback):
             reported = dict(metrics)
             reported.setdefault("batches", module.state.batches_trained)
             reported.setdefault("epochs", module.state.epochs_trained)
-            metric_utils.log_validation(
-                module.state.batches_trained, metric_utils.jsonable(reported)
-            )
+            metric_utils.log_validation(module.state.batches_trained, reported)
 
     @override
     def on_test_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

@@ -21,6 +21,7 @@ import lightning.pytorch as pl
 import torch
 
 from det_lightning import errors
+from det_lightning.adapters import metrics as metric_utils
 from det_lightning.adapters import preemption
 from det_lightning.adapters.checkpoint_io import DeterminedCheckpointIO
 from det_lightning.adapters.checkpoints import (
@@ -141,6 +142,7 @@ def _train(
     root: pathlib.Path,
 ) -> ScheduleCallback:
     module = TrialModule(trial, context, callbacks, TrainState(trial_state))
+    module.stop_on_nonfinite_loss = metric_utils.stop_on_non_finite(options.stop_on_nonfinite_loss)
     start_batch = module.state.batches_trained
     extra = (saved_state or {}).get(ckpt.EXTRA, {}).get("data", {})
     base_seed = _base_seed(context, extra)

@@ -3,12 +3,15 @@
 Per batch we only keep what ``train_batch`` returned (detached); conversion to numbers happens
 once per reporting period, so a GPU run syncs once per period rather than once per batch.
 Numbers follow Determined: a training metric's period value is ``np.mean`` of the per-batch
-float32 values; validation metrics go through the trial's reducers.
+float32 values; validation metrics go through the trial's reducers, which reduce every element
+of a per-batch value to one number, as Determined's do. Reports are logged with the values as
+they are (Determined's log lines); only numerical scalars go to Lightning's loggers.
 """
 
 import json
 import logging
 import math
+import os
 from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
@@ -101,19 +104,70 @@ def _per_batch_numpy(per_batch: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
     ]
 
 
-def first_non_finite(batch_metrics: List[Dict[str, Any]], first_batch_idx: int) -> Optional[str]:
-    """The first batch whose ``loss`` is NaN or infinite, described; other metrics may be."""
-    for offset, metrics in enumerate(batch_metrics):
-        value = metrics.get("loss")
-        if value is not None:
-            name = "loss"
-            if is_numerical_scalar(value) and not math.isfinite(float(value)):
-                return (
-                    f"Training metric {name!r} is {float(value)} at batch "
-                    f"{first_batch_idx + offset} (0-based). Lower the learning rate, clip "
-                    "gradients (step_optimizer(clip_grads=...)), or check the data of that batch."
-                )
-    return None
+STOP_ON_NONFINITE_LOSS_ENV = "DET_LIGHTNING_STOP_ON_NONFINITE_LOSS"
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("", "0", "false", "no", "off")
+
+
+def stop_on_non_finite(option: Optional[bool] = None) -> bool:
+    """Whether a non-finite ``loss`` stops training: ``Trainer(stop_on_nonfinite_loss=...)``
+    when given, else ``$DET_LIGHTNING_STOP_ON_NONFINITE_LOSS``; by default training goes on,
+    as it does in Determined and in Lightning.
+
+    >>> stop_on_non_finite(True), stop_on_non_finite(False)
+    (True, False)
+    """
+    if option is not None:
+        if not isinstance(option, bool):
+            raise TypeError(
+                f"Trainer(stop_on_nonfinite_loss={option!r}): expected True, False or None "
+                f"(None: ${STOP_ON_NONFINITE_LOSS_ENV} decides)."
+            )
+        return option
+    value = os.environ.get(STOP_ON_NONFINITE_LOSS_ENV, "").strip().lower()
+    if value not in _TRUE + _FALSE:
+        raise ValueError(
+            f"{STOP_ON_NONFINITE_LOSS_ENV}={value!r}: expected 1 (stop on a NaN or infinite "
+            "loss) or 0 (train on, the default)."
+        )
+    return value in _TRUE
+
+
+def non_finite_batches(batch_metrics: List[Dict[str, Any]], first_batch_idx: int) -> List[int]:
+    """The (0-based) batches whose ``loss`` is NaN or infinite; other metrics may be."""
+    return [
+        first_batch_idx + offset
+        for offset, metrics in enumerate(batch_metrics)
+        if is_numerical_scalar(metrics.get("loss")) and not math.isfinite(float(metrics["loss"]))
+    ]
+
+
+def check_non_finite(
+    batch_metrics: List[Dict[str, Any]], first_batch_idx: int, stop: bool, warn: bool = True
+) -> None:
+    """Raises ``NonFiniteLossError`` (``stop``) or warns once for the reporting period when a
+    batch's ``loss`` is NaN or infinite, naming the first such batch.
+
+    Raises:
+        det_lightning.errors.NonFiniteLossError: with ``stop``, for a non-finite loss.
+    """
+    bad = non_finite_batches(batch_metrics, first_batch_idx)
+    if not bad:
+        return
+    value = float(batch_metrics[bad[0] - first_batch_idx]["loss"])
+    problem = (
+        f"Training metric 'loss' is {value} at batch {bad[0]} (0-based)"
+        + (f", and at {len(bad) - 1} more batch(es) of this reporting period" if bad[1:] else "")
+        + ". Lower the learning rate, clip gradients (step_optimizer(clip_grads=...)), or check "
+        "the data of that batch."
+    )
+    if stop:
+        raise errors.NonFiniteLossError(problem)
+    if warn:
+        logger.warning(
+            f"{problem} Training goes on, as in Determined and Lightning; to stop at a "
+            "non-finite loss instead, pass Trainer(stop_on_nonfinite_loss=True) or set "
+            f"{STOP_ON_NONFINITE_LOSS_ENV}=1."
+        )
 
 
 def average_training_metrics(
@@ -156,10 +210,9 @@ def reduce_validation_metrics(
 ) -> Dict[str, Any]:
     """Reduces each rank's batches with the trial's reducers, then combines the ranks on
     every rank (AVG weighted by each rank's batch count)."""
-    names = sorted(keys) if keys is not None else []
+    names = list(keys) if keys is not None else []  # the first batch's order, as Determined
     if dist.size > 1:
-        all_names = set().union(*dist.allgather(names))
-        names = sorted(all_names)
+        names = list(dict.fromkeys(n for rank in dist.allgather(names) for n in rank))
     if not names:
         return {}
     reducers = prepare_reducers(reducer, names)
@@ -187,12 +240,25 @@ def is_numerical_scalar(value: Any) -> bool:
     return isinstance(value, np.ndarray) and value.ndim == 0 and value.dtype.kind in "iuf"
 
 
+def _plain(value: Any) -> Any:
+    """``value`` with numpy values and tensors turned into Python ones, also inside lists,
+    tuples and dicts (a metric may be a list of predictions)."""
+    if isinstance(value, torch.Tensor):
+        value = value.detach().cpu().numpy()
+    if isinstance(value, (np.ndarray, np.generic)):
+        return value.tolist()
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
 def jsonable(metrics: Dict[str, Any]) -> Dict[str, Any]:
     """Metrics as JSON-ready Python values; a clear error for values that cannot be."""
     out: Dict[str, Any] = {}
     for name, value in metrics.items():
-        if isinstance(value, (np.ndarray, np.generic)):
-            value = value.tolist()
+        value = _plain(value)
         try:
             json.dumps(value, allow_nan=True)
         except TypeError as e:
@@ -205,12 +271,17 @@ def jsonable(metrics: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def log_training(steps_completed: int, metrics: Dict[str, Any]) -> None:
+    """Reports the period's training metrics as Determined logs them: the values themselves
+    (numpy values and 0-d arrays as they are); one that could not be reported raises."""
+    jsonable(metrics)
     logger.info(
         f"report_training_metrics(steps_completed={steps_completed}, metrics={metrics})"
     )
 
 
 def log_validation(steps_completed: int, metrics: Dict[str, Any]) -> None:
+    """Reports validation metrics as Determined logs them (see ``log_training``)."""
+    jsonable(metrics)
     logger.info(
         f"report_validation_metrics(steps_completed={steps_completed}, metrics={metrics})"
     )
@@ -223,9 +294,3 @@ def scalars(metrics: Dict[str, Any], prefix: str = "") -> Dict[str, float]:
         for name, value in metrics.items()
         if is_numerical_scalar(value)
     }
-
-
-def raise_if_non_finite(batch_metrics: List[Dict[str, Any]], first_batch_idx: int) -> None:
-    problem = first_non_finite(batch_metrics, first_batch_idx)
-    if problem is not None:
-        raise errors.NonFiniteLossError(problem)

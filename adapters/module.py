@@ -3,6 +3,32 @@
 ``training_step`` is Determined's per-batch body; ``validation_step`` calls ``evaluate_batch``
 (or ``evaluate_full_dataset`` once, on the chief). What happens *between* batches (periods,
 validation, checkpoints, stopping) is ``schedule.ScheduleCallback``'s job.
+
+What Lightning does between two ``train_batch`` calls, against what Determined does there
+(audited for Lightning 2.6; a difference is fixed here or where named)::
+
+    validation inside the training loop
+      on_validation_model_zero_grad  zeroes every gradient   -> a no-op here: Determined never
+                                     (an aggregation window  touches gradients around a
+                                     would lose its batches)  validation
+      on_validation_model_eval       trainer.model.eval()    same as Determined's model.eval()
+                                                             on each wrapped model
+      validation under inference_mode                        no_grad, as Determined
+                                                             (trainer_args: inference_mode=False)
+      on_validation_model_train      restores the modes      Determined calls model.train() when
+                                     captured before         training restarts; so does
+                                                             training_step (and on_fit_start)
+      val dataloader iterator        one torch draw (seed)   the same draw in Determined's
+                                                             iter(validation_loader)
+      sanity check                   validates before fit    off (num_sanity_val_steps=0)
+    optimizers and LR schedulers     manual optimization: Lightning steps, zeroes and schedules
+                                     nothing itself (configure_optimizers returns no scheduler)
+    RNG                              nothing drawn besides the loader iterators above; the draws of
+                                     dropout, shuffles and per-item augmentation around a
+                                     validation come in Determined's order (pinned by
+                                     tests/compat/test_between_batches_parity.py); checkpoints
+                                     save and restore the generators (checkpoints.py)
+    between epochs                   Lightning's epoch hooks move no state we train with
 """
 
 import inspect
@@ -15,6 +41,7 @@ from typing_extensions import override
 from det_lightning.adapters import metrics as metric_utils
 from det_lightning.adapters.precision import scheduler_waits
 from det_lightning.pytorch import _checkpoint as ckpt
+from det_lightning.pytorch._callback import call_epoch_start
 from det_lightning.pytorch._context import PyTorchTrialContext
 from det_lightning.pytorch._lr_scheduler import due_steps
 from det_lightning.pytorch._trial import PyTorchTrial, is_overridden
@@ -120,6 +147,10 @@ class TrialModule(pl.LightningModule):
         self.val_records = 0
         self.val_metrics: Dict[str, Any] = {}
         self._profiler: Any = None
+        self._legacy_warned: "set[int]" = set()  # callbacks warned about a deprecated signature
+        # Off by default (Determined and Lightning train on); Trainer(stop_on_nonfinite_loss=...)
+        # or the environment turns it on.
+        self.stop_on_nonfinite_loss = metric_utils.stop_on_non_finite()
         # Set by the CheckpointManager: the Determined state every Lightning checkpoint carries.
         self.checkpoint_extras: Optional[Callable[[], Dict[str, Any]]] = None
 
@@ -143,9 +174,21 @@ class TrialModule(pl.LightningModule):
 
     @override
     def on_fit_start(self) -> None:
+        self._set_train_mode()
         self._backend.bind_optimizers()
         self.context._backend = self._backend
         self.context._training_started = True
+
+    @override
+    def on_validation_model_zero_grad(self) -> None:
+        """Keeps the gradients: a validation may fall inside an aggregation window, and
+        Determined's validation leaves them alone (Lightning's default zeroes them)."""
+
+    def _set_train_mode(self) -> None:
+        # Determined calls model.train() on each wrapped model whenever training (re)starts
+        # after a boundary, undoing any eval() the trial did; Lightning restores old modes.
+        for model in self.context.models:
+            model.train()
 
     def _no_sync(self) -> Any:
         strategy = self.trainer.strategy
@@ -163,9 +206,11 @@ class TrialModule(pl.LightningModule):
         idx = state.values["batches_trained"]
         epoch_idx, in_epoch = divmod(idx, self.epoch_len)
         context._current_batch_idx = idx
+        if not state.workload_metrics:  # the first batch after a boundary
+            self._set_train_mode()
         if in_epoch == 0:
             for callback in self.det_callbacks.values():
-                callback.on_training_epoch_start(epoch_idx)
+                call_epoch_start(callback, epoch_idx, self._legacy_warned)
         if self._auto_to_device:
             batch = context.to_device(batch)
         output = self.trial.train_batch(batch=batch, epoch_idx=epoch_idx, batch_idx=idx)

@@ -124,7 +124,9 @@ class ScheduleCallback(Callback):
         first_idx = batches_trained - len(per_batch)
         dist = module.context.distributed
         averages, batch_metrics = metric_utils.average_training_metrics(per_batch, dist)
-        metric_utils.raise_if_non_finite(batch_metrics, first_idx)
+        metric_utils.check_non_finite(
+            batch_metrics, first_idx, module.stop_on_nonfinite_loss, warn=dist.rank == 0
+        )
         averages.update(metric_utils.to_numpy(module.context.reduce_metrics(for_training=True)))
         module.context.reset_reducers()
         # Determined adds these while reporting, to the same dict its callbacks then receive.
@@ -134,7 +136,7 @@ class ScheduleCallback(Callback):
             callback.on_training_workload_end(avg_metrics=averages, batch_metrics=batch_metrics)
         if dist.rank != 0:
             return
-        metric_utils.log_training(batches_trained, metric_utils.jsonable(averages))
+        metric_utils.log_training(batches_trained, averages)
         _log_per_batch(trainer, batch_metrics, averages, first_idx)
         if not in_loop:  # after training Lightning takes no self.log; nothing monitors it then
             return
@@ -213,7 +215,7 @@ class ScheduleCallback(Callback):
             reported = dict(metrics)
             reported.setdefault("batches", state.batches_trained)
             reported.setdefault("epochs", state.epochs_trained)
-            metric_utils.log_validation(state.batches_trained, metric_utils.jsonable(reported))
+            metric_utils.log_validation(state.batches_trained, reported)
             _log_validation(trainer, metrics, state.batches_trained)
         self.validation_history.append(dict(metrics))
         wants = self.checkpoints.wants_checkpoint_after_validation(metrics)

@@ -23,7 +23,8 @@ class InvalidConfigException(ValueError):
 
 
 class NonFiniteLossError(FloatingPointError):
-    """A training metric (usually the loss) became NaN or infinite."""
+    """The training ``loss`` became NaN or infinite, with ``Trainer(stop_on_nonfinite_loss=True)``
+    or ``DET_LIGHTNING_STOP_ON_NONFINITE_LOSS=1``; otherwise training goes on with a warning."""
 
 
 class CheckpointStorageError(OSError):

@@ -13,6 +13,8 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, TypeV
 
 import numpy as np
 
+from det_lightning import errors
+
 
 class Reducer(enum.Enum):
     """How per-batch values of a validation metric combine into one number."""
@@ -26,10 +28,14 @@ class Reducer(enum.Enum):
 def simple_reduce(
     reducer: Reducer, values: Any, num_batches: Optional[Sequence[int]] = None
 ) -> Any:
-    """Reduces stacked per-batch values (first axis) with ``reducer``; ``num_batches`` weights AVG.
+    """Reduces stacked per-batch values with ``reducer`` into one number, over every element as
+    Determined does (a metric of shape ``(1,)`` or ``(batch, k)`` per batch gives a scalar);
+    ``num_batches`` weights AVG.
 
     >>> float(simple_reduce(Reducer.AVG, np.array([1.0, 3.0]), [1, 3]))
     2.5
+    >>> simple_reduce(Reducer.SUM, np.array([[1], [2]])).shape
+    ()
     """
     if reducer is Reducer.AVG:
         if num_batches is not None and len(num_batches) != len(values):
@@ -37,23 +43,28 @@ def simple_reduce(
                 f"Lengths of metrics and num_batches are not equal: {len(values)} != "
                 f"{len(num_batches)}."
             )
-        return np.average(values, axis=0, weights=num_batches)
+        return np.average(values, weights=num_batches)
     if reducer is Reducer.SUM:
-        return np.sum(values, axis=0)
+        return np.sum(values)
     if reducer is Reducer.MAX:
-        return np.max(values, axis=0)
+        return np.max(values)
     if reducer is Reducer.MIN:
-        return np.min(values, axis=0)
+        return np.min(values)
     raise NotImplementedError(f"Unknown reducer {reducer!r}.")
 
 
 def prepare_reducers(
     reducer: Union[Reducer, Mapping[str, Reducer]], keys: Sequence[str]
 ) -> Dict[str, Reducer]:
-    """One ``Reducer`` per metric name, from ``evaluation_reducer()``'s answer."""
+    """One ``Reducer`` per metric name, from ``evaluation_reducer()``'s answer.
+
+    Raises:
+        det_lightning.errors.InvalidExperimentException: a dict that does not name every metric,
+            or a value that is not a ``Reducer`` (Determined's class for both).
+    """
     if isinstance(reducer, Mapping):
         if set(keys) != set(reducer.keys()):
-            raise ValueError(
+            raise errors.InvalidExperimentException(
                 "Please provide a single evaluation reducer or provide a reducer for every "
                 f"validation metric. Expected keys: {sorted(keys)}, provided keys: "
                 f"{sorted(reducer.keys())}."
@@ -63,7 +74,7 @@ def prepare_reducers(
         chosen = {key: reducer for key in keys}
     for key, value in chosen.items():
         if not isinstance(value, Reducer):
-            raise TypeError(
+            raise errors.InvalidExperimentException(
                 f"evaluation_reducer() gave {value!r} for metric {key!r}: select a "
                 "det_lightning.pytorch.Reducer (AVG, SUM, MAX or MIN) for reducing validation "
                 "metrics, or use context.wrap_reducer() for a custom reduction."

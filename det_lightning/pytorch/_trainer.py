@@ -131,6 +131,10 @@ class Trainer:
             ``./checkpoints``).
         tensorboard_dir: where TensorBoard files go (default ``$DET_LIGHTNING_TENSORBOARD_DIR``
             or ``./tensorboard/<timestamp>``).
+        stop_on_nonfinite_loss: stop (``errors.NonFiniteLossError``) at the reporting period in
+            which the ``loss`` became NaN or infinite; default (None):
+            ``$DET_LIGHTNING_STOP_ON_NONFINITE_LOSS=1`` stops, otherwise training goes on with a
+            warning naming the batch, as Determined and Lightning do.
         **lightning_kwargs: any other ``lightning.Trainer`` argument (e.g. ``profiler``).
     """
 
@@ -144,6 +148,7 @@ class Trainer:
         plugins: Optional[List[Any]] = None,
         checkpoint_dir: Optional[str] = None,
         tensorboard_dir: Optional[str] = None,
+        stop_on_nonfinite_loss: Optional[bool] = None,
         **lightning_kwargs: Any,
     ) -> None:
         if not isinstance(trial, PyTorchTrial):
@@ -179,6 +184,7 @@ class Trainer:
             searcher_metric_configured="metric" in searcher,
             smaller_is_better=bool(searcher.get("smaller_is_better", True)),
             stop_signal=None,
+            stop_on_nonfinite_loss=stop_on_nonfinite_loss,
         )
 
     def configure_profiler(

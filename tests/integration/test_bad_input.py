@@ -113,25 +113,16 @@ class TrainBatchReturnsFloat(Trial):
         return 1.5
 
 
-class LossNotFinite(Trial):
-    at, value = 2, float("nan")
-
-    def train_batch(self, batch: Any, epoch_idx: int, batch_idx: int) -> Any:
-        out = super().train_batch(batch, epoch_idx, batch_idx)
-        return {"loss": torch.tensor(self.value) if batch_idx == self.at else out["loss"]}
-
-
-class LossInfLater(LossNotFinite):
-    at, value = 5, float("inf")
-
-
 class EvalMetricNotNumeric(Trial):
     def evaluate_batch(self, batch: Any) -> Dict[str, Any]:
         return {**super().evaluate_batch(batch), "obj": object()}
 
 
 class EvalSearcherMetricNotScalar(Trial):
-    def evaluate_batch(self, batch: Any) -> Dict[str, Any]:
+    # Per-batch arrays reduce to a scalar (as in Determined); a full-dataset array stays one.
+    evaluate_batch = pytorch.PyTorchTrial.evaluate_batch
+
+    def evaluate_full_dataset(self, data_loader: Any) -> Dict[str, Any]:
         return {"validation_loss": torch.ones(3)}
 
 
@@ -229,10 +220,6 @@ CASES = [
         "train_batch() returned a metric named 1; names must be str."),
     row("train_batch returns a float", TrainBatchReturnsFloat, TypeError,
         "train_batch() returned a float at batch 0; it must return the loss tensor or a dict"),
-    row("NaN loss", LossNotFinite, errors.NonFiniteLossError,
-        "Training metric 'loss' is nan at batch 2 (0-based).", reporting=4),
-    row("inf loss, second period", LossInfLater, errors.NonFiniteLossError,
-        "Training metric 'loss' is inf at batch 5 (0-based).", reporting=4),
     row("validation metric not numeric", EvalMetricNotNumeric, TypeError,
         "evaluate_batch() returned metric 'obj' of type object: metrics must be tensors"),
     row("searcher metric not scalar", EvalSearcherMetricNotScalar, RuntimeError,
