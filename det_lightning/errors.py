@@ -5,6 +5,8 @@ Determined's ``InvalidExperimentException`` derives from ``BaseException``, so a
 and keep Determined's names, so code that catches the Determined names keeps working.
 """
 
+from typing import Any, Dict
+
 
 class InvalidExperimentException(ValueError):
     """The trial or its configuration is misused (for example, an optimizer never wrapped)."""
@@ -20,6 +22,65 @@ class InvalidCheckpointException(ValueError):
 
 class InvalidConfigException(ValueError):
     """An experiment configuration has an unknown key or a value of the wrong type."""
+
+
+# ----- the rest of ``determined.errors``, so ``except det.errors.X`` keeps working -------------
+class InvalidDataTypeException(InvalidExperimentException):
+    """A value of the wrong type reached the trial's machinery (Determined's signature)."""
+
+    def __init__(self, typ: type, message: str) -> None:
+        super().__init__(f"Invalid data type ({typ.__name__}): {message}.")
+
+
+class InvalidConfigurationException(InvalidExperimentException):
+    """The experiment's configuration does not fit the trial (Determined's signature)."""
+
+    def __init__(self, config: Dict[str, Any], message: str) -> None:
+        super().__init__(f"Invalid configuration ({config}): {message}.")
+
+
+class InvalidModelException(InvalidExperimentException):
+    """The model is invalid, or (partly) unsupported."""
+
+
+class CheckpointNotFound(FileNotFoundError):
+    """A checkpoint could not be found in checkpoint storage."""
+
+
+class CheckpointStateException(RuntimeError):
+    """A checkpoint is in a state that does not allow the operation."""
+
+
+class SkipWorkloadException(Exception):
+    """Raised by a trial to skip the current phase (accepted for import compatibility)."""
+
+
+class EnterpriseOnlyError(NotImplementedError):
+    """A feature of Determined's enterprise edition; there is no master here."""
+
+
+class StopLoadingImplementation(Exception):
+    """Interrupts loading the user's code (Determined's harness internals)."""
+
+
+class WorkerError(RuntimeError):
+    """A worker process failed and the reason is unknown."""
+
+
+class WorkerFinishedGracefully(Exception):
+    """A worker process finished before the others."""
+
+
+class NoDirectStorageAccess(PermissionError):
+    """Checkpoint storage cannot be reached directly (credentials or permissions)."""
+
+
+class ProxiedDownloadFailed(RuntimeError):
+    """A checkpoint download through a master failed (there is no master here)."""
+
+
+class MultipleDownloadsFailed(RuntimeError):
+    """Every way of downloading a checkpoint failed."""
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -75,6 +136,19 @@ __all__ = [
     "InternalException",
     "InvalidCheckpointException",
     "InvalidConfigException",
+    "InvalidDataTypeException",
+    "InvalidConfigurationException",
+    "InvalidModelException",
+    "CheckpointNotFound",
+    "CheckpointStateException",
+    "SkipWorkloadException",
+    "EnterpriseOnlyError",
+    "StopLoadingImplementation",
+    "WorkerError",
+    "WorkerFinishedGracefully",
+    "NoDirectStorageAccess",
+    "ProxiedDownloadFailed",
+    "MultipleDownloadsFailed",
     "NonFiniteLossError",
     "CheckpointStorageError",
     "TrialPreempted",

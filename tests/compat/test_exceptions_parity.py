@@ -77,3 +77,30 @@ def test_the_same_exception_class_as_real_determined(case: str) -> None:
     theirs = _raised(det_pytorch, det_errors, case)
     ours = _raised(dl_pytorch, dl_errors, case)
     assert type(ours).__name__ == type(theirs).__name__
+
+
+def test_every_determined_error_class_has_a_det_lightning_namesake() -> None:
+    """``except det.errors.CheckpointNotFound:`` and the like must not raise AttributeError;
+    Determined's subclass relations hold (an ``InvalidModelException`` is an
+    ``InvalidExperimentException``), and the constructors take Determined's arguments."""
+    import inspect
+
+    from determined import errors as real_errors
+
+    real = {
+        name: cls for name, cls in vars(real_errors).items()
+        if inspect.isclass(cls) and issubclass(cls, BaseException)
+    }
+    assert len(real) > 10
+    for name, cls in real.items():
+        ours = getattr(dl_errors, name, None)
+        assert inspect.isclass(ours) and issubclass(ours, Exception), name
+        assert name in dl_errors.__all__, name
+        for parent in cls.__mro__[1:]:
+            if parent.__module__ == real_errors.__name__:
+                assert issubclass(ours, getattr(dl_errors, parent.__name__)), (name, parent)
+    config_error = dl_errors.InvalidConfigurationException({"a": 1}, "bad")
+    assert str(config_error) == str(real_errors.InvalidConfigurationException({"a": 1}, "bad"))
+    type_error = dl_errors.InvalidDataTypeException(int, "want a tensor")
+    assert str(type_error) == str(real_errors.InvalidDataTypeException(int, "want a tensor"))
+    assert isinstance(type_error, ValueError)
