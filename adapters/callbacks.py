@@ -122,7 +122,12 @@ class PyTorchCallbackBridge(ScheduleCallback):
         batches_trained = module.state.batches_trained
         if batches_trained % trainer.log_every_n_steps == 0:  # type: ignore[attr-defined]
             self._end_workload(trainer, batches_trained)
-        if module.context._stop_requested:
+        # Any rank's request stops every rank at this batch (a rank that stopped alone would
+        # leave the others waiting in the next collective).
+        stop = module.context._stop_requested
+        if module.context.distributed.size > 1:
+            stop = trainer.strategy.reduce_boolean_decision(stop, all=False)
+        if stop:
             trainer.should_stop = True
 
     @override

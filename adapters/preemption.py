@@ -99,8 +99,11 @@ class SignalWatcher:
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
 
-    def __call__(self) -> bool:
-        requested = self.received is not None or bool(self.also is not None and self.also())
+    def __call__(self, local: bool = False) -> bool:
+        """Whether to stop: a signal arrived, ``local`` (this rank's own request) is set, or,
+        with several processes, either holds on any rank."""
+        requested = local or self.received is not None
+        requested = requested or bool(self.also is not None and self.also())
         if self.distributed.size > 1:
             return self.distributed.any_rank(requested)  # every batch: keep it one tiny all-reduce
         return requested

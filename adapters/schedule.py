@@ -37,7 +37,10 @@ class ScheduleCallback(Callback):
         schedule: the periods.
         checkpoints: the checkpoint manager.
         step_zero_validation: validate before the first batch.
-        stop_signal: returns True when the process was asked to stop (preemption).
+        stop_signal: ``stop_signal(local)`` returns True when this process (``local``: the
+            trial called ``set_stop_requested(True)``) or, with several processes, any rank was
+            asked to stop. With several processes it is a collective: every rank calls it at the
+            same batches, whatever its own flag says.
     """
 
     def __init__(
@@ -52,7 +55,7 @@ class ScheduleCallback(Callback):
         self.schedule = schedule
         self.checkpoints = checkpoints
         self.step_zero_validation = step_zero_validation
-        self.stop_signal = stop_signal or (lambda: False)
+        self.stop_signal = stop_signal or (lambda local=False: local)
         self.validate_now = False
         self.checkpoint_due = False
         self.stopped_early = False
@@ -91,7 +94,7 @@ class ScheduleCallback(Callback):
         module = self.module
         batches_trained = module.state.values["batches_trained"]
         reached = self.schedule.reached(batches_trained)
-        stop = module.context._stop_requested or self.stop_signal()
+        stop = self._stop_agreed()
         if not reached and not stop:
             return
         self._end_workload(trainer, batches_trained)
@@ -147,10 +150,15 @@ class ScheduleCallback(Callback):
                 continue
             module.log(name, value, logger=False, prog_bar=(name == "loss"))
 
+    def _stop_agreed(self) -> bool:
+        # Never short-circuit on the local flag: a rank that skipped the agreement would leave
+        # the others waiting in it forever.
+        return bool(self.stop_signal(self.module.context._stop_requested))
+
     def _after_boundaries(self, trainer: pl.Trainer) -> None:
         """Checkpoint if due (after any validation at this batch), then stop if asked."""
         module = self.module
-        if module.context._stop_requested or self.stop_signal():
+        if self._stop_agreed():
             self.checkpoint_due = True
             trainer.should_stop = True
         if self.checkpoint_due and not module.state.checkpoint_is_current():

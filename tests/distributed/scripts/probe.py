@@ -85,6 +85,24 @@ class Recorder(pytorch.PyTorchCallback):
         RECORD["events"].append(["shutdown", 0])
 
 
+class CrashOnSave(pytorch.PyTorchCallback):
+    """Raises on one rank while a checkpoint is being saved: on the chief before it writes
+    (``on_checkpoint_save_start`` runs there alone, as in Determined), on another rank in the
+    hook every rank runs once the checkpoint is stored."""
+
+    def __init__(self, rank: int) -> None:
+        self.rank = rank
+
+    def _crash(self) -> None:
+        raise RuntimeError(f"probe crash on rank {self.rank} while checkpointing")
+
+    def on_checkpoint_save_start(self, checkpoint: Dict[str, Any]) -> None:
+        self._crash()
+
+    def on_checkpoint_upload_end(self, uuid: str) -> None:
+        self._crash()
+
+
 class CountAllreduces(pl.Callback):
     """Counts DDP's gradient all-reduces (one bucket per backward for this small model)."""
 
@@ -135,7 +153,13 @@ class ProbeTrial(pytorch.PyTorchTrial):
             self.unused = context.wrap_model(nn.Linear(1, 1))
 
     def build_callbacks(self) -> Dict[str, pytorch.PyTorchCallback]:
-        return {"recorder": Recorder(self.model)}
+        callbacks: Dict[str, pytorch.PyTorchCallback] = {"recorder": Recorder(self.model)}
+        if self.args.crash_phase == "checkpoint" and self._rank() == self.args.crash_rank:
+            callbacks["crash"] = CrashOnSave(self._rank())
+        return callbacks
+
+    def _rank(self) -> int:
+        return self.context.distributed.get_rank()
 
     def build_training_data_loader(self) -> pytorch.DataLoader:
         return pytorch.DataLoader(
@@ -148,9 +172,11 @@ class ProbeTrial(pytorch.PyTorchTrial):
         )
 
     def train_batch(self, batch: Any, epoch_idx: int, batch_idx: int) -> Dict[str, Any]:
-        rank = self.context.distributed.get_rank()
+        rank = self._rank()
         if (rank, batch_idx) == (self.args.crash_rank, self.args.crash_batch):
             raise RuntimeError(f"probe crash on rank {rank} at batch {batch_idx}")
+        if (rank, batch_idx) == (self.args.stop_rank, self.args.stop_batch):
+            self.context.set_stop_requested(True)
         _, x, y = batch
         loss = nn.functional.mse_loss(self.model(x), y)
         self.context.backward(loss)
@@ -159,6 +185,8 @@ class ProbeTrial(pytorch.PyTorchTrial):
 
     def evaluate_batch(self, batch: Any) -> Dict[str, Any]:
         ids, x, y = batch
+        if self.args.crash_phase == "validation" and self._rank() == self.args.crash_rank:
+            raise RuntimeError(f"probe crash on rank {self._rank()} while validating")
         self.seen.update(ids.tolist())
         return {"validation_loss": nn.functional.mse_loss(self.model(x), y)}
 
@@ -186,6 +214,11 @@ def main() -> None:
     parser.add_argument("--resume", default=None)
     parser.add_argument("--crash-rank", type=int, default=-1)
     parser.add_argument("--crash-batch", type=int, default=-1)
+    parser.add_argument("--crash-phase", choices=["validation", "checkpoint"], default=None,
+                        help="raise on --crash-rank while validating or saving a checkpoint")
+    parser.add_argument("--stop-rank", type=int, default=-1,
+                        help="this rank alone calls set_stop_requested(True) at --stop-batch")
+    parser.add_argument("--stop-batch", type=int, default=-1)
     parser.add_argument("--full-dataset", action="store_true")
     parser.add_argument("--unused-parameter", action="store_true")
     parser.add_argument("--find-unused-parameters", action="store_true",
@@ -219,6 +252,8 @@ def main() -> None:
             latest_checkpoint=args.resume,
         )
         RECORD["weights"] = weights(trial.model)
+        assert trainer.result is not None
+        RECORD["batches_trained"] = trainer.result.batches_trained
         RECORD["device_after"] = str(next(trial.model.parameters()).device)
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
