@@ -139,16 +139,23 @@ def test_lightning_sigterm_handling_is_superseded_and_handlers_are_restored(
     def previous(signum: int, frame: Any) -> None:
         raise AssertionError("the handler from before fit() ran during fit()")
 
+    def previous_int(signum: int, frame: Any) -> None:
+        raise AssertionError("the SIGINT handler from before fit() ran during fit()")
+
+    # Both handlers are our own, so the test holds whatever the suite inherited (under nohup or
+    # in a background job SIGINT is ignored, not Python's default_int_handler).
     old = signal.signal(signal.SIGTERM, previous)
+    old_int = signal.signal(signal.SIGINT, previous_int)
     try:
         probe = SignalProbe()
         trial_cls = stop_at(2, signal.SIGTERM)
         with pytest.raises(errors.TrialPreempted):
             fit(trial_cls, checkpoint_dir, callbacks=[probe])
         assert signal.getsignal(signal.SIGTERM) is previous
-        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        assert signal.getsignal(signal.SIGINT) is previous_int
     finally:
         signal.signal(signal.SIGTERM, old)
+        signal.signal(signal.SIGINT, old_int)
     # Ours alone (not Lightning's _HandlersCompose chaining to it), and Lightning never saw the
     # signal, so it raised no SIGTERMException mid-loop.
     assert len(probe.handlers) == 3
