@@ -19,15 +19,17 @@ checkpoint is at ``root/uuid`` once ``on_checkpoint_upload_end`` runs.
 """
 
 import logging
+import os
 import pathlib
 import shutil
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 import lightning.pytorch as pl
 import torch
 
 from det_lightning import errors
 from det_lightning.adapters.checkpoint_io import DeterminedSave
+from det_lightning.adapters.preemption import LATEST_CHECKPOINT_ENV
 from det_lightning.adapters.storage import raise_if_storage_error
 from det_lightning.adapters.metrics import is_numerical_scalar
 from det_lightning.pytorch import _checkpoint as ckpt
@@ -230,22 +232,58 @@ def _cuda_index(device: torch.device) -> Optional[int]:
 
 
 # ----- restoring ------------------------------------------------------------------------------
+class ResumePlan(NamedTuple):
+    """Where ``fit()`` starts.
+
+    Attributes:
+        path: the checkpoint to restore, or None for a fresh start.
+        trusted: whether the user named that checkpoint (a path or UUID), which alone allows
+            full unpickling of a checkpoint the real Determined wrote; one found by scanning
+            the directory (``"latest"``) never gets it.
+        name: what ``on_trial_startup`` gets as ``latest_checkpoint``.
+    """
+
+    path: Optional[pathlib.Path]
+    trusted: bool
+    name: Optional[str]
+
+
+def plan_resume(requested: Optional[str], root: pathlib.Path) -> ResumePlan:
+    """Resolves ``fit(latest_checkpoint=...)``, or ``$DET_LIGHTNING_LATEST_CHECKPOINT`` when
+    it is None. ``"latest"`` with no complete checkpoint under ``root`` is a fresh start, so
+    one command serves the first run and every requeue.
+
+    Raises:
+        InvalidCheckpointException: a named checkpoint does not exist.
+    """
+    source = "fit(latest_checkpoint='latest')"
+    if requested is None:
+        requested = os.environ.get(LATEST_CHECKPOINT_ENV, "").strip() or None
+        source = f"{LATEST_CHECKPOINT_ENV}=latest"
+        if requested not in (None, "latest"):
+            logger.info(f"Resuming from {LATEST_CHECKPOINT_ENV}={requested}.")
+    if requested is None:
+        return ResumePlan(None, False, None)
+    if requested != "latest":
+        return ResumePlan(resolve_checkpoint(requested, root), True, requested)
+    for partial in ckpt.remove_partials(root):
+        logger.info(f"Deleted the unfinished checkpoint {partial}.")
+    found = ckpt.latest_checkpoint(root)
+    if found is None:
+        logger.info(
+            f"{source}: no complete checkpoint under {root} yet; starting from the beginning."
+        )
+        return ResumePlan(None, False, None)
+    logger.info(f"{source}: resuming from {found}.")
+    return ResumePlan(found, False, str(found))
+
+
 def resolve_checkpoint(latest_checkpoint: str, root: pathlib.Path) -> pathlib.Path:
-    """A checkpoint path, a UUID under ``root``, or ``"latest"`` (the newest complete one).
+    """A checkpoint path, or a UUID under ``root``.
 
     Raises:
         InvalidCheckpointException: nothing of that name exists.
     """
-    if latest_checkpoint == "latest":
-        for partial in ckpt.remove_partials(root):
-            logger.info(f"Deleted the unfinished checkpoint {partial}.")
-        found = ckpt.latest_checkpoint(root)
-        if found is None:
-            raise errors.InvalidCheckpointException(
-                f"fit(latest_checkpoint='latest'): no complete checkpoint under {root}. Start "
-                "without latest_checkpoint, or point checkpoint_dir at the right directory."
-            )
-        return found
     path = pathlib.Path(latest_checkpoint).expanduser()
     if path.is_dir():
         return path
