@@ -8,14 +8,15 @@ One save, as Determined orders its callbacks::
       DeterminedCheckpointIO (rank 0): in .<uuid>.partial/
         on_checkpoint_save_start(state_dict)    # may still edit the state dict
         state_dict.pth, trial_state.pkl, load_data.json, metadata.json, code/
-        on_checkpoint_end(path); on_checkpoint_write_end(path)
-        rename to root/uuid                     # Determined's upload step
+        rename to root/uuid                     # complete before anyone sees the name
+    on_checkpoint_end(root/uuid); on_checkpoint_write_end(root/uuid)   # rank 0
     on_checkpoint_upload_end(uuid)              # every rank
-    checkpoint_policy="best": delete this run's superseded checkpoints (rank 0)
+    retention: delete checkpoints the policy no longer keeps (rank 0)
 
-As with Determined's cloud storage, the path ``on_checkpoint_write_end`` gets is the staging
-directory: files a callback adds there become part of the checkpoint atomically, and the
-checkpoint is at ``root/uuid`` once ``on_checkpoint_upload_end`` runs.
+As with Determined's local (shared_fs) storage, ``on_checkpoint_write_end`` gets the
+checkpoint's final directory, which stays there, so a callback can keep the path to copy or
+upload it later. The directory is complete before the hooks run: a directory named ``<uuid>``
+is never incomplete, and files a callback adds there are additions to a finished checkpoint.
 """
 
 import logging
@@ -148,6 +149,10 @@ class CheckpointManager:
         except Exception as e:
             raise_if_storage_error(e, self.root / uuid)  # with the path and the cause
             raise
+        if request.path is not None:  # the chief, which wrote it
+            for callback in module.det_callbacks.values():
+                callback.on_checkpoint_end(str(request.path))
+                callback.on_checkpoint_write_end(str(request.path))
         for callback in module.det_callbacks.values():
             callback.on_checkpoint_upload_end(uuid=uuid)
         if dist.rank == 0:
@@ -190,9 +195,6 @@ class CheckpointManager:
             [self.root, *self.skip_dirs],
             lightning_checkpoint.get("callbacks"),
         )
-        for callback in module.det_callbacks.values():
-            callback.on_checkpoint_end(str(directory))
-            callback.on_checkpoint_write_end(str(directory))
 
     def lightning_extras(self) -> Dict[str, Any]:
         """What ``TrialModule.on_save_checkpoint`` adds to a Lightning checkpoint."""

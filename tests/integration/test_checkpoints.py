@@ -225,8 +225,9 @@ class HookRecorder(pytorch.PyTorchCallback):
         self.events.append(("end", checkpoint_dir))
 
     def on_checkpoint_write_end(self, checkpoint_dir: str) -> None:
-        written = (pathlib.Path(checkpoint_dir) / "state_dict.pth").is_file()
-        self.events.append(("write_end", (checkpoint_dir, written)))
+        # The final directory, complete already, as Determined's shared_fs storage passes it.
+        self.events.append(("write_end", (checkpoint_dir, ckpt.is_complete(pathlib.Path(
+            checkpoint_dir)))))
 
     def on_checkpoint_upload_end(self, uuid: str) -> None:
         self.events.append(("upload_end", ckpt.is_complete(self.root / uuid) and uuid))
@@ -256,10 +257,12 @@ def test_saves_go_through_lightning_and_callbacks_run_in_determined_order(
     assert spy.saved == [3, 6]  # a Lightning callback saw both saves
     expected: List[Tuple[str, Any]] = []
     for _, path in uuids:
-        staging = str(checkpoint_dir / f".{path.name}.partial")
-        expected += [("save_start", sorted(ckpt.read_state_dict(path))), ("end", staging),
-                     ("write_end", (staging, True)), ("upload_end", path.name)]
+        expected += [("save_start", sorted(ckpt.read_state_dict(path))), ("end", str(path)),
+                     ("write_end", (str(path), True)), ("upload_end", path.name)]
     assert recorder.events == expected
+    # A callback that keeps the path to copy or upload the checkpoint later finds it there.
+    kept = [event[1][0] for event in recorder.events if event[0] == "write_end"]
+    assert all(ckpt.is_complete(pathlib.Path(p)) for p in kept)
     for _, path in uuids:  # the log names each checkpoint's path
         assert f"saved checkpoint {path.name} at {path}" in caplog.text
 
@@ -270,8 +273,8 @@ def test_a_failed_write_leaves_no_checkpoint_and_keeps_earlier_ones(
     class FailSecond(pytorch.PyTorchCallback):
         writes = 0
 
-        def on_checkpoint_write_end(self, checkpoint_dir: str) -> None:
-            FailSecond.writes += 1
+        def on_checkpoint_save_start(self, checkpoint: Dict[str, Any]) -> None:
+            FailSecond.writes += 1  # inside the write, as a full disk would fail it
             if FailSecond.writes == 2:
                 raise OSError("disk full")
 
