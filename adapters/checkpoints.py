@@ -324,6 +324,15 @@ def read_for_resume(path: pathlib.Path, trust: bool) -> Tuple[Dict[str, Any], Di
         trial_state = ckpt.new_trial_state()
         steps = _steps_from_metadata(path)
         trial_state.update(batches_trained=steps, last_ckpt=steps)
+    elif not ckpt.is_same_trial(trial_state):
+        # Determined's rule: another trial's checkpoint (a cluster trial's) is a warm start.
+        logger.info(
+            f"{path} belongs to trial {trial_state.get('trial_id')}, not to this (local) trial: "
+            "restoring its weights, optimizer and callback state, and training from batch 0 "
+            f"(it had trained {trial_state['batches_trained']} batches)."
+        )
+        trial_state = ckpt.new_trial_state()
+        state = {k: v for k, v in state.items() if k != ckpt.EXTRA}  # its data position
     return state, trial_state
 
 

@@ -420,6 +420,89 @@ def test_initial_batch_is_the_resumed_batch(trained: Dict[int, pathlib.Path]) ->
     assert len(trial.seen) == 2
 
 
+ANCIENT = REPO / "tests" / "fixtures" / "ancient"
+
+
+class WarmStartProbe(pytorch.PyTorchCallback):
+    def __init__(self) -> None:
+        self.events: List[Tuple[str, Any]] = []
+
+    def on_trial_startup(self, first_batch_idx: int, latest_checkpoint: Optional[str]) -> None:
+        self.events.append(("startup", first_batch_idx))
+
+    def on_training_start(self) -> None:
+        self.events.append(("start", self.trial.model.weight.item()))
+
+    def on_training_epoch_start(self, epoch_idx: int) -> None:
+        self.events.append(("epoch", epoch_idx))
+
+
+class WarmStarted(OneVarTrial):
+    def __init__(self, context: Any) -> None:
+        super().__init__(context)
+        self.batches = 0
+        self.probe = WarmStartProbe()
+        self.probe.trial = self  # type: ignore[attr-defined]
+
+    def train_batch(self, batch: Any, epoch_idx: int, batch_idx: int) -> Any:
+        self.batches += 1
+        return super().train_batch(batch, epoch_idx, batch_idx)
+
+    def build_callbacks(self) -> Dict[str, Any]:
+        return {"probe": self.probe}
+
+
+def straight_from(weight: float, lr: float, batches: int) -> float:
+    """OneVarTrial's weight after ``batches`` batches from ``weight`` (closed form, float64)."""
+    xs = [i / 16 for i in range(1, 17)]
+    w = weight
+    for b in range(batches):
+        chunk = xs[4 * (b % 4): 4 * (b % 4) + 4]
+        w -= lr * sum(2 * (w * x - 2 * x) * x for x in chunk) / len(chunk)
+    return w
+
+
+@pytest.mark.parametrize("version", ["0.17.7-pytorch", "0.20.0-pytorch", "0.21.0-pytorch"])
+def test_a_cluster_trials_checkpoint_is_a_warm_start_from_batch_0(
+    version: str, tmp_path: pathlib.Path
+) -> None:
+    """Determined's own old checkpoints (trial 17, 1 and 62, each after one batch): weights and
+    optimizer restored (SGD lr 0.001 replaces the trial's 0.01), then all 6 batches trained."""
+    path = copy_of(ANCIENT / version, tmp_path)
+    saved = torch.load(path / "state_dict.pth", map_location="cpu", weights_only=False)
+    weight = saved["models_state_dict"][0]["weight"].item()
+    trial = fit(WarmStarted, {"lr": 0.01}, max_length=pytorch.Batch(6),
+                checkpoint_policy="none", latest_checkpoint=str(path))
+    assert trial.batches == 6
+    assert trial.probe.events[:3] == [("startup", 0), ("start", weight), ("epoch", 0)]
+    assert trial.opt.param_groups[0]["lr"] == 0.001
+    assert trial.model.weight.item() == pytest.approx(straight_from(weight, 0.001, 6), rel=1e-5)
+
+
+def test_our_checkpoint_of_another_trial_id_is_a_warm_start(
+    trained: Dict[int, pathlib.Path], tmp_path: pathlib.Path
+) -> None:
+    """A checkpoint the experiment runner or a cluster wrote for trial 7, mid-epoch: its weights,
+    then a full run from batch 0 in the straight order (its data position is not used)."""
+    path = copy_of(trained[4], tmp_path)
+    state = ckpt.read_trial_state(path)
+    assert state is not None
+    (path / ckpt.TRIAL_STATE_FILE).write_bytes(pickle.dumps({**state, "trial_id": 7}))
+    seen: List[int] = []
+
+    class Trial(MLPTrial):
+        def train_batch(self, batch: Any, epoch_idx: int, batch_idx: int) -> Any:
+            seen.append(batch_idx)
+            return super().train_batch(batch, epoch_idx, batch_idx)
+
+    trial = fit(Trial, HPARAMS, max_length=pytorch.Batch(5), checkpoint_policy="none",
+                latest_checkpoint=str(path))
+    assert seen == [0, 1, 2, 3, 4]
+    resumed = fit(MLPTrial, HPARAMS, max_length=pytorch.Batch(5), checkpoint_policy="none",
+                  latest_checkpoint=str(trained[4]))
+    assert len(resumed.seen) == 1  # the same checkpoint of this trial continues at batch 4
+
+
 # ----- load_trial_from_checkpoint_path --------------------------------------------------------
 FILE_TRIAL = textwrap.dedent("""
     import torch
