@@ -159,6 +159,7 @@ def _train(
             [pathlib.Path(options.tensorboard_dir)],
         )
         manager.metric_configured = options.searcher_metric_configured
+        manager.continue_run(resume_path)  # best and retention span the trial's earlier runs
         schedule_cb = ScheduleCallback(
             module, schedule, manager, args["step_zero_validation"], options.stop_signal
         )

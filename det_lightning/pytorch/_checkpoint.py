@@ -407,6 +407,7 @@ def write_files(
     code: List[Tuple[pathlib.Path, str]],
     code_skip: List[pathlib.Path],
     lightning_callbacks: Optional[Dict[str, Any]] = None,
+    metadata: Optional[Dict[str, Any]] = None,
 ) -> None:
     """The files of one checkpoint, in ``directory``.
 
@@ -419,6 +420,7 @@ def write_files(
         code: what ``code/`` holds (see ``_code.code_sources``).
         code_skip: directories never copied into ``code/``.
         lightning_callbacks: Lightning callbacks' state, by ``state_key``.
+        metadata: more keys for ``metadata.json`` (the searcher metric, the trial's run).
     """
     torch.save(state_dict, str(directory / STATE_DICT_FILE))
     if lightning_callbacks:
@@ -426,7 +428,9 @@ def write_files(
     with open(directory / TRIAL_STATE_FILE, "wb") as f:
         pickle.dump({k: int(v) for k, v in trial_state.items()}, f)
     write_json(directory / LOAD_DATA_FILE, load_data)
-    write_json(directory / METADATA_FILE, make_metadata(trial_state["batches_trained"]))
+    write_json(
+        directory / METADATA_FILE, {**make_metadata(trial_state["batches_trained"]), **(metadata or {})}
+    )
     copy_code(code, directory / CODE_DIR, code_skip)
 
 

@@ -352,6 +352,89 @@ def test_checkpoint_policy_keeps_the_right_checkpoints(
     assert sorted(by_steps(checkpoint_dir)) == kept
 
 
+@pytest.mark.parametrize("policy,storage,kept", [
+    # the 2 best (0.5 at 8, 1.0 at 2) and the 2 newest (8, 10)
+    ("all", {"save_trial_best": 2, "save_trial_latest": 2}, [2, 8, 10]),
+    ("all", {"save_trial_best": 0, "save_trial_latest": 3}, [6, 8, 10]),
+    ("all", {"save_trial_best": 0, "save_trial_latest": 0}, [10]),  # the newest stays: resume
+    ("best", {"save_trial_best": 2}, [2, 8, 10]),  # 'best' wrote 2, 8 and the final 10
+    ("all", {"type": "shared_fs", "host_path": "/x"}, [2, 4, 6, 8, 10]),  # no counts: keep all
+    ("all", {"save_experiment_best": 2}, [2, 8, 10]),  # a trial's share of the best is kept
+])
+def test_checkpoint_storage_retention_is_honoured(
+    checkpoint_dir: pathlib.Path, policy: str, storage: Dict[str, Any], kept: List[int]
+) -> None:
+    exp_conf = {"searcher": {"metric": "score", "smaller_is_better": True},
+                "checkpoint_storage": storage}
+    fit(ScriptedMetricTrial, {"lr": 0.1, "scores": SCORES}, exp_conf=exp_conf,
+        max_length=pytorch.Batch(10), validation_period=pytorch.Batch(2), checkpoint_policy=policy)
+    assert sorted(by_steps(checkpoint_dir)) == kept
+
+
+def test_save_experiment_best_spans_the_trials_of_an_experiment(tmp_path: pathlib.Path) -> None:
+    """Each trial keeps its share of the experiment's 3 best while it runs; after the
+    experiment each keeps its best and latest plus the experiment's 3 best (0.5, 0.6, 0.7)."""
+    from det_lightning.adapters.checkpoints import retain_experiment_best
+
+    exp_conf = {"searcher": {"metric": "score", "smaller_is_better": True},
+                "checkpoint_storage": {"save_trial_best": 1, "save_trial_latest": 1,
+                                       "save_experiment_best": 3}}
+    dirs = [tmp_path / "trial-1", tmp_path / "trial-2"]
+    for directory, scores in zip(dirs, (SCORES, [0.7, 0.6, 4.0, 4.0, 4.0])):
+        fit(ScriptedMetricTrial, {"lr": 0.1, "scores": scores}, exp_conf=exp_conf,
+            trainer_kwargs={"checkpoint_dir": str(directory)}, max_length=pytorch.Batch(10),
+            validation_period=pytorch.Batch(2), checkpoint_policy="all")
+    assert [sorted(by_steps(d)) for d in dirs] == [[2, 6, 8, 10], [2, 4, 6, 10]]
+    before = {d.name: {v.name: k for k, v in by_steps(d).items()} for d in dirs}
+    deleted = retain_experiment_best(dirs, exp_conf)
+    assert [sorted(by_steps(d)) for d in dirs] == [[8, 10], [2, 4, 10]]
+    assert sorted((p.parent.name, before[p.parent.name][p.name]) for p in deleted) == [
+        ("trial-1", 2), ("trial-1", 6), ("trial-2", 6)]
+
+
+def test_a_bad_retention_count_is_a_clear_error(checkpoint_dir: pathlib.Path) -> None:
+    exp_conf = {"checkpoint_storage": {"save_trial_best": -1}}
+    with pytest.raises(errors.InvalidExperimentException, match="save_trial_best.*>= 0"):
+        fit(OneVarTrial, exp_conf=exp_conf, max_length=pytorch.Batch(2))
+
+
+def test_best_knows_the_earlier_runs_of_the_trial_after_a_resume(
+    checkpoint_dir: pathlib.Path
+) -> None:
+    """Run 1 validates 1.0, 3.0, 2.0 (batches 2, 4, 6); resumed, 1.5 and 2.5 (8, 10). 1.5 does
+    not beat run 1's 1.0, so no checkpoint at 8; at the end the trial keeps its best (batch 2,
+    written by run 1) and its latest (10), and run 1's checkpoint at 6 goes."""
+    exp_conf = {"searcher": {"metric": "score", "smaller_is_better": True}}
+    common: Dict[str, Any] = dict(exp_conf=exp_conf, validation_period=pytorch.Batch(2),
+                                  checkpoint_policy="best")
+    fit(ScriptedMetricTrial, {"lr": 0.1, "scores": [1.0, 3.0, 2.0]},
+        max_length=pytorch.Batch(6), **common)
+    assert sorted(by_steps(checkpoint_dir)) == [2, 6]
+    metadata = json.loads((by_steps(checkpoint_dir)[2] / "metadata.json").read_text())
+    assert metadata["det_lightning_validation"] == {"metric": "score", "value": 1.0}
+    written: List[int] = []
+
+    class Resumed(ScriptedMetricTrial):
+        def build_callbacks(self) -> Dict[str, Any]:
+            trial = self
+
+            class Saves(pytorch.PyTorchCallback):
+                def on_checkpoint_write_end(self, checkpoint_dir: str) -> None:
+                    written.append(trial.context._steps_completed)
+
+            return {**super().build_callbacks(), "saves": Saves()}
+
+    seed_everything(3)
+    with pytorch.init(hparams={"lr": 0.1, "scores": [1.5, 2.5]}, exp_conf=exp_conf) as context:
+        trainer = pytorch.Trainer(Resumed(context), context)
+        trainer.fit(max_length=pytorch.Batch(10), latest_checkpoint="latest",
+                    **{k: v for k, v in common.items() if k != "exp_conf"})
+    found = by_steps(checkpoint_dir)
+    assert sorted(found) == [2, 10]
+    assert trainer.result is not None and trainer.result.best_checkpoint == found[2].name
+    assert len(written) == 1  # only the final checkpoint: 1.5 at batch 8 was no improvement
+
+
 def test_best_policy_fails_clearly_when_the_metric_is_never_reported(
     checkpoint_dir: pathlib.Path
 ) -> None:
