@@ -27,8 +27,8 @@ from det_lightning.adapters.checkpoint_io import DeterminedCheckpointIO
 from det_lightning.adapters.checkpoints import (
     CheckpointManager,
     apply_state,
+    plan_resume,
     read_for_resume,
-    resolve_checkpoint,
     restore_lightning_callbacks,
 )
 from det_lightning.adapters.data import build_training_view, build_validation_loader
@@ -103,17 +103,11 @@ def run_fit(trial: Any, context: Any, args: Dict[str, Any], options: Any) -> Sch
     callbacks = build_callbacks(trial)
     root = pathlib.Path(options.checkpoint_dir)
     check_checkpoint_dir(root, context.distributed, context.models)
-    if args["latest_checkpoint"] is None:
-        args["latest_checkpoint"] = preemption.checkpoint_from_environment(root)
     saved_state: Optional[Dict[str, Any]] = None
     trial_state: Optional[Dict[str, int]] = None
-    resume_path = None
-    if args["latest_checkpoint"] is not None:
-        resume_path = resolve_checkpoint(args["latest_checkpoint"], root)
-        # Full unpickling (needed by Determined's own checkpoints) only for a checkpoint the user
-        # named; one found by scanning the directory ("latest") must load with weights_only.
-        explicit = args["latest_checkpoint"] != "latest"
-        saved_state, trial_state = read_for_resume(resume_path, trust=explicit)
+    resume_path, trusted, args["latest_checkpoint"] = plan_resume(args["latest_checkpoint"], root)
+    if resume_path is not None:
+        saved_state, trial_state = read_for_resume(resume_path, trust=trusted)
     start_batch = trial_state["batches_trained"] if trial_state else 0
     context._steps_completed = start_batch
     if context.distributed.rank == 0:
@@ -167,6 +161,7 @@ def _train(
             [pathlib.Path(options.tensorboard_dir)],
         )
         manager.metric_configured = options.searcher_metric_configured
+        manager.continue_run(resume_path)  # best and retention span the trial's earlier runs
         schedule_cb = ScheduleCallback(
             module, schedule, manager, args["step_zero_validation"], options.stop_signal
         )

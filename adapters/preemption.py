@@ -21,7 +21,9 @@ the same batch.
 
 Resuming: ``fit(latest_checkpoint="latest")``, or the environment variable
 ``DET_LIGHTNING_LATEST_CHECKPOINT=latest`` when ``fit()`` is given no ``latest_checkpoint``,
-so a job script can be requeued unchanged; the first run, with no checkpoint yet, starts fresh.
+so a job script can be requeued unchanged; the first run, with no checkpoint yet, starts fresh
+(``checkpoints.plan_resume``). A checkpoint found that way is never fully unpickled: only one the
+user named (a path or UUID, in ``fit()`` or in the variable) may be.
 """
 
 import logging
@@ -33,7 +35,6 @@ from types import FrameType
 from typing import Any, Callable, Dict, Optional
 
 from det_lightning import errors
-from det_lightning.pytorch import _checkpoint as ckpt
 
 logger = logging.getLogger("det_lightning.core")
 
@@ -146,25 +147,3 @@ def supersede_lightning_signals(trainer: Any) -> None:
 
 def _no_lightning_handlers() -> None:
     """Lightning's ``register_signal_handlers``, replaced: ``SignalWatcher`` handles signals."""
-
-
-def checkpoint_from_environment(root: pathlib.Path) -> Optional[str]:
-    """``$DET_LIGHTNING_LATEST_CHECKPOINT`` resolved: a path or UUID as given, or for
-    ``latest`` the newest complete checkpoint under ``root`` (None when there is none yet)."""
-    value = os.environ.get(LATEST_CHECKPOINT_ENV, "").strip()
-    if not value:
-        return None
-    if value != "latest":
-        logger.info(f"Resuming from {LATEST_CHECKPOINT_ENV}={value}.")
-        return value
-    for partial in ckpt.remove_partials(root):
-        logger.info(f"Deleted the unfinished checkpoint {partial}.")
-    found = ckpt.latest_checkpoint(root)
-    if found is None:
-        logger.info(
-            f"{LATEST_CHECKPOINT_ENV}=latest: no complete checkpoint under {root} yet; starting "
-            "from the beginning."
-        )
-        return None
-    logger.info(f"{LATEST_CHECKPOINT_ENV}=latest: resuming from {found}.")
-    return str(found)

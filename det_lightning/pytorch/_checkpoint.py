@@ -45,6 +45,8 @@ logger = logging.getLogger("det_lightning.pytorch")
 STATE_DICT_FILE = "state_dict.pth"
 STATE_DICT_FILE_DOCS = "state-dict.pth"  # the name Determined's guide uses; accepted on read
 TRIAL_STATE_FILE = "trial_state.pkl"
+LEGACY_TRIAL_STATE_FILE = "workload_sequencer.pkl"  # Determined <= 0.20
+LOCAL_TRIAL_ID = 0  # the trial id Determined gives a trial outside a cluster
 LOAD_DATA_FILE = "load_data.json"
 METADATA_FILE = "metadata.json"
 CODE_DIR = "code"
@@ -200,7 +202,7 @@ def load_list(objects: Iterable[Any], states: List[Any], what: str) -> None:
 def new_trial_state() -> Dict[str, int]:
     """Determined's ``_TrialState`` of a trial that has not trained yet."""
     return {
-        "trial_id": 0, "last_ckpt": 0, "step_id": 0, "last_val": 0,
+        "trial_id": LOCAL_TRIAL_ID, "last_ckpt": 0, "step_id": 0, "last_val": 0,
         "batches_trained": 0, "epochs_trained": 0,
     }
 
@@ -215,23 +217,54 @@ class _PlainDataUnpickler(pickle.Unpickler):
 
 
 def read_trial_state(ckpt_dir: pathlib.Path) -> Optional[Dict[str, int]]:
-    """``trial_state.pkl`` of ``ckpt_dir`` (None when absent).
+    """``trial_state.pkl`` of ``ckpt_dir``, or the ``workload_sequencer.pkl`` of Determined
+    0.20 and older in its terms (None when there is neither).
 
     Raises:
         InvalidCheckpointException: the file is damaged or holds anything but plain data.
     """
     path = ckpt_dir / TRIAL_STATE_FILE
-    if not path.exists():
+    if path.exists():
+        state = _read_plain_dict(path)
+        if "batches_trained" not in state:
+            raise errors.InvalidCheckpointException(f"{path} holds no trial state.")
+        return state
+    legacy = ckpt_dir / LEGACY_TRIAL_STATE_FILE
+    if not legacy.exists():
         return None
+    old = _read_plain_dict(legacy)
+    # 0.20 counts batches as steps_completed, 0.17 as latest_batch. Its epoch count was never
+    # saved (Determined derives it from the epoch length); a warm start does not need it.
+    batches = old.get("steps_completed", old.get("latest_batch"))
+    if not isinstance(batches, int):
+        raise errors.InvalidCheckpointException(f"{legacy} holds no batch count.")
+    return {
+        "trial_id": old.get("trial_id", 0), "last_ckpt": old.get("last_ckpt", batches),
+        "step_id": old.get("step_id", 0), "last_val": old.get("last_val", 0),
+        "batches_trained": batches, "epochs_trained": 0,
+    }
+
+
+def _read_plain_dict(path: pathlib.Path) -> Dict[str, Any]:
     try:
         state = _PlainDataUnpickler(io.BytesIO(path.read_bytes())).load()
     except Exception as e:
         raise errors.InvalidCheckpointException(
             f"Cannot read {path}: {e}. The checkpoint is damaged; resume from an earlier one."
         ) from e
-    if not isinstance(state, dict) or "batches_trained" not in state:
+    if not isinstance(state, dict):
         raise errors.InvalidCheckpointException(f"{path} holds no trial state.")
     return state
+
+
+def is_same_trial(trial_state: Dict[str, Any]) -> bool:
+    """Whether a checkpoint's trial state continues this trial, as Determined decides: its
+    ``trial_id`` is ours (0, a local trial's). A cluster trial's checkpoint is a warm start.
+
+    >>> is_same_trial(new_trial_state()), is_same_trial({**new_trial_state(), "trial_id": 62})
+    (True, False)
+    """
+    return trial_state.get("trial_id") == LOCAL_TRIAL_ID
 
 
 # ----- state_dict.pth -------------------------------------------------------------------------
@@ -374,6 +407,7 @@ def write_files(
     code: List[Tuple[pathlib.Path, str]],
     code_skip: List[pathlib.Path],
     lightning_callbacks: Optional[Dict[str, Any]] = None,
+    metadata: Optional[Dict[str, Any]] = None,
 ) -> None:
     """The files of one checkpoint, in ``directory``.
 
@@ -386,6 +420,7 @@ def write_files(
         code: what ``code/`` holds (see ``_code.code_sources``).
         code_skip: directories never copied into ``code/``.
         lightning_callbacks: Lightning callbacks' state, by ``state_key``.
+        metadata: more keys for ``metadata.json`` (the searcher metric, the trial's run).
     """
     torch.save(state_dict, str(directory / STATE_DICT_FILE))
     if lightning_callbacks:
@@ -393,7 +428,9 @@ def write_files(
     with open(directory / TRIAL_STATE_FILE, "wb") as f:
         pickle.dump({k: int(v) for k, v in trial_state.items()}, f)
     write_json(directory / LOAD_DATA_FILE, load_data)
-    write_json(directory / METADATA_FILE, make_metadata(trial_state["batches_trained"]))
+    write_json(
+        directory / METADATA_FILE, {**make_metadata(trial_state["batches_trained"]), **(metadata or {})}
+    )
     copy_code(code, directory / CODE_DIR, code_skip)
 
 

@@ -225,8 +225,9 @@ class HookRecorder(pytorch.PyTorchCallback):
         self.events.append(("end", checkpoint_dir))
 
     def on_checkpoint_write_end(self, checkpoint_dir: str) -> None:
-        written = (pathlib.Path(checkpoint_dir) / "state_dict.pth").is_file()
-        self.events.append(("write_end", (checkpoint_dir, written)))
+        # The final directory, complete already, as Determined's shared_fs storage passes it.
+        self.events.append(("write_end", (checkpoint_dir, ckpt.is_complete(pathlib.Path(
+            checkpoint_dir)))))
 
     def on_checkpoint_upload_end(self, uuid: str) -> None:
         self.events.append(("upload_end", ckpt.is_complete(self.root / uuid) and uuid))
@@ -256,10 +257,12 @@ def test_saves_go_through_lightning_and_callbacks_run_in_determined_order(
     assert spy.saved == [3, 6]  # a Lightning callback saw both saves
     expected: List[Tuple[str, Any]] = []
     for _, path in uuids:
-        staging = str(checkpoint_dir / f".{path.name}.partial")
-        expected += [("save_start", sorted(ckpt.read_state_dict(path))), ("end", staging),
-                     ("write_end", (staging, True)), ("upload_end", path.name)]
+        expected += [("save_start", sorted(ckpt.read_state_dict(path))), ("end", str(path)),
+                     ("write_end", (str(path), True)), ("upload_end", path.name)]
     assert recorder.events == expected
+    # A callback that keeps the path to copy or upload the checkpoint later finds it there.
+    kept = [event[1][0] for event in recorder.events if event[0] == "write_end"]
+    assert all(ckpt.is_complete(pathlib.Path(p)) for p in kept)
     for _, path in uuids:  # the log names each checkpoint's path
         assert f"saved checkpoint {path.name} at {path}" in caplog.text
 
@@ -270,8 +273,8 @@ def test_a_failed_write_leaves_no_checkpoint_and_keeps_earlier_ones(
     class FailSecond(pytorch.PyTorchCallback):
         writes = 0
 
-        def on_checkpoint_write_end(self, checkpoint_dir: str) -> None:
-            FailSecond.writes += 1
+        def on_checkpoint_save_start(self, checkpoint: Dict[str, Any]) -> None:
+            FailSecond.writes += 1  # inside the write, as a full disk would fail it
             if FailSecond.writes == 2:
                 raise OSError("disk full")
 
@@ -349,6 +352,89 @@ def test_checkpoint_policy_keeps_the_right_checkpoints(
     assert sorted(by_steps(checkpoint_dir)) == kept
 
 
+@pytest.mark.parametrize("policy,storage,kept", [
+    # the 2 best (0.5 at 8, 1.0 at 2) and the 2 newest (8, 10)
+    ("all", {"save_trial_best": 2, "save_trial_latest": 2}, [2, 8, 10]),
+    ("all", {"save_trial_best": 0, "save_trial_latest": 3}, [6, 8, 10]),
+    ("all", {"save_trial_best": 0, "save_trial_latest": 0}, [10]),  # the newest stays: resume
+    ("best", {"save_trial_best": 2}, [2, 8, 10]),  # 'best' wrote 2, 8 and the final 10
+    ("all", {"type": "shared_fs", "host_path": "/x"}, [2, 4, 6, 8, 10]),  # no counts: keep all
+    ("all", {"save_experiment_best": 2}, [2, 8, 10]),  # a trial's share of the best is kept
+])
+def test_checkpoint_storage_retention_is_honoured(
+    checkpoint_dir: pathlib.Path, policy: str, storage: Dict[str, Any], kept: List[int]
+) -> None:
+    exp_conf = {"searcher": {"metric": "score", "smaller_is_better": True},
+                "checkpoint_storage": storage}
+    fit(ScriptedMetricTrial, {"lr": 0.1, "scores": SCORES}, exp_conf=exp_conf,
+        max_length=pytorch.Batch(10), validation_period=pytorch.Batch(2), checkpoint_policy=policy)
+    assert sorted(by_steps(checkpoint_dir)) == kept
+
+
+def test_save_experiment_best_spans_the_trials_of_an_experiment(tmp_path: pathlib.Path) -> None:
+    """Each trial keeps its share of the experiment's 3 best while it runs; after the
+    experiment each keeps its best and latest plus the experiment's 3 best (0.5, 0.6, 0.7)."""
+    from det_lightning.adapters.checkpoints import retain_experiment_best
+
+    exp_conf = {"searcher": {"metric": "score", "smaller_is_better": True},
+                "checkpoint_storage": {"save_trial_best": 1, "save_trial_latest": 1,
+                                       "save_experiment_best": 3}}
+    dirs = [tmp_path / "trial-1", tmp_path / "trial-2"]
+    for directory, scores in zip(dirs, (SCORES, [0.7, 0.6, 4.0, 4.0, 4.0])):
+        fit(ScriptedMetricTrial, {"lr": 0.1, "scores": scores}, exp_conf=exp_conf,
+            trainer_kwargs={"checkpoint_dir": str(directory)}, max_length=pytorch.Batch(10),
+            validation_period=pytorch.Batch(2), checkpoint_policy="all")
+    assert [sorted(by_steps(d)) for d in dirs] == [[2, 6, 8, 10], [2, 4, 6, 10]]
+    before = {d.name: {v.name: k for k, v in by_steps(d).items()} for d in dirs}
+    deleted = retain_experiment_best(dirs, exp_conf)
+    assert [sorted(by_steps(d)) for d in dirs] == [[8, 10], [2, 4, 10]]
+    assert sorted((p.parent.name, before[p.parent.name][p.name]) for p in deleted) == [
+        ("trial-1", 2), ("trial-1", 6), ("trial-2", 6)]
+
+
+def test_a_bad_retention_count_is_a_clear_error(checkpoint_dir: pathlib.Path) -> None:
+    exp_conf = {"checkpoint_storage": {"save_trial_best": -1}}
+    with pytest.raises(errors.InvalidExperimentException, match="save_trial_best.*>= 0"):
+        fit(OneVarTrial, exp_conf=exp_conf, max_length=pytorch.Batch(2))
+
+
+def test_best_knows_the_earlier_runs_of_the_trial_after_a_resume(
+    checkpoint_dir: pathlib.Path
+) -> None:
+    """Run 1 validates 1.0, 3.0, 2.0 (batches 2, 4, 6); resumed, 1.5 and 2.5 (8, 10). 1.5 does
+    not beat run 1's 1.0, so no checkpoint at 8; at the end the trial keeps its best (batch 2,
+    written by run 1) and its latest (10), and run 1's checkpoint at 6 goes."""
+    exp_conf = {"searcher": {"metric": "score", "smaller_is_better": True}}
+    common: Dict[str, Any] = dict(exp_conf=exp_conf, validation_period=pytorch.Batch(2),
+                                  checkpoint_policy="best")
+    fit(ScriptedMetricTrial, {"lr": 0.1, "scores": [1.0, 3.0, 2.0]},
+        max_length=pytorch.Batch(6), **common)
+    assert sorted(by_steps(checkpoint_dir)) == [2, 6]
+    metadata = json.loads((by_steps(checkpoint_dir)[2] / "metadata.json").read_text())
+    assert metadata["det_lightning_validation"] == {"metric": "score", "value": 1.0}
+    written: List[int] = []
+
+    class Resumed(ScriptedMetricTrial):
+        def build_callbacks(self) -> Dict[str, Any]:
+            trial = self
+
+            class Saves(pytorch.PyTorchCallback):
+                def on_checkpoint_write_end(self, checkpoint_dir: str) -> None:
+                    written.append(trial.context._steps_completed)
+
+            return {**super().build_callbacks(), "saves": Saves()}
+
+    seed_everything(3)
+    with pytorch.init(hparams={"lr": 0.1, "scores": [1.5, 2.5]}, exp_conf=exp_conf) as context:
+        trainer = pytorch.Trainer(Resumed(context), context)
+        trainer.fit(max_length=pytorch.Batch(10), latest_checkpoint="latest",
+                    **{k: v for k, v in common.items() if k != "exp_conf"})
+    found = by_steps(checkpoint_dir)
+    assert sorted(found) == [2, 10]
+    assert trainer.result is not None and trainer.result.best_checkpoint == found[2].name
+    assert len(written) == 1  # only the final checkpoint: 1.5 at batch 8 was no improvement
+
+
 def test_best_policy_fails_clearly_when_the_metric_is_never_reported(
     checkpoint_dir: pathlib.Path
 ) -> None:
@@ -415,6 +501,89 @@ def test_initial_batch_is_the_resumed_batch(trained: Dict[int, pathlib.Path]) ->
     trial = fit(Trial, HPARAMS, max_length=pytorch.Batch(10), latest_checkpoint=str(trained[8]))
     assert seen == [("startup", 8), ("initial", 8)]
     assert len(trial.seen) == 2
+
+
+ANCIENT = REPO / "tests" / "fixtures" / "ancient"
+
+
+class WarmStartProbe(pytorch.PyTorchCallback):
+    def __init__(self) -> None:
+        self.events: List[Tuple[str, Any]] = []
+
+    def on_trial_startup(self, first_batch_idx: int, latest_checkpoint: Optional[str]) -> None:
+        self.events.append(("startup", first_batch_idx))
+
+    def on_training_start(self) -> None:
+        self.events.append(("start", self.trial.model.weight.item()))
+
+    def on_training_epoch_start(self, epoch_idx: int) -> None:
+        self.events.append(("epoch", epoch_idx))
+
+
+class WarmStarted(OneVarTrial):
+    def __init__(self, context: Any) -> None:
+        super().__init__(context)
+        self.batches = 0
+        self.probe = WarmStartProbe()
+        self.probe.trial = self  # type: ignore[attr-defined]
+
+    def train_batch(self, batch: Any, epoch_idx: int, batch_idx: int) -> Any:
+        self.batches += 1
+        return super().train_batch(batch, epoch_idx, batch_idx)
+
+    def build_callbacks(self) -> Dict[str, Any]:
+        return {"probe": self.probe}
+
+
+def straight_from(weight: float, lr: float, batches: int) -> float:
+    """OneVarTrial's weight after ``batches`` batches from ``weight`` (closed form, float64)."""
+    xs = [i / 16 for i in range(1, 17)]
+    w = weight
+    for b in range(batches):
+        chunk = xs[4 * (b % 4): 4 * (b % 4) + 4]
+        w -= lr * sum(2 * (w * x - 2 * x) * x for x in chunk) / len(chunk)
+    return w
+
+
+@pytest.mark.parametrize("version", ["0.17.7-pytorch", "0.20.0-pytorch", "0.21.0-pytorch"])
+def test_a_cluster_trials_checkpoint_is_a_warm_start_from_batch_0(
+    version: str, tmp_path: pathlib.Path
+) -> None:
+    """Determined's own old checkpoints (trial 17, 1 and 62, each after one batch): weights and
+    optimizer restored (SGD lr 0.001 replaces the trial's 0.01), then all 6 batches trained."""
+    path = copy_of(ANCIENT / version, tmp_path)
+    saved = torch.load(path / "state_dict.pth", map_location="cpu", weights_only=False)
+    weight = saved["models_state_dict"][0]["weight"].item()
+    trial = fit(WarmStarted, {"lr": 0.01}, max_length=pytorch.Batch(6),
+                checkpoint_policy="none", latest_checkpoint=str(path))
+    assert trial.batches == 6
+    assert trial.probe.events[:3] == [("startup", 0), ("start", weight), ("epoch", 0)]
+    assert trial.opt.param_groups[0]["lr"] == 0.001
+    assert trial.model.weight.item() == pytest.approx(straight_from(weight, 0.001, 6), rel=1e-5)
+
+
+def test_our_checkpoint_of_another_trial_id_is_a_warm_start(
+    trained: Dict[int, pathlib.Path], tmp_path: pathlib.Path
+) -> None:
+    """A checkpoint the experiment runner or a cluster wrote for trial 7, mid-epoch: its weights,
+    then a full run from batch 0 in the straight order (its data position is not used)."""
+    path = copy_of(trained[4], tmp_path)
+    state = ckpt.read_trial_state(path)
+    assert state is not None
+    (path / ckpt.TRIAL_STATE_FILE).write_bytes(pickle.dumps({**state, "trial_id": 7}))
+    seen: List[int] = []
+
+    class Trial(MLPTrial):
+        def train_batch(self, batch: Any, epoch_idx: int, batch_idx: int) -> Any:
+            seen.append(batch_idx)
+            return super().train_batch(batch, epoch_idx, batch_idx)
+
+    trial = fit(Trial, HPARAMS, max_length=pytorch.Batch(5), checkpoint_policy="none",
+                latest_checkpoint=str(path))
+    assert seen == [0, 1, 2, 3, 4]
+    resumed = fit(MLPTrial, HPARAMS, max_length=pytorch.Batch(5), checkpoint_policy="none",
+                  latest_checkpoint=str(trained[4]))
+    assert len(resumed.seen) == 1  # the same checkpoint of this trial continues at batch 4
 
 
 # ----- load_trial_from_checkpoint_path --------------------------------------------------------

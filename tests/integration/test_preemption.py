@@ -6,6 +6,7 @@ complete checkpoint must end with exactly its weights.
 """
 
 import json
+import logging
 import os
 import pathlib
 import random
@@ -139,16 +140,23 @@ def test_lightning_sigterm_handling_is_superseded_and_handlers_are_restored(
     def previous(signum: int, frame: Any) -> None:
         raise AssertionError("the handler from before fit() ran during fit()")
 
+    def previous_int(signum: int, frame: Any) -> None:
+        raise AssertionError("the SIGINT handler from before fit() ran during fit()")
+
+    # Both handlers are our own, so the test holds whatever the suite inherited (under nohup or
+    # in a background job SIGINT is ignored, not Python's default_int_handler).
     old = signal.signal(signal.SIGTERM, previous)
+    old_int = signal.signal(signal.SIGINT, previous_int)
     try:
         probe = SignalProbe()
         trial_cls = stop_at(2, signal.SIGTERM)
         with pytest.raises(errors.TrialPreempted):
             fit(trial_cls, checkpoint_dir, callbacks=[probe])
         assert signal.getsignal(signal.SIGTERM) is previous
-        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        assert signal.getsignal(signal.SIGINT) is previous_int
     finally:
         signal.signal(signal.SIGTERM, old)
+        signal.signal(signal.SIGINT, old_int)
     # Ours alone (not Lightning's _HandlersCompose chaining to it), and Lightning never saw the
     # signal, so it raised no SIGTERMException mid-loop.
     assert len(probe.handlers) == 3
@@ -210,6 +218,75 @@ def test_env_names_a_checkpoint(
     assert latest is not None
     monkeypatch.setenv(preemption.LATEST_CHECKPOINT_ENV, latest.name)  # a UUID
     assert len(fit(MLPTrial, checkpoint_dir).seen) == BATCHES - 3
+
+
+def test_fit_latest_on_a_first_run_starts_fresh_and_says_so(
+    checkpoint_dir: pathlib.Path, straight: Dict[str, torch.Tensor],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level(logging.INFO, logger="det_lightning.core"):
+        first = fit(MLPTrial, checkpoint_dir, latest_checkpoint="latest")
+    assert len(first.seen) == BATCHES
+    assert "no complete checkpoint under" in caplog.text and "starting from the beginning" in (
+        caplog.text
+    )
+    assert_same_weights(dict(first.model.state_dict()), straight)
+
+
+class _Payload:
+    """Unpickling this runs code: it creates the marker directory."""
+
+    def __init__(self, marker: pathlib.Path) -> None:
+        self.marker = str(marker)
+
+    def __reduce__(self) -> Any:
+        return (os.mkdir, (self.marker,))
+
+
+def plant(root: pathlib.Path, marker: pathlib.Path) -> pathlib.Path:
+    """A checkpoint "written by Determined" (no det_lightning_version), newer than any other,
+    whose state_dict.pth runs code when fully unpickled."""
+    planted = root / "00000000-planted"
+    planted.mkdir(parents=True)
+    torch.save({"models_state_dict": [_Payload(marker)]}, str(planted / "state_dict.pth"))
+    (planted / "metadata.json").write_text(json.dumps({"steps_completed": 10_000}))
+    return planted
+
+
+@pytest.mark.parametrize("how", ["fit", "env"])
+def test_a_checkpoint_found_by_scanning_is_never_unpickled(
+    how: str, tmp_path: pathlib.Path, checkpoint_dir: pathlib.Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    marker = tmp_path / "code-ran"
+    plant(checkpoint_dir, marker)
+    kw: Dict[str, Any] = {}
+    if how == "fit":
+        kw["latest_checkpoint"] = "latest"
+    else:
+        monkeypatch.setenv(preemption.LATEST_CHECKPOINT_ENV, "latest")
+    with pytest.raises(errors.InvalidCheckpointException, match="weights_only"):
+        fit(MLPTrial, checkpoint_dir, **kw)
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("how", ["fit", "env"])
+def test_a_checkpoint_the_user_names_may_be_fully_unpickled(
+    how: str, tmp_path: pathlib.Path, checkpoint_dir: pathlib.Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Naming a checkpoint (a path, in fit() or the variable) is the consent that lets a real
+    Determined checkpoint load; this one then fails on its content, after its code ran."""
+    marker = tmp_path / "code-ran"
+    planted = plant(checkpoint_dir, marker)
+    kw: Dict[str, Any] = {}
+    if how == "fit":
+        kw["latest_checkpoint"] = str(planted)
+    else:
+        monkeypatch.setenv(preemption.LATEST_CHECKPOINT_ENV, str(planted))
+    with pytest.raises(Exception):  # noqa: B017 - whatever the bogus state dict trips over
+        fit(MLPTrial, checkpoint_dir, **kw)
+    assert marker.exists()
 
 
 # ----- in a process of its own -----------------------------------------------------------------

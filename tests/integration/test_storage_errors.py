@@ -39,6 +39,7 @@ class Watched(MLPTrial):  # type: ignore[valid-type, misc]
             def on_checkpoint_write_end(self, checkpoint_dir: str) -> None:
                 assert cls.root is not None
                 complete = complete_checkpoints(cls.root)
+                assert pathlib.Path(checkpoint_dir).name in complete  # final and complete
                 cls.writes.append({"writing": checkpoint_dir, "complete": complete})
 
             def on_trial_shutdown(self) -> None:
@@ -76,11 +77,9 @@ def complete_checkpoints(root: pathlib.Path) -> Dict[str, int]:
     }
 
 
-def uuid_of(partial: str) -> str:
-    """The UUID of a checkpoint from the ``.<uuid>.partial`` directory it was written in."""
-    name = pathlib.Path(partial).name
-    assert name.startswith(".") and name.endswith(ckpt.PARTIAL_SUFFIX)
-    return name[1:-len(ckpt.PARTIAL_SUFFIX)]
+def uuid_of(written: str) -> str:
+    """The UUID of the checkpoint whose final directory ``on_checkpoint_write_end`` got."""
+    return pathlib.Path(written).name
 
 
 def partials(root: pathlib.Path) -> List[pathlib.Path]:
@@ -172,7 +171,7 @@ def test_superseded_checkpoints_are_deleted_only_after_the_new_one_is_complete(
     writes = trial_cls.writes
     assert len(writes) >= 4
     for before, during in zip(writes, writes[1:]):
-        # While checkpoint n+1 is being written, checkpoint n (the newest complete one) and
+        # Until checkpoint n+1 is complete, checkpoint n (the newest complete one before it) and
         # everything it kept are still there.
         kept_after_n = set(before["complete"]) | {uuid_of(before["writing"])}
         newest = max(kept_after_n, key=lambda uuid: during["complete"].get(uuid, -1))

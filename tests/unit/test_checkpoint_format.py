@@ -239,7 +239,7 @@ def test_a_found_checkpoint_pretending_to_be_determined_never_unpickles(tmp_path
     import torch
 
     from det_lightning import errors
-    from det_lightning.adapters.checkpoints import read_for_resume, resolve_checkpoint
+    from det_lightning.adapters.checkpoints import plan_resume, read_for_resume
 
     root = tmp_path / "checkpoints"
     fake = root / "0000-fake"
@@ -247,8 +247,8 @@ def test_a_found_checkpoint_pretending_to_be_determined_never_unpickles(tmp_path
     marker = tmp_path / "pwned"
     torch.save({"models_state_dict": [_Payload(str(marker))]}, str(fake / "state_dict.pth"))
     (fake / "metadata.json").write_text(json.dumps({"steps_completed": 99}))  # "Determined's"
-    found = resolve_checkpoint("latest", root)
-    assert found == fake
+    found, trusted, _ = plan_resume("latest", root)
+    assert found == fake and not trusted
     with pytest.raises(errors.InvalidCheckpointException, match="weights_only"):
         read_for_resume(found, trust=False)
     assert not marker.exists()

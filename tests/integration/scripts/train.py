@@ -47,10 +47,13 @@ class Harness(pytorch.PyTorchCallback):
         self.args = args
         self.checkpoints = 0
 
-    def on_checkpoint_write_end(self, checkpoint_dir: str) -> None:
+    def on_checkpoint_save_start(self, checkpoint: Dict[str, Any]) -> None:
+        # Runs inside the write, while the checkpoint is still its .<uuid>.partial directory.
         self.checkpoints += 1
         if self.checkpoints == self.args.get("block_write"):
-            pathlib.Path(self.args["marker"]).write_text(checkpoint_dir)
+            root = pathlib.Path(os.environ.get("DET_LIGHTNING_CHECKPOINT_DIR", "checkpoints"))
+            (partial,) = root.glob(".*.partial")
+            pathlib.Path(self.args["marker"]).write_text(str(partial.resolve()))
             deadline = time.monotonic() + 120
             while time.monotonic() < deadline:  # the parent signals or kills us meanwhile
                 time.sleep(0.05)
