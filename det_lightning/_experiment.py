@@ -335,6 +335,18 @@ def run_trials(plan: Plan) -> List[TrialResult]:
     return results
 
 
+def _retain_experiment_best(plan: Plan, results: Sequence[TrialResult]) -> None:
+    """Determined's end-of-experiment garbage collection: each trial keeps its
+    ``save_trial_best``/``save_trial_latest`` checkpoints, and the ``save_experiment_best`` best
+    of all trials are kept wherever they are."""
+    from det_lightning.adapters.checkpoints import retain_experiment_best
+
+    trial_dirs = [plan.checkpoint_root / f"trial-{r.number}" for r in results]
+    deleted = retain_experiment_best([d for d in trial_dirs if d.is_dir()], plan.config.raw)
+    if deleted:
+        logger.info(f"checkpoint_storage retention deleted {len(deleted)} checkpoint(s)")
+
+
 def run_experiment(plan: Plan) -> int:
     """Runs every trial of ``plan`` and prints the summary.
 
@@ -353,6 +365,8 @@ def run_experiment(plan: Plan) -> int:
         f"{config.searcher['name']}; checkpoints under {plan.checkpoint_root}"
     )
     results = run_trials(plan)
+    if os.environ.get("RANK", "0") == "0" and config.raw.get("checkpoint_storage"):
+        _retain_experiment_best(plan, results)
     if os.environ.get("RANK", "0") == "0":  # with several processes, the chief reports
         summary = format_summary(results, config.searcher["metric"],
                                  config.searcher["smaller_is_better"])

@@ -291,3 +291,46 @@ def test_summary_picks_the_best_completed_trial() -> None:
     higher = _experiment.format_summary(rows, "accuracy", smaller_is_better=False)
     assert higher.splitlines()[-1] == "best: trial 3 (accuracy=0.75), checkpoint /c/trial-3/x"
     assert _experiment.best_trial(rows[1:2], True) is None
+
+
+@pytest.mark.slow
+def test_save_experiment_best_keeps_the_best_checkpoint_of_all_trials(
+    isolated_run: pathlib.Path, checkpoint_dir: pathlib.Path
+) -> None:
+    """Two trials checkpointing every 2 of 8 batches, ``checkpoint_storage`` keeping each
+    trial's newest and the experiment's best: what is left is each trial's newest checkpoint
+    and the one with the lowest validation loss of all."""
+    import json
+
+    import yaml
+
+    config = _config(
+        hyperparameters={
+            "global_batch_size": 8, "hidden_size": 4,
+            "learning_rate": {"type": "categorical", "vals": [0.001, 0.05]},
+        },
+        searcher={"name": "grid", "metric": "validation_loss", "max_length": {"batches": 8}},
+        min_validation_period={"batches": 2},
+        min_checkpoint_period={"batches": 2},
+        checkpoint_policy="all",
+        checkpoint_storage={"type": "shared_fs", "host_path": str(checkpoint_dir),
+                            "save_experiment_best": 1, "save_trial_best": 0,
+                            "save_trial_latest": 1},
+    )
+    path = isolated_run / "exp.yaml"
+    path.write_text(yaml.safe_dump(config))
+    log = isolated_run / "validations.jsonl"
+    result = run_cli("experiment", str(path), str(PROJECT), cwd=isolated_run,
+                     env={VALIDATION_LOG_ENV: str(log)})
+    assert result.returncode == 0, output(result)
+
+    lines = read_validation_log(log)
+    assert [v["batches"] for v in lines] == [2, 4, 6, 8] * 2
+    best_index = min(range(len(lines)), key=lambda i: lines[i]["validation_loss"])
+    best_trial, best_batches = 1 + best_index // 4, lines[best_index]["batches"]
+    left = {}
+    for n in (1, 2):
+        for checkpoint in (checkpoint_dir / f"trial-{n}").iterdir():
+            metadata = json.loads((checkpoint / "metadata.json").read_text())
+            left[(n, metadata["steps_completed"])] = checkpoint
+    assert set(left) == {(1, 8), (2, 8), (best_trial, best_batches)}
