@@ -307,7 +307,7 @@ def test_save_experiment_best_keeps_the_best_checkpoint_of_all_trials(
     config = _config(
         hyperparameters={
             "global_batch_size": 8, "hidden_size": 4,
-            "learning_rate": {"type": "categorical", "vals": [0.001, 0.05]},
+            "learning_rate": {"type": "categorical", "vals": [0.05, 3.0]},
         },
         searcher={"name": "grid", "metric": "validation_loss", "max_length": {"batches": 8}},
         min_validation_period={"batches": 2},
@@ -326,6 +326,9 @@ def test_save_experiment_best_keeps_the_best_checkpoint_of_all_trials(
 
     lines = read_validation_log(log)
     assert [v["batches"] for v in lines] == [2, 4, 6, 8] * 2
+    # lr 3.0 diverges: that trial's best is not its newest, and not the experiment's best.
+    diverging = [v["validation_loss"] for v in lines[4:]]
+    assert min(diverging) < diverging[-1]
     best_index = min(range(len(lines)), key=lambda i: lines[i]["validation_loss"])
     best_trial, best_batches = 1 + best_index // 4, lines[best_index]["batches"]
     left = {}
