@@ -21,6 +21,7 @@ import dataclasses
 import logging
 import os
 import pathlib
+import re
 import shlex
 import subprocess
 import sys
@@ -167,7 +168,8 @@ def plan_experiment(
         for hparams in trials:
             training_lengths(config, hparams)
     root = checkpoint_dir or config.checkpoint_dir() or os.environ.get(CHECKPOINT_DIR_ENV)
-    stamp = f"{config.raw.get('name') or 'experiment'}-{time.strftime('%Y%m%d-%H%M%S')}"
+    name = re.sub(r"[^\w.-]+", "-", config.raw.get("name") or "experiment").strip("-")
+    stamp = f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
     tensorboard = os.environ.get(TENSORBOARD_DIR_ENV) or os.path.join("tensorboard", stamp)
     return Plan(
         config=config,

@@ -1,6 +1,7 @@
 """Loading and validating Determined experiment configs for running experiments locally.
 
-``load_config`` accepts the YAML a team already submits with ``det experiment create`` and
+``load_config`` accepts the YAML a team already submits with ``det experiment create`` (read
+with YAML 1.2 scalar rules, as Determined reads it: see ``_yaml``) and
 checks it against a small declarative schema written for this package. It keeps Determined's
 key names, types and defaults, and sorts keys into three groups:
 

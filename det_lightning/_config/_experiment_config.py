@@ -11,6 +11,7 @@ from det_lightning._config._checks import _LEGACY_ENTRYPOINT
 from det_lightning._config._nodes import _Context, _fail, _type_error, _validate_section
 from det_lightning._config._schema import _EXPERIMENT, _check_grid_counts
 from det_lightning._config._search import grid_points, random_points
+from det_lightning._config._yaml import load_yaml12
 from det_lightning.errors import InvalidConfigException
 
 logger = logging.getLogger("det_lightning")
@@ -162,9 +163,35 @@ def _read_yaml(path: Union[str, "os.PathLike[str]"]) -> Any:
         message = f"cannot read experiment config {str(path)!r}: {exc}"
         raise InvalidConfigException(message) from exc
     try:
-        return yaml.safe_load(text)
+        return load_yaml12(text)  # YAML 1.2 numbers, as Determined reads configs
     except yaml.YAMLError as exc:
         raise InvalidConfigException(f"{str(path)!r} is not valid YAML: {exc}") from exc
+
+
+# Determined's master names an unnamed experiment "Experiment (<three words>)"; these lists are
+# ours (any words do: the name only has to tell experiments apart).
+_NAME_WORDS = (
+    ("amber", "brisk", "calm", "deft", "eager", "fond", "gentle", "hardy", "keen", "lucid",
+     "mellow", "nimble", "proud", "quiet", "rapid", "steady", "tidy", "vivid", "wise", "zesty"),
+    ("alpine", "coastal", "dusky", "golden", "hidden", "lunar", "misty", "northern", "polar",
+     "rustic", "silver", "sunny", "velvet", "wild", "winter", "woven"),
+    ("badger", "crane", "dolphin", "falcon", "gecko", "heron", "ibis", "jaguar", "koala",
+     "lemur", "marten", "newt", "otter", "puffin", "quail", "raven", "salmon", "tapir", "wren"),
+)
+
+
+def default_experiment_name() -> str:
+    """The name Determined gives an experiment whose config has none (``description`` is
+    kept as it is, apart from the name).
+
+    >>> import re
+    >>> bool(re.fullmatch(r"Experiment \\([a-z]+-[a-z]+-[a-z]+\\)", default_experiment_name()))
+    True
+    """
+    import random
+
+    words = [random.SystemRandom().choice(choices) for choices in _NAME_WORDS]
+    return f"Experiment ({'-'.join(words)})"
 
 
 def validate_config(config: Dict[str, Any]) -> Tuple[Dict[str, Any], List[str]]:
@@ -207,6 +234,8 @@ def load_config(source: Union[str, "os.PathLike[str]", Dict[str, Any]]) -> Exper
     else:
         config = source
     raw, ignored = validate_config(config)
+    if raw.get("name") is None:
+        raw["name"] = default_experiment_name()
     if ignored:
         logger.warning(
             "These experiment-config keys only matter on a Determined cluster and are "

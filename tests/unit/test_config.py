@@ -356,3 +356,23 @@ def test_trial_hparams_per_searcher() -> None:
     asha = _searcher(name="adaptive_asha", max_trials=4)
     with pytest.raises(InvalidConfigException, match="adaptive_asha"):
         _config.load_config(asha).trial_hparams()
+
+
+def test_an_unnamed_experiment_is_named_as_determined_names_it() -> None:
+    """``description`` and no ``name``: Determined's master names it "Experiment (a-b-c)" and
+    keeps the description apart; a given name stays as it is."""
+    import re
+
+    base = {
+        "entrypoint": "model_def:Trial",
+        "description": "my mnist run",
+        "hyperparameters": {"global_batch_size": 8},
+        "searcher": {"name": "single", "metric": "validation_loss", "max_length": {"batches": 1}},
+    }
+    load_config = _config.load_config
+    first, second = load_config(dict(base)), load_config(dict(base))
+    assert re.fullmatch(r"Experiment \([a-z]+-[a-z]+-[a-z]+\)", first.raw["name"])
+    assert first.raw["description"] == "my mnist run"
+    assert load_config({**base, "name": "mine"}).raw["name"] == "mine"
+    names = {load_config(dict(base)).raw["name"] for _ in range(5)} | {second.raw["name"]}
+    assert len(names) > 1  # random words tell experiments apart
