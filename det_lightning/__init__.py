@@ -7,6 +7,7 @@ Change ``import determined as det`` to ``import det_lightning as det`` (or call
 from det_lightning import core, errors, pytorch
 from det_lightning._import import import_from_path
 from det_lightning._info import get_cluster_info
+from det_lightning._trial_context import TrialContext
 from det_lightning.errors import InvalidHP
 
 __version__ = "0.1.0"
@@ -16,4 +17,11 @@ LOG_FORMAT = "%(levelname)s: [%(process)s] %(name)s: %(message)s"
 
 __all__ = [
     "InvalidHP",
-    "LOG_FORMAT", "core", "errors", "get_cluster_info", "import_from_path", "pytorch"]
+    "LOG_FORMAT",
+    "TrialContext",
+    "core",
+    "errors",
+    "get_cluster_info",
+    "import_from_path",
+    "pytorch",
+]

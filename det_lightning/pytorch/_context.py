@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from det_lightning import errors
+from det_lightning._trial_context import TrialContext
 from det_lightning.core import DistributedContext, DummyDistributedContext
 from det_lightning.pytorch._data import _Data, to_device
 from det_lightning.pytorch._experimental import PyTorchExperimentalContext
@@ -59,7 +60,7 @@ def calculate_batch_sizes(hparams: Dict[str, Any], slots: int) -> "tuple[int, in
     return per_slot, per_slot * slots
 
 
-class PyTorchTrialContext:
+class PyTorchTrialContext(TrialContext):
     """Created by ``det_lightning.pytorch.init()``; see Determined's documentation of the same name.
 
     Args:
@@ -227,10 +228,15 @@ class PyTorchTrialContext:
     def get_tensorboard_writer(self) -> Any:
         """A ``SummaryWriter`` on the same run directory the trainer's metrics go to."""
         if self._tbd_writer is None:
-            from torch.utils.tensorboard import SummaryWriter
-
-            self._tbd_writer = SummaryWriter(str(self.get_tensorboard_path()))
+            self._tbd_writer = self._new_tensorboard_writer()
         return self._tbd_writer
+
+    def _new_tensorboard_writer(self) -> Any:
+        """A writer into this trial's TensorBoard run; its file opens at the first write, in the
+        directory ``Trainer(...)`` chose by then (the trial may ask for it in ``__init__``)."""
+        from det_lightning.pytorch._tensorboard import TrialSummaryWriter
+
+        return TrialSummaryWriter(self.get_tensorboard_path)
 
     def _close_tensorboard_writer(self) -> None:
         if self._tbd_writer is not None:

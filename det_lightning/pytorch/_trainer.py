@@ -99,10 +99,22 @@ def init(
         tensorboard_path=_default_tensorboard_dir(),
     )
     context._launch = launched.trainer_options
+    _ACTIVE_CONTEXTS.append(context)
     try:
         yield context
     finally:
+        _ACTIVE_CONTEXTS.remove(context)
         context._close_tensorboard_writer()
+
+
+# The contexts of the init() blocks running now, innermost last: Determined's TorchWriter() takes
+# no arguments and finds its trial's TensorBoard run through it.
+_ACTIVE_CONTEXTS: List[PyTorchTrialContext] = []
+
+
+def active_context() -> Optional[PyTorchTrialContext]:
+    """The context of the innermost ``init()`` block running now, if any."""
+    return _ACTIVE_CONTEXTS[-1] if _ACTIVE_CONTEXTS else None
 
 
 class _Options:

@@ -1,0 +1,1 @@
+"""``determined.tensorboard.metric_writers``: ``pytorch.TorchWriter``."""
