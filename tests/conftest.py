@@ -7,6 +7,8 @@ from typing import Iterator
 import pytest
 import torch
 
+from tests.fixtures.writers import close_open_writers
+
 
 @pytest.fixture(autouse=True)
 def isolated_run(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[pathlib.Path]:
@@ -26,6 +28,7 @@ def isolated_run(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> Ite
     monkeypatch.setenv("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")
     torch.set_num_threads(1)
     yield work
+    close_open_writers()  # while the working directory is still this test's
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()
 

@@ -117,3 +117,18 @@ def test_a_real_determined_checkpoint_converts_to_a_lightning_checkpoint(
         assert torch.equal(weights[name], real)
     # Determined writes hparams=None without an experiment config; the export keeps that.
     assert json.loads((exported / "load_data.json").read_text())["hparams"] is None
+
+
+def test_the_real_determineds_writer_left_open_is_closed_in_the_tests_directory() -> None:
+    """Determined's local mode leaves its SummaryWriter open on ``runs/...`` relative to the
+    working directory; the suite's teardown closes it before the directory changes (its
+    background flush would otherwise fail in whatever test runs next)."""
+    from tests.fixtures.writers import close_open_writers
+
+    trial, _ = run_trial(det_pytorch, "MLPTrial", HPARAMS, max_length=det_pytorch.Batch(2),
+                         checkpoint_policy="none")
+    writer = trial.context._tbd_writer
+    assert writer is not None and writer.file_writer is not None  # left open by Determined
+    assert close_open_writers() >= 1
+    assert writer.file_writer is None
+    assert list(pathlib.Path("runs").rglob("events.out.tfevents.*"))
