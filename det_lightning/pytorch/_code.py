@@ -2,15 +2,21 @@
 
 Determined copies the working directory. We copy the top-level package of the trial's module
 (``pkg`` for ``pkg.models.trial``), or the directory of a top-level module or script, so that
-``import pkg.models.trial`` works from ``code/``; never hidden entries, caches, virtual
-environments, the checkpoint and log directories, or files over 1 MiB (with one warning).
+``import pkg.models.trial`` works from ``code/``. Left out: what the directory's ``.detignore``
+names (as Determined honours it, see ``_detignore``), hidden entries, caches, virtual
+environments, files over 1 MiB (with one warning), and run output wherever it lies: this run's
+checkpoint and log directories, any other checkpoint directory (``metadata.json`` beside
+``state_dict.pth`` or ``load_data.json``: earlier runs, other trials, their own ``code/``) and
+any TensorBoard run (a directory holding ``events.out.tfevents.*`` files).
 """
 
 import logging
 import pathlib
 import shutil
 import sys
-from typing import Iterable, List, Set, Tuple
+from typing import Callable, Iterable, List, Set, Tuple
+
+from det_lightning.pytorch._detignore import DetIgnore
 
 logger = logging.getLogger("det_lightning.pytorch")
 
@@ -73,19 +79,30 @@ def copy_code(
     skip_resolved = {p.resolve() for p in skip}
     large: List[str] = []
 
-    def ignore(directory: str, names: List[str]) -> List[str]:
-        ignored = [n for n in names if _skip_entry(pathlib.Path(directory, n), skip_resolved)]
-        for name in names:
-            full = pathlib.Path(directory, name)
-            if name not in ignored and full.is_file() and full.stat().st_size > MAX_CODE_FILE_BYTES:
-                large.append(str(full))
-                ignored.append(name)
-        return ignored
+    def ignorer(root: pathlib.Path) -> Callable[[str, List[str]], List[str]]:
+        detignore = DetIgnore.for_directory(root)
+
+        def ignore(directory: str, names: List[str]) -> List[str]:
+            ignored = []
+            for name in names:
+                full = pathlib.Path(directory, name)
+                relative = full.relative_to(root).as_posix()
+                if (_skip_entry(full, skip_resolved) or _is_run_output(full)
+                        or detignore.ignored(relative, full.is_dir())):
+                    ignored.append(name)
+                elif full.is_file() and full.stat().st_size > MAX_CODE_FILE_BYTES:
+                    large.append(str(full))
+                    ignored.append(name)
+            return ignored
+
+        return ignore
 
     for source, relative in sources:
         target = dest / relative if relative else dest
         if source.is_dir():
-            shutil.copytree(source, target, ignore=ignore, dirs_exist_ok=True, symlinks=True)
+            shutil.copytree(
+                source, target, ignore=ignorer(source), dirs_exist_ok=True, symlinks=True
+            )
         elif source.is_file():
             shutil.copy2(source, target)
     _warn_large(large)
@@ -98,6 +115,17 @@ def _skip_entry(path: pathlib.Path, skip: Set[pathlib.Path]) -> bool:
     if path.resolve() in skip:
         return True
     return path.is_dir() and (path / "pyvenv.cfg").exists()
+
+
+def _is_run_output(path: pathlib.Path) -> bool:
+    """A checkpoint directory or a TensorBoard run, of this run or any other."""
+    if not path.is_dir() or path.is_symlink():
+        return False
+    if (path / "metadata.json").is_file() and (
+        (path / "state_dict.pth").exists() or (path / "load_data.json").exists()
+    ):
+        return True
+    return any(path.glob("events.out.tfevents.*"))
 
 
 def _warn_large(large: List[str]) -> None:
