@@ -263,6 +263,7 @@ class CheckpointManager:
         data_state: Dict[str, Any] = {"base_seed": self.base_seed}
         if self.sampler is not None:
             data_state["pass_states"] = self.sampler.state(module.state.batches_trained)
+            data_state["pass_starts"] = self.sampler.starts(module.state.batches_trained)
         state[ckpt.EXTRA] = {"format": 1, "data": data_state}
         return state
 

@@ -82,6 +82,7 @@ def build_training_view(
     start_batch: int,
     pass_states: Optional[Dict[int, Any]],
     base_seed: Optional[int],
+    pass_starts: Optional[Dict[int, int]] = None,
 ) -> "tuple[EpochView, Optional[ResumableBatchSampler]]":
     """The training loader in Determined's order, plus the sampler whose state checkpoints keep."""
     dist = context.distributed
@@ -89,7 +90,8 @@ def build_training_view(
     if isinstance(loader, DataLoader):
         assert loader.batch_sampler is not None
         sampler = ResumableBatchSampler(
-            loader.batch_sampler, dist.size, dist.rank, start_batch, pass_states, base_seed
+            loader.batch_sampler, dist.size, dist.rank, start_batch, pass_states, base_seed,
+            pass_starts,
         )
         epoch_len = dist.broadcast(len(sampler))
         torch_loader = loader._torch_loader(sampler)

@@ -141,7 +141,8 @@ def _train(
     extra = (saved_state or {}).get(ckpt.EXTRA, {}).get("data", {})
     base_seed = _base_seed(context, extra)
     view, sampler = build_training_view(
-        trial, context, start_batch, extra.get("pass_states"), base_seed
+        trial, context, start_batch, extra.get("pass_states"), base_seed,
+        extra.get("pass_starts"),
     )
     module.train_loader, module.epoch_len = view, view.epoch_len
     context._epoch_len = view.epoch_len

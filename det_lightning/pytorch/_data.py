@@ -196,6 +196,15 @@ def _check_loader_args(
 class ResumableBatchSampler(data.Sampler):
     """Determined's training order (repeat, shard, skip) that can resume mid-pass exactly.
 
+    The user's batch sampler is repeated pass after pass into one continuous stream, whatever
+    each pass yields (a sampler may yield more or fewer batches than its ``len()``, as
+    Determined's word-language-model example does); rank ``r`` of ``N`` takes stream items
+    ``r, r+N, ...``. To resume, the checkpoint keeps how each pass was shuffled and where in the
+    stream each pass began, so the replay skips to exactly the next batch. (Replaying a pass
+    assumes it yields the same batches again: true of torch's samplers, shuffled or not, and of
+    any sampler without randomness; a custom sampler that shuffles with the global generator or
+    carries state from pass to pass resumes at the right position with the draws it makes then.)
+
     Args:
         batch_sampler: the user's batch sampler (one pass).
         num_replicas, rank: this process's shard.
@@ -204,6 +213,8 @@ class ResumableBatchSampler(data.Sampler):
         base_seed: with several processes, pass ``p`` is shuffled with a seed derived from
             ``base_seed`` and ``p`` instead of a draw from each process's global generator, so
             every rank uses the same permutation and the shards stay disjoint.
+        pass_starts: where in the stream passes began, from a checkpoint (see ``starts()``);
+            without it (older checkpoints) every pass is taken to yield ``len()`` batches.
     """
 
     def __init__(
@@ -214,6 +225,7 @@ class ResumableBatchSampler(data.Sampler):
         start_batch: int = 0,
         pass_states: Optional[Dict[int, Any]] = None,
         base_seed: Optional[int] = None,
+        pass_starts: Optional[Dict[int, int]] = None,
     ) -> None:
         self._batches = batch_sampler
         self._pass_len = len(batch_sampler)  # type: ignore[arg-type]
@@ -226,6 +238,7 @@ class ResumableBatchSampler(data.Sampler):
         self._rank = rank
         self._start = start_batch
         self._states: Dict[int, Any] = dict(pass_states or {})
+        self._starts: Dict[int, int] = {int(p): int(s) for p, s in (pass_starts or {}).items()}
         self._base_seed = base_seed
         self._random = _find_random_sampler(batch_sampler)
 
@@ -234,22 +247,43 @@ class ResumableBatchSampler(data.Sampler):
         full, extra = divmod(self._pass_len, self._replicas)
         return full + int(extra > self._rank)
 
+    def _locate(self, position: int) -> "tuple[int, int]":
+        """``(pass, its first stream index)`` of the pass that holds stream index ``position``,
+        as far as the recorded pass starts tell; unrecorded passes are ``len()`` long."""
+        known = [p for p, start in self._starts.items() if start <= position]
+        if known:
+            last = max(known)
+            return last, self._starts[last]
+        pass_idx = position // self._pass_len
+        return pass_idx, pass_idx * self._pass_len
+
     def state(self, next_batch: int) -> Dict[int, Any]:
         """The pass states a resume at local batch ``next_batch`` needs (current and later)."""
-        first_needed = (next_batch * self._replicas + self._rank) // self._pass_len
+        first_needed, _ = self._locate(next_batch * self._replicas + self._rank)
         return {p: s for p, s in self._states.items() if p >= first_needed}
 
+    def starts(self, next_batch: int) -> Dict[int, int]:
+        """Where the passes a resume at local batch ``next_batch`` needs began in the stream."""
+        first_needed, _ = self._locate(next_batch * self._replicas + self._rank)
+        return {p: s for p, s in self._starts.items() if p >= first_needed}
+
     def __iter__(self) -> Iterator[List[int]]:
-        position = self._start * self._replicas + self._rank  # in the repeated global stream
+        wanted = self._start * self._replicas + self._rank  # next stream index this rank takes
+        pass_idx, index = self._locate(wanted)
         while True:
-            pass_idx, offset = divmod(position, self._pass_len)
-            for i, batch in enumerate(self._one_pass(pass_idx)):
-                if i == offset:
+            self._starts[pass_idx] = index
+            first = index
+            for batch in self._one_pass(pass_idx):
+                if index == wanted:
                     yield batch
-                    offset += self._replicas
-                    position += self._replicas
-            if offset < self._pass_len:  # the pass ended early (a sampler shorter than len())
-                position = (pass_idx + 1) * self._pass_len + self._rank
+                    wanted += self._replicas
+                index += 1
+            if index == first:
+                raise ValueError(
+                    f"The training batch sampler yielded no batches in pass {pass_idx} (its "
+                    f"len() is {self._pass_len}); every pass must yield at least one batch."
+                )
+            pass_idx += 1
 
     def _one_pass(self, pass_idx: int) -> Iterator[List[int]]:
         sampler = self._random
