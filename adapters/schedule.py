@@ -220,11 +220,12 @@ class ScheduleCallback(Callback):
         self.validate_now = False
         dist = module.context.distributed
         if dist.rank == 0:
-            reported = dict(metrics)
-            reported.setdefault("batches", state.batches_trained)
-            reported.setdefault("epochs", state.epochs_trained)
-            metric_utils.log_validation(state.batches_trained, reported)
             _log_validation(trainer, metrics, state.batches_trained)
+            # Determined's chief adds these while reporting, to the very dict its callbacks got
+            # (a callback that kept it sees them).
+            metrics.setdefault("batches", state.batches_trained)
+            metrics.setdefault("epochs", state.epochs_trained)
+            metric_utils.log_validation(state.batches_trained, metrics)
         self.validation_history.append(dict(metrics))
         wants = self.checkpoints.wants_checkpoint_after_validation(metrics)
         if dist.broadcast(wants) and not state.checkpoint_is_current():
