@@ -143,6 +143,16 @@ def supersede_lightning_signals(trainer: Any) -> None:
             "det_lightning cannot take over its SIGTERM handling."
         )
     setattr(connector, "register_signal_handlers", _no_lightning_handlers)
+    epoch_loop = trainer.fit_loop.epoch_loop
+    if hasattr(epoch_loop, "_broadcast_sigterm_tensor"):
+        # Lightning >= 2.6 broadcasts its SIGTERM flag from rank 0 before every batch and reads
+        # it back with .item(). Its handler is gone (above), so the flag never rises: the
+        # collective is pure cost. SignalWatcher's agreement (ScheduleCallback) replaces it.
+        setattr(epoch_loop, "_broadcast_sigterm_tensor", _no_sigterm_broadcast)
+
+
+def _no_sigterm_broadcast() -> None:
+    """Lightning's per-batch SIGTERM broadcast, replaced: no collective."""
 
 
 def _no_lightning_handlers() -> None:

@@ -53,3 +53,23 @@ def test_an_error_on_one_rank_while_validating_or_checkpointing_ends_the_job(
     assert f"probe crash on rank {crashing_rank} {expected}" in job.output
     assert job.seconds < 140, f"the job hung until killed:\n{job.output[-3000:]}"
     assert not (tmp_path / "crash" / "out").exists()
+
+
+def test_no_collective_runs_between_agreement_points(tmp_path: pathlib.Path) -> None:
+    """40 batches, no period boundary before the end: the ranks agree on stopping every
+    STOP_AGREEMENT_INTERVAL (16) batches, and no other collective (ours or Lightning's per-batch
+    SIGTERM broadcast) runs after any other batch. DDP's gradient all-reduce runs in C++ inside
+    backward and is not counted."""
+    from det_lightning.adapters.schedule import STOP_AGREEMENT_INTERVAL
+
+    assert STOP_AGREEMENT_INTERVAL == 16
+    job = jobs.run(
+        [PROBE, "--out", "out", "--devices", "2", "--accelerator", "cpu", "--batches", "40",
+         "--validation-period", "1000", "--reporting-period", "1000", "--count-collectives"],
+        tmp_path / "count", timeout=150,
+    )
+    for rank in job.ranks(2):
+        per_batch = {int(b): n for b, n in rank["collectives"].items()}
+        between = {b: n for b, n in per_batch.items() if b not in (16, 32, 40)}
+        assert between == {}, per_batch
+        assert per_batch.get(16) == per_batch.get(32) == 1, per_batch

@@ -25,6 +25,9 @@ RECORD: Dict[str, Any] = {
 }
 
 
+IN_GRADIENT_HOOK = False
+
+
 def weights(model: nn.Module) -> List[float]:
     return [v for p in model.parameters() for v in p.detach().flatten().tolist()]
 
@@ -119,8 +122,48 @@ class CountAllreduces(pl.Callback):
     def _hook(
         state: Any, bucket: torch.distributed.GradBucket
     ) -> torch.futures.Future[torch.Tensor]:
+        global IN_GRADIENT_HOOK
         RECORD["allreduces"] += 1
-        return default_hooks.allreduce_hook(None, bucket)
+        IN_GRADIENT_HOOK = True
+        try:
+            return default_hooks.allreduce_hook(None, bucket)
+        finally:
+            IN_GRADIENT_HOOK = False
+
+
+class CountCollectives(pl.Callback):
+    """Counts the torch.distributed collectives each training batch is followed by (between its
+    train_batch and the next one's): RECORD["collectives"][batch number] = count."""
+
+    NAMES = ("all_reduce", "broadcast", "all_gather", "all_gather_object", "gather",
+             "gather_object", "broadcast_object_list", "barrier", "reduce", "all_to_all")
+
+    def __init__(self) -> None:
+        self.batch = 0
+        self.originals: Dict[str, Any] = {}
+        RECORD["collectives"] = {}
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        for name in self.NAMES:
+            original = getattr(torch.distributed, name)
+            self.originals[name] = original
+            setattr(torch.distributed, name, self._counting(original))
+
+    def _counting(self, original: Any) -> Any:
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            if not IN_GRADIENT_HOOK:  # DDP's gradient all-reduce is the training, not overhead
+                key = str(self.batch)
+                RECORD["collectives"][key] = RECORD["collectives"].get(key, 0) + 1
+            return original(*args, **kwargs)
+        return counted
+
+    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
+                             batch: Any, batch_idx: int) -> None:
+        self.batch += 1
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        for name, original in self.originals.items():
+            setattr(torch.distributed, name, original)
 
 
 class ProbeTrial(pytorch.PyTorchTrial):
@@ -219,6 +262,9 @@ def main() -> None:
     parser.add_argument("--stop-rank", type=int, default=-1,
                         help="this rank alone calls set_stop_requested(True) at --stop-batch")
     parser.add_argument("--stop-batch", type=int, default=-1)
+    parser.add_argument("--validation-period", type=int, default=4)
+    parser.add_argument("--reporting-period", type=int, default=2)
+    parser.add_argument("--count-collectives", action="store_true")
     parser.add_argument("--full-dataset", action="store_true")
     parser.add_argument("--unused-parameter", action="store_true")
     parser.add_argument("--find-unused-parameters", action="store_true",
@@ -241,13 +287,14 @@ def main() -> None:
         **launch,
     ) as context:
         trial = (FullDatasetProbe if args.full_dataset else ProbeTrial)(context, args)
-        trainer = pytorch.Trainer(
-            trial, context, callbacks=[CountAllreduces()], enable_progress_bar=False
-        )
+        callbacks: List[pl.Callback] = [CountAllreduces()]
+        if args.count_collectives:
+            callbacks.append(CountCollectives())
+        trainer = pytorch.Trainer(trial, context, callbacks=callbacks, enable_progress_bar=False)
         trainer.fit(
             max_length=pytorch.Batch(args.batches),
-            validation_period=pytorch.Batch(4),
-            reporting_period=pytorch.Batch(2),
+            validation_period=pytorch.Batch(args.validation_period),
+            reporting_period=pytorch.Batch(args.reporting_period),
             checkpoint_policy="none",
             latest_checkpoint=args.resume,
         )
