@@ -16,7 +16,7 @@ monitors see it) at exactly Determined's batches. Checkpoints go through
 """
 
 import logging
-from typing import Any, Dict, List, Optional, Set
+from typing import AbstractSet, Any, Dict, List, Optional, Set
 
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
@@ -156,7 +156,7 @@ class ScheduleCallback(Callback):
                 continue
             module.log(name, value, logger=False, prog_bar=(name == "loss"))
 
-    def _agree_now(self, batches_trained: int, reached: Set[Boundary]) -> bool:
+    def _agree_now(self, batches_trained: int, reached: AbstractSet[Boundary]) -> bool:
         """Whether this batch is a stop-agreement point: every batch with one process (no
         collective is involved), else every ``STOP_AGREEMENT_INTERVAL`` batches and at every
         period boundary. The answer is the same on every rank, so all take part together."""

@@ -159,6 +159,7 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
         plan = _experiment.plan_experiment(
             config, args.model_dir, _launch_options(args), args.checkpoint_dir
         )
+        plan.storage = args.storage
         if plan.trial_class is not None:
             status = _start_processes(plan.launch, args.argv)  # a command starts its own
             if status is not None:
@@ -202,14 +203,19 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(handler=_cmd_run)
 
     experiment = commands.add_parser(
-        "experiment", help="run a Determined experiment config locally, trial after trial",
+        "experiment", help="run a Determined experiment config locally",
         description="Run a Determined experiment config locally: searchers single, grid and "
-        "random, one trial after another, each checkpointing to <checkpoint dir>/trial-<n>/.",
+        "random one trial after another, adaptive_asha on Optuna (several workers may share "
+        "one search through --storage); each trial checkpoints to <checkpoint dir>/trial-<n>/.",
     )
     add_launch_arguments(experiment)
     experiment.add_argument("--checkpoint-dir", default=None,
                             help="where checkpoints go (default: checkpoint_storage, else "
                             "$DET_LIGHTNING_CHECKPOINT_DIR, else ./checkpoints)")
+    experiment.add_argument("--storage", default=None,
+                            help="adaptive_asha: the Optuna storage every worker of the search "
+                            "shares (a database URL, or a journal file path; default: "
+                            "<checkpoint dir>/search.journal). Rerun to continue a search.")
     experiment.add_argument("config", metavar="CONFIG", help="the experiment config (YAML)")
     experiment.add_argument("model_dir", metavar="MODEL_DIR", help="the model definition directory")
     experiment.set_defaults(handler=_cmd_experiment)

@@ -26,7 +26,7 @@ import shlex
 import subprocess
 import sys
 import time
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Union
 
 from det_lightning import errors, pytorch
 from det_lightning._config import ExperimentConfig
@@ -73,6 +73,8 @@ class Plan:
     trial_class: Optional[str]
     command: Optional[List[str]]
     launch: Dict[str, Any]
+    search: Any = None  # adaptive_asha: the searcher's settings (an AshaSettings)
+    storage: Optional[str] = None  # adaptive_asha: the Optuna storage (None: a journal file)
 
 
 @dataclasses.dataclass
@@ -84,6 +86,7 @@ class TrialResult:
     status: str  # "COMPLETED" or "ERROR"
     best_metric: Optional[float] = None
     checkpoint: Optional[pathlib.Path] = None
+    batches: Optional[int] = None
 
 
 # ----- planning ------------------------------------------------------------------------------
@@ -108,15 +111,22 @@ def launch_options(config: ExperimentConfig, given: Dict[str, Any]) -> Dict[str,
     return options
 
 
-def _refuse_unsupported_searcher(config: ExperimentConfig) -> None:
-    name = config.searcher["name"]
-    if name == "adaptive_asha":
-        raise NotImplementedError(
-            "searcher.name: 'adaptive_asha' needs the Determined master to stop and promote "
-            "trials while they run; det-lightning runs trials one after another. Use "
-            "searcher.name: random (with max_trials) or grid to compare hyperparameters locally, "
-            "or submit the experiment to a Determined cluster."
+def _search_settings(config: ExperimentConfig) -> Any:
+    """``adaptive_asha``'s settings, or None for the searchers that list their trials upfront."""
+    if config.searcher["name"] != "adaptive_asha":
+        return None
+    from det_lightning._search._settings import AshaSettings
+
+    if config.legacy_trial_class() is None:
+        raise errors.InvalidConfigException(
+            "entrypoint: an adaptive_asha search stops and starts trials as they report, which "
+            "det-lightning does for a 'model_def:TrialClass' entrypoint; a command entrypoint "
+            "is not supported with it yet. Use a model_def:TrialClass entrypoint."
         )
+    size = config.raw["hyperparameters"].get("global_batch_size")
+    if isinstance(size, dict):
+        size = size.get("val")
+    return AshaSettings.from_searcher(config.searcher, size if isinstance(size, int) else None)
 
 
 def _entrypoint_plan(config: ExperimentConfig, trials: List[Dict[str, Any]]) -> Any:
@@ -155,14 +165,13 @@ def plan_experiment(
 
     Raises:
         errors.InvalidConfigException: the config cannot run locally (the message names the key).
-        NotImplementedError: the searcher is ``adaptive_asha``.
         UsageError: ``model_dir`` is not a directory.
     """
     directory = _absolute(model_dir)
     if not directory.is_dir():
         raise UsageError(f"MODEL_DIR {str(model_dir)!r} is not a directory (the model definition).")
-    _refuse_unsupported_searcher(config)
-    trials = config.trial_hparams()
+    search = _search_settings(config)
+    trials = config.trial_hparams() if search is None else []
     trial_class, command = _entrypoint_plan(config, trials)
     if trial_class is not None:
         for hparams in trials:
@@ -180,6 +189,7 @@ def plan_experiment(
         trial_class=trial_class,
         command=command,
         launch=launch_options(config, launch or {}),
+        search=search,
     )
 
 
@@ -197,8 +207,25 @@ def _working_dir(path: pathlib.Path) -> Iterator[None]:
         os.chdir(previous)
 
 
-def run_legacy_trial(plan: Plan, number: int, hparams: Dict[str, Any]) -> TrialResult:
-    """One trial of a ``model_def:Trial`` entrypoint, as Determined's harness runs it."""
+def run_legacy_trial(
+    plan: Plan,
+    number: int,
+    hparams: Dict[str, Any],
+    lengths: Optional[Dict[str, Any]] = None,
+    extra_callbacks: Optional[Callable[[Any], Dict[str, Any]]] = None,
+    latest_checkpoint: Optional[str] = None,
+) -> TrialResult:
+    """One trial of a ``model_def:Trial`` entrypoint, as Determined's harness runs it.
+
+    Args:
+        plan: the experiment's plan.
+        number: the trial's number (its directories are ``trial-<number>``).
+        hparams: the trial's hyperparameter values.
+        lengths: ``fit()``'s lengths (default: from the config's ``searcher.max_length``).
+        extra_callbacks: called with the context, returns ``PyTorchCallback``s to run beside
+            the trial's own (a search's reporter).
+        latest_checkpoint: resume from this (``"latest"``: the trial's newest checkpoint).
+    """
     assert plan.trial_class is not None
     config = plan.config
     directory = plan.checkpoint_root / f"trial-{number}"
@@ -211,6 +238,8 @@ def run_legacy_trial(plan: Plan, number: int, hparams: Dict[str, Any]) -> TrialR
             **plan.launch,
         ) as context:
             trial = trial_class(context)
+            if extra_callbacks is not None:
+                _add_callbacks(trial, extra_callbacks(context))
             trainer = pytorch.Trainer(
                 trial,
                 context,
@@ -218,15 +247,28 @@ def run_legacy_trial(plan: Plan, number: int, hparams: Dict[str, Any]) -> TrialR
                 tensorboard_dir=str(plan.tensorboard_root / f"trial-{number}"),
             )
             trainer.fit(
-                **training_lengths(config, hparams),
+                **(lengths or training_lengths(config, hparams)),
                 checkpoint_policy=config.raw["checkpoint_policy"],
                 step_zero_validation=config.raw["perform_initial_validation"],
+                latest_checkpoint=latest_checkpoint,
             )
     metric, smaller = config.searcher["metric"], config.searcher["smaller_is_better"]
     assert trainer.result is not None
     best = trainer.result.best_metric(metric, smaller)
     checkpoint = trainer.result.reported_checkpoint() or ckpt.latest_checkpoint(directory)
-    return TrialResult(number, hparams, "COMPLETED", best, checkpoint)
+    return TrialResult(number, hparams, "COMPLETED", best, checkpoint,
+                       batches=trainer.result.batches_trained)
+
+
+def _add_callbacks(trial: Any, extra: Dict[str, Any]) -> None:
+    """Runs ``extra`` beside the trial's own callbacks, leaving its class untouched (the
+    checkpoint records the trial's class, which must stay the user's)."""
+    own = trial.build_callbacks
+
+    def build_callbacks() -> Dict[str, Any]:
+        return {**own(), **extra}
+
+    trial.build_callbacks = build_callbacks
 
 
 def launch_flags(options: Dict[str, Any]) -> List[str]:
@@ -288,20 +330,21 @@ def best_trial(results: Sequence[TrialResult], smaller_is_better: bool) -> Optio
 def format_summary(results: Sequence[TrialResult], metric: str, smaller_is_better: bool) -> str:
     """The table printed after an experiment: one row per trial, then the best trial.
 
-    >>> rows = [TrialResult(1, {"lr": 0.1}, "COMPLETED", 0.5, None),
+    >>> rows = [TrialResult(1, {"lr": 0.1}, "COMPLETED", 0.5, None, batches=8),
     ...         TrialResult(2, {"lr": 0.01}, "COMPLETED", 0.25, None)]
     >>> print(format_summary(rows, "loss", True))  # doctest: +NORMALIZE_WHITESPACE
-    trial  status     hyperparameters  best loss  checkpoint
-    1      COMPLETED  lr=0.1           0.5        -
-    2      COMPLETED  lr=0.01          0.25       -
+    trial  status     hyperparameters  batches  best loss  checkpoint
+    1      COMPLETED  lr=0.1           8        0.5        -
+    2      COMPLETED  lr=0.01          -        0.25       -
     best: trial 2 (loss=0.25), checkpoint -
     """
-    header = ["trial", "status", "hyperparameters", f"best {metric}", "checkpoint"]
+    header = ["trial", "status", "hyperparameters", "batches", f"best {metric}", "checkpoint"]
     rows = [header] + [
         [
             str(r.number),
             r.status,
             ", ".join(f"{k}={_show(v)}" for k, v in _flat(r.hparams).items()) or "-",
+            str(r.batches) if r.batches is not None else "-",
             _show(r.best_metric) if r.best_metric is not None else "-",
             str(r.checkpoint) if r.checkpoint else "-",
         ]
@@ -353,7 +396,7 @@ def run_experiment(plan: Plan) -> int:
     """Runs every trial of ``plan`` and prints the summary.
 
     Returns:
-        0 when every trial completed, else 1.
+        0 unless a trial failed (trials other workers of a search still run do not count).
     """
     config = plan.config
     if plan.command is not None:
@@ -366,14 +409,23 @@ def run_experiment(plan: Plan) -> int:
         f"experiment {config.raw.get('name') or ''!r}: {len(plan.trials)} trial(s), searcher "
         f"{config.searcher['name']}; checkpoints under {plan.checkpoint_root}"
     )
-    results = run_trials(plan)
+    if plan.search is not None:
+        from det_lightning._search._runner import run_search
+
+        results = run_search(plan, plan.storage)
+    else:
+        results = run_trials(plan)
     if os.environ.get("RANK", "0") == "0" and config.raw.get("checkpoint_storage"):
         _retain_experiment_best(plan, results)
     if os.environ.get("RANK", "0") == "0":  # with several processes, the chief reports
         summary = format_summary(results, config.searcher["metric"],
                                  config.searcher["smaller_is_better"])
         print(summary, flush=True)
-    return 0 if all(r.status == "COMPLETED" for r in results) else 1
+        running = sum(1 for r in results if r.status == "RUNNING")
+        if running:
+            print(f"{running} trial(s) still running in other workers of this search.", flush=True)
+    # RUNNING: a trial another worker of the same search is training.
+    return 1 if any(r.status not in ("COMPLETED", "RUNNING") for r in results) else 0
 
 
 __all__ = [

@@ -25,7 +25,7 @@ Differences from Determined, on purpose:
 The hyperparameter search helpers :func:`grid_points` and :func:`random_points` follow
 Determined's master: grid values are evenly spaced and include both ends (an ``int`` grid is
 rounded half away from zero and clamped to the integers available), and a random ``int`` is
-drawn from ``[minval, maxval)`` as Determined draws it.
+drawn from ``[minval, maxval]`` (both ends) as Determined draws it.
 """
 
 from det_lightning._config._experiment_config import (

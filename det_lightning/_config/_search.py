@@ -2,7 +2,7 @@
 
 Grid values are evenly spaced and include both ends (an ``int`` grid is rounded half away
 from zero and clamped to the integers available); a random ``int`` is drawn from
-``[minval, maxval)`` as Determined draws it.
+``[minval, maxval]``, both ends included, as Determined draws it since 0.17.
 """
 
 import copy
@@ -110,7 +110,7 @@ def _sample(spec: Any, rng: random.Random) -> Any:
     if kind == "categorical":
         return spec["vals"][rng.randrange(len(spec["vals"]))]
     if kind == "int":
-        return rng.randrange(spec["minval"], spec["maxval"])
+        return rng.randint(spec["minval"], spec["maxval"])  # both ends, as Determined >= 0.17
     value = rng.uniform(float(spec["minval"]), float(spec["maxval"]))
     if kind == "log":
         return float(spec["base"]) ** value
@@ -122,7 +122,7 @@ def random_points(
 ) -> List[Dict[str, Any]]:
     """``max_trials`` random hyperparameter samples, repeatable for a given seed.
 
-    ``int`` is drawn from ``[minval, maxval)``, ``double`` uniformly from ``[minval, maxval]``,
+    ``int`` is drawn from ``[minval, maxval]``, ``double`` uniformly from ``[minval, maxval]``,
     ``log`` as ``base ** uniform(minval, maxval)``, ``categorical`` uniformly from ``vals``.
 
     Args:

@@ -144,10 +144,13 @@ def _write(tmp_path: pathlib.Path, text: str) -> pathlib.Path:
         ("entrypoint: model_def:RegressionTrial\n"
          "searcher: {name: single, metric: validation_loss, max_length: {records: 64}}\n",
          "searcher.max_length.records: converting records to batches needs"),
-        ("entrypoint: model_def:RegressionTrial\n"
+        ("entrypoint: python3 train.py\n"
          "searcher: {name: adaptive_asha, metric: validation_loss, max_trials: 4,\n"
          "           max_length: {batches: 4}}\n",
-         "searcher.name: 'adaptive_asha' needs the Determined master"),
+         "entrypoint: an adaptive_asha search stops and starts trials"),
+        ("entrypoint: model_def:RegressionTrial\n"
+         "searcher: {name: adaptive_asha, metric: validation_loss, max_trials: 4}\n",
+         "searcher: adaptive_asha needs time_metric and max_time"),
     ],
 )
 def test_config_errors_name_the_key_and_exit_2(
@@ -206,11 +209,13 @@ def test_plan_defaults_to_the_environment_checkpoint_dir(checkpoint_dir: pathlib
     assert plan.launch == {}
 
 
-def test_plan_refuses_adaptive_asha_and_missing_model_dir(tmp_path: pathlib.Path) -> None:
+def test_plan_of_adaptive_asha_and_a_missing_model_dir(tmp_path: pathlib.Path) -> None:
     asha = _config(searcher={"name": "adaptive_asha", "metric": "validation_loss",
-                             "max_trials": 4, "max_length": {"batches": 4}})
-    with pytest.raises(NotImplementedError, match="'adaptive_asha' needs the Determined master"):
-        _experiment.plan_experiment(load_config(asha), PROJECT)
+                             "max_trials": 16, "max_length": {"records": 8000}})
+    plan = _experiment.plan_experiment(load_config(asha), PROJECT)
+    assert plan.trials == []  # drawn as the search goes
+    assert plan.search.time_metric == "batches" and plan.search.max_time == 1000
+    assert [(b.num_rungs, b.max_trials) for b in plan.search.brackets] == [(3, 12), (2, 4)]
     with pytest.raises(_experiment.UsageError, match="is not a directory"):
         _experiment.plan_experiment(load_config(_config()), tmp_path / "missing")
 

@@ -351,7 +351,11 @@ def test_a_signal_on_one_rank_stops_every_rank_after_the_same_batch(tmp_path: pa
     assert job.output.count("Received SIGTERM") == 1
     assert "Stopped by SIGTERM" in job.output
     (checkpoint,) = job.checkpoints()
-    assert steps_of(checkpoint) == 6  # rank 1's batch 5 finished, on both ranks, then stopped
+    # Rank 1's signal at batch 5 is agreed at the next stop-agreement point (no period boundary
+    # comes first here): every rank trains to batch 16 and stops there.
+    from det_lightning.adapters.schedule import STOP_AGREEMENT_INTERVAL
+
+    assert steps_of(checkpoint) == STOP_AGREEMENT_INTERVAL == 16
 
 
 def _blocked_in_second_checkpoint(tmp_path: pathlib.Path) -> "tuple[Script, pathlib.Path]":

@@ -317,7 +317,7 @@ def test_random_points_deterministic_per_seed() -> None:
 def test_random_points_within_bounds() -> None:
     for point in _config.random_points(_RANDOM_SPACE, 200, seed=0):
         assert point["global_batch_size"] == 32
-        assert isinstance(point["units"], int) and 8 <= point["units"] < 64
+        assert isinstance(point["units"], int) and 8 <= point["units"] <= 64
         assert 0.1 <= point["dropout"] <= 0.5
         assert 10**-5 <= point["lr"] <= 10**-2
         assert point["act"] in ("relu", "gelu", "tanh")
@@ -376,3 +376,10 @@ def test_an_unnamed_experiment_is_named_as_determined_names_it() -> None:
     assert load_config({**base, "name": "mine"}).raw["name"] == "mine"
     names = {load_config(dict(base)).raw["name"] for _ in range(5)} | {second.raw["name"]}
     assert len(names) > 1  # random words tell experiments apart
+
+
+def test_a_random_int_includes_both_ends() -> None:
+    """Determined draws ``int`` hyperparameters from [minval, maxval] (since 0.17)."""
+    space = {"n": {"type": "int", "minval": 1, "maxval": 3}}
+    drawn = {p["n"] for p in _config.random_points(space, 200, seed=5)}
+    assert drawn == {1, 2, 3}

@@ -1,0 +1,1 @@
+"""Hyperparameter search on Optuna with Determined's searcher semantics (``adaptive_asha``)."""

@@ -1,0 +1,315 @@
+"""``adaptive_asha`` on Optuna: trials drawn, recorded and shared through an Optuna storage.
+
+One worker (one ``det-lightning experiment`` process) loops::
+
+    resume a trial this machine's dead worker left running, if any   (from its latest checkpoint)
+    else pick the bracket furthest from its share of max_trials; study.ask() a trial there,
+         its hyperparameters drawn through the trial (Optuna's RandomSampler)
+    train it; at each validation the SearchReporter records the searcher metric at the rungs it
+         reaches (trial user attribute "rungs") and applies Determined's rule (``_asha.decide``)
+         against what the other trials recorded there; a trial ranked out stops through
+         context.set_stop_requested (a checkpoint, on_trial_shutdown)
+    study.tell(): COMPLETE, PRUNED (stopped at a rung), or FAIL (an error; InvalidHP: not counted)
+
+Each bracket is one Optuna study; every worker given the same storage (by default a journal
+file beside the checkpoints, safe for several processes on one machine; ``--storage URL`` for
+a database several machines share) works on the same search. Rerunning the command continues it.
+"""
+
+import hashlib
+import json
+import logging
+import os
+import pathlib
+import socket
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import optuna
+
+from det_lightning import errors
+from det_lightning._search._asha import EXITED_METRIC, Bracket, decide
+from det_lightning._search._sample import suggest
+from det_lightning._search._settings import AshaSettings
+from det_lightning.pytorch import Batch, Epoch, PyTorchCallback
+
+logger = logging.getLogger("det_lightning")
+
+JOURNAL_NAME = "search.journal"
+_INVALID = "invalid_hp"
+
+
+class SearchReporter(PyTorchCallback):
+    """Reports each validation to the study and stops the trial where ASHA ranks it out."""
+
+    def __init__(self, study: optuna.Study, trial: optuna.Trial, settings: AshaSettings,
+                 bracket: Bracket, context: Any) -> None:
+        self.study, self.trial, self.settings = study, trial, settings
+        self.bracket, self.context = bracket, context
+        attrs = trial.user_attrs
+        self.rungs: Dict[str, float] = dict(attrs.get("rungs", {}))
+        self.rung = int(attrs.get("rung", 0))
+        self.stopped = False
+        self.last_value: Optional[float] = None
+
+    def _time(self) -> int:
+        try:
+            batches = self.context.current_train_batch() + 1
+        except errors.InternalException:  # a validation before the first batch
+            return 0
+        if self.settings.time_metric == "epochs":
+            return batches // self.context._require_epoch_len()
+        return int(batches)
+
+    def on_validation_end(self, metrics: Dict[str, Any]) -> None:
+        if self.context.distributed.rank != 0:
+            return
+        name = self.settings.metric
+        if name not in metrics:
+            raise errors.InvalidExperimentException(
+                f"searcher.metric {name!r} is not among the validation metrics "
+                f"{sorted(metrics)}: the search cannot rank this trial. Return it from "
+                "evaluate_batch (or evaluate_full_dataset), or change searcher.metric."
+            )
+        value = float(metrics[name])
+        signed = value if self.settings.smaller_is_better else -value
+        others = rung_metrics(self.study, len(self.bracket.rung_units), exclude=self.trial.number)
+        decision = decide(self.bracket.rung_units, others, self.rung, self._time(), signed,
+                          self.settings.divisor)
+        for index, recorded in decision.entered:
+            self.rungs[str(index)] = recorded
+        self.rung = decision.rung
+        self.trial.set_user_attr("rungs", dict(self.rungs))
+        self.trial.set_user_attr("rung", self.rung)
+        self.trial.report(value, step=self._time())
+        self.last_value = value
+        last = len(self.bracket.rung_units) - 1
+        if decision.stop and decision.rung < last and not self.stopped:
+            # The last rung is the full length: the trial ends there by itself.
+            self.stopped = True
+            self.trial.set_user_attr("stopped", True)  # a resumed worker must not train it on
+            logger.info(f"trial {trial_number(self.trial)}: stopped at rung {decision.rung} "
+                        f"({name}={value:.6g} is not in the top of that rung)")
+            self.context.set_stop_requested(True)
+
+
+def trial_number(trial: Any) -> int:
+    """The trial's number in the experiment: unique across the storage's studies."""
+    return int(trial._trial_id) + 1
+
+
+def rung_metrics(study: optuna.Study, rungs: int, exclude: int = -1) -> List[List[float]]:
+    """What the study's trials recorded at each rung (InvalidHP trials left out)."""
+    found: List[List[float]] = [[] for _ in range(rungs)]
+    for other in study.get_trials(deepcopy=False):
+        if other.number == exclude or other.user_attrs.get(_INVALID):
+            continue
+        for index, value in other.user_attrs.get("rungs", {}).items():
+            if int(index) < rungs:
+                found[int(index)].append(float(value))
+    return found
+
+
+def search_key(raw: Dict[str, Any]) -> str:
+    """Names this search's studies: the same config continues the same search."""
+    relevant = {k: raw.get(k) for k in ("name", "hyperparameters", "searcher", "entrypoint")}
+    return hashlib.sha1(json.dumps(relevant, sort_keys=True, default=str).encode()).hexdigest()[:10]
+
+
+def open_storage(url: Optional[str], checkpoint_root: pathlib.Path) -> Any:
+    """The Optuna storage: ``url`` (a database URL, or a journal file path), else a journal file
+    beside the checkpoints."""
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    if url and "://" in url:
+        return url
+    path = pathlib.Path(url) if url else checkpoint_root / JOURNAL_NAME
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return JournalStorage(JournalFileBackend(str(path)))
+
+
+def lengths_for(settings: AshaSettings, bracket: Bracket, config: Any) -> Dict[str, Any]:
+    """``fit()``'s lengths for a trial of ``bracket``: the full length, validating at each rung
+    (and at ``min_validation_period`` when it is in the same unit)."""
+    unit = Batch if settings.time_metric == "batches" else Epoch
+    points = set(bracket.rung_units)
+    (period_unit, period), = config.raw["min_validation_period"].items()
+    if period_unit == settings.time_metric and period > 0:
+        points.update(range(period, settings.max_time + 1, period))
+    (ckpt_unit, ckpt_period), = config.raw["min_checkpoint_period"].items()
+    checkpoint = (unit(ckpt_period) if ckpt_unit == settings.time_metric and ckpt_period > 0
+                  else None)
+    return {
+        "max_length": unit(settings.max_time),
+        "validation_period": unit(sorted(points)),
+        "checkpoint_period": checkpoint,
+        "reporting_period": Batch(config.raw["scheduling_unit"]),
+    }
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def open_studies(storage: Any, key: str, settings: AshaSettings) -> List[optuna.Study]:
+    direction = (optuna.study.StudyDirection.MINIMIZE if settings.smaller_is_better
+                 else optuna.study.StudyDirection.MAXIMIZE)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return [
+        optuna.create_study(study_name=f"{key}-bracket-{i}", storage=storage,
+                            direction=direction, load_if_exists=True)
+        for i in range(len(settings.brackets))
+    ]
+
+
+def stale_trial(studies: Sequence[optuna.Study]) -> Optional[Tuple[int, optuna.Trial]]:
+    """A trial a dead worker on this machine left RUNNING, to resume from its checkpoint."""
+    host = socket.gethostname()
+    for index, study in enumerate(studies):
+        for frozen in study.get_trials(deepcopy=False,
+                                       states=(optuna.trial.TrialState.RUNNING,)):
+            attrs = frozen.user_attrs
+            if attrs.get("host") == host and not _alive(int(attrs.get("pid", -1))):
+                trial = optuna.trial.Trial(study, frozen._trial_id)
+                trial.set_user_attr("pid", os.getpid())
+                return index, trial
+    return None
+
+
+def next_bracket(studies: Sequence[optuna.Study], settings: AshaSettings) -> Optional[int]:
+    """The bracket furthest from its share of max_trials (InvalidHP trials do not count)."""
+    best: Optional[Tuple[float, int]] = None
+    for index, (study, bracket) in enumerate(zip(studies, settings.brackets)):
+        started = sum(1 for t in study.get_trials(deepcopy=False)
+                      if not t.user_attrs.get(_INVALID))
+        if started < bracket.max_trials:
+            share = started / bracket.max_trials
+            if best is None or share < best[0]:
+                best = (share, index)
+    return None if best is None else best[1]
+
+
+def run_search(plan: Any, storage_url: Optional[str] = None) -> List[Any]:
+    """Runs (or continues) the plan's ``adaptive_asha`` search; returns every trial's result."""
+    from det_lightning._experiment import TrialResult, run_legacy_trial
+
+    settings: AshaSettings = plan.search
+    config = plan.config
+    storage = open_storage(storage_url, plan.checkpoint_root)
+    studies = open_studies(storage, search_key(config.raw), settings)
+    seed = config.experiment_seed()
+    max_restarts = int(config.raw.get("max_restarts") or 0)
+    while True:
+        found = stale_trial(studies)
+        resume = found is not None
+        if found is None:
+            index = next_bracket(studies, settings)
+            if index is None:
+                break
+            study = studies[index]
+            if seed is not None:  # repeatable draws, a different one for each trial
+                study.sampler = optuna.samplers.RandomSampler(
+                    seed=seed + len(study.get_trials(deepcopy=False)))
+            else:
+                study.sampler = optuna.samplers.RandomSampler()
+            trial = study.ask()
+            hparams = suggest(trial, config.raw["hyperparameters"])
+            trial.set_user_attr("hparams", hparams)
+            trial.set_user_attr("host", socket.gethostname())
+            trial.set_user_attr("pid", os.getpid())
+        else:
+            index, trial = found
+            study = studies[index]
+            hparams = trial.user_attrs["hparams"]
+        bracket = settings.brackets[index]
+        number = trial_number(trial)
+        logger.info(f"trial {number} (bracket {index}, rungs at {list(bracket.rung_units)} "
+                    f"{settings.time_metric}){' resumed' if resume else ''}: {hparams}")
+        _run_trial(plan, settings, bracket, study, trial, number, hparams, resume,
+                   max_restarts, run_legacy_trial)
+    return summarize(studies, plan, settings, TrialResult)
+
+
+def _run_trial(plan: Any, settings: AshaSettings, bracket: Bracket, study: optuna.Study,
+               trial: optuna.Trial, number: int, hparams: Dict[str, Any], resume: bool,
+               max_restarts: int, run_legacy_trial: Any) -> None:
+    if trial.user_attrs.get("stopped"):
+        # Its worker died after ASHA stopped it (and after its checkpoint, or while writing it).
+        logger.info(f"trial {number}: was stopped at rung {trial.user_attrs.get('rung')}")
+        study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+        return
+    reporters: List[SearchReporter] = []
+
+    def reporter(context: Any) -> Dict[str, Any]:
+        reporters.append(SearchReporter(study, trial, settings, bracket, context))
+        return {"_det_lightning_search": reporters[-1]}
+
+    attempts = 0
+    while True:
+        try:
+            result = run_legacy_trial(
+                plan, number, hparams, lengths=lengths_for(settings, bracket, plan.config),
+                extra_callbacks=reporter,
+                latest_checkpoint="latest" if resume or attempts else None,
+            )
+            break
+        except errors.InvalidHP as invalid:
+            logger.info(f"trial {number}: InvalidHP ({invalid.msg}); another trial replaces it")
+            trial.set_user_attr(_INVALID, True)
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            return
+        except errors.InvalidExperimentException:
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            raise
+        except Exception:
+            attempts += 1
+            if attempts <= max_restarts:
+                logger.exception(f"trial {number} failed; restart {attempts} of {max_restarts} "
+                                 "from its latest checkpoint")
+                continue
+            logger.exception(f"trial {number} failed; it counts as the worst at its rung")
+            rungs = dict(trial.user_attrs.get("rungs", {}))
+            current = reporters[-1].rung if reporters else 0
+            rungs[str(current)] = EXITED_METRIC
+            trial.set_user_attr("rungs", rungs)
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            return
+    last = reporters[-1] if reporters else None
+    trial.set_user_attr("checkpoint", str(result.checkpoint) if result.checkpoint else None)
+    trial.set_user_attr("batches", result.batches)
+    if last is not None and last.stopped:
+        study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+    elif last is not None and last.last_value is not None:
+        study.tell(trial, last.last_value)
+    else:
+        study.tell(trial, state=optuna.trial.TrialState.FAIL)
+
+
+def summarize(studies: Sequence[optuna.Study], plan: Any, settings: AshaSettings,
+              result_type: Any) -> List[Any]:
+    """Every trial of the search as the experiment's summary table reads it."""
+    results = []
+    states = optuna.trial.TrialState
+    for study in studies:
+        for frozen in study.get_trials(deepcopy=False):
+            attrs = frozen.user_attrs
+            if attrs.get(_INVALID):
+                continue
+            values = list(frozen.intermediate_values.values())
+            best = None
+            if values:
+                best = min(values) if settings.smaller_is_better else max(values)
+            status = {states.COMPLETE: "COMPLETED", states.PRUNED: "COMPLETED",
+                      states.FAIL: "ERROR"}.get(frozen.state, frozen.state.name)
+            checkpoint = attrs.get("checkpoint")
+            results.append(result_type(
+                trial_number(frozen), attrs.get("hparams", {}), status, best,
+                pathlib.Path(checkpoint) if checkpoint else None, batches=attrs.get("batches"),
+            ))
+    return sorted(results, key=lambda r: r.number)

@@ -1,0 +1,204 @@
+"""``det-lightning experiment`` with an ``adaptive_asha`` searcher, on Optuna.
+
+The fixture project's ``asha.yaml``: 6 trials, rungs at 2, 4 and 8 batches (divisor 2, one
+aggressive bracket). Runs go through child processes, as a user starts them; the tests then read
+the search back from its Optuna journal.
+"""
+
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+from typing import Dict, List
+
+import optuna
+import pytest
+from optuna.storages import JournalStorage
+from optuna.storages.journal import JournalFileBackend
+
+from det_lightning._search._runner import JOURNAL_NAME
+from tests.integration.cli_support import PROJECT, output, run_cli
+
+pytestmark = pytest.mark.slow
+
+CONFIG = str(PROJECT / "asha.yaml")
+UNITS = [2, 4, 8]
+
+SLOW_TRIAL = """
+import time
+
+from model_def import RegressionTrial
+
+
+class SlowTrial(RegressionTrial):
+    def train_batch(self, batch, epoch_idx, batch_idx):
+        time.sleep(0.15)  # long enough for the tests to catch the search mid-trial
+        return super().train_batch(batch, epoch_idx, batch_idx)
+"""
+
+
+@pytest.fixture
+def slow_project(tmp_path: pathlib.Path) -> pathlib.Path:
+    """The fixture project plus a trial that takes 0.15 s a batch and checkpoints every 2."""
+    project = tmp_path / "slow_project"
+    project.mkdir()
+    for name in ("model_def.py", "data.py"):
+        (project / name).write_text((PROJECT / name).read_text())
+    (project / "slow_def.py").write_text(SLOW_TRIAL)
+    config = (PROJECT / "asha.yaml").read_text().replace(
+        "model_def:RegressionTrial", "slow_def:SlowTrial")
+    (project / "asha.yaml").write_text(config + "min_checkpoint_period:\n  batches: 2\n")
+    return project
+
+
+def _trials(journal: pathlib.Path) -> List[optuna.trial.FrozenTrial]:
+    storage = JournalStorage(JournalFileBackend(str(journal)))
+    found: List[optuna.trial.FrozenTrial] = []
+    for summary in optuna.get_all_study_summaries(storage):
+        study = optuna.load_study(study_name=summary.study_name, storage=storage)
+        found.extend(study.get_trials(deepcopy=False))
+    return sorted(found, key=lambda t: t.datetime_start)
+
+
+def _steps(checkpoint: pathlib.Path) -> int:
+    import json
+
+    return int(json.loads((checkpoint / "metadata.json").read_text())["steps_completed"])
+
+
+def _check_search(checkpoint_dir: pathlib.Path, trials: List[optuna.trial.FrozenTrial],
+                  replay: bool = True) -> None:
+    """Six trials, each run once to its end, trained exactly to the last rung it reached;
+    with ``replay`` (one worker: trials arrive in order), each stopped exactly where
+    Determined's rule, replayed on the recorded rung metrics, stops it."""
+    assert len(trials) == 6
+    rungs: List[List[float]] = [[], [], []]
+    for trial in trials:
+        recorded: Dict[str, float] = trial.user_attrs["rungs"]
+        if not replay:
+            rungs = [[], [], []]  # a trial's own rungs only: the order across workers is unknown
+        stop_rung = None
+        for index in range(3):
+            value = recorded.get(str(index))
+            if value is None:
+                break
+            ranked_out = replay and index < 2 and not sum(
+                1 for v in rungs[index] if v < value) < max(int((len(rungs[index]) + 1) / 2), 1)
+            rungs[index].append(value)
+            if ranked_out or index == 2 or (not replay and str(index + 1) not in recorded):
+                stop_rung = index
+                break
+        assert stop_rung is not None and stop_rung == len(recorded) - 1, (trial.number, recorded)
+        expected_state = (optuna.trial.TrialState.COMPLETE if stop_rung == 2
+                          else optuna.trial.TrialState.PRUNED)
+        assert trial.state == expected_state, (trial.number, recorded)
+        number = trial._trial_id + 1
+        newest = max((p for p in (checkpoint_dir / f"trial-{number}").iterdir()
+                      if not p.name.startswith(".")), key=_steps)
+        assert _steps(newest) == UNITS[stop_rung]  # trained exactly to its last rung
+    assert any(t.state == optuna.trial.TrialState.PRUNED for t in trials)
+
+
+def test_an_adaptive_asha_search_stops_trials_by_determineds_rule_and_reruns_as_done(
+    isolated_run: pathlib.Path, checkpoint_dir: pathlib.Path
+) -> None:
+    result = run_cli("experiment", CONFIG, str(PROJECT), cwd=isolated_run)
+    assert result.returncode == 0, output(result)
+    _check_search(checkpoint_dir, _trials(checkpoint_dir / JOURNAL_NAME))
+    rows = [line for line in result.stdout.splitlines() if line[:1].isdigit()]
+    assert len(rows) == 6 and all("COMPLETED" in row for row in rows)
+
+    again = run_cli("experiment", CONFIG, str(PROJECT), cwd=isolated_run)
+    assert again.returncode == 0, output(again)
+    assert len(_trials(checkpoint_dir / JOURNAL_NAME)) == 6  # finished: nothing runs twice
+
+
+def _start(workdir: pathlib.Path, project: pathlib.Path, *extra: str) -> subprocess.Popen:
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    return subprocess.Popen(
+        [sys.executable, "-m", "det_lightning", "experiment", *extra,
+         str(project / "asha.yaml"), str(project)],
+        cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        start_new_session=True, text=True,
+    )
+
+
+def test_a_search_killed_mid_trial_continues_when_rerun(
+    isolated_run: pathlib.Path, checkpoint_dir: pathlib.Path, slow_project: pathlib.Path
+) -> None:
+    """SIGKILL while the first trial trains past its second rung (it has a checkpoint at 4
+    batches or later); rerunning the command resumes it from that checkpoint and finishes the
+    search, every trial run once."""
+    process = _start(isolated_run, slow_project)
+    deadline = time.monotonic() + 120
+    first = checkpoint_dir / "trial-1"
+
+    def checkpointed_past_rung_1() -> bool:
+        return first.is_dir() and any(
+            not p.name.startswith(".") and (p / "metadata.json").exists() and _steps(p) >= 4
+            for p in first.iterdir())
+
+    while time.monotonic() < deadline and not checkpointed_past_rung_1():
+        time.sleep(0.05)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait(30)
+    assert process.stdout is not None
+    process.stdout.close()
+    journal = checkpoint_dir / JOURNAL_NAME
+    running = [t for t in _trials(journal) if t.state == optuna.trial.TrialState.RUNNING]
+    assert len(running) == 1 and running[0]._trial_id == 0, "not killed inside trial 1"
+    rerun = _start(isolated_run, slow_project)
+    out = rerun.communicate(timeout=240)[0]
+    assert rerun.returncode == 0, out
+    assert "trial 1 (bracket 0, rungs at [2, 4, 8] batches) resumed" in out, out
+    assert "resuming from" in out  # from trial 3's checkpoint, not from batch 0
+    _check_search(checkpoint_dir, _trials(journal))
+
+
+def test_two_workers_share_one_search(
+    isolated_run: pathlib.Path, checkpoint_dir: pathlib.Path, slow_project: pathlib.Path
+) -> None:
+    journal = isolated_run / "shared.journal"
+    workers = [_start(isolated_run, slow_project, "--storage", str(journal)) for _ in range(2)]
+    outputs = [w.communicate(timeout=240)[0] for w in workers]
+    assert [w.returncode for w in workers] == [0, 0], outputs
+    trials = _trials(journal)
+    _check_search(checkpoint_dir, trials, replay=False)
+    pids = {t.user_attrs["pid"] for t in trials}
+    assert len(pids) == 2  # both workers trained trials of the one search
+
+
+INVALID_TRIAL = """
+import determined as det
+from model_def import RegressionTrial
+
+
+class PickyTrial(RegressionTrial):
+    def __init__(self, context):
+        if context.get_hparam("hidden_size") == 8:
+            raise det.InvalidHP("hidden_size 8 is not allowed")
+        super().__init__(context)
+"""
+
+
+def test_invalid_hp_trials_are_dropped_and_replaced(
+    isolated_run: pathlib.Path, checkpoint_dir: pathlib.Path, slow_project: pathlib.Path
+) -> None:
+    (slow_project / "picky_def.py").write_text(INVALID_TRIAL)
+    config = (slow_project / "asha.yaml").read_text().replace("slow_def:SlowTrial",
+                                                               "picky_def:PickyTrial")
+    (slow_project / "asha.yaml").write_text(config)
+    process = _start(isolated_run, slow_project)
+    out = process.communicate(timeout=240)[0]
+    assert process.returncode == 0, out
+    trials = _trials(checkpoint_dir / JOURNAL_NAME)
+    invalid = [t for t in trials if t.user_attrs.get("invalid_hp")]
+    valid = [t for t in trials if not t.user_attrs.get("invalid_hp")]
+    assert invalid and all(t.user_attrs["hparams"]["hidden_size"] == 8 for t in invalid)
+    assert all(t.state == optuna.trial.TrialState.FAIL for t in invalid)
+    assert len(valid) == 6 and all(t.user_attrs["hparams"]["hidden_size"] == 2 for t in valid)
+    assert "InvalidHP (hidden_size 8 is not allowed)" in out
+    summary = [line for line in out.splitlines() if line[:1].isdigit() and "COMPLETED" in line]
+    assert len(summary) == 6  # dropped trials are not listed
