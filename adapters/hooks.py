@@ -1,0 +1,87 @@
+"""Lean callback-hook dispatch: Lightning calls only the callback hooks that someone overrides.
+
+For every hook, before and after every batch, Lightning's ``call._call_callback_hooks`` formats a
+debug message, asks each callback for ``state_key`` (a property that builds a string) and
+enters the profiler, for every callback, even when the hook is ``Callback``'s empty default.
+With the default (pass-through) profiler none of that has an effect. For the trainers
+``pytorch.Trainer`` builds, the dispatch below calls exactly the callbacks whose hook is not the
+empty default, in the same order, with the same ``_current_fx_name`` set on the module; a real
+profiler, an unknown Lightning version or ``DET_LIGHTNING_LEAN_HOOKS=0`` gives Lightning's own
+dispatch back. ``tests/integration/test_hooks.py`` checks that a callback overriding every hook
+sees the same calls and state either way, and that Lightning still dispatches through the
+function replaced here.
+"""
+
+import os
+from typing import Any, Dict, List, Optional, Tuple
+
+import lightning
+from lightning.pytorch.callbacks import Callback, Checkpoint, EarlyStopping
+from lightning.pytorch.profilers import PassThroughProfiler
+from lightning.pytorch.trainer import call
+
+LEAN_HOOKS_ENV = "DET_LIGHTNING_LEAN_HOOKS"
+# The Lightning minor versions whose dispatch the trace test compares against.
+COVERED_VERSIONS = ("2.6.",)
+
+_lightning_dispatch = call._call_callback_hooks
+_PLAN = "_det_lightning_hook_plan"
+
+
+def enabled() -> bool:
+    """Whether the lean dispatch may be used with the installed Lightning."""
+    if os.environ.get(LEAN_HOOKS_ENV, "1").strip().lower() in ("0", "false", "no", "off"):
+        return False
+    return lightning.__version__.startswith(COVERED_VERSIONS)
+
+
+def use_lean_dispatch(trainer: Any) -> None:
+    """Marks ``trainer`` for the lean dispatch (and installs it, once per process)."""
+    if not enabled():
+        return
+    setattr(trainer, _PLAN, {})
+    if call._call_callback_hooks is not _lean_dispatch:
+        call._call_callback_hooks = _lean_dispatch
+
+
+def _overrides(callback: Callback, hook_name: str) -> bool:
+    if hook_name in vars(callback):  # a hook set on the instance
+        return True
+    default = getattr(Callback, hook_name, None)
+    return getattr(type(callback), hook_name, None) is not default
+
+
+def _callbacks_for(trainer: Any, plan: Dict[Any, Any], hook_name: str,
+                   monitoring: Optional[bool]) -> List[Callback]:
+    callbacks = trainer.callbacks
+    if plan.get("_callbacks") != callbacks:  # the list changed: forget what was worked out
+        plan.clear()
+        plan["_callbacks"] = list(callbacks)
+    key: Tuple[str, Optional[bool]] = (hook_name, monitoring)
+    found = plan.get(key)
+    if found is None:
+        chosen = callbacks
+        if monitoring is True:
+            chosen = [cb for cb in chosen if isinstance(cb, (EarlyStopping, Checkpoint))]
+        elif monitoring is False:
+            chosen = [cb for cb in chosen if not isinstance(cb, (EarlyStopping, Checkpoint))]
+        found = plan[key] = [cb for cb in chosen if _overrides(cb, hook_name)]
+    return found
+
+
+def _lean_dispatch(trainer: Any, hook_name: str, *args: Any,
+                   monitoring_callbacks: Optional[bool] = None, **kwargs: Any) -> None:
+    plan = getattr(trainer, _PLAN, None)
+    if plan is None or type(trainer.profiler) is not PassThroughProfiler:
+        _lightning_dispatch(trainer, hook_name, *args,
+                            monitoring_callbacks=monitoring_callbacks, **kwargs)
+        return
+    callbacks = _callbacks_for(trainer, plan, hook_name, monitoring_callbacks)
+    pl_module = trainer.lightning_module
+    if pl_module is not None:
+        previous = pl_module._current_fx_name
+        pl_module._current_fx_name = hook_name
+    for callback in callbacks:
+        getattr(callback, hook_name)(trainer, pl_module, *args, **kwargs)
+    if pl_module is not None:
+        pl_module._current_fx_name = previous
