@@ -117,12 +117,6 @@ def _search_settings(config: ExperimentConfig) -> Any:
         return None
     from det_lightning._search._settings import AshaSettings
 
-    if config.legacy_trial_class() is None:
-        raise errors.InvalidConfigException(
-            "entrypoint: an adaptive_asha search stops and starts trials as they report, which "
-            "det-lightning does for a 'model_def:TrialClass' entrypoint; a command entrypoint "
-            "is not supported with it yet. Use a model_def:TrialClass entrypoint."
-        )
     size = config.raw["hyperparameters"].get("global_batch_size")
     if isinstance(size, dict):
         size = size.get("val")
@@ -279,8 +273,10 @@ def launch_flags(options: Dict[str, Any]) -> List[str]:
     return flags
 
 
-def run_command_trial(plan: Plan, number: int, hparams: Dict[str, Any]) -> TrialResult:
-    """A command entrypoint: ``det-lightning run`` in a child process, in the model directory.
+def run_command_trial(plan: Plan, number: int, hparams: Dict[str, Any],
+                      extra_env: Optional[Dict[str, str]] = None) -> TrialResult:
+    """A command entrypoint: ``det-lightning run`` in a child process, in the model directory
+    (``extra_env``: what a search tells the trial, see ``_search``).
 
     Raises:
         errors.TrialPreempted: the script stopped for a signal after checkpointing.
@@ -291,6 +287,7 @@ def run_command_trial(plan: Plan, number: int, hparams: Dict[str, Any]) -> Trial
     env = dict(os.environ)
     env[CHECKPOINT_DIR_ENV] = str(directory)
     env[TENSORBOARD_DIR_ENV] = str(plan.tensorboard_root / f"trial-{number}")
+    env.update(extra_env or {})
     logger.info(f"trial {number}: det-lightning {shlex.join(argv[3:])} in {plan.model_dir}")
     code = subprocess.call(argv, cwd=plan.model_dir, env=env)
     if code == errors.TrialPreempted.EXIT_CODE:

@@ -1,12 +1,60 @@
-"""Cluster information: det_lightning always runs locally, so there is none."""
+"""Cluster information: none for a plain local run; a trial's, for a search's command trials.
 
-from typing import Any, Optional
+A script written for Determined's Trainer API branches on ``det.get_cluster_info()``: ``None``
+means "local, pick your own hyperparameters". When ``det-lightning experiment`` runs such a
+script as one trial of a search, it passes the trial's hyperparameters, id and checkpoint in
+``$DET_LIGHTNING_TRIAL_INFO``, and the script takes its cluster branch (``info.trial.hparams``,
+``info.latest_checkpoint``), as on a Determined cluster.
+"""
+
+import dataclasses
+import json
+import os
+from typing import Any, Dict, Optional
+
+TRIAL_INFO_ENV = "DET_LIGHTNING_TRIAL_INFO"
 
 
-def get_cluster_info() -> Optional[Any]:
-    """Returns None: there is no Determined cluster, so scripts take their local branch.
+@dataclasses.dataclass(frozen=True)
+class TrialInfo:
+    """The part of Determined's ``TrialInfo`` a trial script reads."""
 
+    trial_id: int
+    experiment_id: int
+    hparams: Dict[str, Any]
+    config: Dict[str, Any]
+    trial_seed: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class ClusterInfo:
+    """The part of Determined's ``ClusterInfo`` a trial script reads."""
+
+    trial: TrialInfo
+    latest_checkpoint: Optional[str] = None
+    task_type: str = "TRIAL"
+    cluster_id: str = "det-lightning"
+    master_url: str = ""
+
+    def to_environment(self) -> str:
+        """The value of ``$DET_LIGHTNING_TRIAL_INFO`` that stands for this info."""
+        return json.dumps(dataclasses.asdict(self), default=str)
+
+
+def get_cluster_info() -> Optional[ClusterInfo]:
+    """None for a local run; the trial's info inside a search's command trial.
+
+    >>> os.environ.pop(TRIAL_INFO_ENV, None) and None
     >>> get_cluster_info() is None
     True
+    >>> info = ClusterInfo(TrialInfo(3, 0, {"lr": 0.1}, {}), latest_checkpoint="/c/x")
+    >>> os.environ[TRIAL_INFO_ENV] = info.to_environment()
+    >>> got = get_cluster_info(); del os.environ[TRIAL_INFO_ENV]
+    >>> got == info, got.trial.hparams["lr"]
+    (True, 0.1)
     """
-    return None
+    raw = os.environ.get(TRIAL_INFO_ENV)
+    if not raw:
+        return None
+    data = json.loads(raw)
+    return ClusterInfo(**{**data, "trial": TrialInfo(**data["trial"])})

@@ -197,11 +197,12 @@ def next_bracket(studies: Sequence[optuna.Study], settings: AshaSettings) -> Opt
 
 def run_search(plan: Any, storage_url: Optional[str] = None) -> List[Any]:
     """Runs (or continues) the plan's ``adaptive_asha`` search; returns every trial's result."""
-    from det_lightning._experiment import TrialResult, run_legacy_trial
+    from det_lightning._experiment import TrialResult
 
     settings: AshaSettings = plan.search
     config = plan.config
     storage = open_storage(storage_url, plan.checkpoint_root)
+    storage_ref = storage_url or str(plan.checkpoint_root / JOURNAL_NAME)
     studies = open_studies(storage, search_key(config.raw), settings)
     seed = config.experiment_seed()
     max_restarts = int(config.raw.get("max_restarts") or 0)
@@ -232,32 +233,42 @@ def run_search(plan: Any, storage_url: Optional[str] = None) -> List[Any]:
         logger.info(f"trial {number} (bracket {index}, rungs at {list(bracket.rung_units)} "
                     f"{settings.time_metric}){' resumed' if resume else ''}: {hparams}")
         _run_trial(plan, settings, bracket, study, trial, number, hparams, resume,
-                   max_restarts, run_legacy_trial)
+                   max_restarts, storage_ref)
     return summarize(studies, plan, settings, TrialResult)
 
 
 def _run_trial(plan: Any, settings: AshaSettings, bracket: Bracket, study: optuna.Study,
                trial: optuna.Trial, number: int, hparams: Dict[str, Any], resume: bool,
-               max_restarts: int, run_legacy_trial: Any) -> None:
+               max_restarts: int, storage_ref: str) -> None:
     if trial.user_attrs.get("stopped"):
         # Its worker died after ASHA stopped it (and after its checkpoint, or while writing it).
         logger.info(f"trial {number}: was stopped at rung {trial.user_attrs.get('rung')}")
         study.tell(trial, state=optuna.trial.TrialState.PRUNED)
         return
+    from det_lightning._experiment import run_command_trial, run_legacy_trial
+
     reporters: List[SearchReporter] = []
 
     def reporter(context: Any) -> Dict[str, Any]:
         reporters.append(SearchReporter(study, trial, settings, bracket, context))
         return {"_det_lightning_search": reporters[-1]}
 
+    def attempt(again: bool) -> Any:
+        if plan.trial_class is not None:
+            return run_legacy_trial(
+                plan, number, hparams, lengths=lengths_for(settings, bracket, plan.config),
+                extra_callbacks=reporter, latest_checkpoint="latest" if again else None,
+            )
+        result = run_command_trial(plan, number, hparams, extra_env=_child_environment(
+            plan, settings, bracket, study, trial, number, hparams, again, storage_ref))
+        if result.status != "COMPLETED":
+            raise RuntimeError(f"trial {number}: its command failed")
+        return result
+
     attempts = 0
     while True:
         try:
-            result = run_legacy_trial(
-                plan, number, hparams, lengths=lengths_for(settings, bracket, plan.config),
-                extra_callbacks=reporter,
-                latest_checkpoint="latest" if resume or attempts else None,
-            )
+            result = attempt(resume or attempts > 0)
             break
         except errors.InvalidHP as invalid:
             logger.info(f"trial {number}: InvalidHP ({invalid.msg}); another trial replaces it")
@@ -266,7 +277,9 @@ def _run_trial(plan: Any, settings: AshaSettings, bracket: Bracket, study: optun
             return
         except errors.InvalidExperimentException:
             study.tell(trial, state=optuna.trial.TrialState.FAIL)
-            raise
+            raise  # the trial cannot be ranked (e.g. no searcher metric): Determined stops too
+        except errors.TrialPreempted:
+            raise  # the trial stays RUNNING: rerunning the search resumes it
         except Exception:
             attempts += 1
             if attempts <= max_restarts:
@@ -274,21 +287,57 @@ def _run_trial(plan: Any, settings: AshaSettings, bracket: Bracket, study: optun
                                  "from its latest checkpoint")
                 continue
             logger.exception(f"trial {number} failed; it counts as the worst at its rung")
-            rungs = dict(trial.user_attrs.get("rungs", {}))
-            current = reporters[-1].rung if reporters else 0
-            rungs[str(current)] = EXITED_METRIC
+            attrs = _current_attrs(study, trial)
+            rungs = dict(attrs.get("rungs", {}))
+            rungs[str(attrs.get("rung", 0))] = EXITED_METRIC
             trial.set_user_attr("rungs", rungs)
             study.tell(trial, state=optuna.trial.TrialState.FAIL)
             return
-    last = reporters[-1] if reporters else None
     trial.set_user_attr("checkpoint", str(result.checkpoint) if result.checkpoint else None)
-    trial.set_user_attr("batches", result.batches)
-    if last is not None and last.stopped:
+    attrs = _current_attrs(study, trial)
+    values = _current_values(study, trial)
+    trial.set_user_attr("batches", result.batches if result.batches is not None
+                        else (max(values) if values else None))
+    if attrs.get("stopped"):
         study.tell(trial, state=optuna.trial.TrialState.PRUNED)
-    elif last is not None and last.last_value is not None:
-        study.tell(trial, last.last_value)
+    elif values:
+        study.tell(trial, values[max(values)])
     else:
         study.tell(trial, state=optuna.trial.TrialState.FAIL)
+
+
+def _frozen(study: optuna.Study, trial: optuna.Trial) -> optuna.trial.FrozenTrial:
+    return next(t for t in study.get_trials(deepcopy=False) if t.number == trial.number)
+
+
+def _current_attrs(study: optuna.Study, trial: optuna.Trial) -> Dict[str, Any]:
+    """The trial's user attributes as the storage has them now (a child process may have
+    written them)."""
+    return dict(_frozen(study, trial).user_attrs)
+
+
+def _current_values(study: optuna.Study, trial: optuna.Trial) -> Dict[int, float]:
+    return dict(_frozen(study, trial).intermediate_values)
+
+
+def _child_environment(plan: Any, settings: AshaSettings, bracket: Bracket, study: optuna.Study,
+                       trial: optuna.Trial, number: int, hparams: Dict[str, Any], again: bool,
+                       storage_ref: str) -> Dict[str, str]:
+    """What a command trial is told: its hyperparameters and checkpoint (as Determined's
+    cluster info) and where to report (the search)."""
+    from det_lightning._info import TRIAL_INFO_ENV, ClusterInfo, TrialInfo
+    from det_lightning._search._child import search_environment
+    from det_lightning.pytorch import _checkpoint as ckpt
+    from det_lightning.pytorch._trainer import SEARCH_ENV
+
+    latest = ckpt.latest_checkpoint(plan.checkpoint_root / f"trial-{number}") if again else None
+    info = ClusterInfo(TrialInfo(number, 0, hparams, plan.config.raw),
+                       latest_checkpoint=str(latest) if latest else None)
+    return {
+        TRIAL_INFO_ENV: info.to_environment(),
+        SEARCH_ENV: search_environment(storage_ref, study.study_name, trial._trial_id, settings,
+                                       bracket),
+    }
 
 
 def summarize(studies: Sequence[optuna.Study], plan: Any, settings: AshaSettings,

@@ -14,12 +14,13 @@ from typing import Any, Dict, Iterator, List, Optional
 import numpy as np
 import torch
 
+from det_lightning._info import get_cluster_info
 from det_lightning.core import DistributedContext
 from det_lightning.pytorch import _launch
 from det_lightning.pytorch._context import PyTorchTrialContext
 from det_lightning.pytorch._result import FitResult
 from det_lightning.pytorch._trial import PyTorchTrial
-from det_lightning.pytorch._units import Batch, TrainUnit, check_max_length, check_period
+from det_lightning.pytorch._units import Batch, Epoch, TrainUnit, check_max_length, check_period
 
 logger = logging.getLogger("det_lightning.pytorch")
 
@@ -80,6 +81,10 @@ def init(
             processes start here: ``python train.py --devices 2`` re-runs the script for the
             second one, so ``context.distributed`` is right in the trial's ``__init__``.
     """
+    info = get_cluster_info()
+    if info is not None and hparams is None and exp_conf is None:
+        # One trial of a `det-lightning experiment` search: its hyperparameters and config.
+        hparams, exp_conf = info.trial.hparams, info.trial.config
     seed = _experiment_seed(exp_conf)
     launched = _launch.start(
         {"accelerator": accelerator, "devices": devices, "num_nodes": num_nodes,
@@ -106,6 +111,8 @@ def init(
         _ACTIVE_CONTEXTS.remove(context)
         context._close_tensorboard_writer()
 
+
+SEARCH_ENV = "DET_LIGHTNING_SEARCH"
 
 # The contexts of the init() blocks running now, innermost last: Determined's TorchWriter() takes
 # no arguments and finds its trial's TensorBoard run through it.
@@ -251,6 +258,8 @@ class Trainer:
             det_lightning.errors.CheckpointStorageError: checkpoints cannot be written (checked
                 before training, and on each save); earlier complete checkpoints are kept.
         """
+        if max_length is None:  # on a cluster (a search's trial) the searcher sets the length
+            max_length = _searcher_length()
         if checkpoint_policy not in CHECKPOINT_POLICIES:
             raise ValueError(
                 f"fit(checkpoint_policy={checkpoint_policy!r}): expected one of "
@@ -273,6 +282,10 @@ class Trainer:
         }
         from det_lightning.adapters.fit import run_fit
 
+        if os.environ.get(SEARCH_ENV):  # a trial of an adaptive_asha search reports to it
+            from det_lightning._search._child import attach_reporter
+
+            attach_reporter(self._trial, self._context)
         self._result = run_fit(self._trial, self._context, args, self._options)
         self.result = _fit_result(self._result, pathlib.Path(self._options.checkpoint_dir))
 
@@ -289,3 +302,27 @@ def _fit_result(schedule: Any, checkpoint_dir: pathlib.Path) -> FitResult:
         latest_checkpoint=written[-1] if written else None,
         stopped_early=bool(schedule.stopped_early),
     )
+
+
+def _searcher_length() -> Optional[TrainUnit]:
+    """The training length a search gives its trial (``searcher.max_time`` in ``time_metric``,
+    or ``max_length``), as Determined's cluster does when ``fit()`` has no ``max_length``; None
+    outside a search.
+
+    >>> _searcher_length() is None  # a local run: fit() then asks for max_length
+    True
+    """
+    info = get_cluster_info()
+    if info is None:
+        return None
+    searcher = info.trial.config.get("searcher") or {}
+    unit, number = searcher.get("time_metric"), searcher.get("max_time")
+    if unit is None or number is None:
+        length = searcher.get("max_length")
+        if not isinstance(length, dict):
+            return None
+        (unit, number), = length.items()
+    if unit == "records":
+        size = info.trial.hparams.get("global_batch_size") or 1
+        return Batch(max(int(number) // int(size), 1))
+    return Epoch(int(number)) if unit == "epochs" else Batch(int(number))

@@ -144,10 +144,6 @@ def _write(tmp_path: pathlib.Path, text: str) -> pathlib.Path:
         ("entrypoint: model_def:RegressionTrial\n"
          "searcher: {name: single, metric: validation_loss, max_length: {records: 64}}\n",
          "searcher.max_length.records: converting records to batches needs"),
-        ("entrypoint: python3 train.py\n"
-         "searcher: {name: adaptive_asha, metric: validation_loss, max_trials: 4,\n"
-         "           max_length: {batches: 4}}\n",
-         "entrypoint: an adaptive_asha search stops and starts trials"),
         ("entrypoint: model_def:RegressionTrial\n"
          "searcher: {name: adaptive_asha, metric: validation_loss, max_trials: 4}\n",
          "searcher: adaptive_asha needs time_metric and max_time"),

@@ -202,3 +202,29 @@ def test_invalid_hp_trials_are_dropped_and_replaced(
     assert "InvalidHP (hidden_size 8 is not allowed)" in out
     summary = [line for line in out.splitlines() if line[:1].isdigit() and "COMPLETED" in line]
     assert len(summary) == 6  # dropped trials are not listed
+
+
+def test_a_command_entrypoint_trial_gets_its_hparams_and_reports_to_the_search(
+    isolated_run: pathlib.Path, checkpoint_dir: pathlib.Path
+) -> None:
+    """``entrypoint: python3 train.py``: each trial is a child process whose script takes its
+    cluster branch (``det.get_cluster_info().trial.hparams``, ``fit(max_length=None)`` from the
+    searcher) and whose validations rank it in the search."""
+    config = (PROJECT / "asha.yaml").read_text().replace(
+        "model_def:RegressionTrial", "python3 train.py")
+    path = isolated_run / "command.yaml"
+    path.write_text(config)
+    result = run_cli("experiment", str(path), str(PROJECT), cwd=isolated_run)
+    assert result.returncode == 0, output(result)
+    trials = _trials(checkpoint_dir / JOURNAL_NAME)
+    assert len(trials) == 6
+    for trial in trials:
+        assert trial.user_attrs["rungs"], trial.number  # reported from the child process
+        stopped = trial.state == optuna.trial.TrialState.PRUNED
+        assert stopped == bool(trial.user_attrs.get("stopped"))
+        # train.py validates every 4 batches: a trial ranked out stops at its 4th batch.
+        assert max(trial.intermediate_values) == (4 if stopped else 8)
+        number = trial._trial_id + 1
+        assert f"hidden_size={trial.user_attrs['hparams']['hidden_size']}" in result.stdout
+        assert (checkpoint_dir / f"trial-{number}").is_dir()
+    assert any(t.state == optuna.trial.TrialState.PRUNED for t in trials)

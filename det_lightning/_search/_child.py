@@ -1,0 +1,53 @@
+"""Inside a command trial of a search: report its validations to the search's study.
+
+``det-lightning experiment`` starts a command entrypoint (``python3 train.py``) as a child
+process with ``$DET_LIGHTNING_SEARCH`` naming the storage, the study, the trial and its
+bracket; ``pytorch.Trainer.fit`` then adds the same ``SearchReporter`` a model_def trial gets.
+"""
+
+import json
+import os
+from typing import Any, Dict
+
+import optuna
+
+from det_lightning._search._asha import Bracket
+from det_lightning._search._runner import SearchReporter, open_storage
+from det_lightning._search._settings import AshaSettings
+
+
+def search_environment(storage: str, study_name: str, trial_id: int, settings: AshaSettings,
+                       bracket: Bracket) -> str:
+    """The value of ``$DET_LIGHTNING_SEARCH`` for one trial."""
+    return json.dumps({
+        "storage": storage, "study": study_name, "trial_id": trial_id,
+        "metric": settings.metric, "smaller_is_better": settings.smaller_is_better,
+        "time_metric": settings.time_metric, "max_time": settings.max_time,
+        "max_trials": settings.max_trials, "divisor": settings.divisor,
+        "bracket": {"num_rungs": bracket.num_rungs, "max_trials": bracket.max_trials,
+                    "max_concurrent_trials": bracket.max_concurrent_trials,
+                    "rung_units": list(bracket.rung_units)},
+    })
+
+
+def attach_reporter(trial: Any, context: Any) -> None:
+    """Adds the search's reporter to ``trial``'s callbacks (on the chief: it reports)."""
+    from det_lightning._experiment import _add_callbacks
+    from det_lightning.pytorch._trainer import SEARCH_ENV
+
+    spec: Dict[str, Any] = json.loads(os.environ[SEARCH_ENV])
+    bracket = Bracket(spec["bracket"]["num_rungs"], spec["bracket"]["max_trials"],
+                      spec["bracket"]["max_concurrent_trials"],
+                      tuple(spec["bracket"]["rung_units"]))
+    settings = AshaSettings(spec["metric"], spec["smaller_is_better"], spec["time_metric"],
+                            spec["max_time"], spec["max_trials"], spec["divisor"], [bracket])
+    if context.distributed.rank != 0:
+        return
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    import pathlib
+
+    storage = open_storage(spec["storage"], pathlib.Path("."))
+    study = optuna.load_study(study_name=spec["study"], storage=storage)
+    live = optuna.trial.Trial(study, int(spec["trial_id"]))
+    _add_callbacks(trial, {"_det_lightning_search": SearchReporter(
+        study, live, settings, bracket, context)})
