@@ -160,6 +160,10 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
             config, args.model_dir, _launch_options(args), args.checkpoint_dir
         )
         plan.storage = args.storage
+        if plan.search is not None and os.environ.get(WORKER_ENV) is None:
+            workers = _search_workers(plan, args.workers)
+            if workers > 1:
+                return _run_workers(workers, plan, args.argv)
         if plan.trial_class is not None:
             status = _start_processes(plan.launch, args.argv)  # a command starts its own
             if status is not None:
@@ -169,6 +173,45 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
     except (errors.InvalidConfigException, NotImplementedError, UsageError) as e:
         _error("experiment", f"{args.config}: {e}")
         return EXIT_USAGE
+
+
+WORKER_ENV = "DET_LIGHTNING_SEARCH_WORKER"
+
+
+def _search_workers(plan: Any, asked: Optional[int]) -> int:
+    """How many trials of a search run at once on this machine: ``--workers``, else one per
+    ``resources.slots_per_trial`` GPUs (at most ``max_concurrent_trials``), else one."""
+    if asked is not None:
+        return max(int(asked), 1)
+    import torch
+
+    slots = max(plan.config.slots_per_trial(), 1)
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    limit = int(plan.config.searcher.get("max_concurrent_trials") or 16)
+    return max(min(gpus // slots, limit), 1)
+
+
+def _run_workers(workers: int, plan: Any, argv: Sequence[str]) -> int:
+    """Starts ``workers`` processes of this command on one search (their own GPUs each); the
+    first to start prints nothing more than the others, then this one prints the summary."""
+    import torch
+
+    slots = max(plan.config.slots_per_trial(), 1)
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    children = []
+    for index in range(workers):
+        env = dict(os.environ, **{WORKER_ENV: str(index)})
+        if gpus:
+            devices = range(index * slots, min((index + 1) * slots, gpus))
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(d) for d in devices)
+        children.append(subprocess.Popen([sys.executable, "-m", "det_lightning", *argv], env=env))
+    print(f"{PROG}: {workers} workers share this search", file=sys.stderr, flush=True)
+    codes = [child.wait() for child in children]
+    os.environ[WORKER_ENV] = "summary"  # every trial is done: this process only reports
+    try:
+        return max([_experiment.run_experiment(plan), *codes])
+    finally:
+        del os.environ[WORKER_ENV]
 
 
 # ----- checkpoint ----------------------------------------------------------------------------
@@ -216,6 +259,10 @@ def build_parser() -> argparse.ArgumentParser:
                             help="adaptive_asha: the Optuna storage every worker of the search "
                             "shares (a database URL, or a journal file path; default: "
                             "<checkpoint dir>/search.journal). Rerun to continue a search.")
+    experiment.add_argument("--workers", type=int, default=None,
+                            help="adaptive_asha: how many trials run at once on this machine, "
+                            "each in a worker process (default: one per slots_per_trial GPUs, "
+                            "at most max_concurrent_trials; one on a machine without GPUs)")
     experiment.add_argument("config", metavar="CONFIG", help="the experiment config (YAML)")
     experiment.add_argument("model_dir", metavar="MODEL_DIR", help="the model definition directory")
     experiment.set_defaults(handler=_cmd_experiment)

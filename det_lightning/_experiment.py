@@ -414,7 +414,8 @@ def run_experiment(plan: Plan) -> int:
         results = run_trials(plan)
     if os.environ.get("RANK", "0") == "0" and config.raw.get("checkpoint_storage"):
         _retain_experiment_best(plan, results)
-    if os.environ.get("RANK", "0") == "0":  # with several processes, the chief reports
+    worker = os.environ.get("DET_LIGHTNING_SEARCH_WORKER") not in (None, "summary")
+    if os.environ.get("RANK", "0") == "0" and not worker:  # one report: the chief's, the parent's
         summary = format_summary(results, config.searcher["metric"],
                                  config.searcher["smaller_is_better"])
         print(summary, flush=True)

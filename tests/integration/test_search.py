@@ -228,3 +228,16 @@ def test_a_command_entrypoint_trial_gets_its_hparams_and_reports_to_the_search(
         assert f"hidden_size={trial.user_attrs['hparams']['hidden_size']}" in result.stdout
         assert (checkpoint_dir / f"trial-{number}").is_dir()
     assert any(t.state == optuna.trial.TrialState.PRUNED for t in trials)
+
+
+def test_workers_flag_runs_trials_at_once_and_prints_one_summary(
+    isolated_run: pathlib.Path, checkpoint_dir: pathlib.Path, slow_project: pathlib.Path
+) -> None:
+    process = _start(isolated_run, slow_project, "--workers", "2")
+    out = process.communicate(timeout=240)[0]
+    assert process.returncode == 0, out
+    assert "2 workers share this search" in out
+    trials = _trials(checkpoint_dir / JOURNAL_NAME)
+    _check_search(checkpoint_dir, trials, replay=False)
+    assert len({t.user_attrs["pid"] for t in trials}) == 2
+    assert out.count("best: trial") == 1  # the summary, printed once when all are done
