@@ -44,3 +44,19 @@ def test_quick_benchmark_writes_a_report_with_every_row(tmp_path: pathlib.Path) 
     assert "`lightning` imported: no" in text
     results = json.loads(reports[0].with_suffix(".json").read_text())
     assert {r["system"] for r in results} == {*SYSTEMS, "import"}
+
+
+@pytest.mark.slow
+def test_search_benchmark_writes_its_table(tmp_path: pathlib.Path) -> None:
+    out = tmp_path / "results"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "search.py"), "--trials", "2",
+         "--max-time", "4", "--out", str(out)],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    [report] = out.glob("search_cpu-*core_*.md")
+    rows = [line for line in report.read_text().splitlines() if line.startswith("| ")][2:]
+    assert [row.split(" | ")[0] for row in rows] == [
+        "| sequential (random, full length)", "| asha, 1 worker", "| asha, 2 workers"]
+    assert all(int(row.split(" | ")[2]) > 0 for row in rows)  # batches were trained
