@@ -56,7 +56,7 @@ def test_search_benchmark_writes_its_table(tmp_path: pathlib.Path) -> None:
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     [report] = out.glob("search_cpu-*core_*.md")
-    rows = [line for line in report.read_text().splitlines() if line.startswith("| ")][2:]
+    rows = [line for line in report.read_text().splitlines() if line.startswith("| ")][1:]
     assert [row.split(" | ")[0] for row in rows] == [
         "| sequential (random, full length)", "| asha, 1 worker", "| asha, 2 workers"]
     assert all(int(row.split(" | ")[2]) > 0 for row in rows)  # batches were trained
