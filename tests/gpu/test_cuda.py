@@ -203,3 +203,31 @@ def test_a_gpu_checkpoint_loads_onto_the_cpu(checkpoint_dir: pathlib.Path) -> No
         assert torch.equal(a.cpu(), b.cpu())
     state = torch.load(path / "state_dict.pth", map_location="cpu", weights_only=True)
     assert state["models_state_dict"][0]["0.weight"].device.type == "cpu"
+
+
+def test_no_cuda_synchronisation_between_batches() -> None:
+    """torch's sync debug mode flags every host-device synchronisation; it is on only between
+    two training batches (batches 2..28 of the first pass, no report or period boundary)."""
+    import warnings
+
+    base = TRIALS["MLPTrial"]
+
+    class Probe(base):  # type: ignore[misc, valid-type]
+        def train_batch(self, batch: Any, epoch_idx: int, batch_idx: int) -> Any:
+            torch.cuda.set_sync_debug_mode(0)  # the trial's own code may sync
+            output = super().train_batch(batch, epoch_idx, batch_idx)
+            torch.cuda.set_sync_debug_mode(1 if 2 <= batch_idx < 28 else 0)
+            return output
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytorch.init(hparams={"lr": 0.01, "n": 256, "shuffle": True},
+                          accelerator="gpu") as context:
+            trial = Probe(context)
+            pytorch.Trainer(trial, context, logger=False).fit(
+                max_length=pytorch.Batch(40), reporting_period=pytorch.Batch(1000),
+                validation_period=pytorch.Batch(1000), checkpoint_policy="none",
+            )
+    torch.cuda.set_sync_debug_mode(0)
+    syncs = [str(w.message) for w in caught if "synchroniz" in str(w.message)]
+    assert syncs == []
