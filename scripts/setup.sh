@@ -4,6 +4,9 @@
 #   scripts/setup.sh            runtime only (what the example needs)
 #   scripts/setup.sh test       plus the dev and interop extras (pytest, the real determined)
 #
+# VENV (default .venv) names the environment; LIGHTNING_SPEC pins Lightning in it (the test
+# script builds .venv-low with the lowest Lightning pyproject.toml allows).
+#
 # torch is installed first and pinned through constraints.txt, so that no later step lets pip
 # pick a torch build on its own (on a CPU machine that would pull several GB of CUDA packages).
 # Set TORCH_SPEC to install another torch, e.g. TORCH_SPEC="torch==2.5.1".
@@ -12,13 +15,15 @@ cd "$(dirname "$0")/.."
 extras=""
 [ "${1:-}" = "test" ] && extras="[dev,interop]"
 python="${PYTHON:-python3}"
-[ -x .venv/bin/python ] || "$python" -m venv .venv
-pip=(.venv/bin/python -m pip --disable-pip-version-check -q)
+venv="${VENV:-.venv}"
+[ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
+pip=("$venv/bin/python" -m pip --disable-pip-version-check -q)
 torch_spec="${TORCH_SPEC:-torch==2.13.0}"
 constraints=$(mktemp)
 trap 'rm -f "$constraints"' EXIT
 echo "$torch_spec" >"$constraints"
+[ -n "${LIGHTNING_SPEC:-}" ] && echo "$LIGHTNING_SPEC" >>"$constraints"
 "${pip[@]}" install "$torch_spec" 2>&1 | grep -v "is ignored: it is neither" || true
-.venv/bin/python -c "import importlib.util as u, sys; sys.exit(u.find_spec(\"torch\") is None)" || { echo "torch did not install" >&2; exit 1; }
+"$venv/bin/python" -c "import importlib.util as u, sys; sys.exit(u.find_spec(\"torch\") is None)" || { echo "torch did not install" >&2; exit 1; }
 "${pip[@]}" install -c "$constraints" -e ".$extras" 2>&1 | grep -v "is ignored: it is neither" || true
-.venv/bin/python -c "import det_lightning.adapters, lightning"
+"$venv/bin/python" -c "import det_lightning.adapters, lightning"

@@ -2,7 +2,8 @@
 # Installs everything the tests need into .venv, then runs the whole suite (all but `gpu`).
 #
 #   scripts/test.sh                  everything: fast tests on both cores, then the slow and
-#                                    distributed ones (they start processes of their own) in turn
+#                                    distributed ones (they start processes of their own) in turn,
+#                                    then the fast tests again on Lightning 2.4.0 (.venv-low)
 #   scripts/test.sh tests/unit -x    just what you name, in one run
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,3 +15,6 @@ if [ $# -gt 0 ]; then
 fi
 "${pytest[@]}" -m "not gpu and not slow and not distributed" -n 2
 "${pytest[@]}" -m "not gpu and (slow or distributed)"
+# The lowest Lightning pyproject.toml allows: the fast suite again, in its own environment.
+VENV=.venv-low LIGHTNING_SPEC="lightning==2.4.0" bash scripts/setup.sh test
+.venv-low/bin/python -m pytest -q -m "not gpu and not slow and not distributed" -n 2

@@ -8,6 +8,7 @@
 """
 
 import io
+import inspect
 import pathlib
 import sys
 from typing import Any, Dict, List, Optional
@@ -172,7 +173,10 @@ def test_resume_from_a_lightning_checkpoint_continues_exactly() -> None:
 
     second = LightningTrial(OneVarWithEvents, hparams={"lr": 0.5, "batch_size": 4})
     resumed = plain_trainer(max_epochs=2, num_sanity_val_steps=0, enable_checkpointing=False)
-    resumed.fit(second, ckpt_path=path, weights_only=False)
+    # The checkpoint loads with weights_only=True (Lightning < 2.6 has no such argument).
+    safe = {"weights_only": True} if "weights_only" in inspect.signature(resumed.fit).parameters \
+        else {}
+    resumed.fit(second, ckpt_path=path, **safe)
 
     assert second.state.batches_trained == 8
     weight = second.trial.model.weight.item()
