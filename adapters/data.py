@@ -13,7 +13,6 @@ import logging
 import sys
 from typing import Any, Dict, Iterator, Optional
 
-import torch
 from torch.utils import data
 
 from det_lightning.pytorch._data import (

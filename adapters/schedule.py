@@ -16,7 +16,7 @@ monitors see it) at exactly Determined's batches. Checkpoints go through
 """
 
 import logging
-from typing import AbstractSet, Any, Dict, List, Optional, Set
+from typing import AbstractSet, Any, Dict, List, Set
 
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback

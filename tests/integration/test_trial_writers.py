@@ -13,7 +13,6 @@ import sys
 from typing import Any, Dict
 
 import pytest
-import torch
 
 from det_lightning import errors, pytorch
 from tests.fixtures.trials import make_trials
