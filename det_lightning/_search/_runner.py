@@ -177,9 +177,24 @@ def stale_trial(studies: Sequence[optuna.Study]) -> Optional[Tuple[int, optuna.T
             attrs = frozen.user_attrs
             if attrs.get("host") == host and not _alive(int(attrs.get("pid", -1))):
                 trial = optuna.trial.Trial(study, frozen._trial_id)
-                trial.set_user_attr("pid", os.getpid())
-                return index, trial
+                if _claim(study, trial):
+                    return index, trial
     return None
+
+
+def _claim(study: optuna.Study, trial: optuna.Trial) -> bool:
+    """Takes over a dead worker's trial, unless another worker restarted at the same moment
+    claims it too: the last claim written wins, and the others look for other work."""
+    import time
+    import uuid
+
+    token = uuid.uuid4().hex
+    trial.set_user_attr("claim", token)
+    time.sleep(0.5)  # let a competing claim land in the storage before reading back
+    if _current_attrs(study, trial).get("claim") != token:
+        return False
+    trial.set_user_attr("pid", os.getpid())
+    return True
 
 
 def next_bracket(studies: Sequence[optuna.Study], settings: AshaSettings) -> Optional[int]:
