@@ -5,6 +5,8 @@
     python train.py --devices 2 --accelerator cpu     # Lightning launches 2 processes (DDP)
     torchrun --nproc_per_node=2 train.py       # or let torchrun launch them
     python train.py --latest-checkpoint latest # continue from the newest checkpoint
+    det-lightning experiment adaptive.yaml .   # an adaptive_asha search: each trial runs this
+                                               # script, which takes its cluster branch
 """
 
 import argparse
@@ -26,7 +28,12 @@ HPARAMS = {
 
 
 def main(epochs: int, latest_checkpoint: str = None, **launch: object) -> None:
-    with pytorch.init(hparams=HPARAMS, **launch) as train_context:
+    info = det.get_cluster_info()
+    hparams = HPARAMS
+    if info is not None:  # a trial of a search: its hyperparameters, and its checkpoint
+        hparams = {**HPARAMS, **info.trial.hparams}
+        latest_checkpoint = latest_checkpoint or info.latest_checkpoint
+    with pytorch.init(hparams=hparams, **launch) as train_context:
         trial = model_def.MNistTrial(train_context)
         trainer = pytorch.Trainer(trial, train_context)
         trainer.fit(

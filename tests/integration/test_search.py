@@ -6,6 +6,7 @@ the search back from its Optuna journal.
 """
 
 import os
+import re
 import pathlib
 import signal
 import subprocess
@@ -241,3 +242,34 @@ def test_workers_flag_runs_trials_at_once_and_prints_one_summary(
     _check_search(checkpoint_dir, trials, replay=False)
     assert len({t.user_attrs["pid"] for t in trials}) == 2
     assert out.count("best: trial") == 1  # the summary, printed once when all are done
+
+
+def test_determineds_mnist_adaptive_config_runs_end_to_end(
+    isolated_run: pathlib.Path, checkpoint_dir: pathlib.Path
+) -> None:
+    """examples/mnist/adaptive.yaml (Determined's tutorial config, its command entrypoint
+    ``python3 train.py --epochs 1``), shrunk to 4 trials of one 16-batch epoch."""
+    example = pathlib.Path(__file__).resolve().parents[2] / "examples" / "mnist"
+    config = (example / "adaptive.yaml").read_text()
+    config = config.replace("max_trials: 16", "max_trials: 4")
+    config = config.replace("max_time: 64", "max_time: 16")
+    path = isolated_run / "adaptive.yaml"
+    path.write_text(config + "reproducibility:\n  experiment_seed: 1\n")
+    project = isolated_run / "mnist"
+    project.mkdir()
+    for name in ("model_def.py", "data.py"):
+        (project / name).write_text((example / name).read_text())
+    # One 16-batch epoch of 1,024 images; validation every 8 batches.
+    (project / "train.py").write_text(
+        (example / "train.py").read_text()
+        .replace("validation_period=pytorch.Batch(32)", "validation_period=pytorch.Batch(8)"))
+    (project / "data.py").write_text((example / "data.py").read_text().replace(
+        "size = size or (4096 if train else 1024)", "size = size or (1024 if train else 256)"))
+    result = run_cli("experiment", str(path), str(project), cwd=isolated_run)
+    assert result.returncode == 0, output(result)
+    trials = _trials(checkpoint_dir / JOURNAL_NAME)
+    assert len(trials) == 4
+    assert all(t.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+               for t in trials)
+    assert all(8 <= t.user_attrs["hparams"]["n_filters1"] <= 64 for t in trials)
+    assert re.search(r"^best: trial \d+ \(validation_loss=", result.stdout, re.M), output(result)
