@@ -115,11 +115,11 @@ class ScheduleCallback(Callback):
             return
         if stop:  # a stop skips the final validation, as in Determined
             self.checkpoint_due = True
-            self._after_boundaries(trainer)
+            self._after_boundaries(trainer, stop)
             return
         # Determined handles the CHECKPOINT boundary before the final validation at the end.
         self.checkpoint_due = Boundary.CHECKPOINT in reached
-        self._after_boundaries(trainer)
+        self._after_boundaries(trainer, stop)
         if done and not module.state.validation_is_current():
             self.validate_now = True
             self.checkpoint_due = True
@@ -169,10 +169,11 @@ class ScheduleCallback(Callback):
         # the others waiting in it forever.
         return bool(self.stop_signal(self.module.context._stop_requested))
 
-    def _after_boundaries(self, trainer: pl.Trainer) -> None:
-        """Checkpoint if due (after any validation at this batch), then stop if asked."""
+    def _after_boundaries(self, trainer: pl.Trainer, stop: "bool | None" = None) -> None:
+        """Checkpoint if due (after any validation at this batch), then stop if asked
+        (``stop``: already agreed at this batch; None: agree now, after a validation)."""
         module = self.module
-        if self._stop_agreed():
+        if self._stop_agreed() if stop is None else stop:
             self.checkpoint_due = True
             trainer.should_stop = True
         if self.checkpoint_due and not module.state.checkpoint_is_current():
