@@ -17,6 +17,7 @@ in the environment (so it does not relaunch) and the process group initialized (
 rejoin), and its strategy wraps the whole ``TrialModule`` as usual.
 """
 
+import atexit
 import copy
 from typing import Any, Dict, Optional
 
@@ -33,7 +34,13 @@ def start_processes(options: Dict[str, Any], distributed: Optional[DistributedCo
         distributed: the user's own ``DistributedContext``, if any; it must agree with Lightning.
     """
     strategy = _launch_strategy(options)
+    joined_before = _process_group_exists()
     strategy.setup_environment()
+    if not joined_before and _process_group_exists():
+        # Lightning leaves a gloo process group for the interpreter's own teardown, where its
+        # threads can end the process with SIGABRT ("terminate called without an active
+        # exception") after the script succeeded; close it while Python still runs.
+        atexit.register(_close_process_group)
     ours = _distributed_context(strategy)
     if distributed is not None and (distributed.rank, distributed.size) != (ours.rank, ours.size):
         raise ValueError(
@@ -76,6 +83,19 @@ def _launch_strategy(options: Dict[str, Any]) -> Any:
     if launcher is not None:
         launcher.launch(lambda: None)
     return strategy
+
+
+def _process_group_exists() -> bool:
+    import torch.distributed as dist
+
+    return dist.is_available() and dist.is_initialized()
+
+
+def _close_process_group() -> None:
+    import torch.distributed as dist
+
+    if _process_group_exists():
+        dist.destroy_process_group()
 
 
 def _distributed_context(strategy: Any) -> DistributedContext:

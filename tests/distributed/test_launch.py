@@ -7,6 +7,7 @@ of one step's per-slot batches is exactly the single process's batch, and DDP's 
 gradient is that batch's gradient.
 """
 
+import json
 import pathlib
 from typing import List
 
@@ -62,6 +63,17 @@ def test_the_trial_sees_its_rank_and_a_joined_process_group_in_init(two_procs: j
             "local_ranks": [0, 1], "local_chief": 0,
             "node0_only": [0, 1] if rank == 0 else None,
         }
+
+
+def test_the_process_group_init_started_is_closed_before_python_tears_down(
+    two_procs: jobs.Job,
+) -> None:
+    """Left to the interpreter's teardown, gloo's threads could abort a finished job
+    ("terminate called without an active exception", exit -6) after it succeeded."""
+    two_procs.ranks(2)
+    for rank in (0, 1):
+        exit_record = json.loads((two_procs.workdir / "out" / f"rank{rank}-exit.json").read_text())
+        assert exit_record == {"process_group": False}
 
 
 def test_two_processes_train_like_one_with_the_same_global_batch(
@@ -143,6 +155,9 @@ def test_determined_recipe_with_a_strategy_object_and_evaluate_full_dataset(
     assert len(chief["validations"]) == 1
     assert worker["validations"] == chief["validations"]
     assert worker["init"]["size"] == 2 and worker["init"]["process_group"]
+    for rank in (0, 1):  # the script made the process group; closing it is the script's call
+        exit_record = json.loads((tmp_path / "recipe" / "out" / f"rank{rank}-exit.json").read_text())
+        assert exit_record == {"process_group": True}
 
 
 def test_two_nodes_of_two_processes_train_like_one(

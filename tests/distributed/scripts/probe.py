@@ -9,6 +9,7 @@ callback event, the per-batch training losses, the validation metrics, the ids a
 """
 
 import argparse
+import atexit
 import json
 import pathlib
 from typing import Any, Dict, List
@@ -246,6 +247,14 @@ class FullDatasetProbe(ProbeTrial):
         return {"validation_loss": sum(losses) / len(losses)}
 
 
+def _record_process_group_at_exit(out: pathlib.Path) -> None:
+    """Whether a process group is still open when Python's own teardown is about to begin."""
+    if "init" in RECORD:
+        rank = RECORD["init"]["rank"]
+        open_now = torch.distributed.is_initialized()
+        (out / f"rank{rank}-exit.json").write_text(json.dumps({"process_group": open_now}))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     pytorch.add_launch_arguments(parser)
@@ -276,6 +285,8 @@ def main() -> None:
     if args.torch_distributed:
         torch.distributed.init_process_group("gloo")
         distributed = core.DistributedContext.from_torch_distributed()
+    # Registered before init(), so it runs after any exit handler init() registers (LIFO).
+    atexit.register(_record_process_group_at_exit, pathlib.Path(args.out))
     launch = pytorch.launch_kwargs(args)
     if args.find_unused_parameters:
         launch["strategy"] = pl.strategies.DDPStrategy(find_unused_parameters=True)
