@@ -22,7 +22,7 @@ import torch
 
 from det_lightning import errors
 from det_lightning.adapters import metrics as metric_utils
-from det_lightning.adapters import hooks, preemption
+from det_lightning.adapters import hooks, lean, preemption
 from det_lightning.adapters.checkpoint_io import DeterminedCheckpointIO
 from det_lightning.adapters.checkpoints import (
     CheckpointManager,
@@ -247,6 +247,7 @@ def _lightning_trainer(
         trainer = pl.Trainer(**kwargs)
     preemption.supersede_lightning_signals(trainer)
     hooks.use_lean_dispatch(trainer)
+    lean.install(trainer)
     # The one decision we take from Lightning: when to validate (see schedule.py).
     trainer.fit_loop.epoch_loop._should_check_val_fx = (  # type: ignore[method-assign]
         schedule_cb.should_check_val

@@ -31,8 +31,9 @@ _PLAN = "_det_lightning_hook_plan"
 
 def enabled() -> bool:
     """Whether the lean dispatch may be used with the installed Lightning."""
-    if os.environ.get(LEAN_HOOKS_ENV, "1").strip().lower() in ("0", "false", "no", "off"):
-        return False
+    for name in (LEAN_HOOKS_ENV, "DET_LIGHTNING_LEAN"):  # the latter: every lean piece
+        if os.environ.get(name, "1").strip().lower() in ("0", "false", "no", "off"):
+            return False
     return lightning.__version__.startswith(COVERED_VERSIONS)
 
 
@@ -80,11 +81,13 @@ def _lean_dispatch(trainer: Any, hook_name: str, *args: Any,
                             monitoring_callbacks=monitoring_callbacks, **kwargs)
         return
     callbacks = _callbacks_for(trainer, plan, hook_name, monitoring_callbacks)
+    if not callbacks:  # nothing runs, so nothing could see the hook name either
+        return
     pl_module = trainer.lightning_module
     if pl_module is not None:
         previous = pl_module._current_fx_name
-        pl_module._current_fx_name = hook_name
+        pl_module.__dict__["_current_fx_name"] = hook_name  # a plain attribute (see lean.py)
     for callback in callbacks:
         getattr(callback, hook_name)(trainer, pl_module, *args, **kwargs)
     if pl_module is not None:
-        pl_module._current_fx_name = previous
+        pl_module.__dict__["_current_fx_name"] = previous

@@ -38,6 +38,7 @@ import lightning.pytorch as pl
 import torch
 from typing_extensions import override
 
+from det_lightning.adapters import lean
 from det_lightning.adapters import metrics as metric_utils
 from det_lightning.adapters.precision import scheduler_waits
 from det_lightning.pytorch import _checkpoint as ckpt
@@ -53,22 +54,31 @@ class LightningBackend:
     def __init__(self, module: "TrialModule") -> None:
         self._module = module
         self._lightning_optimizers: Dict[int, Any] = {}
+        self._fast: Optional[lean.BackendFastPath] = None
 
     def bind_optimizers(self) -> None:
         optimizers = self._module.optimizers(use_pl_optimizer=True)
         if not isinstance(optimizers, list):
             optimizers = [optimizers]
         self._lightning_optimizers = {id(o.optimizer): o for o in optimizers}
+        trainer = self._module.trainer
+        self._fast = lean.BackendFastPath(trainer) if lean.BackendFastPath.applies(trainer) else None
 
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
         gradient = kwargs.pop("gradient", None)
         args = (gradient,) if gradient is not None else ()
-        self._module.manual_backward(loss, *args, **kwargs)
+        if self._fast is not None:
+            self._fast.backward(loss, *args, **kwargs)
+        else:
+            self._module.manual_backward(loss, *args, **kwargs)
 
     def step(self, optimizer: torch.optim.Optimizer, step_fn: Any) -> None:
         lightning_optimizer = self._lightning_optimizers[id(optimizer)]
         if step_fn == optimizer.step:
-            lightning_optimizer.step()
+            if self._fast is not None:
+                self._fast.step(lightning_optimizer)
+            else:
+                lightning_optimizer.step()
             return
         # A GradScaler steps the optimizer itself; keep Lightning's step counting around it.
         lightning_optimizer._on_before_step()
@@ -155,6 +165,15 @@ class TrialModule(pl.LightningModule):
         self.checkpoint_extras: Optional[Callable[[], Dict[str, Any]]] = None
 
     # ----- Lightning plumbing ---------------------------------------------------------------
+    # Every self.log (ours, or a Lightning callback's on this module); the lean loop
+    # (lean.py) recomputes the logged metrics after a batch only when this moved.
+    log_calls = 0
+
+    @override
+    def log(self, *args: Any, **kwargs: Any) -> None:
+        self.log_calls += 1
+        super().log(*args, **kwargs)
+
     @override
     def configure_optimizers(self) -> Any:
         return list(self.context.optimizers)
@@ -171,6 +190,9 @@ class TrialModule(pl.LightningModule):
     def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
         # The context moves batches (honouring disable_auto_to_device), as Determined does.
         return batch
+
+    # lean.py skips Lightning's batch_to_device chain while this is the transfer hook.
+    keeps_batch = transfer_batch_to_device
 
     @override
     def on_fit_start(self) -> None:

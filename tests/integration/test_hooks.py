@@ -11,13 +11,38 @@ import pytest
 import torch
 from lightning.pytorch.callbacks import Callback, EarlyStopping, ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
+from lightning.pytorch.loops.training_epoch_loop import _TrainingEpochLoop
 
 from det_lightning import pytorch
-from det_lightning.adapters import hooks
+from det_lightning.adapters import hooks, lean
 from tests.fixtures.run import run_trial
 
 HOOKS = sorted(name for name, member in vars(Callback).items()
                if callable(member) and (name.startswith("on_") or name in ("setup", "teardown")))
+
+
+def _state(trainer: pl.Trainer, pl_module: Any) -> Tuple[Any, ...]:
+    """Everything a callback can read of the loop, at one hook call."""
+    loop = trainer.fit_loop.epoch_loop
+    progress = loop.batch_progress
+    steps = loop.manual_optimization.optim_step_progress
+    connector = trainer._logger_connector
+    # The connector's caches first: the public properties below refresh them as they are read.
+    cached = (_values(connector._callback_metrics), _values(connector._progress_bar_metrics),
+              _values(connector._logged_metrics))
+    return (
+        *cached,
+        trainer.global_step, loop._batches_that_stepped, trainer.current_epoch,
+        str(progress.total), str(progress.current), progress.is_last_batch,
+        str(steps.total), trainer.should_stop, pl_module._current_fx_name,
+        trainer.training, trainer.validating,
+        _values(trainer.callback_metrics), _values(trainer.progress_bar_metrics),
+        _values(trainer.logged_metrics),
+    )
+
+
+def _values(metrics: Any) -> List[Tuple[str, Any]]:
+    return sorted((k, v.tolist() if isinstance(v, torch.Tensor) else v) for k, v in metrics.items())
 
 
 def _tracer() -> Any:
@@ -25,12 +50,11 @@ def _tracer() -> Any:
 
     def make(name: str) -> Any:
         def hook(self: Any, trainer: pl.Trainer, pl_module: Any, *args: Any, **kwargs: Any) -> None:
-            loop = trainer.fit_loop.epoch_loop
             shown = [a for a in args if isinstance(a, (int, str))]
-            events.append((name, tuple(shown), trainer.global_step,
-                           loop.batch_progress.total.completed, trainer.should_stop,
-                           pl_module._current_fx_name,
-                           sorted(trainer.callback_metrics), sorted(trainer.progress_bar_metrics)))
+            events.append((name, tuple(shown), *_state(trainer, pl_module)))
+            if name == "on_train_batch_end" and args[-1] % 7 == 3:
+                # A Lightning callback logging now and then, on step and to the loggers.
+                pl_module.log("traced", float(args[-1]), on_step=True, prog_bar=True)
         return hook
 
     tracer = type("Tracer", (Callback,), {name: make(name) for name in HOOKS})()
@@ -44,6 +68,7 @@ def _run(tmp_path: pathlib.Path, name: str) -> Any:
                       ModelCheckpoint(dirpath=tmp_path / name / "lightning", monitor="validation_loss")],
         "logger": CSVLogger(tmp_path / name / "csv", name="", version=""),
         "checkpoint_dir": str(tmp_path / name / "det"),
+        "log_every_n_steps": 4,
     }
     trial, _ = run_trial(pytorch, "MLPTrial", {"lr": 0.01}, trainer_kwargs=trainer_kwargs,
                          max_length=pytorch.Batch(20), validation_period=pytorch.Batch(6),
@@ -51,16 +76,28 @@ def _run(tmp_path: pathlib.Path, name: str) -> Any:
     return trial, events, (tmp_path / name / "csv" / "metrics.csv").read_text()
 
 
-def test_every_hook_sees_the_same_with_and_without_the_lean_dispatch(
+def test_every_hook_sees_the_same_with_and_without_the_lean_path(
     tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert hooks.enabled()  # the installed Lightning is one the lean dispatch covers
+    """The lean hook dispatch (hooks.py) and the lean loop, backward and step (lean.py) against
+    Lightning's own code: the same hook calls, arguments, loop counters, logged and progress-bar
+    metrics at every call, the same CSV log and the same weights."""
+    assert hooks.enabled() and lean.enabled()  # the installed Lightning is one they cover
+    seen_loops: List[type] = []
+    original = lean.install
+    monkeypatch.setattr(lean, "install", lambda trainer: (
+        original(trainer), seen_loops.append(type(trainer.fit_loop.epoch_loop))))
     lean_trial, lean_events, lean_csv = _run(tmp_path, "lean")
-    monkeypatch.setenv(hooks.LEAN_HOOKS_ENV, "0")
+    monkeypatch.setenv(lean.LEAN_ENV, "0")
     plain_trial, plain_events, plain_csv = _run(tmp_path, "plain")
+    assert seen_loops == [lean.LeanTrainingEpochLoop, _TrainingEpochLoop]
     assert len(lean_events) > 100
-    assert lean_events == plain_events
-    assert lean_csv == plain_csv
+    assert any(e[0] == "on_before_optimizer_step" for e in lean_events)
+    assert any(("traced", 3.0) in e[-2] for e in lean_events)  # the logged value is traced
+    for lean_event, plain_event in zip(lean_events, plain_events):
+        assert lean_event == plain_event
+    assert len(lean_events) == len(plain_events)
+    assert lean_csv == plain_csv and "traced" in lean_csv
     assert lean_trial.seen == plain_trial.seen
     for a, b in zip(lean_trial.model.parameters(), plain_trial.model.parameters()):
         assert torch.equal(a, b)

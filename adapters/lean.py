@@ -1,0 +1,332 @@
+"""The lean per-batch path: what Lightning runs between two ``train_batch`` calls, minus what a
+``pytorch.Trainer`` run never uses.
+
+Lightning's training-epoch loop and its backward/step chain are general: automatic optimization,
+dataloader-iterator steps, restarts, profilers, precision plugins and strategies that change
+each step. A ``TrialModule`` fit is one narrow case of them, and for that case most of the work
+is calls that do nothing (hooks nobody overrides, a pass-through profiler entered for every
+one of them, a signature inspection per batch, metrics recomputed when nothing was logged). Per
+batch, Lightning (2.4.0 and 2.6.6, manual optimization) against the lean path::
+
+    Lightning's _TrainingEpochLoop.advance       lean advance (same order, same counters)
+    ------------------------------------------   ---------------------------------------------
+    SIGTERM flag broadcast (2.6, several ranks)   none: SignalWatcher agrees on stops
+    next(data_fetcher), is_last_batch             same
+    convert_input, on_before_batch_transfer,      same; module hooks the TrialModule does not
+      batch_to_device (profiled strategy hook)      override are skipped (they return the batch)
+    increment_ready, logger on_batch_start        same
+    on_train_batch_start: callbacks, module,      callbacks (hooks.py dispatch); module and
+      strategy                                      strategy only where overridden
+    increment_started; _build_kwargs (inspects    increment_started; (batch, batch_idx): the
+      training_step's signature every batch)        TrialModule's fixed signature
+    manual_optimization.run -> training_step      same (Lightning's own)
+      context.backward -> manual_backward ->      strategy.pre_backward, on_before_backward,
+        strategy.backward -> precision plugin       loss.backward, on_after_backward,
+        pre/backward/post (profiled hooks)          strategy.post_backward (BackendFastPath)
+      context.step_optimizer -> LightningOptimizer _on_before_step, optimizer.step(closure
+        .step -> strategy -> precision ->           running on_before_optimizer_step),
+        optimizer.step(wrapped closure)             _on_after_step
+    increment_processed; LR schedulers (none      increment_processed (manual optimization
+      under manual optimization)                    has no Lightning schedulers)
+    on_train_batch_end: callbacks, module         callbacks; module only where overridden
+    logger on_batch_end: recompute every logged   recomputed only when something was logged
+      metric (progress bar: .item() each)           since the last recompute
+    increment_completed, update_train_step_...    same
+
+``on_advance_end`` (validation, ``_batches_that_stepped``, logger saving) stays Lightning's.
+Anything outside the narrow case (a restart, an iterator-style fetcher, a real profiler, a
+precision plugin or strategy other than the plain ones, an uncovered Lightning version,
+``DET_LIGHTNING_LEAN=0``) runs Lightning's own code, batch by batch.
+``tests/integration/test_hooks.py`` traces every hook, counter and logged metric with and without
+this path and requires them equal; its contract test fails when Lightning's code changes.
+"""
+
+import os
+from collections import OrderedDict
+from typing import Any, NamedTuple, Optional
+
+import lightning
+import lightning.pytorch as pl
+import torch
+from lightning.pytorch.core.optimizer import LightningOptimizer, do_nothing_closure
+from lightning.pytorch.loops.fetchers import _PrefetchDataFetcher
+from lightning.pytorch.loops.training_epoch_loop import _TrainingEpochLoop
+from lightning.pytorch.plugins.precision import Precision
+from lightning.pytorch.profilers import PassThroughProfiler
+from lightning.pytorch.strategies import DDPStrategy, SingleDeviceStrategy, Strategy
+from lightning.pytorch.trainer import call
+
+LEAN_ENV = "DET_LIGHTNING_LEAN"
+# Lightning releases whose training_epoch_loop.advance (and backward/step chain) the lean path
+# reproduces; the trace test runs on each (CI: the lowest and the highest pyproject allows).
+# ``advance`` changed in 2.5.0, 2.5.5 and 2.6.x, so releases are listed one by one.
+COVERED_RELEASES = ("2.4.0", "2.6.6")
+# A batch skipped by on_train_batch_start returning -1 ends the epoch; from 2.5 Lightning also
+# marks it the last batch first.
+_MARKS_LAST_BATCH = lightning.__version__ != "2.4.0"
+
+
+def enabled() -> bool:
+    """Whether the lean path may run with the installed Lightning and environment."""
+    if os.environ.get(LEAN_ENV, "1").strip().lower() in ("0", "false", "no", "off"):
+        return False
+    return lightning.__version__ in COVERED_RELEASES
+
+
+def install(trainer: pl.Trainer) -> None:
+    """Gives ``trainer``'s training-epoch loop the lean ``advance`` (when ``enabled()``)."""
+    loop = trainer.fit_loop.epoch_loop
+    if enabled() and type(loop) is _TrainingEpochLoop:
+        loop.__class__ = LeanTrainingEpochLoop
+
+
+def _overrides(obj: Any, base: type, name: str) -> bool:
+    return getattr(type(obj), name) is not getattr(base, name) or name in vars(obj)
+
+
+def set_fx_name(module: pl.LightningModule, name: Optional[str]) -> None:
+    """Sets ``module._current_fx_name`` without ``nn.Module.__setattr__``'s search of the
+    parameter, buffer and submodule tables (it is a plain attribute; Lightning sets it around
+    every hook, a third of what a dispatch of nothing cost)."""
+    module.__dict__["_current_fx_name"] = name
+
+
+def _module_hook(trainer: pl.Trainer, module: pl.LightningModule, name: str, *args: Any) -> Any:
+    """``call._call_lightning_module_hook`` under the pass-through profiler."""
+    previous = module._current_fx_name
+    set_fx_name(module, name)
+    output = getattr(module, name)(*args)
+    set_fx_name(module, previous)
+    return output
+
+
+def _plain_run(trainer: pl.Trainer) -> bool:
+    """The setting both lean pieces assume: manual optimization, no real profiler."""
+    module = trainer.lightning_module
+    return (module is not None and not module.automatic_optimization
+            and type(trainer.profiler) is PassThroughProfiler)
+
+
+class _Plan(NamedTuple):
+    """What the lean ``advance`` may skip for one module and strategy, worked out per epoch."""
+
+    lean: bool                   # the narrow case holds (else: Lightning's advance)
+    before_transfer: bool        # the module overrides on_before_batch_transfer
+    to_device: bool              # strategy.batch_to_device may change the batch
+    module_batch_start: bool     # the module overrides on_train_batch_start
+    strategy_batch_start: bool   # the strategy overrides on_train_batch_start
+    direct_step: bool            # training_step needs no strategy wrapping
+    module_batch_end: bool       # the module overrides on_train_batch_end
+
+
+def _plan(trainer: pl.Trainer) -> _Plan:
+    module, strategy = trainer.lightning_module, trainer.strategy
+    return _Plan(
+        lean=_plain_run(trainer),
+        before_transfer=_overrides(module, pl.LightningModule, "on_before_batch_transfer"),
+        to_device=not _batch_stays(module, strategy),
+        module_batch_start=_overrides(module, pl.LightningModule, "on_train_batch_start"),
+        strategy_batch_start=_overrides(strategy, Strategy, "on_train_batch_start"),
+        direct_step=_direct_training_step(module, strategy, trainer),
+        module_batch_end=_overrides(module, pl.LightningModule, "on_train_batch_end"),
+    )
+
+
+class LeanTrainingEpochLoop(_TrainingEpochLoop):
+    """Lightning's training-epoch loop whose ``advance`` takes the lean path when it can."""
+
+    _lean_logged_seen = -1
+    _lean_plan: Optional[_Plan] = None
+
+    def on_run_start(self, data_fetcher: Any) -> None:
+        self._lean_plan = _plan(self.trainer)
+        super().on_run_start(data_fetcher)
+
+    def advance(self, data_fetcher: Any) -> None:
+        plan = self._lean_plan
+        if (plan is None or not plan.lean or self.restarting
+                or type(data_fetcher) is not _PrefetchDataFetcher):
+            super().advance(data_fetcher)
+            return
+        trainer = self.trainer
+        module = trainer.lightning_module
+        strategy = trainer.strategy
+        progress = self.batch_progress
+        self.val_loop.restarting = False
+
+        batch, _, __ = next(data_fetcher)
+        batch_idx = self.batch_idx + 1
+        progress.is_last_batch = data_fetcher.done
+        batch = trainer.precision_plugin.convert_input(batch)
+        if plan.before_transfer:
+            batch = module._on_before_batch_transfer(batch, dataloader_idx=0)
+        if plan.to_device:
+            previous = module._current_fx_name
+            set_fx_name(module, "batch_to_device")
+            batch = strategy.batch_to_device(batch, dataloader_idx=0)
+            set_fx_name(module, previous)
+        progress.increment_ready()
+        connector = trainer._logger_connector
+        connector.on_batch_start(batch)
+
+        output: Any = None
+        skip_rest = False
+        if batch is None:
+            self._warning_cache.warn(
+                "train_dataloader yielded None. If this was on purpose, ignore this warning..."
+            )
+        else:
+            call._call_callback_hooks(trainer, "on_train_batch_start", batch, batch_idx)
+            response = None
+            if plan.module_batch_start:
+                response = _module_hook(trainer, module, "on_train_batch_start", batch, batch_idx)
+            if plan.strategy_batch_start:
+                _module_hook_on(strategy, module, "on_train_batch_start", batch, batch_idx)
+            skip_rest = response == -1
+            if skip_rest:
+                if _MARKS_LAST_BATCH:
+                    progress.increment_by(0, is_last_batch=True)
+            else:
+                progress.increment_started()
+                if plan.direct_step:
+                    output = _manual_step(self.manual_optimization, module, strategy, batch,
+                                          batch_idx)
+                else:
+                    output = self.manual_optimization.run(
+                        OrderedDict(batch=batch, batch_idx=batch_idx)
+                    )
+        progress.increment_processed()
+        if skip_rest:
+            raise StopIteration
+
+        call._call_callback_hooks(trainer, "on_train_batch_end", output, batch, batch_idx)
+        if plan.module_batch_end:
+            _module_hook(trainer, module, "on_train_batch_end", output, batch, batch_idx)
+        logged = getattr(module, "log_calls", None)
+        if logged is None or logged != self._lean_logged_seen:
+            connector.on_batch_end()
+            self._lean_logged_seen = logged if logged is not None else -1
+        else:  # nothing logged since the last recompute: only let go of the batch
+            results = self._results
+            results.batch = None
+            results.batch_size = None
+        progress.increment_completed()
+        connector.update_train_step_metrics()
+
+
+def _batch_stays(module: pl.LightningModule, strategy: Strategy) -> bool:
+    """Whether ``strategy.batch_to_device`` would hand the batch back unchanged: the module's
+    ``transfer_batch_to_device`` is one that says so (``TrialModule``'s: the context moves
+    batches) and nothing overrides the rest of the chain."""
+    kind = type(module)
+    return (getattr(kind, "transfer_batch_to_device", None) is getattr(kind, "keeps_batch", 0)
+            and not _overrides(module, pl.LightningModule, "on_after_batch_transfer")
+            and type(strategy).batch_to_device is Strategy.batch_to_device)
+
+
+def _direct_training_step(module: pl.LightningModule, strategy: Strategy,
+                          trainer: pl.Trainer) -> bool:
+    """Whether ``strategy.training_step`` would just call ``module.training_step``: one device
+    (no DDP forward redirection), the plain precision plugin (no step context)."""
+    return (type(strategy) is SingleDeviceStrategy and strategy.model is module
+            and type(trainer.precision_plugin) is Precision)
+
+
+def _manual_step(manual: Any, module: pl.LightningModule, strategy: Strategy, batch: Any,
+                 batch_idx: int) -> Any:
+    """``_ManualOptimization.run`` when ``_direct_training_step``: the optimizers count their
+    steps into the loop's progress while ``training_step`` runs, as Lightning has them do."""
+    optimizers = strategy._lightning_optimizers
+    for optimizer in optimizers:
+        optimizer._on_before_step = manual._on_before_step
+        optimizer._on_after_step = manual._on_after_step
+    output: Any = {}
+    try:
+        previous = module._current_fx_name
+        set_fx_name(module, "training_step")
+        step_output = module.training_step(batch, batch_idx)
+        set_fx_name(module, previous)
+        del batch
+        strategy.post_training_step()
+        output = manual.output_result_cls.from_training_step_output(step_output).asdict()
+    except StopIteration:  # Lightning's run() swallows it at this level too
+        pass
+    manual._restarting = False
+    for optimizer in optimizers:
+        optimizer._on_before_step = do_nothing_closure
+        optimizer._on_after_step = do_nothing_closure
+    return output
+
+
+def _module_hook_on(strategy: Strategy, module: pl.LightningModule, name: str, *args: Any) -> None:
+    """``call._call_strategy_hook`` under the pass-through profiler."""
+    previous = module._current_fx_name
+    set_fx_name(module, name)
+    getattr(strategy, name)(*args)
+    set_fx_name(module, previous)
+
+
+class BackendFastPath:
+    """``manual_backward`` and ``LightningOptimizer.step()`` without the layers that change
+    nothing for a plain strategy (single device or DDP) and the plain precision plugin.
+
+    ``applies(trainer)`` decides once per fit; each call then does what Lightning's chain does,
+    in its order: the same hooks (callbacks through the dispatch, the module's where it
+    overrides them), the strategy's pre/post backward (DDP's ``prepare_for_backward``), the
+    optimizer's progress counters, ``on_before_optimizer_step`` inside ``optimizer.step``.
+    """
+
+    def __init__(self, trainer: pl.Trainer) -> None:
+        self.trainer = trainer
+        self.module = module = trainer.lightning_module
+        self.module_hooks = {
+            name for name in ("on_before_backward", "on_after_backward", "on_before_optimizer_step")
+            if _overrides(module, pl.LightningModule, name)
+        }
+
+    @staticmethod
+    def applies(trainer: pl.Trainer) -> bool:
+        if not enabled() or not _plain_run(trainer):
+            return False
+        strategy = trainer.strategy
+        module = trainer.lightning_module
+        plain_strategy = type(strategy) in (SingleDeviceStrategy, DDPStrategy)
+        averaging = getattr(strategy, "_model_averager", None) is not None
+        return (plain_strategy and not averaging and type(trainer.precision_plugin) is Precision
+                and type(strategy).backward is Strategy.backward
+                and not _overrides(module, pl.LightningModule, "backward")
+                and not _overrides(module, pl.LightningModule, "manual_backward"))
+
+    def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        trainer, module = self.trainer, self.module
+        strategy = trainer.strategy
+        strategy.pre_backward(loss)
+        call._call_callback_hooks(trainer, "on_before_backward", loss)
+        if "on_before_backward" in self.module_hooks:
+            _module_hook(trainer, module, "on_before_backward", loss)
+        loss.backward(*args, **kwargs)
+        detached = loss.detach()
+        call._call_callback_hooks(trainer, "on_after_backward")
+        if "on_after_backward" in self.module_hooks:
+            _module_hook(trainer, module, "on_after_backward")
+        strategy.post_backward(detached)
+
+    def step(self, lightning_optimizer: LightningOptimizer) -> Optional[Any]:
+        # LightningOptimizer makes a subclass per optimizer class ("LightningSGD"); a step
+        # replaced anywhere in it takes Lightning's path.
+        if type(lightning_optimizer).step is not LightningOptimizer.step:
+            return lightning_optimizer.step()
+        trainer, module = self.trainer, self.module
+        optimizer = lightning_optimizer.optimizer
+
+        def closure() -> None:  # Lightning's do-nothing closure, then _after_closure's hooks
+            call._call_callback_hooks(trainer, "on_before_optimizer_step", optimizer)
+            if "on_before_optimizer_step" in self.module_hooks:
+                _module_hook(trainer, module, "on_before_optimizer_step", optimizer)
+            # Lightning clips gradients here only under automatic optimization.
+
+        lightning_optimizer._on_before_step()
+        output = optimizer.step(closure=closure)
+        lightning_optimizer._on_after_step()
+        return output
+
