@@ -7,16 +7,17 @@ bracket; ``pytorch.Trainer.fit`` then adds the same ``SearchReporter`` a model_d
 
 import json
 import os
+import pathlib
 from typing import Any, Dict
 
 import optuna
 
 from det_lightning._search._asha import Bracket
 from det_lightning._search._runner import SearchReporter, open_storage
-from det_lightning._search._settings import AshaSettings
+from det_lightning._search._settings import SearchSettings
 
 
-def search_environment(storage: str, study_name: str, trial_id: int, settings: AshaSettings,
+def search_environment(storage: str, study_name: str, trial_id: int, settings: SearchSettings,
                        bracket: Bracket) -> str:
     """The value of ``$DET_LIGHTNING_SEARCH`` for one trial."""
     return json.dumps({
@@ -30,6 +31,17 @@ def search_environment(storage: str, study_name: str, trial_id: int, settings: A
     })
 
 
+def _search_trial() -> optuna.Trial:
+    """The search's trial this process trains, from ``$DET_LIGHTNING_SEARCH``."""
+    from det_lightning.pytorch._trainer import SEARCH_ENV
+
+    spec: Dict[str, Any] = json.loads(os.environ[SEARCH_ENV])
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    storage = open_storage(spec["storage"], pathlib.Path("."))
+    study = optuna.load_study(study_name=spec["study"], storage=storage)
+    return optuna.trial.Trial(study, int(spec["trial_id"]))
+
+
 def attach_reporter(trial: Any, context: Any) -> None:
     """Adds the search's reporter to ``trial``'s callbacks (on the chief: it reports)."""
     from det_lightning._experiment import _add_callbacks
@@ -39,15 +51,11 @@ def attach_reporter(trial: Any, context: Any) -> None:
     bracket = Bracket(spec["bracket"]["num_rungs"], spec["bracket"]["max_trials"],
                       spec["bracket"]["max_concurrent_trials"],
                       tuple(spec["bracket"]["rung_units"]))
-    settings = AshaSettings(spec["metric"], spec["smaller_is_better"], spec["time_metric"],
+    settings = SearchSettings(spec["metric"], spec["smaller_is_better"], spec["time_metric"],
                             spec["max_time"], spec["max_trials"], spec["divisor"], [bracket])
     if context.distributed.rank != 0:
         return
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    import pathlib
-
-    storage = open_storage(spec["storage"], pathlib.Path("."))
-    study = optuna.load_study(study_name=spec["study"], storage=storage)
-    live = optuna.trial.Trial(study, int(spec["trial_id"]))
+    live = _search_trial()
+    study = live.study
     _add_callbacks(trial, {"_det_lightning_search": SearchReporter(
         study, live, settings, bracket, context)})

@@ -5,9 +5,10 @@ aggressive bracket). Runs go through child processes, as a user starts them; the
 the search back from its Optuna journal.
 """
 
+import math
 import os
-import re
 import pathlib
+import re
 import signal
 import subprocess
 import sys
@@ -20,7 +21,13 @@ from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
 
 from det_lightning._search._runner import JOURNAL_NAME
-from tests.integration.cli_support import PROJECT, output, run_cli
+from tests.integration.cli_support import (
+    PROJECT,
+    VALIDATION_LOG_ENV,
+    output,
+    read_validation_log,
+    run_cli,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -273,3 +280,119 @@ def test_determineds_mnist_adaptive_config_runs_end_to_end(
                for t in trials)
     assert all(8 <= t.user_attrs["hparams"]["n_filters1"] <= 64 for t in trials)
     assert re.search(r"^best: trial \d+ \(validation_loss=", result.stdout, re.M), output(result)
+
+
+# ----- grid and random: the same worker loop and storage --------------------------------------
+
+GRID = str(PROJECT / "search.yaml")
+# search.yaml: hidden_size [2, 8] x learning_rate 10**[-3, -1], in name order, the first
+# varying slowest; Determined creates the last point's trial first (grid.go).
+GRID_ORDER = [(8, 0.1), (8, 0.001), (2, 0.1), (2, 0.001)]
+
+
+def _points(trials: List[optuna.trial.FrozenTrial]) -> List[tuple]:
+    by_number = sorted(trials, key=lambda t: t._trial_id)
+    return [(t.user_attrs["hparams"]["hidden_size"],
+             round(t.user_attrs["hparams"]["learning_rate"], 6)) for t in by_number]
+
+
+def test_a_grid_search_runs_determineds_points_in_its_order_and_reruns_as_done(
+    isolated_run: pathlib.Path, checkpoint_dir: pathlib.Path
+) -> None:
+    log = isolated_run / "validations.jsonl"
+    result = run_cli("experiment", GRID, str(PROJECT), cwd=isolated_run,
+                     env={VALIDATION_LOG_ENV: str(log)})
+    assert result.returncode == 0, output(result)
+    trials = _trials(checkpoint_dir / JOURNAL_NAME)
+    assert _points(trials) == GRID_ORDER
+    assert [t.user_attrs["grid_point"] for t in sorted(trials, key=lambda t: t._trial_id)] == [
+        0, 1, 2, 3]
+    assert all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
+    lines = read_validation_log(log)
+    assert [v["batches"] for v in lines] == [4, 8] * 4
+    for trial in trials:  # each trial's reported validations are its study values
+        number = trial._trial_id + 1
+        mine = lines[2 * (number - 1): 2 * number]
+        assert trial.intermediate_values == {
+            4: pytest.approx(mine[0]["validation_loss"]), 8: pytest.approx(mine[1]["validation_loss"])}
+        assert trial.value == pytest.approx(mine[1]["validation_loss"])
+    rows = re.findall(r"^([1-4])\s+COMPLETED\s+global_batch_size=8, learning_rate=(\S+), "
+                      r"hidden_size=(\d)\s+8\s+\S+\s+(\S+)$", result.stdout, re.M)
+    assert [(int(h), round(float(lr), 6)) for _, lr, h, _ in rows] == GRID_ORDER, output(result)
+    assert all(pathlib.Path(path).parent == checkpoint_dir / f"trial-{n}" for n, _, _, path in rows)
+    again = run_cli("experiment", GRID, str(PROJECT), cwd=isolated_run,
+                    env={VALIDATION_LOG_ENV: str(log)})
+    assert again.returncode == 0, output(again)
+    assert len(_trials(checkpoint_dir / JOURNAL_NAME)) == 4
+    assert len(read_validation_log(log)) == 8  # finished: nothing trained again
+    assert len(re.findall(r"^[1-4]\s+COMPLETED", again.stdout, re.M)) == 4
+
+
+def _slow_config(project: pathlib.Path, searcher: str, space: str = "") -> None:
+    """The slow project's config with another searcher section (and hyperparameters)."""
+    head, _ = (project / "asha.yaml").read_text().split("searcher:")
+    if space:
+        head = head.split("hyperparameters:")[0] + space
+    (project / "asha.yaml").write_text(
+        head + searcher + "min_validation_period:\n  batches: 4\nmin_checkpoint_period:\n"
+        "  batches: 2\nreproducibility:\n  experiment_seed: 7\n")
+
+
+RANDOM_SEARCHER = """searcher:
+  name: random
+  metric: validation_loss
+  max_trials: 3
+  max_length:
+    batches: 8
+"""
+
+
+def test_a_random_search_killed_mid_trial_resumes_it_and_runs_each_trial_once(
+    isolated_run: pathlib.Path, checkpoint_dir: pathlib.Path, slow_project: pathlib.Path
+) -> None:
+    _slow_config(slow_project, RANDOM_SEARCHER)
+    process = _start(isolated_run, slow_project)
+    first = checkpoint_dir / "trial-1"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (first.is_dir() and any(
+            (p / "metadata.json").exists() and _steps(p) >= 4 for p in first.iterdir()
+            if not p.name.startswith("."))):
+        time.sleep(0.05)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait(30)
+    assert process.stdout is not None
+    process.stdout.close()
+    journal = checkpoint_dir / JOURNAL_NAME
+    (running,) = [t for t in _trials(journal) if t.state == optuna.trial.TrialState.RUNNING]
+    drawn = running.user_attrs["hparams"]
+    rerun = _start(isolated_run, slow_project)
+    out = rerun.communicate(timeout=240)[0]
+    assert rerun.returncode == 0, out
+    assert f"trial 1 (random) resumed: {drawn}" in out, out
+    assert "resuming from" in out
+    trials = _trials(journal)
+    assert len(trials) == 3 and all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
+    for trial in trials:
+        assert -3 <= math.log10(trial.user_attrs["hparams"]["learning_rate"]) <= -0.5
+        assert max(trial.intermediate_values) == 8
+        newest = max((p for p in (checkpoint_dir / f"trial-{trial._trial_id + 1}").iterdir()
+                      if not p.name.startswith(".")), key=_steps)
+        assert _steps(newest) == 8
+
+
+def test_two_workers_share_a_grid_search_each_point_once(
+    isolated_run: pathlib.Path, checkpoint_dir: pathlib.Path, slow_project: pathlib.Path
+) -> None:
+    grid = (PROJECT / "search.yaml").read_text()
+    space = "hyperparameters:" + grid.split("hyperparameters:")[1].split("searcher:")[0]
+    _slow_config(slow_project, "searcher:" + grid.split("searcher:")[1].split("min_")[0], space)
+    process = _start(isolated_run, slow_project, "--workers", "2")
+    out = process.communicate(timeout=240)[0]
+    assert process.returncode == 0, out
+    trials = _trials(checkpoint_dir / JOURNAL_NAME)
+    assert sorted(_points(trials)) == sorted(GRID_ORDER)
+    assert sorted(t.user_attrs["grid_point"] for t in trials) == [0, 1, 2, 3]
+    assert all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
+    assert len({t.user_attrs["pid"] for t in trials}) == 2
+    assert out.count("best: trial") == 1
+
