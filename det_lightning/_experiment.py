@@ -367,12 +367,24 @@ def format_summary(results: Sequence[TrialResult], metric: str, smaller_is_bette
     return "\n".join(lines)
 
 
+def write_trial_hparams(plan: Plan, number: int, hparams: Dict[str, Any]) -> None:
+    """The chief writes the trial's hyperparameters for TensorBoard's HParams view into the
+    trial's run directory, once (``_search._tensorboard``)."""
+    if os.environ.get("RANK", "0") != "0":
+        return
+    from det_lightning._search._tensorboard import write_hparams
+
+    write_hparams(plan.tensorboard_root / f"trial-{number}", hparams,
+                  plan.config.searcher["metric"], f"trial-{number}")
+
+
 def run_trials(plan: Plan) -> List[TrialResult]:
     """Runs the plan's trials in order; a failing trial is logged and the search goes on."""
     results = []
     total = len(plan.trials)
     for number, hparams in enumerate(plan.trials, start=1):
         logger.info(f"trial {number} of {total}: hyperparameters {hparams}")
+        write_trial_hparams(plan, number, hparams)
         try:
             if plan.trial_class is not None:
                 results.append(run_legacy_trial(plan, number, hparams))

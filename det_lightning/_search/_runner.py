@@ -309,8 +309,9 @@ def _run_trial(plan: Any, settings: SearchSettings, bracket: Bracket, study: opt
         logger.info(f"trial {number}: was stopped at rung {trial.user_attrs.get('rung')}")
         study.tell(trial, state=optuna.trial.TrialState.PRUNED)
         return
-    from det_lightning._experiment import run_command_trial, run_legacy_trial
+    from det_lightning._experiment import run_command_trial, run_legacy_trial, write_trial_hparams
 
+    write_trial_hparams(plan, number, hparams)
     reporters: List[SearchReporter] = []
 
     def reporter(context: Any) -> Dict[str, Any]:

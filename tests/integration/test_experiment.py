@@ -22,6 +22,7 @@ from tests.integration.cli_support import (
     read_validation_log,
     run_cli,
 )
+from tests.unit.test_search_tensorboard import read_hparams_view
 
 
 def _config(**overrides: object) -> dict:
@@ -69,6 +70,11 @@ def test_legacy_entrypoint_validates_at_config_batches_and_checkpoints(
     assert loaded["hparams"] == {"global_batch_size": 8, "learning_rate": 0.05, "hidden_size": 8}
     assert loaded["keys"] and loaded["max_weight_difference"] == 0.0
     assert project_files() == before  # the project is run as it is, and left as it was
+    # TensorBoard's HParams view: the trial's hyperparameters in its own run, the searcher
+    # metric beside the validation scalars.
+    values, metrics, scalars = read_hparams_view(isolated_run.parent / "tensorboard" / "trial-1")
+    assert values == {"global_batch_size": 8, "learning_rate": 0.05, "hidden_size": 8}
+    assert metrics == ["Determined/validation_loss"] and metrics[0] in scalars
 
     # `det-lightning checkpoint convert` (in process: it imports no trial code).
     assert _cli.main(["checkpoint", "convert", str(checkpoint), "best.ckpt"]) == 0

@@ -28,6 +28,7 @@ from tests.integration.cli_support import (
     read_validation_log,
     run_cli,
 )
+from tests.unit.test_search_tensorboard import read_hparams_view
 
 pytestmark = pytest.mark.slow
 
@@ -320,6 +321,14 @@ def test_a_grid_search_runs_determineds_points_in_its_order_and_reruns_as_done(
                       r"hidden_size=(\d)\s+8\s+\S+\s+(\S+)$", result.stdout, re.M)
     assert [(int(h), round(float(lr), 6)) for _, lr, h, _ in rows] == GRID_ORDER, output(result)
     assert all(pathlib.Path(path).parent == checkpoint_dir / f"trial-{n}" for n, _, _, path in rows)
+    for trial in trials:  # HParams: each trial's own run, beside its validation scalars
+        run = isolated_run.parent / "tensorboard" / f"trial-{trial._trial_id + 1}"
+        values, metrics, scalars = read_hparams_view(run)
+        drawn = trial.user_attrs["hparams"]
+        assert values == {"global_batch_size": 8, "hidden_size": drawn["hidden_size"],
+                          "learning_rate": pytest.approx(drawn["learning_rate"])}
+        assert metrics == ["Determined/validation_loss"] and metrics[0] in scalars
+
     again = run_cli("experiment", GRID, str(PROJECT), cwd=isolated_run,
                     env={VALIDATION_LOG_ENV: str(log)})
     assert again.returncode == 0, output(again)
