@@ -20,7 +20,7 @@ would re-run the bare script, without the ``determined`` alias.
 Exit status: 0 on success; 2 for a usage or configuration error (the message names the config
 key); 1 when a trial fails or the real ``determined`` is already imported; 75 when training was
 stopped by a signal after checkpointing (run again to resume); a script's own status for ``run``
-.
+(0 when a search's trial raises ``det.InvalidHP``: the search drops the trial and goes on).
 """
 
 import argparse
@@ -37,6 +37,7 @@ from det_lightning._config import load_config
 from det_lightning._experiment import UsageError
 from det_lightning.pytorch import _export
 from det_lightning.pytorch._launch import LAUNCH_ENV, add_launch_arguments
+from det_lightning.pytorch._trainer import SEARCH_ENV
 
 PROG = "det-lightning"
 EXIT_USAGE = 2
@@ -147,7 +148,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return status
     for name, value in options.items():
         os.environ[LAUNCH_ENV[name]] = str(value)
-    return run_script(args.target, args.script_args, as_module=args.module)
+    try:
+        return run_script(args.target, args.script_args, as_module=args.module)
+    except errors.InvalidHP as e:
+        if not os.environ.get(SEARCH_ENV):
+            raise
+        # A search's trial: tell the search, and exit 0 as Determined's harness does.
+        from det_lightning._search._child import report_invalid_hp
+
+        print(f"{PROG} run: InvalidHP: {e.msg}", file=sys.stderr, flush=True)
+        report_invalid_hp(e.msg)
+        return 0
 
 
 # ----- experiment ----------------------------------------------------------------------------

@@ -3,6 +3,9 @@
 ``det-lightning experiment`` starts a command entrypoint (``python3 train.py``) as a child
 process with ``$DET_LIGHTNING_SEARCH`` naming the storage, the study, the trial and its
 bracket; ``pytorch.Trainer.fit`` then adds the same ``SearchReporter`` a model_def trial gets.
+A script that raises ``det.InvalidHP`` records it on its trial (``report_invalid_hp``) and
+exits 0, as Determined's harness reports the early exit to the master: the search then drops
+the trial and starts another, as for a model_def trial.
 """
 
 import json
@@ -13,7 +16,7 @@ from typing import Any, Dict
 import optuna
 
 from det_lightning._search._asha import Bracket
-from det_lightning._search._runner import SearchReporter, open_storage
+from det_lightning._search._runner import INVALID_HP, SearchReporter, open_storage
 from det_lightning._search._settings import SearchSettings
 
 
@@ -40,6 +43,11 @@ def _search_trial() -> optuna.Trial:
     storage = open_storage(spec["storage"], pathlib.Path("."))
     study = optuna.load_study(study_name=spec["study"], storage=storage)
     return optuna.trial.Trial(study, int(spec["trial_id"]))
+
+
+def report_invalid_hp(message: str) -> None:
+    """Records on the search's trial that its script raised ``InvalidHP(message)``."""
+    _search_trial().set_user_attr(INVALID_HP, message or "InvalidHP")
 
 
 def attach_reporter(trial: Any, context: Any) -> None:

@@ -327,6 +327,9 @@ def _run_trial(plan: Any, settings: SearchSettings, bracket: Bracket, study: opt
             )
         result = run_command_trial(plan, number, hparams, extra_env=_child_environment(
             plan, settings, bracket, study, trial, number, hparams, again, storage_ref))
+        invalid = _current_attrs(study, trial).get(INVALID_HP)
+        if invalid:  # the script raised InvalidHP (_child.report_invalid_hp)
+            raise errors.InvalidHP(str(invalid))
         if result.status != "COMPLETED":
             raise RuntimeError(f"trial {number}: its command failed")
         return result
@@ -338,7 +341,7 @@ def _run_trial(plan: Any, settings: SearchSettings, bracket: Bracket, study: opt
             break
         except errors.InvalidHP as invalid:
             logger.info(f"trial {number}: InvalidHP ({invalid.msg}); another trial replaces it")
-            trial.set_user_attr(INVALID_HP, True)
+            trial.set_user_attr(INVALID_HP, invalid.msg or True)
             study.tell(trial, state=optuna.trial.TrialState.FAIL)
             return
         except errors.InvalidExperimentException:

@@ -405,3 +405,35 @@ def test_two_workers_share_a_grid_search_each_point_once(
     assert len({t.user_attrs["pid"] for t in trials}) == 2
     assert out.count("best: trial") == 1
 
+
+def test_invalid_hp_from_a_command_entrypoint_drops_the_trial_and_replaces_it(
+    isolated_run: pathlib.Path, checkpoint_dir: pathlib.Path
+) -> None:
+    """``entrypoint: python3 train.py`` whose script raises ``det.InvalidHP`` for hidden_size 8
+    (inside ``pytorch.init()``, as Determined's examples do): the trial's process records it
+    and exits 0; the search drops the trial and draws another. Experiment seed 2 draws
+    hidden_size 8, 2, 8, 2: two trials dropped, two run."""
+    project = isolated_run / "project"
+    project.mkdir()
+    for name in ("model_def.py", "data.py", "const.yaml"):
+        (project / name).write_text((PROJECT / name).read_text())
+    (project / "train.py").write_text((PROJECT / "train.py").read_text().replace(
+        "        trial = model_def.RegressionTrial(train_context)",
+        "        if hparams['hidden_size'] == 8:\n"
+        "            raise det.InvalidHP('hidden_size 8 is not allowed')\n"
+        "        trial = model_def.RegressionTrial(train_context)"))
+    config = (PROJECT / "asha.yaml").read_text().split("searcher:")[0].replace(
+        "model_def:RegressionTrial", "python3 train.py")
+    path = isolated_run / "command.yaml"
+    path.write_text(config + RANDOM_SEARCHER.replace("max_trials: 3", "max_trials: 2")
+                    + "reproducibility:\n  experiment_seed: 2\n")
+    result = run_cli("experiment", str(path), str(project), cwd=isolated_run)
+    assert result.returncode == 0, output(result)
+    trials = sorted(_trials(checkpoint_dir / JOURNAL_NAME), key=lambda t: t._trial_id)
+    assert [t.user_attrs["hparams"]["hidden_size"] for t in trials] == [8, 2, 8, 2]
+    assert [t.user_attrs.get("invalid_hp") for t in trials] == [
+        "hidden_size 8 is not allowed", None, "hidden_size 8 is not allowed", None]
+    assert [t.state.name for t in trials] == ["FAIL", "COMPLETE", "FAIL", "COMPLETE"]
+    assert "trial 1: InvalidHP (hidden_size 8 is not allowed)" in result.stderr
+    rows = re.findall(r"^(\d+)\s+COMPLETED\s", result.stdout, re.M)
+    assert rows == ["2", "4"], output(result)  # dropped trials are not listed
