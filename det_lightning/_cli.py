@@ -4,7 +4,8 @@ Usage::
 
     det-lightning run [LAUNCH] train.py [ARGS ...]        # a Trainer-API script, unmodified
     det-lightning run [LAUNCH] -m package.module [ARGS ...]
-    det-lightning experiment [LAUNCH] [--checkpoint-dir DIR] [--storage URL] [--workers N] CONFIG.yaml MODEL_DIR
+    det-lightning experiment [LAUNCH] [--checkpoint-dir DIR] [--storage URL] [--workers N]
+                             [--dashboard] CONFIG.yaml MODEL_DIR
     det-lightning checkpoint {export,convert} ...         # see det_lightning.pytorch._export
 
 Code run by ``run`` and ``experiment`` gets ``det_lightning`` when it imports ``determined``
@@ -35,6 +36,7 @@ import det_lightning
 from det_lightning import _experiment, compat, errors
 from det_lightning._config import load_config
 from det_lightning._experiment import UsageError
+from det_lightning._search._dashboard import dashboard_beside
 from det_lightning.pytorch import _export
 from det_lightning.pytorch._launch import LAUNCH_ENV, add_launch_arguments
 from det_lightning.pytorch._trainer import SEARCH_ENV
@@ -172,7 +174,11 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
             config, args.model_dir, _launch_options(args), args.checkpoint_dir
         )
         plan.storage = args.storage
-        return _run_plan(plan, args)
+        # One dashboard: this command's, not its workers' nor its torchrun processes'.
+        wanted = (args.dashboard and os.environ.get(WORKER_ENV) is None
+                  and not _already_launched(os.environ))
+        with dashboard_beside(plan, wanted):
+            return _run_plan(plan, args)
     except (errors.InvalidConfigException, NotImplementedError, UsageError) as e:
         _error("experiment", f"{args.config}: {e}")
         return EXIT_USAGE
@@ -281,6 +287,10 @@ def build_parser() -> argparse.ArgumentParser:
                             help="a search: how many trials run at once on this machine, "
                             "each in a worker process (default: one per slots_per_trial GPUs, "
                             "at most max_concurrent_trials; one on a machine without GPUs)")
+    experiment.add_argument("--dashboard", action="store_true",
+                            help="start optuna-dashboard on the search's storage while it runs "
+                            "(and after, until Ctrl-C); needs pip install "
+                            "'det_lightning[dashboard]'")
     experiment.add_argument("config", metavar="CONFIG", help="the experiment config (YAML)")
     experiment.add_argument("model_dir", metavar="MODEL_DIR", help="the model definition directory")
     experiment.set_defaults(handler=_cmd_experiment)

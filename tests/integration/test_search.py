@@ -28,6 +28,7 @@ from tests.integration.cli_support import (
     read_validation_log,
     run_cli,
 )
+from tests.unit.test_search_dashboard import fake_dashboard
 from tests.unit.test_search_tensorboard import read_hparams_view
 
 pytestmark = pytest.mark.slow
@@ -298,7 +299,7 @@ def _points(trials: List[optuna.trial.FrozenTrial]) -> List[tuple]:
 
 
 def test_a_grid_search_runs_determineds_points_in_its_order_and_reruns_as_done(
-    isolated_run: pathlib.Path, checkpoint_dir: pathlib.Path
+    isolated_run: pathlib.Path, checkpoint_dir: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     log = isolated_run / "validations.jsonl"
     result = run_cli("experiment", GRID, str(PROJECT), cwd=isolated_run,
@@ -329,9 +330,13 @@ def test_a_grid_search_runs_determineds_points_in_its_order_and_reruns_as_done(
                           "learning_rate": pytest.approx(drawn["learning_rate"])}
         assert metrics == ["Determined/validation_loss"] and metrics[0] in scalars
 
-    again = run_cli("experiment", GRID, str(PROJECT), cwd=isolated_run,
+    # Rerun with --dashboard (a stand-in optuna-dashboard that records its arguments).
+    record = fake_dashboard(isolated_run.parent / "fake", monkeypatch)
+    again = run_cli("experiment", "--dashboard", GRID, str(PROJECT), cwd=isolated_run,
                     env={VALIDATION_LOG_ENV: str(log)})
     assert again.returncode == 0, output(again)
+    assert record.read_text().split() == [str(checkpoint_dir / JOURNAL_NAME)]
+    assert "keeps serving; press Ctrl-C" in again.stderr
     assert len(_trials(checkpoint_dir / JOURNAL_NAME)) == 4
     assert len(read_validation_log(log)) == 8  # finished: nothing trained again
     assert len(re.findall(r"^[1-4]\s+COMPLETED", again.stdout, re.M)) == 4
