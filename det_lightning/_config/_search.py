@@ -50,15 +50,12 @@ def _round_half_away(value: float) -> int:
 
 
 def _spaced(minval: float, maxval: float, count: int) -> List[float]:
-    """``count`` evenly spaced values from minval to maxval inclusive (midpoint if count 1).
-
-    Kept inside ``[minval, maxval]``: ``0.3 + 2 * (0.9 - 0.3) / 2`` is one ulp above 0.9, and
-    Optuna warns about a fixed parameter outside its range.
-    """
+    """``count`` evenly spaced values from minval to maxval inclusive (midpoint if count 1),
+    computed as Determined computes them (``0.3 + 2 * (0.9 - 0.3) / 2`` is one ulp above 0.9
+    there too)."""
     if count == 1:
         return [(minval + maxval) / 2.0]
-    points = [minval + i * (maxval - minval) / (count - 1) for i in range(count)]
-    return [min(max(p, minval), maxval) for p in points]
+    return [minval + i * (maxval - minval) / (count - 1) for i in range(count)]
 
 
 # A grid value: what the Optuna study records for it (None for a constant: nothing), and the

@@ -25,6 +25,7 @@ import logging
 import os
 import pathlib
 import socket
+import warnings
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import optuna
@@ -257,7 +258,10 @@ def _ask(study: optuna.Study, settings: SearchSettings, bracket: Bracket, space:
         trial.set_user_attr(_SURPLUS, True)
         study.tell(trial, state=optuna.trial.TrialState.FAIL)
         return None
-    trial.set_user_attr("hparams", suggest(trial, space))
+    with warnings.catch_warnings():
+        # A grid's last double can be one ulp past maxval, as in Determined (``_config._search``).
+        warnings.filterwarnings("ignore", message="Fixed parameter .* is out of range")
+        trial.set_user_attr("hparams", suggest(trial, space))
     trial.set_user_attr("host", socket.gethostname())
     trial.set_user_attr("pid", os.getpid())
     return trial

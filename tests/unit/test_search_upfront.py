@@ -54,9 +54,9 @@ def test_a_grid_study_hands_out_determineds_points_last_first() -> None:
     enqueue_grid(study, settings.grid)
     drawn = _run_grid(study, settings)
     assert drawn == expected[::-1]
-    # The double's last point is maxval exactly (0.3 + 2 * (0.9 - 0.3) / 2 is one ulp above):
-    # Optuna would warn (an error here) about a fixed parameter outside its range.
-    assert sorted({p["dropout"] for p in drawn}) == [0.3, pytest.approx(0.6), 0.9]
+    # The double's last point is Determined's 0.3 + 2 * (0.9 - 0.3) / 2, one ulp above maxval:
+    # the trial gets it as it is, and Optuna's out-of-range warning (an error here) is not raised.
+    assert sorted({p["dropout"] for p in drawn}) == [0.3, pytest.approx(0.6), 0.9000000000000001]
 
 
 def test_a_grid_point_enqueued_twice_runs_once() -> None:
@@ -132,7 +132,10 @@ def test_the_plan_of_grid_and_random_searches() -> None:
     settings = SearchSettings.from_upfront(grid.searcher, grid.raw["hyperparameters"])
     assert settings.brackets[0].max_concurrent_trials == 4 and len(settings.grid) == 81
     # the Optuna parameters of the first trial: the last point, as suggest() reads them back
-    assert settings.grid[0] == {"act": 2, "dropout": 0.9, "optimizer.lr": -1.0, "width": 4}
+    assert settings.grid[0] == {"act": 2, "dropout": 0.9000000000000001, "optimizer.lr": -1.0,
+                                "width": 4}
     study = _study()
-    study.enqueue_trial(settings.grid[0])
-    assert suggest(study.ask(), SPACE) == grid_points(SPACE)[-1]
+    enqueue_grid(study, settings.grid[:1])
+    trial = _runner._ask(study, settings, settings.brackets[0], SPACE, seed=None)
+    assert trial is not None and trial.user_attrs["hparams"] == grid_points(SPACE)[-1]
+    assert suggest(trial, SPACE) == grid_points(SPACE)[-1]  # read back again: the same
