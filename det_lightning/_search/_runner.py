@@ -14,9 +14,10 @@ One worker (one ``det-lightning experiment`` process) loops::
     study.tell(): COMPLETE, PRUNED (stopped at a rung), or FAIL (an error; InvalidHP: not counted)
 
 ``grid`` and ``random`` are one bracket without rungs: a trial trains its full length, and its
-validations are recorded for the summary. Each bracket is one Optuna study; every worker given the same storage (by default a journal
-file beside the checkpoints, safe for several processes on one machine; ``--storage URL`` for
-a database several machines share) works on the same search. Rerunning the command continues it.
+validations are recorded for the summary. Each bracket is one Optuna study; every worker given
+the same storage (by default a journal file beside the checkpoints, safe for several processes
+on one machine; ``--storage URL`` for a database several machines share) works on the same
+search. Rerunning the command continues it.
 """
 
 import hashlib

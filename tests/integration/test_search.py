@@ -135,6 +135,25 @@ def _start(workdir: pathlib.Path, project: pathlib.Path, *extra: str) -> subproc
     )
 
 
+def _kill_once_checkpointed(process: subprocess.Popen, trial_dir: pathlib.Path,
+                            steps: int) -> None:
+    """SIGKILL to the search's process group once ``trial_dir`` has a checkpoint of at least
+    ``steps`` batches (or after two minutes)."""
+    deadline = time.monotonic() + 120
+
+    def checkpointed() -> bool:
+        return trial_dir.is_dir() and any(
+            not p.name.startswith(".") and (p / "metadata.json").exists() and _steps(p) >= steps
+            for p in trial_dir.iterdir())
+
+    while time.monotonic() < deadline and not checkpointed():
+        time.sleep(0.05)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait(30)
+    assert process.stdout is not None
+    process.stdout.close()
+
+
 def test_a_search_killed_mid_trial_continues_when_rerun(
     isolated_run: pathlib.Path, checkpoint_dir: pathlib.Path, slow_project: pathlib.Path
 ) -> None:
@@ -142,20 +161,7 @@ def test_a_search_killed_mid_trial_continues_when_rerun(
     batches or later); rerunning the command resumes it from that checkpoint and finishes the
     search, every trial run once."""
     process = _start(isolated_run, slow_project)
-    deadline = time.monotonic() + 120
-    first = checkpoint_dir / "trial-1"
-
-    def checkpointed_past_rung_1() -> bool:
-        return first.is_dir() and any(
-            not p.name.startswith(".") and (p / "metadata.json").exists() and _steps(p) >= 4
-            for p in first.iterdir())
-
-    while time.monotonic() < deadline and not checkpointed_past_rung_1():
-        time.sleep(0.05)
-    os.killpg(process.pid, signal.SIGKILL)
-    process.wait(30)
-    assert process.stdout is not None
-    process.stdout.close()
+    _kill_once_checkpointed(process, checkpoint_dir / "trial-1", 4)  # past rung 1
     journal = checkpoint_dir / JOURNAL_NAME
     running = [t for t in _trials(journal) if t.state == optuna.trial.TrialState.RUNNING]
     assert len(running) == 1 and running[0]._trial_id == 0, "not killed inside trial 1"
@@ -316,7 +322,9 @@ def test_a_grid_search_runs_determineds_points_in_its_order_and_reruns_as_done(
         number = trial._trial_id + 1
         mine = lines[2 * (number - 1): 2 * number]
         assert trial.intermediate_values == {
-            4: pytest.approx(mine[0]["validation_loss"]), 8: pytest.approx(mine[1]["validation_loss"])}
+            4: pytest.approx(mine[0]["validation_loss"]),
+            8: pytest.approx(mine[1]["validation_loss"]),
+        }
         assert trial.value == pytest.approx(mine[1]["validation_loss"])
     rows = re.findall(r"^([1-4])\s+COMPLETED\s+global_batch_size=8, learning_rate=(\S+), "
                       r"hidden_size=(\d)\s+8\s+\S+\s+(\S+)$", result.stdout, re.M)
@@ -366,16 +374,7 @@ def test_a_random_search_killed_mid_trial_resumes_it_and_runs_each_trial_once(
 ) -> None:
     _slow_config(slow_project, RANDOM_SEARCHER)
     process = _start(isolated_run, slow_project)
-    first = checkpoint_dir / "trial-1"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not (first.is_dir() and any(
-            (p / "metadata.json").exists() and _steps(p) >= 4 for p in first.iterdir()
-            if not p.name.startswith("."))):
-        time.sleep(0.05)
-    os.killpg(process.pid, signal.SIGKILL)
-    process.wait(30)
-    assert process.stdout is not None
-    process.stdout.close()
+    _kill_once_checkpointed(process, checkpoint_dir / "trial-1", 4)
     journal = checkpoint_dir / JOURNAL_NAME
     (running,) = [t for t in _trials(journal) if t.state == optuna.trial.TrialState.RUNNING]
     drawn = running.user_attrs["hparams"]
