@@ -16,7 +16,8 @@ from typing import Any, Dict
 import optuna
 
 from det_lightning._search._asha import Bracket
-from det_lightning._search._runner import INVALID_HP, SearchReporter, open_storage
+from det_lightning._search._reporter import INVALID_HP, SearchReporter
+from det_lightning._search._runner import open_storage
 from det_lightning._search._settings import SearchSettings
 
 

@@ -8,7 +8,7 @@ import optuna
 import pytest
 
 from det_lightning._config import grid_points, load_config
-from det_lightning._search import _runner
+from det_lightning._search import _reporter, _runner
 from det_lightning._search._grid import GRID_POINT, enqueue_grid
 from det_lightning._search._sample import suggest
 from det_lightning._search._settings import SearchSettings
@@ -70,7 +70,7 @@ def test_a_grid_point_enqueued_twice_runs_once() -> None:
         study.enqueue_trial(dict(params), user_attrs={GRID_POINT: index})
     drawn = _run_grid(study, settings)
     assert len(drawn) == 81 and drawn == grid_points(SPACE)[::-1]
-    surplus = [t for t in study.trials if t.user_attrs.get(_runner._SURPLUS)]
+    surplus = [t for t in study.trials if t.user_attrs.get(_reporter.SURPLUS)]
     assert [t.user_attrs[GRID_POINT] for t in surplus] == [0, 1, 2, 3, 4]
     assert all(t.state == optuna.trial.TrialState.FAIL for t in surplus)
 
@@ -83,7 +83,7 @@ def test_a_trial_asked_after_the_last_grid_point_is_dropped() -> None:
     trial = _runner._ask(study, settings, settings.brackets[0], SPACE, seed=None)
     assert trial is None
     (only,) = study.trials
-    assert only.user_attrs[_runner._SURPLUS] and only.state == optuna.trial.TrialState.FAIL
+    assert only.user_attrs[_reporter.SURPLUS] and only.state == optuna.trial.TrialState.FAIL
 
 
 def test_random_keeps_to_max_trials_when_workers_ask_at_once() -> None:
@@ -94,7 +94,7 @@ def test_random_keeps_to_max_trials_when_workers_ask_at_once() -> None:
     assert [t is not None for t in asked] == [True, True, True, False, False]
     invalid = asked[1]
     assert invalid is not None
-    invalid.set_user_attr(_runner.INVALID_HP, "too wide")  # dropped for InvalidHP: replaced
+    invalid.set_user_attr(_reporter.INVALID_HP, "too wide")  # dropped for InvalidHP: replaced
     assert _runner.next_bracket([study], settings) == 0
     assert _runner._ask(study, settings, settings.brackets[0], SPACE, seed=1) is not None
     assert _runner.next_bracket([study], settings) is None
