@@ -5,11 +5,14 @@
 Three runs of the same trial class, each ``det-lightning experiment`` in a fresh directory:
 
 - ``sequential``: a random search of N trials, each trained to ``max_time`` batches, one after
-  another (what ASHA saves against);
+  another (what ASHA saves against). Since random runs on the same Optuna worker loop as
+  adaptive_asha, the baseline pays the loop's per-trial cost too (results before 2026-11-23
+  ran it without Optuna);
 - ``asha, 1 worker`` and ``asha, 2 workers`` (``--workers 2``): adaptive_asha over N trials.
 
 Reported: wall time, batches trained in all, and the engine's cost per trial (the ASHA run's
-time beyond what its batches cost at the sequential run's time per batch, over N). Wall times on
+time beyond what its batches cost at the sequential run's time per batch, over N: what ASHA's
+rung bookkeeping adds to a random search's). Wall times on
 a shared machine vary; read the ratios, which come from one run each, with care.
 """
 

@@ -4,7 +4,8 @@ Usage::
 
     det-lightning run [LAUNCH] train.py [ARGS ...]        # a Trainer-API script, unmodified
     det-lightning run [LAUNCH] -m package.module [ARGS ...]
-    det-lightning experiment [LAUNCH] [--checkpoint-dir DIR] CONFIG.yaml MODEL_DIR
+    det-lightning experiment [LAUNCH] [--checkpoint-dir DIR] [--storage URL] [--workers N]
+                             [--dashboard] CONFIG.yaml MODEL_DIR
     det-lightning checkpoint {export,convert} ...         # see det_lightning.pytorch._export
 
 Code run by ``run`` and ``experiment`` gets ``det_lightning`` when it imports ``determined``
@@ -19,7 +20,8 @@ would re-run the bare script, without the ``determined`` alias.
 
 Exit status: 0 on success; 2 for a usage or configuration error (the message names the config
 key); 1 when a trial fails or the real ``determined`` is already imported; 75 when training was
-stopped by a signal after checkpointing (run again to resume); a script's own status for ``run``.
+stopped by a signal after checkpointing (run again to resume); a script's own status for ``run``
+(0 when a search's trial raises ``det.InvalidHP``: the search drops the trial and goes on).
 """
 
 import argparse
@@ -34,8 +36,10 @@ import det_lightning
 from det_lightning import _experiment, compat, errors
 from det_lightning._config import load_config
 from det_lightning._experiment import UsageError
+from det_lightning._search._dashboard import dashboard_beside
 from det_lightning.pytorch import _export
 from det_lightning.pytorch._launch import LAUNCH_ENV, add_launch_arguments
+from det_lightning.pytorch._trainer import SEARCH_ENV
 
 PROG = "det-lightning"
 EXIT_USAGE = 2
@@ -146,7 +150,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return status
     for name, value in options.items():
         os.environ[LAUNCH_ENV[name]] = str(value)
-    return run_script(args.target, args.script_args, as_module=args.module)
+    try:
+        return run_script(args.target, args.script_args, as_module=args.module)
+    except errors.InvalidHP as e:
+        if not os.environ.get(SEARCH_ENV):
+            raise
+        # A search's trial: tell the search, and exit 0 as Determined's harness does.
+        from det_lightning._search._child import report_invalid_hp
+
+        print(f"{PROG} run: InvalidHP: {e.msg}", file=sys.stderr, flush=True)
+        report_invalid_hp(e.msg)
+        return 0
 
 
 # ----- experiment ----------------------------------------------------------------------------
@@ -160,19 +174,27 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
             config, args.model_dir, _launch_options(args), args.checkpoint_dir
         )
         plan.storage = args.storage
-        if plan.search is not None and os.environ.get(WORKER_ENV) is None:
-            workers = _search_workers(plan, args.workers)
-            if workers > 1:
-                return _run_workers(workers, plan, args.argv)
-        if plan.trial_class is not None:
-            status = _start_processes(plan.launch, args.argv)  # a command starts its own
-            if status is not None:
-                return status
-            compat.install()  # model_def.py imports determined
-        return _experiment.run_experiment(plan)
+        # One dashboard: this command's, not its workers' nor its torchrun processes'.
+        wanted = (args.dashboard and os.environ.get(WORKER_ENV) is None
+                  and not _already_launched(os.environ))
+        with dashboard_beside(plan, wanted):
+            return _run_plan(plan, args)
     except (errors.InvalidConfigException, NotImplementedError, UsageError) as e:
         _error("experiment", f"{args.config}: {e}")
         return EXIT_USAGE
+
+
+def _run_plan(plan: Any, args: argparse.Namespace) -> int:
+    if plan.search is not None and os.environ.get(WORKER_ENV) is None:
+        workers = _search_workers(plan, args.workers)
+        if workers > 1:
+            return _run_workers(workers, plan, args.argv)
+    if plan.trial_class is not None:
+        status = _start_processes(plan.launch, args.argv)  # a command starts its own
+        if status is not None:
+            return status
+        compat.install()  # model_def.py imports determined
+    return _experiment.run_experiment(plan)
 
 
 WORKER_ENV = "DET_LIGHTNING_SEARCH_WORKER"
@@ -247,22 +269,28 @@ def build_parser() -> argparse.ArgumentParser:
 
     experiment = commands.add_parser(
         "experiment", help="run a Determined experiment config locally",
-        description="Run a Determined experiment config locally: searchers single, grid and "
-        "random one trial after another, adaptive_asha on Optuna (several workers may share "
-        "one search through --storage); each trial checkpoints to <checkpoint dir>/trial-<n>/.",
+        description="Run a Determined experiment config locally: searchers grid, random and "
+        "adaptive_asha on Optuna (several workers may share one search through --storage, and "
+        "rerunning continues it), single as one trial; each trial checkpoints to "
+        "<checkpoint dir>/trial-<n>/.",
     )
     add_launch_arguments(experiment)
     experiment.add_argument("--checkpoint-dir", default=None,
                             help="where checkpoints go (default: checkpoint_storage, else "
                             "$DET_LIGHTNING_CHECKPOINT_DIR, else ./checkpoints)")
     experiment.add_argument("--storage", default=None,
-                            help="adaptive_asha: the Optuna storage every worker of the search "
+                            help="grid, random, adaptive_asha: the Optuna storage every worker "
+                            "of the search "
                             "shares (a database URL, or a journal file path; default: "
                             "<checkpoint dir>/search.journal). Rerun to continue a search.")
     experiment.add_argument("--workers", type=int, default=None,
-                            help="adaptive_asha: how many trials run at once on this machine, "
+                            help="a search: how many trials run at once on this machine, "
                             "each in a worker process (default: one per slots_per_trial GPUs, "
                             "at most max_concurrent_trials; one on a machine without GPUs)")
+    experiment.add_argument("--dashboard", action="store_true",
+                            help="start optuna-dashboard on the search's storage while it runs "
+                            "(and after, until Ctrl-C); needs pip install "
+                            "'det_lightning[dashboard]'")
     experiment.add_argument("config", metavar="CONFIG", help="the experiment config (YAML)")
     experiment.add_argument("model_dir", metavar="MODEL_DIR", help="the model definition directory")
     experiment.set_defaults(handler=_cmd_experiment)

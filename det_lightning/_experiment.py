@@ -1,10 +1,12 @@
 """Running a Determined experiment config locally: ``det-lightning experiment CONFIG MODEL_DIR``.
 
-What Determined's master and harness do for an experiment, one trial after another::
+What Determined's master and harness do for an experiment::
 
     config = load_config(CONFIG)                  # unknown keys fail; cluster-only keys reported
     plan = plan_experiment(config, MODEL_DIR)     # every check that can fail before training
-    for n, hparams in enumerate(config.trial_hparams(), 1):      # single, grid or random
+    grid, random, adaptive_asha: _search.run_search(plan)   # on Optuna, trials shared through
+                                                  #   its storage; each runs one of these:
+    single: for the one trial:
         'model_def:Trial' entrypoint: run_legacy_trial    # the harness: init(), Trial(context),
                                                           #   Trainer.fit(periods from the config)
         command entrypoint ('python3 train.py'): run_command_trial   # `det-lightning run` in
@@ -73,8 +75,8 @@ class Plan:
     trial_class: Optional[str]
     command: Optional[List[str]]
     launch: Dict[str, Any]
-    search: Any = None  # adaptive_asha: the searcher's settings (an AshaSettings)
-    storage: Optional[str] = None  # adaptive_asha: the Optuna storage (None: a journal file)
+    search: Any = None  # grid, random, adaptive_asha: the searcher's settings (SearchSettings)
+    storage: Optional[str] = None  # a search's Optuna storage (None: a journal file)
 
 
 @dataclasses.dataclass
@@ -112,34 +114,41 @@ def launch_options(config: ExperimentConfig, given: Dict[str, Any]) -> Dict[str,
 
 
 def _search_settings(config: ExperimentConfig) -> Any:
-    """``adaptive_asha``'s settings, or None for the searchers that list their trials upfront."""
-    if config.searcher["name"] != "adaptive_asha":
+    """A search's settings, or None for ``single`` (its one trial runs without a storage)."""
+    name = config.searcher["name"]
+    if name == "single":
         return None
-    from det_lightning._search._settings import AshaSettings
+    from det_lightning._search._settings import SearchSettings
+
+    if name in ("grid", "random"):
+        return SearchSettings.from_upfront(config.searcher, config.raw["hyperparameters"])
 
     size = config.raw["hyperparameters"].get("global_batch_size")
     if isinstance(size, dict):
         size = size.get("val")
-    return AshaSettings.from_searcher(config.searcher, size if isinstance(size, int) else None)
+    return SearchSettings.from_searcher(config.searcher, size if isinstance(size, int) else None)
 
 
-def _entrypoint_plan(config: ExperimentConfig, trials: List[Dict[str, Any]]) -> Any:
-    """``(trial_class, command)``: exactly one of them is set."""
+def _entrypoint_plan(config: ExperimentConfig) -> Any:
+    """``(trial_class, command)``: exactly one of them is set. (A search's command trial gets
+    its hyperparameters through ``det.get_cluster_info()``, as on a cluster.)"""
     trial_class = config.legacy_trial_class()
     if trial_class is not None:
         return trial_class, None
     parsed = parse_command(config.entrypoint)
     if isinstance(parsed, str):
         return parsed, None
-    if len(trials) > 1:
-        raise errors.InvalidConfigException(
-            f"searcher.name: a {config.searcher['name']!r} search runs {len(trials)} trials with "
-            "different hyperparameters, but a command entrypoint gets none locally (its script "
-            "takes the branch where det.get_cluster_info() is None), so every trial would be "
-            "the same. Use a 'model_def:TrialClass' entrypoint for searches, or searcher.name: "
-            "single."
-        )
     return None, parsed
+
+
+def _planned_trials(config: ExperimentConfig, search: Any) -> List[Dict[str, Any]]:
+    """The hyperparameters of each trial known before training: single's one, a grid's points
+    in the order their trials run; none for searches that draw them as they go."""
+    if search is None:
+        return config.trial_hparams()
+    if search.grid:
+        return config.trial_hparams()[::-1]  # Determined creates the last point's trial first
+    return []
 
 
 def _absolute(path: Union[str, "os.PathLike[str]"]) -> pathlib.Path:
@@ -165,10 +174,10 @@ def plan_experiment(
     if not directory.is_dir():
         raise UsageError(f"MODEL_DIR {str(model_dir)!r} is not a directory (the model definition).")
     search = _search_settings(config)
-    trials = config.trial_hparams() if search is None else []
-    trial_class, command = _entrypoint_plan(config, trials)
-    if trial_class is not None:
-        for hparams in trials:
+    trials = _planned_trials(config, search)
+    trial_class, command = _entrypoint_plan(config)
+    if trial_class is not None and (search is None or search.searcher != "adaptive_asha"):
+        for hparams in config.trial_hparams():  # random: a sample of what it may draw
             training_lengths(config, hparams)
     root = checkpoint_dir or config.checkpoint_dir() or os.environ.get(CHECKPOINT_DIR_ENV)
     name = re.sub(r"[^\w.-]+", "-", config.raw.get("name") or "experiment").strip("-")
@@ -358,12 +367,24 @@ def format_summary(results: Sequence[TrialResult], metric: str, smaller_is_bette
     return "\n".join(lines)
 
 
+def write_trial_hparams(plan: Plan, number: int, hparams: Dict[str, Any]) -> None:
+    """The chief writes the trial's hyperparameters for TensorBoard's HParams view into the
+    trial's run directory, once (``_search._tensorboard``)."""
+    if os.environ.get("RANK", "0") != "0":
+        return
+    from det_lightning._search._tensorboard import write_hparams
+
+    write_hparams(plan.tensorboard_root / f"trial-{number}", hparams,
+                  plan.config.searcher["metric"], f"trial-{number}")
+
+
 def run_trials(plan: Plan) -> List[TrialResult]:
     """Runs the plan's trials in order; a failing trial is logged and the search goes on."""
     results = []
     total = len(plan.trials)
     for number, hparams in enumerate(plan.trials, start=1):
         logger.info(f"trial {number} of {total}: hyperparameters {hparams}")
+        write_trial_hparams(plan, number, hparams)
         try:
             if plan.trial_class is not None:
                 results.append(run_legacy_trial(plan, number, hparams))
@@ -396,14 +417,15 @@ def run_experiment(plan: Plan) -> int:
         0 unless a trial failed (trials other workers of a search still run do not count).
     """
     config = plan.config
-    if plan.command is not None:
+    if plan.command is not None and plan.search is None:
         logger.info(
             "A command entrypoint chooses its own hyperparameters and training length locally "
             "(det.get_cluster_info() is None); the config's hyperparameters and "
             "searcher.max_length are not passed to it."
         )
+    count = plan.search.max_trials if plan.search is not None else len(plan.trials)
     logger.info(
-        f"experiment {config.raw.get('name') or ''!r}: {len(plan.trials)} trial(s), searcher "
+        f"experiment {config.raw.get('name') or ''!r}: {count} trial(s), searcher "
         f"{config.searcher['name']}; checkpoints under {plan.checkpoint_root}"
     )
     if plan.search is not None:

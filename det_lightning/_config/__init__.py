@@ -33,10 +33,11 @@ from det_lightning._config._experiment_config import (
     load_config,
     validate_config,
 )
-from det_lightning._config._search import grid_points, random_points
+from det_lightning._config._search import grid_choices, grid_points, random_points
 
 __all__ = [
     "ExperimentConfig",
+    "grid_choices",
     "grid_points",
     "load_config",
     "random_points",

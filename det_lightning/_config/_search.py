@@ -2,7 +2,9 @@
 
 Grid values are evenly spaced and include both ends (an ``int`` grid is rounded half away
 from zero and clamped to the integers available); a random ``int`` is drawn from
-``[minval, maxval]``, both ends included, as Determined draws it since 0.17.
+``[minval, maxval]``, both ends included, as Determined draws it since 0.17. The grid's axes
+come in name order at every level (Determined's ``Hyperparameters.Each`` sorts the names), and
+the first name varies slowest.
 """
 
 import copy
@@ -17,13 +19,15 @@ from det_lightning._config._nodes import _KIND_CHECKS, _Context, _fail
 _Leaf = Tuple[Tuple[str, ...], Any]
 
 
-def _flatten(hparams: Dict[str, Any], prefix: Tuple[str, ...] = ()) -> List[_Leaf]:
-    """``(path, spec)`` for every leaf hyperparameter, in config order."""
+def _flatten(hparams: Dict[str, Any], prefix: Tuple[str, ...] = (), by_name: bool = False
+             ) -> List[_Leaf]:
+    """``(path, spec)`` for every leaf hyperparameter, in config order (or name order)."""
     leaves: List[_Leaf] = []
-    for key, value in hparams.items():
+    for key in sorted(hparams) if by_name else hparams:
+        value = hparams[key]
         path = prefix + (key,)
         if isinstance(value, dict) and value and "type" not in value:
-            leaves.extend(_flatten(value, path))
+            leaves.extend(_flatten(value, path, by_name))
         else:
             leaves.append((path, value))
     return leaves
@@ -46,32 +50,39 @@ def _round_half_away(value: float) -> int:
 
 
 def _spaced(minval: float, maxval: float, count: int) -> List[float]:
-    """``count`` evenly spaced values from minval to maxval inclusive (midpoint if count 1)."""
+    """``count`` evenly spaced values from minval to maxval inclusive (midpoint if count 1),
+    computed as Determined computes them (``0.3 + 2 * (0.9 - 0.3) / 2`` is one ulp above 0.9
+    there too)."""
     if count == 1:
         return [(minval + maxval) / 2.0]
     return [minval + i * (maxval - minval) / (count - 1) for i in range(count)]
 
 
-def _grid_axis(spec: Any, path: str) -> List[Any]:
+# A grid value: what the Optuna study records for it (None for a constant: nothing), and the
+# value the trial gets. They differ for ``log`` (the exponent) and ``categorical`` (the index).
+GridChoice = Tuple[Any, Any]
+
+
+def _grid_axis(spec: Any, path: str) -> List[GridChoice]:
     """The values a grid search tries for one hyperparameter."""
     if not isinstance(spec, dict) or "type" not in spec:
-        return [spec]
+        return [(None, spec)]
     kind = spec["type"]
     if kind == "const":
-        return [spec["val"]]
+        return [(None, spec["val"])]
     if kind == "categorical":
-        return list(spec["vals"])
+        return list(enumerate(spec["vals"]))
     if spec.get("count") is None:
         raise _fail(path, f"grid search needs 'count' for this {kind!r} hyperparameter.",
                     "Add e.g. count: 3, or make it a 'const' or 'categorical'.")
     if kind == "int":
         count = min(spec["count"], spec["maxval"] - spec["minval"] + 1)
         values = [_round_half_away(v) for v in _spaced(spec["minval"], spec["maxval"], count)]
-        return list(dict.fromkeys(values))
+        return [(v, v) for v in dict.fromkeys(values)]
     points = _spaced(float(spec["minval"]), float(spec["maxval"]), spec["count"])
     if kind == "log":
-        return [float(spec["base"]) ** p for p in points]
-    return points
+        return [(p, float(spec["base"]) ** p) for p in points]
+    return [(p, p) for p in points]
 
 
 def _checked_hparams(hparams: Dict[str, Any]) -> Dict[str, Any]:
@@ -80,10 +91,28 @@ def _checked_hparams(hparams: Dict[str, Any]) -> Dict[str, Any]:
     return checked
 
 
+def grid_choices(hparams: Dict[str, Any]
+                 ) -> List[Tuple[Tuple[Tuple[str, ...], ...], Tuple[GridChoice, ...]]]:
+    """Every grid point as ``(path, choice)`` per leaf hyperparameter, in Determined's list
+    order: leaves by name at every level, the first varying slowest (``newHyperparameterGrid``).
+
+    Raises:
+        InvalidConfigException: the section is invalid, or an int/double/log lacks ``count``.
+    """
+    leaves = _flatten(_checked_hparams(hparams), by_name=True)
+    paths = tuple(path for path, _ in leaves)
+    axes = [_grid_axis(spec, "hyperparameters." + ".".join(path)) for path, spec in leaves]
+    return [(paths, combo) for combo in itertools.product(*axes)]
+
+
 def grid_points(hparams: Dict[str, Any]) -> List[Dict[str, Any]]:
     """All hyperparameter combinations of a grid search (Determined's grid semantics).
 
-    The first hyperparameter varies slowest. Nested groups come back nested.
+    Hyperparameters in name order, the first varying slowest. Nested groups come back nested.
+
+    >>> grid_points({"b": {"type": "categorical", "vals": [1, 2]},
+    ...              "a": {"type": "int", "minval": 0, "maxval": 3, "count": 2}})
+    [{'a': 0, 'b': 1}, {'a': 0, 'b': 2}, {'a': 3, 'b': 1}, {'a': 3, 'b': 2}]
 
     Args:
         hparams: a ``hyperparameters`` section.
@@ -94,10 +123,10 @@ def grid_points(hparams: Dict[str, Any]) -> List[Dict[str, Any]]:
     Raises:
         InvalidConfigException: the section is invalid, or an int/double/log lacks ``count``.
     """
-    leaves = _flatten(_checked_hparams(hparams))
-    paths = [path for path, _ in leaves]
-    axes = [_grid_axis(spec, "hyperparameters." + ".".join(path)) for path, spec in leaves]
-    return [_unflatten(list(zip(paths, combo))) for combo in itertools.product(*axes)]
+    return [
+        _unflatten([(path, value) for path, (_, value) in zip(paths, combo)])
+        for paths, combo in grid_choices(hparams)
+    ]
 
 
 def _sample(spec: Any, rng: random.Random) -> Any:

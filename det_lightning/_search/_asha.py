@@ -64,7 +64,9 @@ def bracket_max_trials(max_trials: int, divisor: float, brackets: Sequence[int])
     ([12, 4], [4, 3, 3])
     """
     weights = [divisor ** (rungs - 1) / rungs for rungs in brackets]
-    total = sum(weights)
+    total = 0.0
+    for weight in weights:  # left to right as Go adds them: Python >= 3.12's sum() compensates,
+        total += weight  # and one ulp moves a share across an integer (tests/unit/test_asha_tables)
     split = [max(int(w / total * max_trials), 1) for w in weights]
     split[0] += max(max_trials - sum(split), 0)
     return split

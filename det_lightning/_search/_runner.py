@@ -1,19 +1,23 @@
-"""``adaptive_asha`` on Optuna: trials drawn, recorded and shared through an Optuna storage.
+"""Searches on Optuna: trials drawn, recorded and shared through an Optuna storage.
 
 One worker (one ``det-lightning experiment`` process) loops::
 
     resume a trial this machine's dead worker left running, if any   (from its latest checkpoint)
     else pick the bracket furthest from its share of max_trials; study.ask() a trial there,
-         its hyperparameters drawn through the trial (Optuna's RandomSampler)
+         its hyperparameters drawn through the trial (Optuna's RandomSampler), or for a grid
+         the next waiting point (``_grid``); a trial past the budget (two workers asked at
+         once) is dropped unrun
     train it; at each validation the SearchReporter records the searcher metric at the rungs it
          reaches (trial user attribute "rungs") and applies Determined's rule (``_asha.decide``)
          against what the other trials recorded there; a trial ranked out stops through
          context.set_stop_requested (a checkpoint, on_trial_shutdown)
     study.tell(): COMPLETE, PRUNED (stopped at a rung), or FAIL (an error; InvalidHP: not counted)
 
-Each bracket is one Optuna study; every worker given the same storage (by default a journal
-file beside the checkpoints, safe for several processes on one machine; ``--storage URL`` for
-a database several machines share) works on the same search. Rerunning the command continues it.
+``grid`` and ``random`` are one bracket without rungs: a trial trains its full length, and its
+validations are recorded for the summary. Each bracket is one Optuna study; every worker given
+the same storage (by default a journal file beside the checkpoints, safe for several processes
+on one machine; ``--storage URL`` for a database several machines share) works on the same
+search. Rerunning the command continues it.
 """
 
 import hashlib
@@ -22,91 +26,37 @@ import logging
 import os
 import pathlib
 import socket
+import warnings
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import optuna
 
 from det_lightning import errors
-from det_lightning._search._asha import EXITED_METRIC, Bracket, decide
+from det_lightning._search._asha import EXITED_METRIC, Bracket
+from det_lightning._search._grid import enqueue_grid, has_waiting_point, owns_point
+from det_lightning._search._reporter import (
+    INVALID_HP,
+    SURPLUS,
+    SearchReporter,
+    counted,
+    trial_number,
+)
 from det_lightning._search._sample import suggest
-from det_lightning._search._settings import AshaSettings
-from det_lightning.pytorch import Batch, Epoch, PyTorchCallback
+from det_lightning._search._settings import SearchSettings
+from det_lightning.pytorch import Batch, Epoch
 
 logger = logging.getLogger("det_lightning")
 
 JOURNAL_NAME = "search.journal"
-_INVALID = "invalid_hp"
-
-
-class SearchReporter(PyTorchCallback):
-    """Reports each validation to the study and stops the trial where ASHA ranks it out."""
-
-    def __init__(self, study: optuna.Study, trial: optuna.Trial, settings: AshaSettings,
-                 bracket: Bracket, context: Any) -> None:
-        self.study, self.trial, self.settings = study, trial, settings
-        self.bracket, self.context = bracket, context
-        attrs = trial.user_attrs
-        self.rungs: Dict[str, float] = dict(attrs.get("rungs", {}))
-        self.rung = int(attrs.get("rung", 0))
-        self.stopped = False
-        self.last_value: Optional[float] = None
-
-    def _time(self) -> int:
-        try:
-            batches = self.context.current_train_batch() + 1
-        except errors.InternalException:  # a validation before the first batch
-            return 0
-        if self.settings.time_metric == "epochs":
-            return batches // self.context._require_epoch_len()
-        return int(batches)
-
-    def on_validation_end(self, metrics: Dict[str, Any]) -> None:
-        if self.context.distributed.rank != 0:
-            return
-        name = self.settings.metric
-        if name not in metrics:
-            raise errors.InvalidExperimentException(
-                f"searcher.metric {name!r} is not among the validation metrics "
-                f"{sorted(metrics)}: the search cannot rank this trial. Return it from "
-                "evaluate_batch (or evaluate_full_dataset), or change searcher.metric."
-            )
-        value = float(metrics[name])
-        signed = value if self.settings.smaller_is_better else -value
-        others = rung_metrics(self.study, len(self.bracket.rung_units), exclude=self.trial.number)
-        decision = decide(self.bracket.rung_units, others, self.rung, self._time(), signed,
-                          self.settings.divisor)
-        for index, recorded in decision.entered:
-            self.rungs[str(index)] = recorded
-        self.rung = decision.rung
-        self.trial.set_user_attr("rungs", dict(self.rungs))
-        self.trial.set_user_attr("rung", self.rung)
-        self.trial.report(value, step=self._time())
-        self.last_value = value
-        last = len(self.bracket.rung_units) - 1
-        if decision.stop and decision.rung < last and not self.stopped:
-            # The last rung is the full length: the trial ends there by itself.
-            self.stopped = True
-            self.trial.set_user_attr("stopped", True)  # a resumed worker must not train it on
-            logger.info(f"trial {trial_number(self.trial)}: stopped at rung {decision.rung} "
-                        f"({name}={value:.6g} is not in the top of that rung)")
-            self.context.set_stop_requested(True)
-
-
-def trial_number(trial: Any) -> int:
-    """The trial's number in the experiment: unique across the storage's studies."""
-    return int(trial._trial_id) + 1
-
-
-def rung_metrics(study: optuna.Study, rungs: int, exclude: int = -1) -> List[List[float]]:
-    """What the study's trials recorded at each rung (InvalidHP trials left out)."""
-    found: List[List[float]] = [[] for _ in range(rungs)]
-    for other in study.get_trials(deepcopy=False):
-        if other.number == exclude or other.user_attrs.get(_INVALID):
-            continue
-        for index, value in other.user_attrs.get("rungs", {}).items():
-            if int(index) < rungs:
-                found[int(index)].append(float(value))
-    return found
+def admitted(study: optuna.Study, trial: optuna.Trial, settings: SearchSettings,
+             bracket: Bracket) -> bool:
+    """Whether a trial ``study.ask()`` just gave is within the search: its own grid point, or
+    fewer than the bracket's max_trials counted trials before it."""
+    trials = study.get_trials(deepcopy=False)
+    if settings.grid:
+        return owns_point(trials, trial)
+    earlier = sum(1 for t in trials if t.number < trial.number and counted(t))
+    return earlier < bracket.max_trials
 
 
 def search_key(raw: Dict[str, Any]) -> str:
@@ -128,7 +78,12 @@ def open_storage(url: Optional[str], checkpoint_root: pathlib.Path) -> Any:
     return JournalStorage(JournalFileBackend(str(path)))
 
 
-def lengths_for(settings: AshaSettings, bracket: Bracket, config: Any) -> Dict[str, Any]:
+def storage_ref(plan: Any) -> str:
+    """The plan's storage as other processes are told it: the URL or journal file path."""
+    return str(plan.storage or plan.checkpoint_root / JOURNAL_NAME)
+
+
+def lengths_for(settings: SearchSettings, bracket: Bracket, config: Any) -> Dict[str, Any]:
     """``fit()``'s lengths for a trial of ``bracket``: the full length, validating at each rung
     (and at ``min_validation_period`` when it is in the same unit)."""
     unit = Batch if settings.time_metric == "batches" else Epoch
@@ -157,15 +112,19 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def open_studies(storage: Any, key: str, settings: AshaSettings) -> List[optuna.Study]:
+def open_studies(storage: Any, key: str, settings: SearchSettings) -> List[optuna.Study]:
+    """One study per bracket (a grid's with its points enqueued)."""
     direction = (optuna.study.StudyDirection.MINIMIZE if settings.smaller_is_better
                  else optuna.study.StudyDirection.MAXIMIZE)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    return [
+    studies = [
         optuna.create_study(study_name=f"{key}-bracket-{i}", storage=storage,
                             direction=direction, load_if_exists=True)
         for i in range(len(settings.brackets))
     ]
+    if settings.grid:
+        enqueue_grid(studies[0], settings.grid)
+    return studies
 
 
 def stale_trial(studies: Sequence[optuna.Study]) -> Optional[Tuple[int, optuna.Trial]]:
@@ -197,12 +156,15 @@ def _claim(study: optuna.Study, trial: optuna.Trial) -> bool:
     return True
 
 
-def next_bracket(studies: Sequence[optuna.Study], settings: AshaSettings) -> Optional[int]:
-    """The bracket furthest from its share of max_trials (InvalidHP trials do not count)."""
+def next_bracket(studies: Sequence[optuna.Study], settings: SearchSettings) -> Optional[int]:
+    """The bracket furthest from its share of max_trials (InvalidHP trials do not count: a
+    new trial replaces each), or for a grid its study while a point waits (a point whose
+    trial raised InvalidHP is done, as in Determined)."""
+    if settings.grid:
+        return 0 if has_waiting_point(studies[0]) else None
     best: Optional[Tuple[float, int]] = None
     for index, (study, bracket) in enumerate(zip(studies, settings.brackets)):
-        started = sum(1 for t in study.get_trials(deepcopy=False)
-                      if not t.user_attrs.get(_INVALID))
+        started = sum(1 for t in study.get_trials(deepcopy=False) if counted(t))
         if started < bracket.max_trials:
             share = started / bracket.max_trials
             if best is None or share < best[0]:
@@ -210,14 +172,37 @@ def next_bracket(studies: Sequence[optuna.Study], settings: AshaSettings) -> Opt
     return None if best is None else best[1]
 
 
+def _ask(study: optuna.Study, settings: SearchSettings, bracket: Bracket, space: Dict[str, Any],
+         seed: Optional[int]) -> Optional[optuna.Trial]:
+    """A new trial of ``study`` with its hyperparameters, or None when another worker filled
+    the budget first (the trial asked for is then dropped unrun)."""
+    if seed is not None:  # repeatable draws, a different one for each trial
+        study.sampler = optuna.samplers.RandomSampler(
+            seed=seed + len(study.get_trials(deepcopy=False)))
+    else:
+        study.sampler = optuna.samplers.RandomSampler()
+    trial = study.ask()
+    if not admitted(study, trial, settings, bracket):
+        trial.set_user_attr(SURPLUS, True)
+        study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        return None
+    with warnings.catch_warnings():
+        # A grid's last double can be one ulp past maxval, as in Determined (``_config._search``).
+        warnings.filterwarnings("ignore", message="Fixed parameter .* is out of range")
+        trial.set_user_attr("hparams", suggest(trial, space))
+    trial.set_user_attr("host", socket.gethostname())
+    trial.set_user_attr("pid", os.getpid())
+    return trial
+
+
 def run_search(plan: Any, storage_url: Optional[str] = None) -> List[Any]:
-    """Runs (or continues) the plan's ``adaptive_asha`` search; returns every trial's result."""
+    """Runs (or continues) the plan's search; returns every trial's result."""
     from det_lightning._experiment import TrialResult
 
-    settings: AshaSettings = plan.search
+    settings: SearchSettings = plan.search
     config = plan.config
     storage = open_storage(storage_url, plan.checkpoint_root)
-    storage_ref = storage_url or str(plan.checkpoint_root / JOURNAL_NAME)
+    reference = storage_url or storage_ref(plan)
     studies = open_studies(storage, search_key(config.raw), settings)
     seed = config.experiment_seed()
     max_restarts = int(config.raw.get("max_restarts") or 0)
@@ -229,30 +214,26 @@ def run_search(plan: Any, storage_url: Optional[str] = None) -> List[Any]:
             if index is None:
                 break
             study = studies[index]
-            if seed is not None:  # repeatable draws, a different one for each trial
-                study.sampler = optuna.samplers.RandomSampler(
-                    seed=seed + len(study.get_trials(deepcopy=False)))
-            else:
-                study.sampler = optuna.samplers.RandomSampler()
-            trial = study.ask()
-            hparams = suggest(trial, config.raw["hyperparameters"])
-            trial.set_user_attr("hparams", hparams)
-            trial.set_user_attr("host", socket.gethostname())
-            trial.set_user_attr("pid", os.getpid())
+            asked = _ask(study, settings, settings.brackets[index],
+                         config.raw["hyperparameters"], seed)
+            if asked is None:
+                continue
+            trial = asked
         else:
             index, trial = found
             study = studies[index]
-            hparams = trial.user_attrs["hparams"]
+        hparams = trial.user_attrs["hparams"]
         bracket = settings.brackets[index]
         number = trial_number(trial)
-        logger.info(f"trial {number} (bracket {index}, rungs at {list(bracket.rung_units)} "
-                    f"{settings.time_metric}){' resumed' if resume else ''}: {hparams}")
+        where = (f"bracket {index}, rungs at {list(bracket.rung_units)} {settings.time_metric}"
+                 if bracket.rung_units else settings.searcher)
+        logger.info(f"trial {number} ({where}){' resumed' if resume else ''}: {hparams}")
         _run_trial(plan, settings, bracket, study, trial, number, hparams, resume,
-                   max_restarts, storage_ref)
+                   max_restarts, reference)
     return summarize(studies, plan, settings, TrialResult)
 
 
-def _run_trial(plan: Any, settings: AshaSettings, bracket: Bracket, study: optuna.Study,
+def _run_trial(plan: Any, settings: SearchSettings, bracket: Bracket, study: optuna.Study,
                trial: optuna.Trial, number: int, hparams: Dict[str, Any], resume: bool,
                max_restarts: int, storage_ref: str) -> None:
     if trial.user_attrs.get("stopped"):
@@ -260,8 +241,9 @@ def _run_trial(plan: Any, settings: AshaSettings, bracket: Bracket, study: optun
         logger.info(f"trial {number}: was stopped at rung {trial.user_attrs.get('rung')}")
         study.tell(trial, state=optuna.trial.TrialState.PRUNED)
         return
-    from det_lightning._experiment import run_command_trial, run_legacy_trial
+    from det_lightning._experiment import run_command_trial, run_legacy_trial, write_trial_hparams
 
+    write_trial_hparams(plan, number, hparams)
     reporters: List[SearchReporter] = []
 
     def reporter(context: Any) -> Dict[str, Any]:
@@ -270,12 +252,16 @@ def _run_trial(plan: Any, settings: AshaSettings, bracket: Bracket, study: optun
 
     def attempt(again: bool) -> Any:
         if plan.trial_class is not None:
+            lengths = lengths_for(settings, bracket, plan.config) if bracket.rung_units else None
             return run_legacy_trial(
-                plan, number, hparams, lengths=lengths_for(settings, bracket, plan.config),
+                plan, number, hparams, lengths=lengths,
                 extra_callbacks=reporter, latest_checkpoint="latest" if again else None,
             )
         result = run_command_trial(plan, number, hparams, extra_env=_child_environment(
             plan, settings, bracket, study, trial, number, hparams, again, storage_ref))
+        invalid = _current_attrs(study, trial).get(INVALID_HP)
+        if invalid:  # the script raised InvalidHP (_child.report_invalid_hp)
+            raise errors.InvalidHP(str(invalid))
         if result.status != "COMPLETED":
             raise RuntimeError(f"trial {number}: its command failed")
         return result
@@ -287,7 +273,7 @@ def _run_trial(plan: Any, settings: AshaSettings, bracket: Bracket, study: optun
             break
         except errors.InvalidHP as invalid:
             logger.info(f"trial {number}: InvalidHP ({invalid.msg}); another trial replaces it")
-            trial.set_user_attr(_INVALID, True)
+            trial.set_user_attr(INVALID_HP, invalid.msg or True)
             study.tell(trial, state=optuna.trial.TrialState.FAIL)
             return
         except errors.InvalidExperimentException:
@@ -301,11 +287,12 @@ def _run_trial(plan: Any, settings: AshaSettings, bracket: Bracket, study: optun
                 logger.exception(f"trial {number} failed; restart {attempts} of {max_restarts} "
                                  "from its latest checkpoint")
                 continue
-            logger.exception(f"trial {number} failed; it counts as the worst at its rung")
-            attrs = _current_attrs(study, trial)
-            rungs = dict(attrs.get("rungs", {}))
-            rungs[str(attrs.get("rung", 0))] = EXITED_METRIC
-            trial.set_user_attr("rungs", rungs)
+            logger.exception(f"trial {number} failed")
+            if bracket.rung_units:  # ASHA: it counts as the worst at its rung
+                attrs = _current_attrs(study, trial)
+                rungs = dict(attrs.get("rungs", {}))
+                rungs[str(attrs.get("rung", 0))] = EXITED_METRIC
+                trial.set_user_attr("rungs", rungs)
             study.tell(trial, state=optuna.trial.TrialState.FAIL)
             return
     trial.set_user_attr("checkpoint", str(result.checkpoint) if result.checkpoint else None)
@@ -335,7 +322,7 @@ def _current_values(study: optuna.Study, trial: optuna.Trial) -> Dict[int, float
     return dict(_frozen(study, trial).intermediate_values)
 
 
-def _child_environment(plan: Any, settings: AshaSettings, bracket: Bracket, study: optuna.Study,
+def _child_environment(plan: Any, settings: SearchSettings, bracket: Bracket, study: optuna.Study,
                        trial: optuna.Trial, number: int, hparams: Dict[str, Any], again: bool,
                        storage_ref: str) -> Dict[str, str]:
     """What a command trial is told: its hyperparameters and checkpoint (as Determined's
@@ -355,7 +342,7 @@ def _child_environment(plan: Any, settings: AshaSettings, bracket: Bracket, stud
     }
 
 
-def summarize(studies: Sequence[optuna.Study], plan: Any, settings: AshaSettings,
+def summarize(studies: Sequence[optuna.Study], plan: Any, settings: SearchSettings,
               result_type: Any) -> List[Any]:
     """Every trial of the search as the experiment's summary table reads it."""
     results = []
@@ -363,7 +350,7 @@ def summarize(studies: Sequence[optuna.Study], plan: Any, settings: AshaSettings
     for study in studies:
         for frozen in study.get_trials(deepcopy=False):
             attrs = frozen.user_attrs
-            if attrs.get(_INVALID):
+            if not counted(frozen) or frozen.state == states.WAITING:
                 continue
             values = list(frozen.intermediate_values.values())
             best = None

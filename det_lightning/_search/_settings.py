@@ -1,7 +1,13 @@
-"""``AshaSettings``: an ``adaptive_asha`` searcher section, read as Determined 0.38 reads it."""
+"""``SearchSettings``: a ``grid``, ``random`` or ``adaptive_asha`` searcher section, read as
+Determined 0.38 reads it.
+
+Every searcher is a list of brackets, each one Optuna study: ``adaptive_asha`` has Determined's
+brackets; ``grid`` and ``random`` have one bracket without rungs (a trial trains its full
+length), holding ``max_trials`` trials, or the grid's points.
+"""
 
 import dataclasses
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from det_lightning import errors
 from det_lightning._search._asha import Bracket, make_brackets
@@ -10,11 +16,14 @@ _TIME_UNITS = ("batches", "epochs")
 
 
 @dataclasses.dataclass(frozen=True)
-class AshaSettings:
-    """What an ``adaptive_asha`` search needs, settled from the config.
+class SearchSettings:
+    """What a search needs, settled from the config.
 
-    ``time_metric`` + ``max_time`` (Determined 0.38) or the older ``max_length`` (batches,
-    epochs, or records converted to batches with ``global_batch_size``).
+    ``adaptive_asha``: ``time_metric`` + ``max_time`` (Determined 0.38) or the older
+    ``max_length`` (batches, epochs, or records converted to batches with
+    ``global_batch_size``). ``grid`` and ``random`` count validations in batches and train each
+    trial for ``searcher.max_length`` (or the script's own length); ``grid`` lists the Optuna
+    parameters of its points in the order Determined creates their trials.
     """
 
     metric: str
@@ -24,10 +33,28 @@ class AshaSettings:
     max_trials: int
     divisor: float
     brackets: List[Bracket]
+    searcher: str = "adaptive_asha"
+    grid: Tuple[Dict[str, Any], ...] = ()
+
+    @classmethod
+    def from_upfront(cls, searcher: Dict[str, Any], hparams: Dict[str, Any]) -> "SearchSettings":
+        """A ``grid`` or ``random`` searcher section (``hparams``: the grid's space)."""
+        from det_lightning._search._grid import grid_params
+
+        grid = tuple(grid_params(hparams)) if searcher["name"] == "grid" else ()
+        max_trials = len(grid) if grid else int(searcher["max_trials"])
+        concurrent = int(searcher.get("max_concurrent_trials") or 16)
+        return cls(
+            metric=searcher["metric"],
+            smaller_is_better=bool(searcher.get("smaller_is_better", True)),
+            time_metric="batches", max_time=0, max_trials=max_trials, divisor=4.0,
+            brackets=[Bracket(0, max_trials, min(concurrent, max_trials), ())],
+            searcher=searcher["name"], grid=grid,
+        )
 
     @classmethod
     def from_searcher(cls, searcher: Dict[str, Any], global_batch_size: Optional[int]
-                      ) -> "AshaSettings":
+                      ) -> "SearchSettings":
         """Raises ``InvalidConfigException`` naming the key when the length is missing."""
         time_metric, max_time = searcher.get("time_metric"), searcher.get("max_time")
         if time_metric is None or max_time is None:

@@ -22,6 +22,7 @@ from tests.integration.cli_support import (
     read_validation_log,
     run_cli,
 )
+from tests.unit.test_search_tensorboard import read_hparams_view
 
 
 def _config(**overrides: object) -> dict:
@@ -69,6 +70,11 @@ def test_legacy_entrypoint_validates_at_config_batches_and_checkpoints(
     assert loaded["hparams"] == {"global_batch_size": 8, "learning_rate": 0.05, "hidden_size": 8}
     assert loaded["keys"] and loaded["max_weight_difference"] == 0.0
     assert project_files() == before  # the project is run as it is, and left as it was
+    # TensorBoard's HParams view: the trial's hyperparameters in its own run, the searcher
+    # metric beside the validation scalars.
+    values, metrics, scalars = read_hparams_view(isolated_run.parent / "tensorboard" / "trial-1")
+    assert values == {"global_batch_size": 8, "learning_rate": 0.05, "hidden_size": 8}
+    assert metrics == ["Determined/validation_loss"] and metrics[0] in scalars
 
     # `det-lightning checkpoint convert` (in process: it imports no trial code).
     assert _cli.main(["checkpoint", "convert", str(checkpoint), "best.ckpt"]) == 0
@@ -216,14 +222,21 @@ def test_plan_of_adaptive_asha_and_a_missing_model_dir(tmp_path: pathlib.Path) -
         _experiment.plan_experiment(load_config(_config()), tmp_path / "missing")
 
 
-def test_plan_refuses_a_search_over_a_command_entrypoint() -> None:
+def test_plan_of_a_grid_over_a_command_entrypoint() -> None:
+    """A search's command trial gets its hyperparameters (det.get_cluster_info()), so a grid
+    over a command entrypoint is a search of two trials, the last point's first (Determined
+    creates trials from the end of its list, grid.go)."""
     grid = _config(
         entrypoint="python3 train.py",
         hyperparameters={"learning_rate": {"type": "categorical", "vals": [0.1, 0.2]}},
         searcher={"name": "grid", "metric": "validation_loss"},
     )
-    with pytest.raises(errors.InvalidConfigException, match="a 'grid' search runs 2 trials"):
-        _experiment.plan_experiment(load_config(grid), PROJECT)
+    plan = _experiment.plan_experiment(load_config(grid), PROJECT)
+    assert plan.command == ["train.py"] and plan.trial_class is None
+    assert plan.trials == [{"learning_rate": 0.2}, {"learning_rate": 0.1}]
+    assert plan.search.searcher == "grid" and plan.search.max_trials == 2
+    assert plan.search.grid == ({"learning_rate": 1}, {"learning_rate": 0})
+    assert [b.rung_units for b in plan.search.brackets] == [()]
 
 
 @pytest.mark.parametrize(
@@ -327,8 +340,10 @@ def test_save_experiment_best_keeps_the_best_checkpoint_of_all_trials(
 
     lines = read_validation_log(log)
     assert [v["batches"] for v in lines] == [2, 4, 6, 8] * 2
-    # lr 3.0 diverges: that trial's best is not its newest, and not the experiment's best.
-    diverging = [v["validation_loss"] for v in lines[4:]]
+    # Determined creates a grid's last point first: trial 1 has lr 3.0, which diverges: that
+    # trial's best is not its newest, and not the experiment's best.
+    assert [v["hparams"]["learning_rate"] for v in lines] == [3.0] * 4 + [0.05] * 4
+    diverging = [v["validation_loss"] for v in lines[:4]]
     assert min(diverging) < diverging[-1]
     best_index = min(range(len(lines)), key=lambda i: lines[i]["validation_loss"])
     best_trial, best_batches = 1 + best_index // 4, lines[best_index]["batches"]

@@ -5,9 +5,10 @@ aggressive bracket). Runs go through child processes, as a user starts them; the
 the search back from its Optuna journal.
 """
 
+import math
 import os
-import re
 import pathlib
+import re
 import signal
 import subprocess
 import sys
@@ -20,7 +21,15 @@ from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
 
 from det_lightning._search._runner import JOURNAL_NAME
-from tests.integration.cli_support import PROJECT, output, run_cli
+from tests.integration.cli_support import (
+    PROJECT,
+    VALIDATION_LOG_ENV,
+    output,
+    read_validation_log,
+    run_cli,
+)
+from tests.unit.test_search_dashboard import fake_dashboard
+from tests.unit.test_search_tensorboard import read_hparams_view
 
 pytestmark = pytest.mark.slow
 
@@ -126,6 +135,25 @@ def _start(workdir: pathlib.Path, project: pathlib.Path, *extra: str) -> subproc
     )
 
 
+def _kill_once_checkpointed(process: subprocess.Popen, trial_dir: pathlib.Path,
+                            steps: int) -> None:
+    """SIGKILL to the search's process group once ``trial_dir`` has a checkpoint of at least
+    ``steps`` batches (or after two minutes)."""
+    deadline = time.monotonic() + 120
+
+    def checkpointed() -> bool:
+        return trial_dir.is_dir() and any(
+            not p.name.startswith(".") and (p / "metadata.json").exists() and _steps(p) >= steps
+            for p in trial_dir.iterdir())
+
+    while time.monotonic() < deadline and not checkpointed():
+        time.sleep(0.05)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait(30)
+    assert process.stdout is not None
+    process.stdout.close()
+
+
 def test_a_search_killed_mid_trial_continues_when_rerun(
     isolated_run: pathlib.Path, checkpoint_dir: pathlib.Path, slow_project: pathlib.Path
 ) -> None:
@@ -133,20 +161,7 @@ def test_a_search_killed_mid_trial_continues_when_rerun(
     batches or later); rerunning the command resumes it from that checkpoint and finishes the
     search, every trial run once."""
     process = _start(isolated_run, slow_project)
-    deadline = time.monotonic() + 120
-    first = checkpoint_dir / "trial-1"
-
-    def checkpointed_past_rung_1() -> bool:
-        return first.is_dir() and any(
-            not p.name.startswith(".") and (p / "metadata.json").exists() and _steps(p) >= 4
-            for p in first.iterdir())
-
-    while time.monotonic() < deadline and not checkpointed_past_rung_1():
-        time.sleep(0.05)
-    os.killpg(process.pid, signal.SIGKILL)
-    process.wait(30)
-    assert process.stdout is not None
-    process.stdout.close()
+    _kill_once_checkpointed(process, checkpoint_dir / "trial-1", 4)  # past rung 1
     journal = checkpoint_dir / JOURNAL_NAME
     running = [t for t in _trials(journal) if t.state == optuna.trial.TrialState.RUNNING]
     assert len(running) == 1 and running[0]._trial_id == 0, "not killed inside trial 1"
@@ -273,3 +288,156 @@ def test_determineds_mnist_adaptive_config_runs_end_to_end(
                for t in trials)
     assert all(8 <= t.user_attrs["hparams"]["n_filters1"] <= 64 for t in trials)
     assert re.search(r"^best: trial \d+ \(validation_loss=", result.stdout, re.M), output(result)
+
+
+# ----- grid and random: the same worker loop and storage --------------------------------------
+
+GRID = str(PROJECT / "search.yaml")
+# search.yaml: hidden_size [2, 8] x learning_rate 10**[-3, -1], in name order, the first
+# varying slowest; Determined creates the last point's trial first (grid.go).
+GRID_ORDER = [(8, 0.1), (8, 0.001), (2, 0.1), (2, 0.001)]
+
+
+def _points(trials: List[optuna.trial.FrozenTrial]) -> List[tuple]:
+    by_number = sorted(trials, key=lambda t: t._trial_id)
+    return [(t.user_attrs["hparams"]["hidden_size"],
+             round(t.user_attrs["hparams"]["learning_rate"], 6)) for t in by_number]
+
+
+def test_a_grid_search_runs_determineds_points_in_its_order_and_reruns_as_done(
+    isolated_run: pathlib.Path, checkpoint_dir: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = isolated_run / "validations.jsonl"
+    result = run_cli("experiment", GRID, str(PROJECT), cwd=isolated_run,
+                     env={VALIDATION_LOG_ENV: str(log)})
+    assert result.returncode == 0, output(result)
+    trials = _trials(checkpoint_dir / JOURNAL_NAME)
+    assert _points(trials) == GRID_ORDER
+    assert [t.user_attrs["grid_point"] for t in sorted(trials, key=lambda t: t._trial_id)] == [
+        0, 1, 2, 3]
+    assert all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
+    lines = read_validation_log(log)
+    assert [v["batches"] for v in lines] == [4, 8] * 4
+    for trial in trials:  # each trial's reported validations are its study values
+        number = trial._trial_id + 1
+        mine = lines[2 * (number - 1): 2 * number]
+        assert trial.intermediate_values == {
+            4: pytest.approx(mine[0]["validation_loss"]),
+            8: pytest.approx(mine[1]["validation_loss"]),
+        }
+        assert trial.value == pytest.approx(mine[1]["validation_loss"])
+    rows = re.findall(r"^([1-4])\s+COMPLETED\s+global_batch_size=8, learning_rate=(\S+), "
+                      r"hidden_size=(\d)\s+8\s+\S+\s+(\S+)$", result.stdout, re.M)
+    assert [(int(h), round(float(lr), 6)) for _, lr, h, _ in rows] == GRID_ORDER, output(result)
+    assert all(pathlib.Path(path).parent == checkpoint_dir / f"trial-{n}" for n, _, _, path in rows)
+    for trial in trials:  # HParams: each trial's own run, beside its validation scalars
+        run = isolated_run.parent / "tensorboard" / f"trial-{trial._trial_id + 1}"
+        values, metrics, scalars = read_hparams_view(run)
+        drawn = trial.user_attrs["hparams"]
+        assert values == {"global_batch_size": 8, "hidden_size": drawn["hidden_size"],
+                          "learning_rate": pytest.approx(drawn["learning_rate"])}
+        assert metrics == ["Determined/validation_loss"] and metrics[0] in scalars
+
+    # Rerun with --dashboard (a stand-in optuna-dashboard that records its arguments).
+    record = fake_dashboard(isolated_run.parent / "fake", monkeypatch)
+    again = run_cli("experiment", "--dashboard", GRID, str(PROJECT), cwd=isolated_run,
+                    env={VALIDATION_LOG_ENV: str(log)})
+    assert again.returncode == 0, output(again)
+    assert record.read_text().split() == [str(checkpoint_dir / JOURNAL_NAME)]
+    assert "keeps serving; press Ctrl-C" in again.stderr
+    assert len(_trials(checkpoint_dir / JOURNAL_NAME)) == 4
+    assert len(read_validation_log(log)) == 8  # finished: nothing trained again
+    assert len(re.findall(r"^[1-4]\s+COMPLETED", again.stdout, re.M)) == 4
+
+
+def _slow_config(project: pathlib.Path, searcher: str, space: str = "") -> None:
+    """The slow project's config with another searcher section (and hyperparameters)."""
+    head, _ = (project / "asha.yaml").read_text().split("searcher:")
+    if space:
+        head = head.split("hyperparameters:")[0] + space
+    (project / "asha.yaml").write_text(
+        head + searcher + "min_validation_period:\n  batches: 4\nmin_checkpoint_period:\n"
+        "  batches: 2\nreproducibility:\n  experiment_seed: 7\n")
+
+
+RANDOM_SEARCHER = """searcher:
+  name: random
+  metric: validation_loss
+  max_trials: 3
+  max_length:
+    batches: 8
+"""
+
+
+def test_a_random_search_killed_mid_trial_resumes_it_and_runs_each_trial_once(
+    isolated_run: pathlib.Path, checkpoint_dir: pathlib.Path, slow_project: pathlib.Path
+) -> None:
+    _slow_config(slow_project, RANDOM_SEARCHER)
+    process = _start(isolated_run, slow_project)
+    _kill_once_checkpointed(process, checkpoint_dir / "trial-1", 4)
+    journal = checkpoint_dir / JOURNAL_NAME
+    (running,) = [t for t in _trials(journal) if t.state == optuna.trial.TrialState.RUNNING]
+    drawn = running.user_attrs["hparams"]
+    rerun = _start(isolated_run, slow_project)
+    out = rerun.communicate(timeout=240)[0]
+    assert rerun.returncode == 0, out
+    assert f"trial 1 (random) resumed: {drawn}" in out, out
+    assert "resuming from" in out
+    trials = _trials(journal)
+    assert len(trials) == 3 and all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
+    for trial in trials:
+        assert -3 <= math.log10(trial.user_attrs["hparams"]["learning_rate"]) <= -0.5
+        assert max(trial.intermediate_values) == 8
+        newest = max((p for p in (checkpoint_dir / f"trial-{trial._trial_id + 1}").iterdir()
+                      if not p.name.startswith(".")), key=_steps)
+        assert _steps(newest) == 8
+
+
+def test_two_workers_share_a_grid_search_each_point_once(
+    isolated_run: pathlib.Path, checkpoint_dir: pathlib.Path, slow_project: pathlib.Path
+) -> None:
+    grid = (PROJECT / "search.yaml").read_text()
+    space = "hyperparameters:" + grid.split("hyperparameters:")[1].split("searcher:")[0]
+    _slow_config(slow_project, "searcher:" + grid.split("searcher:")[1].split("min_")[0], space)
+    process = _start(isolated_run, slow_project, "--workers", "2")
+    out = process.communicate(timeout=240)[0]
+    assert process.returncode == 0, out
+    trials = _trials(checkpoint_dir / JOURNAL_NAME)
+    assert sorted(_points(trials)) == sorted(GRID_ORDER)
+    assert sorted(t.user_attrs["grid_point"] for t in trials) == [0, 1, 2, 3]
+    assert all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
+    assert len({t.user_attrs["pid"] for t in trials}) == 2
+    assert out.count("best: trial") == 1
+
+
+def test_invalid_hp_from_a_command_entrypoint_drops_the_trial_and_replaces_it(
+    isolated_run: pathlib.Path, checkpoint_dir: pathlib.Path
+) -> None:
+    """``entrypoint: python3 train.py`` whose script raises ``det.InvalidHP`` for hidden_size 8
+    (inside ``pytorch.init()``, as Determined's examples do): the trial's process records it
+    and exits 0; the search drops the trial and draws another. Experiment seed 2 draws
+    hidden_size 8, 2, 8, 2: two trials dropped, two run."""
+    project = isolated_run / "project"
+    project.mkdir()
+    for name in ("model_def.py", "data.py", "const.yaml"):
+        (project / name).write_text((PROJECT / name).read_text())
+    (project / "train.py").write_text((PROJECT / "train.py").read_text().replace(
+        "        trial = model_def.RegressionTrial(train_context)",
+        "        if hparams['hidden_size'] == 8:\n"
+        "            raise det.InvalidHP('hidden_size 8 is not allowed')\n"
+        "        trial = model_def.RegressionTrial(train_context)"))
+    config = (PROJECT / "asha.yaml").read_text().split("searcher:")[0].replace(
+        "model_def:RegressionTrial", "python3 train.py")
+    path = isolated_run / "command.yaml"
+    path.write_text(config + RANDOM_SEARCHER.replace("max_trials: 3", "max_trials: 2")
+                    + "reproducibility:\n  experiment_seed: 2\n")
+    result = run_cli("experiment", str(path), str(project), cwd=isolated_run)
+    assert result.returncode == 0, output(result)
+    trials = sorted(_trials(checkpoint_dir / JOURNAL_NAME), key=lambda t: t._trial_id)
+    assert [t.user_attrs["hparams"]["hidden_size"] for t in trials] == [8, 2, 8, 2]
+    assert [t.user_attrs.get("invalid_hp") for t in trials] == [
+        "hidden_size 8 is not allowed", None, "hidden_size 8 is not allowed", None]
+    assert [t.state.name for t in trials] == ["FAIL", "COMPLETE", "FAIL", "COMPLETE"]
+    assert "trial 1: InvalidHP (hidden_size 8 is not allowed)" in result.stderr
+    rows = re.findall(r"^(\d+)\s+COMPLETED\s", result.stdout, re.M)
+    assert rows == ["2", "4"], output(result)  # dropped trials are not listed

@@ -248,12 +248,15 @@ def test_grid_two_by_two() -> None:
         "layers": {"type": "int", "minval": 1, "maxval": 4, "count": 2},
     }
     points = _config.grid_points(hparams)
+    # Determined walks the hyperparameters in name order (expconf HyperparametersV0.Each sorts
+    # them), so "layers" comes before "lr" and varies slowest.
     assert points == [
-        {"global_batch_size": 16, "lr": 0.1, "layers": 1},
-        {"global_batch_size": 16, "lr": 0.1, "layers": 4},
-        {"global_batch_size": 16, "lr": 0.01, "layers": 1},
-        {"global_batch_size": 16, "lr": 0.01, "layers": 4},
+        {"global_batch_size": 16, "layers": 1, "lr": 0.1},
+        {"global_batch_size": 16, "layers": 1, "lr": 0.01},
+        {"global_batch_size": 16, "layers": 4, "lr": 0.1},
+        {"global_batch_size": 16, "layers": 4, "lr": 0.01},
     ]
+    assert [list(p) for p in points] == [["global_batch_size", "layers", "lr"]] * 4
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,56 @@
+"""``grid`` on Optuna: the grid's points enqueued in one study, in Determined's trial order.
+
+Determined lists the points (``newHyperparameterGrid`` in ``master/pkg/searcher/grid.go``:
+hyperparameters in name order, the first varying slowest) and creates each trial from the end
+of that list (``s.RemainingTrials[len(s.RemainingTrials)-1]``): its first trial gets the list's
+last point. Each worker enqueues the points its study lacks (user attribute ``grid_point``: the
+point's place in that trial order) and takes them with ``study.ask()``, which hands each
+waiting trial to one worker. Two workers opening a new search at the same moment may both
+enqueue a point: the trial with the lower number keeps it and the other is dropped unrun.
+"""
+
+from typing import Any, Dict, List, Sequence
+
+import optuna
+
+from det_lightning._config import grid_choices
+
+GRID_POINT = "grid_point"
+
+
+def grid_params(hparams: Dict[str, Any]) -> List[Dict[str, Any]]:
+    """The Optuna parameters of each grid point (what ``_sample.suggest`` reads back), in the
+    order Determined creates the points' trials.
+
+    >>> grid_params({"lr": {"type": "log", "base": 10, "minval": -3, "maxval": -1, "count": 2},
+    ...              "act": {"type": "categorical", "vals": ["relu", "tanh"]}, "size": 8})
+    [{'act': 1, 'lr': -1.0}, {'act': 1, 'lr': -3.0}, {'act': 0, 'lr': -1.0}, {'act': 0, 'lr': -3.0}]
+    """
+    points = [
+        {".".join(path): param for path, (param, _) in zip(paths, combo) if param is not None}
+        for paths, combo in grid_choices(hparams)
+    ]
+    return points[::-1]
+
+
+def enqueue_grid(study: optuna.Study, grid: Sequence[Dict[str, Any]]) -> None:
+    """Enqueues the points the study has no trial for yet (all of them in a new search)."""
+    present = {t.user_attrs.get(GRID_POINT) for t in study.get_trials(deepcopy=False)}
+    for index, params in enumerate(grid):
+        if index not in present:
+            study.enqueue_trial(dict(params), user_attrs={GRID_POINT: index})
+
+
+def has_waiting_point(study: optuna.Study) -> bool:
+    """Whether a grid point is still waiting for a worker."""
+    return bool(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)))
+
+
+def owns_point(trials: Sequence[optuna.trial.FrozenTrial], trial: optuna.Trial) -> bool:
+    """Whether ``trial`` (from ``study.ask()``) runs its grid point: it has one (ask() made a
+    fresh trial when another worker took the last point first) and no lower-numbered trial
+    has the same point."""
+    point = trial.user_attrs.get(GRID_POINT)
+    if point is None:
+        return False
+    return all(t.number >= trial.number for t in trials if t.user_attrs.get(GRID_POINT) == point)

@@ -1,0 +1,94 @@
+"""What a search's trial reports: ``SearchReporter`` records each validation on the trial's
+Optuna trial and applies Determined's ASHA rule at the rungs; and how the search reads its
+trials back (the trial's number, each rung's metrics, which trials count)."""
+
+import logging
+from typing import Any, Dict, List, Optional
+
+import optuna
+
+from det_lightning import errors
+from det_lightning._search._asha import Bracket, decide
+from det_lightning._search._settings import SearchSettings
+from det_lightning.pytorch import PyTorchCallback
+
+logger = logging.getLogger("det_lightning")
+
+INVALID_HP = "invalid_hp"  # the trial raised InvalidHP: its message
+SURPLUS = "surplus"  # asked for when the budget was already full: never run
+
+
+class SearchReporter(PyTorchCallback):
+    """Reports each validation to the study and stops the trial where ASHA ranks it out."""
+
+    def __init__(self, study: optuna.Study, trial: optuna.Trial, settings: SearchSettings,
+                 bracket: Bracket, context: Any) -> None:
+        self.study, self.trial, self.settings = study, trial, settings
+        self.bracket, self.context = bracket, context
+        attrs = trial.user_attrs
+        self.rungs: Dict[str, float] = dict(attrs.get("rungs", {}))
+        self.rung = int(attrs.get("rung", 0))
+        self.stopped = False
+        self.last_value: Optional[float] = None
+
+    def _time(self) -> int:
+        try:
+            batches = self.context.current_train_batch() + 1
+        except errors.InternalException:  # a validation before the first batch
+            return 0
+        if self.settings.time_metric == "epochs":
+            return batches // self.context._require_epoch_len()
+        return int(batches)
+
+    def on_validation_end(self, metrics: Dict[str, Any]) -> None:
+        if self.context.distributed.rank != 0:
+            return
+        name = self.settings.metric
+        if name not in metrics:
+            raise errors.InvalidExperimentException(
+                f"searcher.metric {name!r} is not among the validation metrics "
+                f"{sorted(metrics)}: the search cannot rank this trial. Return it from "
+                "evaluate_batch (or evaluate_full_dataset), or change searcher.metric."
+            )
+        value = float(metrics[name])
+        signed = value if self.settings.smaller_is_better else -value
+        others = rung_metrics(self.study, len(self.bracket.rung_units), exclude=self.trial.number)
+        decision = decide(self.bracket.rung_units, others, self.rung, self._time(), signed,
+                          self.settings.divisor)
+        for index, recorded in decision.entered:
+            self.rungs[str(index)] = recorded
+        self.rung = decision.rung
+        self.trial.set_user_attr("rungs", dict(self.rungs))
+        self.trial.set_user_attr("rung", self.rung)
+        self.trial.report(value, step=self._time())
+        self.last_value = value
+        last = len(self.bracket.rung_units) - 1
+        if decision.stop and decision.rung < last and not self.stopped:
+            # The last rung is the full length: the trial ends there by itself.
+            self.stopped = True
+            self.trial.set_user_attr("stopped", True)  # a resumed worker must not train it on
+            logger.info(f"trial {trial_number(self.trial)}: stopped at rung {decision.rung} "
+                        f"({name}={value:.6g} is not in the top of that rung)")
+            self.context.set_stop_requested(True)
+
+
+def trial_number(trial: Any) -> int:
+    """The trial's number in the experiment: unique across the storage's studies."""
+    return int(trial._trial_id) + 1
+
+
+def rung_metrics(study: optuna.Study, rungs: int, exclude: int = -1) -> List[List[float]]:
+    """What the study's trials recorded at each rung (InvalidHP trials left out)."""
+    found: List[List[float]] = [[] for _ in range(rungs)]
+    for other in study.get_trials(deepcopy=False):
+        if other.number == exclude or not counted(other):
+            continue
+        for index, value in other.user_attrs.get("rungs", {}).items():
+            if int(index) < rungs:
+                found[int(index)].append(float(value))
+    return found
+
+
+def counted(trial: optuna.trial.FrozenTrial) -> bool:
+    """Whether a trial counts in the search: not dropped for InvalidHP, nor as surplus."""
+    return not (trial.user_attrs.get(INVALID_HP) or trial.user_attrs.get(SURPLUS))
