@@ -4,6 +4,8 @@ import os
 import sys
 from typing import Any, Dict, List, Mapping, Optional, TextIO
 
+from det_lightning.adapters.progress import with_progress_bar
+
 
 def lightning_trainer_kwargs(
     *,
@@ -53,6 +55,7 @@ def lightning_trainer_kwargs(
         kwargs["limit_val_batches"] = 1
     kwargs.update({k: v for k, v in launch.items() if v is not None})
     kwargs.update(user_kwargs or {})
+    kwargs["callbacks"] = with_progress_bar(list(kwargs["callbacks"]), kwargs["enable_progress_bar"])
     return kwargs
 
 

@@ -8,10 +8,23 @@ from typing import Any, Dict, List
 import pytest
 import torch
 
+from lightning.pytorch.callbacks import Callback
+
 from det_lightning import pytorch
+from det_lightning.adapters.progress import TrialProgressBar
 from tests.fixtures.trials import make_trials, seed_everything
 
 SYNCING = ("item", "tolist", "cpu", "numpy", "__bool__", "__float__")
+
+
+class LogsOnce(Callback):
+    """A Lightning callback that puts a tensor on the progress bar at the first batch: Lightning's
+    own bar would turn it into a number (a sync) at every batch after."""
+
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
+        if batch_idx == 0:
+            pl_module.log("probe", torch.tensor(1.5), prog_bar=True)
 
 
 def test_no_host_sync_between_batches(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -42,10 +55,14 @@ def test_no_host_sync_between_batches(monkeypatch: pytest.MonkeyPatch) -> None:
     hparams: Dict[str, Any] = {"lr": 0.01, "n": 256, "shuffle": True}
     with pytorch.init(hparams=hparams) as context:
         trial = Probe(context)
-        pytorch.Trainer(trial, context, enable_progress_bar=True).fit(
+        trainer = pytorch.Trainer(trial, context, enable_progress_bar=True, callbacks=[LogsOnce()])
+        trainer.fit(
             max_length=pytorch.Batch(40), reporting_period=pytorch.Batch(1000),
             validation_period=pytorch.Batch(1000), checkpoint_policy="none",
         )
     between["on"] = False
     assert len(trial.seen) == 40
     assert calls == []
+    # The bar showed the logged value (refreshed once, after the log), not a stale empty dict.
+    bars = [c for c in trainer._result.trainer.callbacks if isinstance(c, TrialProgressBar)]
+    assert len(bars) == 1 and bars[0]._shown["probe"] == 1.5
