@@ -11,6 +11,7 @@ Order, as Determined's controller does it::
 """
 
 import contextlib
+import dataclasses
 import copy
 import logging
 import pathlib
@@ -40,6 +41,7 @@ from det_lightning.adapters.storage import check_checkpoint_dir
 from det_lightning.adapters.trainer_args import lightning_trainer_kwargs
 from det_lightning.pytorch import _checkpoint as ckpt
 from det_lightning.pytorch._callback import PyTorchCallback
+from det_lightning.pytorch._result import FitArgs
 from det_lightning.pytorch._trial import is_overridden
 from det_lightning.pytorch._units import Schedule
 
@@ -97,7 +99,7 @@ def _shutdown_after(callbacks: Dict[str, PyTorchCallback]) -> Iterator[None]:
             callback.on_trial_shutdown()
 
 
-def run_fit(trial: Any, context: Any, args: Dict[str, Any], options: Any) -> ScheduleCallback:
+def run_fit(trial: Any, context: Any, args: FitArgs, options: Any) -> ScheduleCallback:
     """Trains ``trial`` per ``fit()``'s ``args`` with the Trainer's ``options``."""
     check_trial(trial, context)
     callbacks = build_callbacks(trial)
@@ -105,7 +107,8 @@ def run_fit(trial: Any, context: Any, args: Dict[str, Any], options: Any) -> Sch
     check_checkpoint_dir(root, context.distributed, context.models)
     saved_state: Optional[Dict[str, Any]] = None
     trial_state: Optional[Dict[str, int]] = None
-    resume_path, trusted, args["latest_checkpoint"] = plan_resume(args["latest_checkpoint"], root)
+    resume_path, trusted, latest = plan_resume(args.latest_checkpoint, root)
+    args = dataclasses.replace(args, latest_checkpoint=latest)
     if resume_path is not None:
         saved_state, trial_state = read_for_resume(resume_path, trust=trusted)
     start_batch = trial_state["batches_trained"] if trial_state else 0
@@ -120,7 +123,7 @@ def run_fit(trial: Any, context: Any, args: Dict[str, Any], options: Any) -> Sch
     options.stop_signal = signals
     with signals:  # SIGTERM/SIGINT: checkpoint after this batch, then TrialPreempted
         for callback in callbacks.values():
-            callback.on_trial_startup(start_batch, args["latest_checkpoint"])
+            callback.on_trial_startup(start_batch, args.latest_checkpoint)
         with _shutdown_after(callbacks):
             result = _train(trial, context, args, options, callbacks, saved_state, trial_state,
                             resume_path, root)
@@ -130,7 +133,7 @@ def run_fit(trial: Any, context: Any, args: Dict[str, Any], options: Any) -> Sch
 
 
 def _train(
-    trial: Any, context: Any, args: Dict[str, Any], options: Any,
+    trial: Any, context: Any, args: FitArgs, options: Any,
     callbacks: Dict[str, PyTorchCallback], saved_state: Optional[Dict[str, Any]],
     trial_state: Optional[Dict[str, int]], resume_path: Optional[pathlib.Path],
     root: pathlib.Path,
@@ -153,23 +156,23 @@ def _train(
             logger.info(f"Restoring trial from checkpoint {resume_path}")
             apply_state(module, saved_state)
         schedule = Schedule(
-            args["max_length"], args["validation_period"], args["checkpoint_period"],
-            args["reporting_period"], view.epoch_len, args["test_mode"],
+            args.max_length, args.validation_period, args.checkpoint_period,
+            args.reporting_period, view.epoch_len, args.test_mode,
         )
         manager = CheckpointManager(
-            root, module, args["checkpoint_policy"], options.searcher_metric,
+            root, module, args.checkpoint_policy, options.searcher_metric,
             options.smaller_is_better, sampler, base_seed,
             [pathlib.Path(options.tensorboard_dir)],
         )
         manager.metric_configured = options.searcher_metric_configured
         manager.continue_run(resume_path)  # best and retention span the trial's earlier runs
         schedule_cb = ScheduleCallback(
-            module, schedule, manager, args["step_zero_validation"], options.stop_signal
+            module, schedule, manager, args.step_zero_validation, options.stop_signal
         )
         # len(view): a run resumed mid-epoch starts with a shorter epoch, and Lightning warns
         # when an epoch is shorter than log_every_n_steps.
         trainer = _lightning_trainer(
-            context, options, schedule_cb, args["test_mode"], len(view), args["profiling_enabled"]
+            context, options, schedule_cb, args.test_mode, len(view), args.profiling_enabled
         )
         _align_progress(trainer, module, len(context.optimizers))
         if resume_path is not None:

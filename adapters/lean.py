@@ -104,7 +104,7 @@ def _plain_run(trainer: pl.Trainer) -> bool:
     """The setting both lean pieces assume: manual optimization, no real profiler."""
     module = trainer.lightning_module
     return (module is not None and not module.automatic_optimization
-            and type(trainer.profiler) is PassThroughProfiler)
+            and type(getattr(trainer, "profiler", None)) is PassThroughProfiler)
 
 
 class _Plan(NamedTuple):
@@ -326,7 +326,7 @@ class BackendFastPath:
             # Lightning clips gradients here only under automatic optimization.
 
         lightning_optimizer._on_before_step()
-        output = optimizer.step(closure=closure)
+        output = optimizer.step(closure=closure)  # type: ignore[arg-type]
         lightning_optimizer._on_after_step()
         return output
 

@@ -1,9 +1,31 @@
-"""``FitResult``: what one ``Trainer.fit()`` did, for code that runs trials (the experiment
-runner, a search) instead of digging it out of the engine's objects."""
+"""The two typed seams of one ``Trainer.fit()``: ``FitArgs`` (what the engine is asked to do,
+checked) and ``FitResult`` (what it did, for code that runs trials: the experiment runner, a
+search), instead of dicts and digging in the engine's objects."""
 
 import dataclasses
 import pathlib
 from typing import Any, Dict, Optional, Tuple
+
+from det_lightning.pytorch._units import TrainUnit
+
+
+@dataclasses.dataclass(frozen=True)
+class FitArgs:
+    """``Trainer.fit()``'s arguments, checked, as ``adapters.fit.run_fit`` receives them.
+
+    ``latest_checkpoint`` is the user's string (a path, a UUID, ``"latest"`` or None); the
+    engine resolves it into a resume plan and passes on ``dataclasses.replace``'d copies.
+    """
+
+    max_length: TrainUnit
+    validation_period: Optional[TrainUnit] = None
+    checkpoint_period: Optional[TrainUnit] = None
+    reporting_period: Optional[TrainUnit] = None
+    checkpoint_policy: str = "best"
+    latest_checkpoint: Optional[str] = None
+    step_zero_validation: bool = False
+    test_mode: bool = False
+    profiling_enabled: bool = False
 
 
 @dataclasses.dataclass(frozen=True)

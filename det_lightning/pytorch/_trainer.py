@@ -18,7 +18,7 @@ from det_lightning._info import get_cluster_info
 from det_lightning.core import DistributedContext
 from det_lightning.pytorch import _launch
 from det_lightning.pytorch._context import PyTorchTrialContext
-from det_lightning.pytorch._result import FitResult
+from det_lightning.pytorch._result import FitArgs, FitResult
 from det_lightning.pytorch._trial import PyTorchTrial
 from det_lightning.pytorch._units import Batch, Epoch, TrainUnit, check_max_length, check_period
 
@@ -269,17 +269,17 @@ class Trainer:
             raise TypeError(
                 f"fit(latest_checkpoint={latest_checkpoint!r}): expected a checkpoint path or UUID."
             )
-        args = {
-            "max_length": check_max_length(max_length),
-            "validation_period": check_period("validation_period", validation_period),
-            "checkpoint_period": check_period("checkpoint_period", checkpoint_period),
-            "reporting_period": check_period("reporting_period", reporting_period),
-            "checkpoint_policy": checkpoint_policy,
-            "latest_checkpoint": str(latest_checkpoint) if latest_checkpoint is not None else None,
-            "step_zero_validation": bool(step_zero_validation),
-            "test_mode": bool(test_mode),
-            "profiling_enabled": bool(profiling_enabled),
-        }
+        args = FitArgs(
+            max_length=check_max_length(max_length),
+            validation_period=check_period("validation_period", validation_period),
+            checkpoint_period=check_period("checkpoint_period", checkpoint_period),
+            reporting_period=check_period("reporting_period", reporting_period),
+            checkpoint_policy=checkpoint_policy,
+            latest_checkpoint=str(latest_checkpoint) if latest_checkpoint is not None else None,
+            step_zero_validation=bool(step_zero_validation),
+            test_mode=bool(test_mode),
+            profiling_enabled=bool(profiling_enabled),
+        )
         from det_lightning.adapters.fit import run_fit
 
         if os.environ.get(SEARCH_ENV):  # a trial of an adaptive_asha search reports to it

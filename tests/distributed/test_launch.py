@@ -30,6 +30,14 @@ def two_procs(tmp_path_factory: pytest.TempPathFactory) -> jobs.Job:
 
 
 @pytest.fixture(scope="module")
+def two_procs_plain(tmp_path_factory: pytest.TempPathFactory) -> jobs.Job:
+    """``two_procs`` on Lightning's own loop, backward and step (``DET_LIGHTNING_LEAN=0``)."""
+    workdir = tmp_path_factory.mktemp("two_procs_plain")
+    return jobs.run([PROBE, "--out", "out", "--devices", "2", *COMMON, "--batches", "8"], workdir,
+                    env={"DET_LIGHTNING_LEAN": "0"})
+
+
+@pytest.fixture(scope="module")
 def one_proc(tmp_path_factory: pytest.TempPathFactory) -> jobs.Job:
     """The oracle: one process, the same global batch, 12 batches (validation at 4, 8, 12)."""
     workdir = tmp_path_factory.mktemp("one_proc")
@@ -74,6 +82,18 @@ def test_the_process_group_init_started_is_closed_before_python_tears_down(
     for rank in (0, 1):
         exit_record = json.loads((two_procs.workdir / "out" / f"rank{rank}-exit.json").read_text())
         assert exit_record == {"process_group": False}
+
+
+def test_the_lean_path_is_invisible_with_two_processes(
+    two_procs: jobs.Job, two_procs_plain: jobs.Job
+) -> None:
+    """Every hook sees the same loop state, and losses, validations, weights and DDP's
+    gradient all-reduces come out identical, with the lean path and without it."""
+    lean, plain = two_procs.ranks(2), two_procs_plain.ranks(2)
+    for rank in (0, 1):
+        assert len(lean[rank]["trace"]) == 8 * 4 + 4 + 2 * 2  # batches, steps, validations
+        assert [e[0] for e in lean[rank]["trace"]].count("on_before_optimizer_step") == 4
+        assert lean[rank] == plain[rank]
 
 
 def test_two_processes_train_like_one_with_the_same_global_batch(

@@ -132,6 +132,29 @@ class CountAllreduces(pl.Callback):
             IN_GRADIENT_HOOK = False
 
 
+class TraceHooks(pl.Callback):
+    """Records the loop state a callback sees at each per-batch hook (RECORD["trace"]): the
+    lean path (adapters/lean.py) must leave it exactly as Lightning's own loop does."""
+
+    def __init__(self) -> None:
+        RECORD["trace"] = []
+        for name in ("on_train_batch_start", "on_before_backward", "on_after_backward",
+                     "on_before_optimizer_step", "on_train_batch_end", "on_validation_start",
+                     "on_validation_end"):
+            setattr(self, name, self._recorder(name))
+
+    @staticmethod
+    def _recorder(name: str) -> Any:
+        def record(trainer: pl.Trainer, pl_module: Any, *args: Any) -> None:
+            loop = trainer.fit_loop.epoch_loop
+            RECORD["trace"].append([
+                name, trainer.global_step, loop._batches_that_stepped,
+                str(loop.batch_progress.total), pl_module._current_fx_name,
+                sorted(trainer.callback_metrics),
+            ])
+        return record
+
+
 class CountCollectives(pl.Callback):
     """Counts the torch.distributed collectives each training batch is followed by (between its
     train_batch and the next one's): RECORD["collectives"][batch number] = count."""
@@ -298,7 +321,7 @@ def main() -> None:
         **launch,
     ) as context:
         trial = (FullDatasetProbe if args.full_dataset else ProbeTrial)(context, args)
-        callbacks: List[pl.Callback] = [CountAllreduces()]
+        callbacks: List[pl.Callback] = [CountAllreduces(), TraceHooks()]
         if args.count_collectives:
             callbacks.append(CountCollectives())
         trainer = pytorch.Trainer(trial, context, callbacks=callbacks, enable_progress_bar=False)
