@@ -441,3 +441,18 @@ def test_invalid_hp_from_a_command_entrypoint_drops_the_trial_and_replaces_it(
     assert "trial 1: InvalidHP (hidden_size 8 is not allowed)" in result.stderr
     rows = re.findall(r"^(\d+)\s+COMPLETED\s", result.stdout, re.M)
     assert rows == ["2", "4"], output(result)  # dropped trials are not listed
+
+
+def test_a_searcher_metric_no_validation_returns_ends_the_search_naming_it(
+    isolated_run: pathlib.Path, checkpoint_dir: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    """As in Determined, a ``searcher.metric`` the trial never reports ends the experiment with
+    an error naming it, at the first validation, instead of failing trial after trial."""
+    config = tmp_path / "missing_metric.yaml"
+    config.write_text(
+        (PROJECT / "asha.yaml").read_text().replace("metric: validation_loss", "metric: accuracy")
+    )
+    result = run_cli("experiment", str(config), str(PROJECT), cwd=isolated_run)
+    assert result.returncode != 0, output(result)
+    assert "searcher.metric 'accuracy' is not among the validation metrics" in output(result)
+    assert len(_trials(checkpoint_dir / JOURNAL_NAME)) == 1
