@@ -20,6 +20,8 @@ from lightning.pytorch.callbacks import Callback, Checkpoint, EarlyStopping
 from lightning.pytorch.profilers import PassThroughProfiler
 from lightning.pytorch.trainer import call
 
+from det_lightning.adapters.lean import set_fx_name
+
 LEAN_HOOKS_ENV = "DET_LIGHTNING_LEAN_HOOKS"
 # The Lightning minor versions whose dispatch the trace test compares against (CI runs the
 # suite on the lowest and the highest Lightning pyproject.toml allows).
@@ -86,8 +88,8 @@ def _lean_dispatch(trainer: Any, hook_name: str, *args: Any,
     pl_module = trainer.lightning_module
     if pl_module is not None:
         previous = pl_module._current_fx_name
-        pl_module.__dict__["_current_fx_name"] = hook_name  # a plain attribute (see lean.py)
+        set_fx_name(pl_module, hook_name)
     for callback in callbacks:
         getattr(callback, hook_name)(trainer, pl_module, *args, **kwargs)
     if pl_module is not None:
-        pl_module.__dict__["_current_fx_name"] = previous
+        set_fx_name(pl_module, previous)

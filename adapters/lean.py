@@ -91,11 +91,14 @@ def set_fx_name(module: pl.LightningModule, name: Optional[str]) -> None:
     module.__dict__["_current_fx_name"] = name
 
 
-def _module_hook(trainer: pl.Trainer, module: pl.LightningModule, name: str, *args: Any) -> Any:
-    """``call._call_lightning_module_hook`` under the pass-through profiler."""
+def _call_hook(owner: Any, module: pl.LightningModule, name: str, *args: Any, **kwargs: Any
+               ) -> Any:
+    """``owner.<name>(...)`` with ``module._current_fx_name`` set meanwhile: Lightning's
+    ``_call_lightning_module_hook`` (owner: the module) or ``_call_strategy_hook`` (owner: the
+    strategy) under the pass-through profiler."""
     previous = module._current_fx_name
     set_fx_name(module, name)
-    output = getattr(module, name)(*args)
+    output = getattr(owner, name)(*args, **kwargs)
     set_fx_name(module, previous)
     return output
 
@@ -161,10 +164,7 @@ class LeanTrainingEpochLoop(_TrainingEpochLoop):
         if plan.before_transfer:
             batch = module._on_before_batch_transfer(batch, dataloader_idx=0)
         if plan.to_device:
-            previous = module._current_fx_name
-            set_fx_name(module, "batch_to_device")
-            batch = strategy.batch_to_device(batch, dataloader_idx=0)
-            set_fx_name(module, previous)
+            batch = _call_hook(strategy, module, "batch_to_device", batch, dataloader_idx=0)
         progress.increment_ready()
         connector = trainer._logger_connector
         connector.on_batch_start(batch)
@@ -179,9 +179,9 @@ class LeanTrainingEpochLoop(_TrainingEpochLoop):
             call._call_callback_hooks(trainer, "on_train_batch_start", batch, batch_idx)
             response = None
             if plan.module_batch_start:
-                response = _module_hook(trainer, module, "on_train_batch_start", batch, batch_idx)
+                response = _call_hook(module, module, "on_train_batch_start", batch, batch_idx)
             if plan.strategy_batch_start:
-                _module_hook_on(strategy, module, "on_train_batch_start", batch, batch_idx)
+                _call_hook(strategy, module, "on_train_batch_start", batch, batch_idx)
             skip_rest = response == -1
             if skip_rest:
                 if _MARKS_LAST_BATCH:
@@ -201,7 +201,7 @@ class LeanTrainingEpochLoop(_TrainingEpochLoop):
 
         call._call_callback_hooks(trainer, "on_train_batch_end", output, batch, batch_idx)
         if plan.module_batch_end:
-            _module_hook(trainer, module, "on_train_batch_end", output, batch, batch_idx)
+            _call_hook(module, module, "on_train_batch_end", output, batch, batch_idx)
         logged = getattr(module, "log_calls", None)
         if logged is None or logged != self._lean_logged_seen:
             connector.on_batch_end()
@@ -242,10 +242,7 @@ def _manual_step(manual: Any, module: pl.LightningModule, strategy: Strategy, ba
         optimizer._on_after_step = manual._on_after_step
     output: Any = {}
     try:
-        previous = module._current_fx_name
-        set_fx_name(module, "training_step")
-        step_output = module.training_step(batch, batch_idx)
-        set_fx_name(module, previous)
+        step_output = _call_hook(module, module, "training_step", batch, batch_idx)
         del batch
         strategy.post_training_step()
         output = manual.output_result_cls.from_training_step_output(step_output).asdict()
@@ -256,14 +253,6 @@ def _manual_step(manual: Any, module: pl.LightningModule, strategy: Strategy, ba
         optimizer._on_before_step = do_nothing_closure
         optimizer._on_after_step = do_nothing_closure
     return output
-
-
-def _module_hook_on(strategy: Strategy, module: pl.LightningModule, name: str, *args: Any) -> None:
-    """``call._call_strategy_hook`` under the pass-through profiler."""
-    previous = module._current_fx_name
-    set_fx_name(module, name)
-    getattr(strategy, name)(*args)
-    set_fx_name(module, previous)
 
 
 class BackendFastPath:
@@ -303,12 +292,12 @@ class BackendFastPath:
         strategy.pre_backward(loss)
         call._call_callback_hooks(trainer, "on_before_backward", loss)
         if "on_before_backward" in self.module_hooks:
-            _module_hook(trainer, module, "on_before_backward", loss)
+            _call_hook(module, module, "on_before_backward", loss)
         loss.backward(*args, **kwargs)
         detached = loss.detach()
         call._call_callback_hooks(trainer, "on_after_backward")
         if "on_after_backward" in self.module_hooks:
-            _module_hook(trainer, module, "on_after_backward")
+            _call_hook(module, module, "on_after_backward")
         strategy.post_backward(detached)
 
     def step(self, lightning_optimizer: LightningOptimizer) -> Optional[Any]:
@@ -322,7 +311,7 @@ class BackendFastPath:
         def closure() -> None:  # Lightning's do-nothing closure, then _after_closure's hooks
             call._call_callback_hooks(trainer, "on_before_optimizer_step", optimizer)
             if "on_before_optimizer_step" in self.module_hooks:
-                _module_hook(trainer, module, "on_before_optimizer_step", optimizer)
+                _call_hook(module, module, "on_before_optimizer_step", optimizer)
             # Lightning clips gradients here only under automatic optimization.
 
         lightning_optimizer._on_before_step()

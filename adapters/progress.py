@@ -40,7 +40,7 @@ class TrialProgressBar(TQDMProgressBar):
     @override
     def get_metrics(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> Dict[str, Any]:
         logged = getattr(pl_module, "log_calls", None)
-        if logged is None or logged != self._shown_after or not self._shown:
+        if logged is None or logged != self._shown_after:
             self._shown = super().get_metrics(trainer, pl_module)
             self._shown_after = logged
         return self._shown

@@ -91,6 +91,8 @@ def test_the_lean_path_is_invisible_with_two_processes(
     gradient all-reduces come out identical, with the lean path and without it."""
     lean, plain = two_procs.ranks(2), two_procs_plain.ranks(2)
     for rank in (0, 1):
+        assert lean[rank].pop("epoch_loop") == "LeanTrainingEpochLoop"
+        assert plain[rank].pop("epoch_loop") == "_TrainingEpochLoop"
         assert len(lean[rank]["trace"]) == 8 * 4 + 4 + 2 * 2  # batches, steps, validations
         assert [e[0] for e in lean[rank]["trace"]].count("on_before_optimizer_step") == 4
         assert lean[rank] == plain[rank]
