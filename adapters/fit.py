@@ -23,7 +23,7 @@ import torch
 
 from det_lightning import errors
 from det_lightning.adapters import metrics as metric_utils
-from det_lightning.adapters import hooks, lean, preemption
+from det_lightning.adapters import hooks, internals, lean, preemption
 from det_lightning.adapters.checkpoint_io import DeterminedCheckpointIO
 from det_lightning.adapters.checkpoints import (
     CheckpointManager,
@@ -252,9 +252,7 @@ def _lightning_trainer(
     hooks.use_lean_dispatch(trainer)
     lean.install(trainer)
     # The one decision we take from Lightning: when to validate (see schedule.py).
-    trainer.fit_loop.epoch_loop._should_check_val_fx = (  # type: ignore[method-assign]
-        schedule_cb.should_check_val
-    )
+    internals.answer_validation_checks(trainer, schedule_cb.should_check_val)
     return trainer
 
 
@@ -263,10 +261,5 @@ def _align_progress(trainer: pl.Trainer, module: TrialModule, n_optimizers: int)
     state = module.state
     if state.batches_trained == 0:
         return
-    for tracker in (trainer.fit_loop.epoch_progress.current, trainer.fit_loop.epoch_progress.total):
-        for counter in ("ready", "started", "processed", "completed"):
-            setattr(tracker, counter, state.epochs_trained)
-    epoch_loop = trainer.fit_loop.epoch_loop
-    epoch_loop._batches_that_stepped = state.batches_trained
     steps = state.batches_trained // module.context._aggregation_frequency * n_optimizers
-    epoch_loop.manual_optimization.optim_step_progress.total.completed = steps
+    internals.align_progress(trainer, state.epochs_trained, state.batches_trained, steps)

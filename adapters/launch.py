@@ -58,7 +58,8 @@ def start_processes(options: Dict[str, Any], distributed: Optional[DistributedCo
 def _launch_strategy(options: Dict[str, Any]) -> Any:
     import lightning.pytorch as pl
     from lightning.pytorch.strategies import Strategy
-    from lightning.pytorch.strategies.launchers import _SubprocessScriptLauncher
+
+    from det_lightning.adapters.internals import reruns_the_script
 
     # Precision plays no part in starting processes, and fit() maps it (adapters/precision.py).
     early = {k: v for k, v in options.items() if k != "precision"}
@@ -72,7 +73,7 @@ def _launch_strategy(options: Dict[str, Any]) -> Any:
         )
     strategy = trainer.strategy
     launcher = strategy.launcher
-    if launcher is not None and not isinstance(launcher, _SubprocessScriptLauncher):
+    if launcher is not None and not reruns_the_script(launcher):
         raise NotImplementedError(
             f"init(strategy={options.get('strategy')!r}) starts its processes with "
             f"{type(launcher).__name__}, which runs only the fit() call in the new processes; "

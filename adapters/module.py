@@ -38,7 +38,7 @@ import lightning.pytorch as pl
 import torch
 from typing_extensions import override
 
-from det_lightning.adapters import lean
+from det_lightning.adapters import internals, lean
 from det_lightning.adapters import metrics as metric_utils
 from det_lightning.adapters.precision import scheduler_waits
 from det_lightning.pytorch import _checkpoint as ckpt
@@ -81,9 +81,7 @@ class LightningBackend:
                 lightning_optimizer.step()
             return
         # A GradScaler steps the optimizer itself; keep Lightning's step counting around it.
-        lightning_optimizer._on_before_step()
-        step_fn()
-        lightning_optimizer._on_after_step()
+        internals.count_optimizer_step(lightning_optimizer, step_fn)
 
     def no_sync(self) -> Any:
         return self._module._no_sync()

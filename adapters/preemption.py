@@ -136,19 +136,12 @@ class SignalWatcher:
 def supersede_lightning_signals(trainer: Any) -> None:
     """Keeps Lightning from installing its SIGTERM handler for ``trainer``: ours decide when
     to stop (after the batch, with a checkpoint) instead of its ``SIGTERMException``."""
-    connector = getattr(trainer, "_signal_connector", None)
-    if connector is None or not hasattr(connector, "register_signal_handlers"):
-        raise RuntimeError(
-            "This Lightning version has no Trainer._signal_connector.register_signal_handlers; "
-            "det_lightning cannot take over its SIGTERM handling."
-        )
-    setattr(connector, "register_signal_handlers", _no_lightning_handlers)
-    epoch_loop = trainer.fit_loop.epoch_loop
-    if hasattr(epoch_loop, "_broadcast_sigterm_tensor"):
-        # Lightning >= 2.6 broadcasts its SIGTERM flag from rank 0 before every batch and reads
-        # it back with .item(). Its handler is gone (above), so the flag never rises: the
-        # collective is pure cost. SignalWatcher's agreement (ScheduleCallback) replaces it.
-        setattr(epoch_loop, "_broadcast_sigterm_tensor", _no_sigterm_broadcast)
+    # Lightning >= 2.6 also broadcasts its SIGTERM flag from rank 0 before every batch and reads
+    # it back with .item(). Its handler is gone, so the flag never rises: the collective is pure
+    # cost. SignalWatcher's agreement (ScheduleCallback) replaces it.
+    from det_lightning.adapters import internals
+
+    internals.supersede_signals(trainer, _no_lightning_handlers, _no_sigterm_broadcast)
 
 
 def _no_sigterm_broadcast() -> None:

@@ -20,6 +20,8 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_warn
 from typing_extensions import override
 
+from det_lightning.adapters import internals
+
 
 def build_trace_profiler(context: Any) -> Optional[torch.profiler.profile]:
     """The profiler ``context.set_profiler(...)`` asked for, writing to TensorBoard, or None.
@@ -167,7 +169,7 @@ class SystemMetricsMonitor(Callback):
 
 def _batches_trained(pl_module: Any, trainer: pl.Trainer) -> int:
     state = getattr(pl_module, "state", None)
-    return state.batches_trained if state is not None else trainer.fit_loop.total_batch_idx
+    return state.batches_trained if state is not None else internals.batches_seen(trainer)
 
 
 def _mean_by_name(samples: List[Dict[str, float]]) -> Dict[str, float]:

@@ -22,6 +22,7 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 from typing_extensions import override
 
+from det_lightning.adapters import internals
 from det_lightning.adapters import metrics as metric_utils
 from det_lightning.adapters.checkpoints import CheckpointManager
 from det_lightning.pytorch._units import Boundary, Schedule
@@ -82,14 +83,12 @@ class ScheduleCallback(Callback):
 
     def _run_validation_now(self, trainer: pl.Trainer) -> None:
         self.validate_now = True
-        trainer.validating = True
-        trainer.fit_loop.epoch_loop.val_loop.run()
-        trainer.training = True
+        internals.validate_now(trainer)
 
     @override
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         # The first epoch of a resumed run is shorter; tell Lightning each epoch's length.
-        trainer.fit_loop.max_batches = len(self.module.train_loader)
+        internals.set_epoch_length(trainer, len(self.module.train_loader))
 
     # ----- after each batch -----------------------------------------------------------------
     @override

@@ -1,0 +1,89 @@
+"""Lightning internals the adapter relies on outside the per-batch path, each in one function.
+
+Lightning's public API cannot express these; each is a private attribute or method, so each
+lives here, named for what it does for us, and ``tests/integration/test_lightning_contract.py``
+checks on every Lightning the suite runs on (the lowest and the highest ``pyproject.toml``
+allows) that it still exists with the shape used here. The per-batch path's internals are in
+``lean.py`` (the lean loop, backward and step) and ``hooks.py`` (the callback dispatch)::
+
+    answer_validation_checks   epoch_loop._should_check_val_fx      the schedule decides when
+                                                                    to validate
+    validate_now               epoch_loop.val_loop.run()            step-zero validation
+    set_epoch_length           fit_loop.max_batches                 a resumed run's short epoch
+    align_progress             epoch_progress, _batches_that_stepped, Lightning's counters after
+                               optim_step_progress                  a resume
+    batches_seen               fit_loop.total_batch_idx             a LightningTrial's step
+    supersede_signals          _signal_connector.register_signal_   our SIGTERM handling, not
+                               handlers, _broadcast_sigterm_tensor  Lightning's
+    count_optimizer_step       LightningOptimizer._on_before_step/  global_step around a
+                               _on_after_step                       GradScaler's step
+    reruns_the_script          _SubprocessScriptLauncher            processes start in init()
+"""
+
+from typing import Any, Callable
+
+import lightning.pytorch as pl
+
+
+def answer_validation_checks(trainer: pl.Trainer, should_check: Callable[..., bool]) -> None:
+    """Lightning asks ``should_check(data_fetcher)`` after each batch whether to validate."""
+    trainer.fit_loop.epoch_loop._should_check_val_fx = should_check  # type: ignore[method-assign]
+
+
+def validate_now(trainer: pl.Trainer) -> None:
+    """Runs Lightning's validation loop at once (its hooks, callbacks and loggers see it)."""
+    trainer.validating = True
+    trainer.fit_loop.epoch_loop.val_loop.run()
+    trainer.training = True
+
+
+def set_epoch_length(trainer: pl.Trainer, batches: int) -> None:
+    """The length of the epoch starting now (the first one of a resumed run is shorter)."""
+    trainer.fit_loop.max_batches = batches
+
+
+def align_progress(trainer: pl.Trainer, epochs: int, batches: int, optimizer_steps: int) -> None:
+    """Lightning's counters as a run that trained ``batches`` in ``epochs`` would have them:
+    the epoch, the loggers' step and ``global_step``."""
+    fit_loop = trainer.fit_loop
+    for tracker in (fit_loop.epoch_progress.current, fit_loop.epoch_progress.total):
+        for counter in ("ready", "started", "processed", "completed"):
+            setattr(tracker, counter, epochs)
+    fit_loop.epoch_loop._batches_that_stepped = batches
+    fit_loop.epoch_loop.manual_optimization.optim_step_progress.total.completed = optimizer_steps
+
+
+def batches_seen(trainer: pl.Trainer) -> int:
+    """Batches Lightning's training loop has started, over all epochs."""
+    return int(trainer.fit_loop.total_batch_idx)
+
+
+def supersede_signals(trainer: pl.Trainer, no_handlers: Callable[[], None],
+                      no_broadcast: Callable[[], None]) -> None:
+    """Keeps Lightning from installing its SIGTERM handler and (2.6) from broadcasting its
+    SIGTERM flag before every batch; ``no_handlers``/``no_broadcast`` run instead."""
+    connector = getattr(trainer, "_signal_connector", None)
+    if connector is None or not hasattr(connector, "register_signal_handlers"):
+        raise RuntimeError(
+            "This Lightning version has no Trainer._signal_connector.register_signal_handlers; "
+            "det_lightning cannot take over its SIGTERM handling."
+        )
+    setattr(connector, "register_signal_handlers", no_handlers)
+    epoch_loop = trainer.fit_loop.epoch_loop
+    if hasattr(epoch_loop, "_broadcast_sigterm_tensor"):
+        setattr(epoch_loop, "_broadcast_sigterm_tensor", no_broadcast)
+
+
+def count_optimizer_step(lightning_optimizer: Any, step: Callable[[], Any]) -> None:
+    """Runs ``step`` (a GradScaler's) counted as ``lightning_optimizer.step()`` counts one."""
+    lightning_optimizer._on_before_step()
+    step()
+    lightning_optimizer._on_after_step()
+
+
+def reruns_the_script(launcher: Any) -> bool:
+    """Whether ``launcher`` starts the other processes by running the script again (so every
+    process builds the trial), as ``python train.py --devices N`` needs."""
+    from lightning.pytorch.strategies.launchers import _SubprocessScriptLauncher
+
+    return isinstance(launcher, _SubprocessScriptLauncher)

@@ -1,0 +1,105 @@
+"""Contract: the Lightning internals ``adapters/internals.py`` and ``adapters/lean.py`` use are
+still there, with the shape they use. When a Lightning release renames or reshapes one, this
+fails by name before a run misbehaves. CI runs it on the lowest and the highest Lightning
+``pyproject.toml`` allows."""
+
+import inspect
+from typing import Any
+
+import lightning.pytorch as pl
+import pytest
+import torch
+from lightning.pytorch.core.optimizer import LightningOptimizer, do_nothing_closure
+from lightning.pytorch.loops.fetchers import _PrefetchDataFetcher
+from lightning.pytorch.loops.optimization.manual import _ManualOptimization
+from lightning.pytorch.loops.training_epoch_loop import _TrainingEpochLoop
+from lightning.pytorch.strategies import Strategy
+
+from det_lightning.adapters import internals, lean
+
+
+@pytest.fixture
+def trainer() -> pl.Trainer:
+    return pl.Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
+                      enable_checkpointing=False, enable_model_summary=False)
+
+
+def _parameters(fn: Any) -> list:
+    return [p for p in inspect.signature(fn).parameters if p != "self"]
+
+
+def test_the_loop_attributes_internals_sets_exist(trainer: pl.Trainer) -> None:
+    fit_loop = trainer.fit_loop
+    epoch_loop = fit_loop.epoch_loop
+    assert _parameters(type(epoch_loop)._should_check_val_fx) == ["data_fetcher"]
+    assert "self._should_check_val_fx(data_fetcher)" in inspect.getsource(type(epoch_loop))
+    assert "    def run(self) -> " in inspect.getsource(type(epoch_loop.val_loop))  # no arguments
+    assert "self.max_batches" in inspect.getsource(type(fit_loop))
+    for tracker in (fit_loop.epoch_progress.current, fit_loop.epoch_progress.total):
+        for counter in ("ready", "started", "processed", "completed"):
+            assert isinstance(getattr(tracker, counter), int)
+    assert isinstance(epoch_loop._batches_that_stepped, int)
+    assert isinstance(epoch_loop.manual_optimization.optim_step_progress.total.completed, int)
+    assert isinstance(fit_loop.total_batch_idx, int)
+
+
+def test_align_progress_moves_the_counters_lightning_reads(trainer: pl.Trainer) -> None:
+    internals.align_progress(trainer, epochs=3, batches=40, optimizer_steps=20)
+    assert trainer.current_epoch == 3
+    # global_step under manual optimization (the case the adapter runs):
+    assert trainer.fit_loop.epoch_loop.manual_optimization.optim_step_progress.total.completed == 20
+    assert trainer.fit_loop.epoch_loop._batches_that_stepped == 40
+
+
+def test_signal_handling_can_be_taken_over(trainer: pl.Trainer) -> None:
+    calls = []
+    internals.supersede_signals(trainer, lambda: calls.append("handlers"),
+                                lambda: calls.append("broadcast"))
+    trainer._signal_connector.register_signal_handlers()
+    assert calls == ["handlers"]
+    advance = inspect.getsource(_TrainingEpochLoop.advance)
+    if hasattr(_TrainingEpochLoop, "_broadcast_sigterm_tensor"):  # Lightning >= 2.6
+        assert "self._broadcast_sigterm_tensor()" in advance
+        trainer.fit_loop.epoch_loop._broadcast_sigterm_tensor()
+        assert calls == ["handlers", "broadcast"]
+
+
+def test_an_optimizer_step_counts_through_the_step_hooks(trainer: pl.Trainer) -> None:
+    assert "self._on_before_step()" in inspect.getsource(LightningOptimizer.step)
+    assert "self._on_after_step()" in inspect.getsource(LightningOptimizer.step)
+    optimizer = LightningOptimizer(torch.optim.SGD([torch.nn.Parameter(torch.ones(1))], lr=0.1))
+    seen = []
+    optimizer._on_before_step = lambda: seen.append("before")
+    optimizer._on_after_step = lambda: seen.append("after")
+    internals.count_optimizer_step(optimizer, lambda: seen.append("step"))
+    assert seen == ["before", "step", "after"]
+
+
+def test_several_devices_rerun_the_script() -> None:
+    ddp = pl.Trainer(accelerator="cpu", devices=2, strategy="ddp", logger=False,
+                     enable_progress_bar=False, enable_checkpointing=False,
+                     enable_model_summary=False)
+    assert internals.reruns_the_script(ddp.strategy.launcher)
+    spawn = pl.Trainer(accelerator="cpu", devices=2, strategy="ddp_spawn", logger=False,
+                       enable_progress_bar=False, enable_checkpointing=False,
+                       enable_model_summary=False)
+    assert not internals.reruns_the_script(spawn.strategy.launcher)
+
+
+def test_what_the_lean_path_calls_is_there(trainer: pl.Trainer) -> None:
+    """The lean path runs only on the releases its trace test covers; these are the names it
+    calls, so a covered release that lost one fails here, not mid-run."""
+    epoch_loop = trainer.fit_loop.epoch_loop
+    for name in ("batch_progress", "val_loop", "manual_optimization", "_results",
+                 "_warning_cache", "batch_idx", "restarting"):
+        assert hasattr(epoch_loop, name), name
+    for name in ("on_batch_start", "on_batch_end", "update_train_step_metrics"):
+        assert callable(getattr(trainer._logger_connector, name)), name
+    assert _parameters(_ManualOptimization._on_before_step) == []
+    assert _parameters(_ManualOptimization._on_after_step) == []
+    assert _ManualOptimization.output_result_cls.from_training_step_output(None).asdict() == {}
+    assert callable(Strategy.post_training_step) and callable(Strategy.pre_backward)
+    assert do_nothing_closure() is None
+    assert "_PrefetchDataFetcher" in repr(_PrefetchDataFetcher)
+    lean.install(trainer)
+    assert type(trainer.fit_loop.epoch_loop) is lean.LeanTrainingEpochLoop
