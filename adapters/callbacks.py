@@ -9,7 +9,7 @@ Lightning's hook (and who forwards it) on the left, the ``PyTorchCallback`` call
                                           load_state_dict(state)   # each callback's own state
     lightning.Trainer.fit(TrialModule)
       setup, on_fit_start
-      on_train_start (ScheduleCallback)   on_training_start()
+      on_train_start (TrialHooks)         on_training_start()
                                           [step_zero_validation: a validation, as below]
       for each batch:
         on_train_batch_start
@@ -18,7 +18,7 @@ Lightning's hook (and who forwards it) on the left, the ``PyTorchCallback`` call
                                           [on_training_epoch_end(epoch_idx)]
         on_train_batch_end (Schedule...)  on_training_workload_end(avg_metrics, batch_metrics)
                                           when a period is reached; then, if due:
-        [validation, Lightning's loop]
+        [validation, Lightning's loop; TrialHooks forwards]
           on_validation_start             on_validation_start()
           on_validation_epoch_start       on_validation_epoch_start()      # evaluate_batch
           validation_step                 evaluate_batch(...) per batch (or evaluate_full_dataset)
@@ -36,7 +36,7 @@ Lightning's hook (and who forwards it) on the left, the ``PyTorchCallback`` call
     fit.run_fit, finally                  on_trial_shutdown()   # also after an exception
 
 Under your own ``lightning.Trainer`` (``LightningTrial``), Lightning's settings replace the
-periods and :class:`PyTorchCallbackBridge` forwards::
+periods; :class:`PyTorchCallbackBridge` and :class:`TrialHooks` forward::
 
     setup("fit")                  the context and the trial are built (rank and device known)
     on_load_checkpoint            on_trial_startup(batches_trained, ckpt_path)  # ckpt_path=...
@@ -54,26 +54,124 @@ periods and :class:`PyTorchCallbackBridge` forwards::
     on_fit_end, on_exception      on_trial_shutdown()
 """
 
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 import lightning.pytorch as pl
+from lightning.pytorch.callbacks import Callback
 from typing_extensions import override
 
 from det_lightning.adapters import metrics as metric_utils
-from det_lightning.adapters.schedule import ScheduleCallback
+from det_lightning.adapters.reporting import TrainingReport, log_validation, reduce_validation
+from det_lightning.adapters.schedule import STOP_AGREEMENT_INTERVAL
+from det_lightning.pytorch._units import Boundary, stop_agreement_due
 
 
-class PyTorchCallbackBridge(ScheduleCallback):
-    """``ScheduleCallback``'s forwarding of hooks, with Lightning's own settings deciding when to
-    validate, checkpoint and stop (``LightningTrial`` under a user's ``lightning.Trainer``).
+class TrialHooks(Callback):
+    """Forwards the training-start, validation and test hooks to the trial's callbacks, and
+    reduces and reports each validation's metrics; both front ends use it.
+
+    Args:
+        module: the ``TrialModule`` (or ``LightningTrial``).
+        determined_logging: report validations as Determined does (``det_lightning.pytorch.
+            Trainer``): metrics go to the loggers as ``Determined/val_<name>`` and the dict the
+            callbacks got gains ``batches``/``epochs``. Otherwise (``LightningTrial``) they are
+            ``self.log``'ged for Lightning's loggers and monitors under the trial's own names.
+    """
+
+    def __init__(self, module: Any, determined_logging: bool) -> None:
+        self.module = module
+        self.determined_logging = determined_logging
+        self.history: List[Dict[str, Any]] = []  # every validation's metrics, oldest first
+
+    def _forward(self, hook: str, *args: Any) -> None:
+        for callback in self.module.det_callbacks.values():
+            getattr(callback, hook)(*args)
+
+    @override
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._forward("on_training_start")
+
+    @override
+    def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.sanity_checking:
+            return
+        module = self.module
+        module.context.reset_reducers()
+        module.val_outputs, module.val_keys, module.val_records = [], None, 0
+        module.val_metrics = {}
+        self._forward("on_validation_start")
+
+    @override
+    def on_validation_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self.module._evaluate_batch and not trainer.sanity_checking:
+            self._forward("on_validation_epoch_start")
+
+    @override
+    def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.sanity_checking:
+            return
+        module = self.module
+        if module._evaluate_batch:
+            self._forward("on_validation_epoch_end", module.val_outputs)
+        module.val_metrics = reduce_validation(module)
+        # Under LightningTrial, loggers, ModelCheckpoint(monitor=...) and trainer.validate()'s
+        # results see them under the trial's own names.
+        for name, value in metric_utils.scalars(module.val_metrics).items():
+            # logger=None: Lightning's default, which stays quiet when there is no logger.
+            logger = False if self.determined_logging else None
+            module.log(name, value, logger=logger, sync_dist=False)
+
+    @override
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.sanity_checking:
+            return
+        module = self.module
+        state = module.state
+        metrics: Dict[str, Any] = module.val_metrics
+        self._forward("on_validation_end", metrics)
+        state.values["last_val"] = state.batches_trained
+        reported = metrics if self.determined_logging else dict(metrics)
+        if self.determined_logging:
+            module.context.reset_reducers()  # the next training workload starts fresh
+        if module.context.distributed.rank == 0:
+            if self.determined_logging:
+                log_validation(trainer, metrics, state.batches_trained)
+            # Determined's chief adds these while reporting, to the very dict its callbacks got
+            # (a callback that kept it sees them).
+            reported.setdefault("batches", state.batches_trained)
+            reported.setdefault("epochs", state.epochs_trained)
+            metric_utils.log_validation(state.batches_trained, reported)
+        self.history.append(dict(metrics))
+
+    @override
+    def on_test_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.on_validation_start(trainer, pl_module)
+
+    @override
+    def on_test_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.on_validation_epoch_start(trainer, pl_module)
+
+    @override
+    def on_test_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.on_validation_epoch_end(trainer, pl_module)
+
+    @override
+    def on_test_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.on_validation_end(trainer, pl_module)
+
+
+class PyTorchCallbackBridge(Callback):
+    """``LightningTrial``'s periods: Lightning's own settings decide when to validate,
+    checkpoint and stop; this reports every ``log_every_n_steps`` batches and at each epoch's
+    end, starts and shuts the trial down, and stops every rank when one asks to.
 
     Args:
         module: the ``LightningTrial``.
     """
 
     def __init__(self, module: Any) -> None:
-        # No periods and no Determined checkpoints: the hooks that use them are overridden.
-        super().__init__(module, None, None, step_zero_validation=False)  # type: ignore[arg-type]
+        self.module = module
+        self.report = TrainingReport(module)
         self.started = False
 
     # ----- trial start and end --------------------------------------------------------------
@@ -120,12 +218,17 @@ class PyTorchCallbackBridge(ScheduleCallback):
     ) -> None:
         module = self.module
         batches_trained = module.state.batches_trained
-        if batches_trained % trainer.log_every_n_steps == 0:  # type: ignore[attr-defined]
-            self._end_workload(trainer, batches_trained)
-        # Any rank's request stops every rank at this batch (a rank that stopped alone would
-        # leave the others waiting in the next collective).
+        reported = batches_trained % trainer.log_every_n_steps == 0  # type: ignore[attr-defined]
+        if reported:
+            self.report.report(trainer)
+        world_size = module.context.distributed.size
+        boundary = {Boundary.REPORT} if reported else set()
+        if not stop_agreement_due(batches_trained, boundary, world_size, STOP_AGREEMENT_INTERVAL):
+            return
+        # Any rank's request stops every rank at the same batch (a rank that stopped alone
+        # would leave the others waiting in the next collective).
         stop = module.context._stop_requested
-        if module.context.distributed.size > 1:
+        if world_size > 1:
             stop = trainer.strategy.reduce_boolean_decision(stop, all=False)
         if stop:
             trainer.should_stop = True
@@ -133,65 +236,4 @@ class PyTorchCallbackBridge(ScheduleCallback):
     @override
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self.module.state.workload_metrics:
-            self._end_workload(trainer, self.module.state.batches_trained)
-
-    @override
-    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        """Checkpoints are Lightning's (``ModelCheckpoint``); nothing to save here."""
-
-    # ----- validation and test --------------------------------------------------------------
-    @override
-    def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if not trainer.sanity_checking:
-            super().on_validation_start(trainer, pl_module)
-
-    @override
-    def on_validation_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if not trainer.sanity_checking:
-            super().on_validation_epoch_start(trainer, pl_module)
-
-    @override
-    def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if trainer.sanity_checking:
-            return
-        module = self.module
-        if module._evaluate_batch:
-            for callback in module.det_callbacks.values():
-                callback.on_validation_epoch_end(module.val_outputs)
-        module.val_metrics = self._reduce_validation()
-        # Logged as Lightning metrics: loggers, ModelCheckpoint(monitor=...) and
-        # trainer.validate()/test()'s results see them under the trial's own names.
-        for name, value in metric_utils.scalars(module.val_metrics).items():
-            module.log(name, value, sync_dist=False)
-
-    @override
-    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if trainer.sanity_checking:
-            return
-        module = self.module
-        metrics: Dict[str, Any] = module.val_metrics
-        for callback in module.det_callbacks.values():
-            callback.on_validation_end(metrics)
-        module.state.values["last_val"] = module.state.batches_trained
-        self.validation_history.append(dict(metrics))
-        if module.context.distributed.rank == 0:
-            reported = dict(metrics)
-            reported.setdefault("batches", module.state.batches_trained)
-            reported.setdefault("epochs", module.state.epochs_trained)
-            metric_utils.log_validation(module.state.batches_trained, reported)
-
-    @override
-    def on_test_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self.on_validation_start(trainer, pl_module)
-
-    @override
-    def on_test_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self.on_validation_epoch_start(trainer, pl_module)
-
-    @override
-    def on_test_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self.on_validation_epoch_end(trainer, pl_module)
-
-    @override
-    def on_test_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self.on_validation_end(trainer, pl_module)
+            self.report.report(trainer)

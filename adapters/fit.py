@@ -12,11 +12,10 @@ Order, as Determined's controller does it::
 
 import contextlib
 import dataclasses
-import copy
 import logging
 import pathlib
 import warnings
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import lightning.pytorch as pl
 import torch
@@ -24,6 +23,7 @@ import torch
 from det_lightning import errors
 from det_lightning.adapters import metrics as metric_utils
 from det_lightning.adapters import hooks, internals, lean, preemption
+from det_lightning.adapters.callbacks import TrialHooks
 from det_lightning.adapters.checkpoint_io import DeterminedCheckpointIO
 from det_lightning.adapters.checkpoints import (
     CheckpointManager,
@@ -41,7 +41,7 @@ from det_lightning.adapters.storage import check_checkpoint_dir
 from det_lightning.adapters.trainer_args import lightning_trainer_kwargs
 from det_lightning.pytorch import _checkpoint as ckpt
 from det_lightning.pytorch._callback import PyTorchCallback
-from det_lightning.pytorch._result import FitArgs
+from det_lightning.pytorch._result import FitArgs, FitResult, TrainerOptions
 from det_lightning.pytorch._trial import is_overridden
 from det_lightning.pytorch._units import Schedule
 
@@ -99,8 +99,11 @@ def _shutdown_after(callbacks: Dict[str, PyTorchCallback]) -> Iterator[None]:
             callback.on_trial_shutdown()
 
 
-def run_fit(trial: Any, context: Any, args: FitArgs, options: Any) -> ScheduleCallback:
-    """Trains ``trial`` per ``fit()``'s ``args`` with the Trainer's ``options``."""
+def run_fit(
+    trial: Any, context: Any, args: FitArgs, options: TrainerOptions
+) -> Tuple[FitResult, pl.Trainer]:
+    """Trains ``trial`` per ``fit()``'s ``args`` with the Trainer's ``options``; returns what
+    it did, and the ``lightning.Trainer`` that ran it."""
     check_trial(trial, context)
     callbacks = build_callbacks(trial)
     root = pathlib.Path(options.checkpoint_dir)
@@ -118,26 +121,24 @@ def run_fit(trial: Any, context: Any, args: FitArgs, options: Any) -> ScheduleCa
             f"checkpoints go to {root}; TensorBoard files to {options.tensorboard_dir}"
             + (f"; resuming from {resume_path} at batch {start_batch}" if resume_path else "")
         )
-    signals = preemption.SignalWatcher(context.distributed, options.stop_signal)
-    options = copy.copy(options)
-    options.stop_signal = signals
+    signals = preemption.SignalWatcher(context.distributed)
     with signals:  # SIGTERM/SIGINT: checkpoint after this batch, then TrialPreempted
         for callback in callbacks.values():
             callback.on_trial_startup(start_batch, args.latest_checkpoint)
         with _shutdown_after(callbacks):
-            result = _train(trial, context, args, options, callbacks, saved_state, trial_state,
-                            resume_path, root)
-    written = result.checkpoints.written
-    signals.raise_if_received(root / written[-1] if written else ckpt.latest_checkpoint(root), root)
-    return result
+            result, trainer = _train(trial, context, args, options, signals, callbacks,
+                                     saved_state, trial_state, resume_path, root)
+    newest = result.latest_checkpoint
+    signals.raise_if_received(root / newest if newest else ckpt.latest_checkpoint(root), root)
+    return result, trainer
 
 
 def _train(
-    trial: Any, context: Any, args: FitArgs, options: Any,
-    callbacks: Dict[str, PyTorchCallback], saved_state: Optional[Dict[str, Any]],
-    trial_state: Optional[Dict[str, int]], resume_path: Optional[pathlib.Path],
-    root: pathlib.Path,
-) -> ScheduleCallback:
+    trial: Any, context: Any, args: FitArgs, options: TrainerOptions,
+    stop_signal: Callable[[bool], bool], callbacks: Dict[str, PyTorchCallback],
+    saved_state: Optional[Dict[str, Any]], trial_state: Optional[Dict[str, int]],
+    resume_path: Optional[pathlib.Path], root: pathlib.Path,
+) -> Tuple[FitResult, pl.Trainer]:
     module = TrialModule(trial, context, callbacks, TrainState(trial_state))
     module.stop_on_nonfinite_loss = metric_utils.stop_on_non_finite(options.stop_on_nonfinite_loss)
     start_batch = module.state.batches_trained
@@ -166,13 +167,14 @@ def _train(
         )
         manager.metric_configured = options.searcher_metric_configured
         manager.continue_run(resume_path)  # best and retention span the trial's earlier runs
+        trial_hooks = TrialHooks(module, determined_logging=True)
         schedule_cb = ScheduleCallback(
-            module, schedule, manager, args.step_zero_validation, options.stop_signal
+            module, schedule, manager, args.step_zero_validation, stop_signal
         )
         # len(view): a run resumed mid-epoch starts with a shorter epoch, and Lightning warns
         # when an epoch is shorter than log_every_n_steps.
         trainer = _lightning_trainer(
-            context, options, schedule_cb, args.test_mode, len(view), args.profiling_enabled
+            context, options, trial_hooks, schedule_cb, args, len(view)
         )
         _align_progress(trainer, module, len(context.optimizers))
         if resume_path is not None:
@@ -187,8 +189,15 @@ def _train(
                 # The metrics we self.log() are reduced across ranks already.
                 warnings.filterwarnings("ignore", message=r".*sync_dist=True.*")
                 trainer.fit(module)
-        schedule_cb.trainer = trainer
-        return schedule_cb
+        written = manager.written
+        return FitResult(
+            batches_trained=module.state.batches_trained,
+            validations=tuple(trial_hooks.history),
+            checkpoint_dir=root,
+            best_checkpoint=manager.best_uuid,
+            latest_checkpoint=written[-1] if written else None,
+            stopped_early=schedule_cb.stopped_early,
+        ), trainer
     finally:
         view.shutdown()
         context._close_tensorboard_writer()
@@ -224,26 +233,26 @@ def _base_seed(context: Any, extra: Dict[str, Any]) -> Optional[int]:
 
 
 def _lightning_trainer(
-    context: Any, options: Any, schedule_cb: ScheduleCallback, test_mode: bool, epoch_len: int,
-    profiling_enabled: bool = False,
+    context: Any, options: TrainerOptions, trial_hooks: TrialHooks,
+    schedule_cb: ScheduleCallback, args: FitArgs, epoch_len: int,
 ) -> pl.Trainer:
+    """The ``lightning.Trainer`` for one fit. Callback order: the trial's hooks, the schedule
+    (which acts on the validation they reported), profiling, then the user's."""
     loggers: List[Any] = list(options.loggers) if options.loggers is not None else []
     if options.loggers is None and context.get_enable_tensorboard_logging():
         from lightning.pytorch.loggers import TensorBoardLogger
 
         loggers = [TensorBoardLogger(save_dir=str(options.tensorboard_dir), name="", version="")]
+    profiling = profiling_callbacks(schedule_cb.module, args.profiling_enabled, options.profiler)
     kwargs = lightning_trainer_kwargs(
-        launch=options.launch,
-        callbacks=[
-            schedule_cb, *profiling_callbacks(schedule_cb.module, profiling_enabled, options),
-            *options.callbacks,
-        ],
+        launch=options.launch.trainer_kwargs(),
+        callbacks=[trial_hooks, schedule_cb, *profiling, *options.callbacks],
         loggers=loggers,
         plugins=[DeterminedCheckpointIO(), *options.plugins],
         default_root_dir=str(options.default_root_dir),
-        test_mode=test_mode,
+        test_mode=args.test_mode,
         epoch_len=epoch_len,
-        user_kwargs=options.lightning_kwargs,
+        user_kwargs=dict(options.lightning_kwargs),
     )
     kwargs = apply_precision(context, kwargs)
     with _quiet_lightning_setup():

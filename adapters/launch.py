@@ -23,7 +23,7 @@ from typing import Any, Dict, Optional
 
 from det_lightning.adapters.fit import _quiet_lightning_setup
 from det_lightning.core import DistributedContext, DummyDistributedContext
-from det_lightning.pytorch._launch import Launched
+from det_lightning.pytorch._launch import LaunchOptions, Launched
 
 
 def start_processes(options: Dict[str, Any], distributed: Optional[DistributedContext]) -> Launched:
@@ -52,7 +52,7 @@ def start_processes(options: Dict[str, Any], distributed: Optional[DistributedCo
         )
     context = distributed or ours
     context._init_local_groups()
-    return Launched(context, strategy.root_device, dict(options))
+    return Launched(context, strategy.root_device, LaunchOptions.of(options))
 
 
 def _launch_strategy(options: Dict[str, Any]) -> Any:

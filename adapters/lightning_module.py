@@ -34,7 +34,7 @@ import torch
 from lightning.pytorch.trainer.states import TrainerFn
 from typing_extensions import override
 
-from det_lightning.adapters.callbacks import PyTorchCallbackBridge
+from det_lightning.adapters.callbacks import PyTorchCallbackBridge, TrialHooks
 from det_lightning.adapters.data import WholeLoader, _check_plain_loader
 from det_lightning.adapters.fit import build_callbacks, check_trial
 from det_lightning.adapters.module import TrainState, TrialModule
@@ -85,6 +85,7 @@ class LightningTrial(TrialModule):
         self.exp_conf = exp_conf
         self.aggregation_frequency = aggregation_frequency
         self.bridge = PyTorchCallbackBridge(self)
+        self.trial_hooks = TrialHooks(self, determined_logging=False)
         self.trace_profiler = TraceProfiler(self)
         self._built = False
 
@@ -128,7 +129,7 @@ class LightningTrial(TrialModule):
     def configure_callbacks(self) -> List[pl.Callback]:
         if self._trainer is not None and self.bridge in self._trainer.callbacks:
             return []  # a later validate()/test() on the same Trainer: attached already
-        return [self.bridge, self.trace_profiler]
+        return [self.trial_hooks, self.bridge, self.trace_profiler]
 
     # ----- data -----------------------------------------------------------------------------
     @override

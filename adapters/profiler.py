@@ -11,6 +11,7 @@
 - Lightning's own profilers: ``Trainer(..., profiler="simple")`` reaches ``lightning.Trainer``.
 """
 
+import dataclasses
 import time
 from typing import Any, Dict, List, Optional
 
@@ -21,6 +22,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 from typing_extensions import override
 
 from det_lightning.adapters import internals
+from det_lightning.pytorch._result import ProfilerConfig
 
 
 def build_trace_profiler(context: Any) -> Optional[torch.profiler.profile]:
@@ -243,13 +245,14 @@ def _gpus() -> Dict[str, float]:
     return values
 
 
-def profiling_callbacks(module: Any, profiling_enabled: bool, options: Any) -> List[Callback]:
+def profiling_callbacks(
+    module: Any, profiling_enabled: bool, config: Optional[ProfilerConfig]
+) -> List[Callback]:
     """The profiling callbacks of one ``fit()``: ``set_profiler``'s traces, and system metrics
     when ``fit(profiling_enabled=True)`` or ``configure_profiler(enabled=True)`` asked."""
     callbacks: List[Callback] = [TraceProfiler(module)]
-    config = getattr(options, "profiler_config", None)
     if config is not None:
-        callbacks.append(SystemMetricsMonitor(**config))
+        callbacks.append(SystemMetricsMonitor(**dataclasses.asdict(config)))
     elif profiling_enabled:
         callbacks.append(SystemMetricsMonitor())
     return callbacks

@@ -116,7 +116,7 @@ class PyTorchTrialContext(TrialContext):
         self._optimizer_configs: Dict[int, Dict[str, Any]] = {}
         self._scaler: Any = None
         self._backend: Any = EagerBackend()
-        self._launch: Dict[str, Any] = {}  # Lightning launch options, set by init()
+        self._launch: Any = None  # Lightning launch options (LaunchOptions), set by init()
         self._to_device_warned_types: Set[Type] = set()
         self._epoch_len: Optional[int] = None
         self._current_batch_idx: Optional[int] = None

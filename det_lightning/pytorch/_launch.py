@@ -17,6 +17,7 @@ This module never imports Lightning; ``start()`` hands over to ``det_lightning.a
 """
 
 import argparse
+import dataclasses
 import os
 from typing import Any, Dict, Mapping, Optional, Union
 
@@ -146,21 +147,44 @@ def resolve_options(
     return {**{k: v for k, v in implied.items() if k not in given}, **given}
 
 
+@dataclasses.dataclass(frozen=True)
+class LaunchOptions:
+    """Lightning's launch options for this job, resolved; None means Lightning's default.
+
+    >>> LaunchOptions.of({"devices": 2, "precision": None}).trainer_kwargs()
+    {'devices': 2}
+    """
+
+    accelerator: Optional[str] = None
+    devices: Any = None
+    num_nodes: Optional[int] = None
+    strategy: Any = None
+    precision: Any = None
+
+    @classmethod
+    def of(cls, options: Mapping[str, Any]) -> "LaunchOptions":
+        """From ``resolve_options``'s dict."""
+        return cls(**{name: options.get(name) for name in LAUNCH_OPTIONS})
+
+    def trainer_kwargs(self) -> Dict[str, Any]:
+        """The options that were given, as ``lightning.Trainer`` keyword arguments."""
+        given = {name: getattr(self, name) for name in LAUNCH_OPTIONS}
+        return {name: value for name, value in given.items() if value is not None}
+
+
+@dataclasses.dataclass(frozen=True)
 class Launched:
     """What ``init()`` gets from the launch: who this process is, and where it computes.
 
     Args:
         distributed: this process's ranks (collectives ready when there are several).
         device: where ``wrap_model`` and ``to_device`` put things.
-        trainer_options: the launch options for the ``lightning.Trainer`` that ``fit()`` builds.
+        options: the launch options for the ``lightning.Trainer`` that ``fit()`` builds.
     """
 
-    def __init__(
-        self, distributed: DistributedContext, device: torch.device, trainer_options: Dict[str, Any]
-    ) -> None:
-        self.distributed = distributed
-        self.device = device
-        self.trainer_options = trainer_options
+    distributed: DistributedContext
+    device: torch.device
+    options: LaunchOptions
 
 
 def start(options: Mapping[str, Any], distributed: Optional[DistributedContext]) -> Launched:

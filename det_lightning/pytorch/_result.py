@@ -1,12 +1,59 @@
-"""The two typed seams of one ``Trainer.fit()``: ``FitArgs`` (what the engine is asked to do,
-checked) and ``FitResult`` (what it did, for code that runs trials: the experiment runner, a
-search), instead of dicts and digging in the engine's objects."""
+"""The typed seams of one ``Trainer.fit()``: ``TrainerOptions`` (what ``Trainer(...)`` was
+given), ``FitArgs`` (what the engine is asked to do, checked) and ``FitResult`` (what it did, for
+code that runs trials: the experiment runner, a search), instead of dicts, attribute bags and
+digging in the engine's objects."""
 
 import dataclasses
 import pathlib
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Mapping, Optional, Tuple
 
+from det_lightning.pytorch._launch import LaunchOptions
 from det_lightning.pytorch._units import TrainUnit
+
+
+@dataclasses.dataclass(frozen=True)
+class ProfilerConfig:
+    """``Trainer.configure_profiler``'s settings (Determined's deprecated profiler call)."""
+
+    sync_timings: bool = True
+    begin_on_batch: int = 0
+    end_after_batch: Optional[int] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainerOptions:
+    """What ``det_lightning.pytorch.Trainer(...)`` was given beyond the trial and its context.
+
+    Args:
+        checkpoint_dir: where checkpoints go (absolute).
+        tensorboard_dir: where TensorBoard files go.
+        default_root_dir: Lightning's ``default_root_dir``.
+        callbacks: Lightning callbacks, run after the engine's own.
+        loggers: Lightning loggers; None means a TensorBoard logger in ``tensorboard_dir`` (when
+            the context enables TensorBoard logging), an empty tuple none.
+        plugins: Lightning plugins.
+        launch: the launch options ``init()`` resolved.
+        lightning_kwargs: any other ``lightning.Trainer`` argument, passed as given.
+        searcher_metric: the metric a ``checkpoint_policy="best"`` ranks checkpoints by.
+        searcher_metric_configured: the experiment configuration names ``searcher.metric``.
+        smaller_is_better: the searcher metric improves downwards.
+        stop_on_nonfinite_loss: see ``Trainer``; None reads the environment.
+        profiler: ``configure_profiler``'s settings, when it enabled the profiler.
+    """
+
+    checkpoint_dir: pathlib.Path
+    tensorboard_dir: pathlib.Path
+    default_root_dir: pathlib.Path
+    callbacks: Tuple[Any, ...] = ()
+    loggers: Optional[Tuple[Any, ...]] = None
+    plugins: Tuple[Any, ...] = ()
+    launch: LaunchOptions = LaunchOptions()
+    lightning_kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    searcher_metric: str = "validation_loss"
+    searcher_metric_configured: bool = False
+    smaller_is_better: bool = True
+    stop_on_nonfinite_loss: Optional[bool] = None
+    profiler: Optional[ProfilerConfig] = None
 
 
 @dataclasses.dataclass(frozen=True)

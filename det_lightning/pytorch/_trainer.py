@@ -4,6 +4,7 @@ Lightning is imported only when ``fit()`` runs, so ``import det_lightning`` stay
 """
 
 import contextlib
+import dataclasses
 import logging
 import os
 import pathlib
@@ -18,7 +19,8 @@ from det_lightning._info import get_cluster_info
 from det_lightning.core import DistributedContext
 from det_lightning.pytorch import _launch
 from det_lightning.pytorch._context import PyTorchTrialContext
-from det_lightning.pytorch._result import FitArgs, FitResult
+from det_lightning.pytorch._launch import LaunchOptions
+from det_lightning.pytorch._result import FitArgs, FitResult, ProfilerConfig, TrainerOptions
 from det_lightning.pytorch._trial import PyTorchTrial
 from det_lightning.pytorch._units import Batch, Epoch, TrainUnit, check_max_length, check_period
 
@@ -103,7 +105,7 @@ def init(
         device=launched.device,
         tensorboard_path=_default_tensorboard_dir(),
     )
-    context._launch = launched.trainer_options
+    context._launch = launched.options
     _ACTIVE_CONTEXTS.append(context)
     try:
         yield context
@@ -122,19 +124,6 @@ _ACTIVE_CONTEXTS: List[PyTorchTrialContext] = []
 def active_context() -> Optional[PyTorchTrialContext]:
     """The context of the innermost ``init()`` block running now, if any."""
     return _ACTIVE_CONTEXTS[-1] if _ACTIVE_CONTEXTS else None
-
-
-class _Options:
-    """What ``Trainer(...)`` was given beyond Determined's arguments (attributes vary)."""
-
-    def __getattr__(self, name: str) -> Any:  # for the type checker: attributes are dynamic
-        raise AttributeError(name)
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        self.__dict__[name] = value
-
-    def __init__(self, **kwargs: Any) -> None:
-        self.__dict__.update(kwargs)
 
 
 class Trainer:
@@ -188,21 +177,22 @@ class Trainer:
             logger = [logger]
         searcher = (context._exp_conf or {}).get("searcher") or {}
         self.result: Optional[FitResult] = None  # set by fit()
-        self._options = _Options(
-            callbacks=list(callbacks or []),
-            loggers=[] if logger is False else logger,
-            plugins=list(plugins or []),
+        self._lightning_trainer: Any = None  # the lightning.Trainer of the last fit()
+        launch = context._launch
+        self._options = TrainerOptions(
             checkpoint_dir=pathlib.Path(
                 checkpoint_dir or os.environ.get(CHECKPOINT_DIR_ENV) or "checkpoints"
             ).absolute(),
-            tensorboard_dir=context._tensorboard_path,
+            tensorboard_dir=context._tensorboard_path or _default_tensorboard_dir(),
             default_root_dir=pathlib.Path.cwd(),
-            launch=dict(getattr(context, "_launch", {})),
-            lightning_kwargs=lightning_kwargs,
+            callbacks=tuple(callbacks or ()),
+            loggers=() if logger is False else None if logger is None else tuple(logger),
+            plugins=tuple(plugins or ()),
+            launch=launch if isinstance(launch, LaunchOptions) else LaunchOptions(),
+            lightning_kwargs=dict(lightning_kwargs),
             searcher_metric=searcher.get("metric", "validation_loss"),
             searcher_metric_configured="metric" in searcher,
             smaller_is_better=bool(searcher.get("smaller_is_better", True)),
-            stop_signal=None,
             stop_on_nonfinite_loss=stop_on_nonfinite_loss,
         )
 
@@ -223,10 +213,8 @@ class Trainer:
             "`trainer.configure_profiler` has been replaced with "
             "`fit(..., profiling_enabled=True)` and will be removed in a future release."
         )
-        self._options.profiler_config = dict(
-            sync_timings=sync_timings, begin_on_batch=begin_on_batch,
-            end_after_batch=end_after_batch,
-        ) if enabled else None
+        profiler = ProfilerConfig(sync_timings, begin_on_batch, end_after_batch) if enabled else None
+        self._options = dataclasses.replace(self._options, profiler=profiler)
 
     def fit(
         self,
@@ -286,22 +274,9 @@ class Trainer:
             from det_lightning._search._child import attach_reporter
 
             attach_reporter(self._trial, self._context)
-        self._result = run_fit(self._trial, self._context, args, self._options)
-        self.result = _fit_result(self._result, pathlib.Path(self._options.checkpoint_dir))
-
-
-def _fit_result(schedule: Any, checkpoint_dir: pathlib.Path) -> FitResult:
-    """The engine's end state as the typed ``FitResult`` callers read."""
-    manager = schedule.checkpoints
-    written = manager.written if manager is not None else []
-    return FitResult(
-        batches_trained=int(schedule.module.state.batches_trained),
-        validations=tuple(dict(m) for m in schedule.validation_history),
-        checkpoint_dir=checkpoint_dir,
-        best_checkpoint=manager.best_uuid if manager is not None else None,
-        latest_checkpoint=written[-1] if written else None,
-        stopped_early=bool(schedule.stopped_early),
-    )
+        self.result, self._lightning_trainer = run_fit(
+            self._trial, self._context, args, self._options
+        )
 
 
 def _searcher_length() -> Optional[TrainUnit]:

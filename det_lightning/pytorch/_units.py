@@ -13,7 +13,7 @@ epoch boundaries, as in Determined.
 import enum
 import sys
 from collections import abc
-from typing import Any, FrozenSet, Optional, Union
+from typing import AbstractSet, Any, FrozenSet, Optional, Tuple, Union
 
 
 class TrainUnit:
@@ -180,6 +180,86 @@ class Schedule:
         if self.is_done(batches_trained):
             hit.add(Boundary.TRAIN)
         return frozenset(hit)
+
+
+class Action(enum.Enum):
+    """What the engine does after a batch, in the order :func:`decide` lists them."""
+
+    REPORT = "REPORT"  # report the training workload's metrics (on_training_workload_end)
+    STOP = "STOP"  # training ends after this batch (any validation due still runs)
+    VALIDATE = "VALIDATE"  # a validation pass; the actions after it wait for its end
+    CHECKPOINT = "CHECKPOINT"  # a checkpoint, unless the newest one is of this batch
+
+
+def decide(
+    reached: AbstractSet[Boundary], stop: bool, validation_current: bool
+) -> Tuple[Action, ...]:
+    """Every decision between two batches: what to do, in order, after the batch that reached
+    ``reached``, when the ranks agreed to ``stop`` (a signal or ``set_stop_requested``) and
+    ``validation_current`` says a validation already ran at this batch.
+
+    Determined's order: report first; validate at a VALIDATE boundary, then checkpoint; a stop
+    skips the final validation but not a periodic one; at the end, the CHECKPOINT boundary is
+    handled before the final validation, which is followed by the final checkpoint.
+
+    >>> R, V, C, T = Boundary.REPORT, Boundary.VALIDATE, Boundary.CHECKPOINT, Boundary.TRAIN
+    >>> def names(actions): return " ".join(a.value for a in actions) or "-"
+    >>> names(decide(set(), False, False)), names(decide({R}, False, False))
+    ('-', 'REPORT')
+    >>> names(decide({V, C}, False, False)), names(decide({V}, False, True))
+    ('REPORT VALIDATE CHECKPOINT', 'REPORT')
+    >>> names(decide(set(), True, False)), names(decide({V}, True, False))
+    ('REPORT STOP CHECKPOINT', 'REPORT STOP VALIDATE CHECKPOINT')
+    >>> names(decide({T, C}, False, False)), names(decide({T}, False, True))
+    ('REPORT CHECKPOINT STOP VALIDATE CHECKPOINT', 'REPORT STOP')
+    """
+    if not reached and not stop:
+        return ()
+    done = Boundary.TRAIN in reached
+    ending = (Action.STOP,) if done or stop else ()
+    if Boundary.VALIDATE in reached and not validation_current:
+        # A periodic validation runs even when stopping; a due checkpoint follows it.
+        due = ending or Boundary.CHECKPOINT in reached
+        return (Action.REPORT, *ending, Action.VALIDATE, *((Action.CHECKPOINT,) if due else ()))
+    if stop:  # skips the final validation, as Determined does
+        return (Action.REPORT, Action.STOP, Action.CHECKPOINT)
+    actions = [Action.REPORT]
+    if Boundary.CHECKPOINT in reached:
+        actions.append(Action.CHECKPOINT)
+    if done:
+        actions.append(Action.STOP)
+        if not validation_current:
+            actions += [Action.VALIDATE, Action.CHECKPOINT]
+    return tuple(actions)
+
+
+def after_validation(pending: Tuple[Action, ...], stop: bool) -> Tuple[Action, ...]:
+    """The actions left once a validation ends: those :func:`decide` placed after it, plus a
+    checkpoint and a stop when the ranks agreed, after it, to stop.
+
+    >>> [a.value for a in after_validation((Action.CHECKPOINT,), True)]
+    ['CHECKPOINT', 'STOP']
+    >>> after_validation((), False)
+    ()
+    """
+    if not stop:
+        return pending
+    return pending + tuple(a for a in (Action.CHECKPOINT, Action.STOP) if a not in pending)
+
+
+def stop_agreement_due(
+    batches_trained: int, reached: AbstractSet[Boundary], world_size: int, interval: int
+) -> bool:
+    """Whether the ranks agree on stopping after this batch: after every batch with one process
+    (no collective is involved), else every ``interval`` batches and at every period boundary.
+    The answer is the same on every rank, so all take part in the same agreements.
+
+    >>> [stop_agreement_due(b, set(), 2, 16) for b in (15, 16)], stop_agreement_due(3, set(), 1, 16)
+    ([False, True], True)
+    >>> stop_agreement_due(5, {Boundary.REPORT}, 2, 16)
+    True
+    """
+    return world_size == 1 or bool(reached) or batches_trained % interval == 0
 
 
 def check_max_length(max_length: Any) -> TrainUnit:

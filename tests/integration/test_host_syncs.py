@@ -64,5 +64,5 @@ def test_no_host_sync_between_batches(monkeypatch: pytest.MonkeyPatch) -> None:
     assert len(trial.seen) == 40
     assert calls == []
     # The bar showed the logged value (refreshed once, after the log), not a stale empty dict.
-    bars = [c for c in trainer._result.trainer.callbacks if isinstance(c, TrialProgressBar)]
+    bars = [c for c in trainer._lightning_trainer.callbacks if isinstance(c, TrialProgressBar)]
     assert len(bars) == 1 and bars[0]._shown["probe"] == 1.5

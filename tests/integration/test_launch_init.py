@@ -3,6 +3,7 @@
 import pytest
 
 from det_lightning import pytorch
+from det_lightning.pytorch._launch import LaunchOptions
 
 
 def test_spawning_strategies_are_refused_with_the_alternative() -> None:
@@ -16,4 +17,4 @@ def test_one_device_starts_nothing() -> None:
     with pytorch.init(accelerator="cpu", devices=1) as context:
         assert context.distributed.get_size() == 1
         assert str(context.device) == "cpu"
-        assert context._launch == {"accelerator": "cpu", "devices": 1}
+        assert context._launch == LaunchOptions(accelerator="cpu", devices=1)

@@ -354,7 +354,7 @@ def _fit_onevar_with_terminal(monkeypatch: pytest.MonkeyPatch) -> L.Trainer:
         pytorch, "OneVarTrial", {"lr": 0.5}, max_length=pytorch.Batch(6),
         reporting_period=pytorch.Batch(2),
     )
-    return trainer._result.trainer
+    return trainer._lightning_trainer
 
 
 def test_progress_bar_shows_epoch_batches_and_loss_in_a_terminal(

@@ -54,7 +54,7 @@ def _fit(trial_class: type, init_kwargs: Dict[str, Any], amp: bool = False,
         trial = trial_class(context)
         trainer = pytorch.Trainer(trial, context)
         trainer.fit(**{"max_length": pytorch.Batch(4), **fit_kwargs})
-    return trial, trainer._result.trainer
+    return trial, trainer._lightning_trainer
 
 
 def sgd_weight(lr: float, batches: Any, batch_size: int) -> float:
@@ -241,7 +241,7 @@ def test_a_mixed_precision_plugin_passed_in_uses_its_scaler_in_determineds_order
         )
         trainer.fit(max_length=pytorch.Batch(1))
     assert trial.context._scaler is scaler
-    assert isinstance(trainer._result.trainer.precision_plugin, TrialPrecision)
+    assert isinstance(trainer._lightning_trainer.precision_plugin, TrialPrecision)
     true_grad = sum(-4 * (i / 16) ** 2 for i in range(1, 5)) / 4
     assert seen == [pytest.approx(true_grad, rel=1e-2)]
     assert trial.model.weight.item() == pytest.approx(-0.5 * true_grad, rel=1e-2)

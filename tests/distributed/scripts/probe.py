@@ -336,7 +336,7 @@ def main() -> None:
         assert trainer.result is not None
         RECORD["batches_trained"] = trainer.result.batches_trained
         RECORD["device_after"] = str(next(trial.model.parameters()).device)
-        RECORD["epoch_loop"] = type(trainer._result.trainer.fit_loop.epoch_loop).__name__
+        RECORD["epoch_loop"] = type(trainer._lightning_trainer.fit_loop.epoch_loop).__name__
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / f"rank{RECORD['init']['rank']}.json").write_text(json.dumps(RECORD))

@@ -1,0 +1,110 @@
+"""Reporting a trial's metrics, as Determined's controller does, for both front ends.
+
+    training workload ends (a REPORT action, or log_every_n_steps under LightningTrial)
+      TrainingReport.report(trainer)
+        average the workload's per-batch metrics over batches and ranks; add the reducers'
+        on_training_workload_end(avg_metrics, batch_metrics)           # every rank
+        rank 0: the "training metrics" log line; Determined/<name> per batch to the loggers;
+                the averages to self.log (ModelCheckpoint/EarlyStopping can monitor them)
+
+    validation ends
+      reduce_validation(module)     evaluate_batch outputs reduced over batches and ranks (or
+                                    evaluate_full_dataset's dict, broadcast from the chief), plus
+                                    the reducers
+      log_validation(trainer, ...)  Determined/val_<name> to the loggers (rank 0)
+"""
+
+from typing import Any, Dict, List, Set
+
+import lightning.pytorch as pl
+
+from det_lightning.adapters import metrics as metric_utils
+
+# Determined's counters: added to reported dicts, kept by Lightning itself, never self.log'ged.
+COUNTERS = ("batches", "epochs")
+
+
+class TrainingReport:
+    """Reports the training workload that ``module`` ran since the last report.
+
+    Args:
+        module: the ``TrialModule``.
+    """
+
+    def __init__(self, module: Any) -> None:
+        self.module = module
+
+    def report(self, trainer: pl.Trainer, in_loop: bool = True) -> None:
+        """Averages and reports the workload (``in_loop``: during training, where Lightning
+        accepts ``self.log``)."""
+        module = self.module
+        state = module.state
+        batches_trained = state.batches_trained
+        per_batch, state.workload_metrics = state.workload_metrics, []
+        first_idx = batches_trained - len(per_batch)
+        dist = module.context.distributed
+        averages, batch_metrics = metric_utils.average_training_metrics(per_batch, dist)
+        metric_utils.check_non_finite(
+            batch_metrics, first_idx, module.stop_on_nonfinite_loss, warn=dist.rank == 0
+        )
+        averages.update(metric_utils.to_numpy(module.context.reduce_metrics(for_training=True)))
+        module.context.reset_reducers()
+        # Determined adds these while reporting, to the same dict its callbacks then receive.
+        averages.setdefault("batches", state.batches_trained)
+        averages.setdefault("epochs", state.epochs_trained)
+        for callback in module.det_callbacks.values():
+            callback.on_training_workload_end(avg_metrics=averages, batch_metrics=batch_metrics)
+        if dist.rank != 0:
+            return
+        metric_utils.log_training(batches_trained, averages)
+        _log_per_batch(trainer, batch_metrics, averages, first_idx)
+        if not in_loop:  # after training Lightning takes no self.log; nothing monitors it then
+            return
+        for name, value in metric_utils.scalars(averages).items():
+            if name not in COUNTERS:  # each self.log costs ~1 ms (benchmarks/README.md)
+                module.log(name, value, logger=False, prog_bar=(name == "loss"))
+
+
+def reduce_validation(module: Any) -> Dict[str, Any]:
+    """The validation's metrics, the same on every rank."""
+    dist = module.context.distributed
+    if module._evaluate_batch:
+        if dist.size == 1 and not module.val_outputs:
+            raise RuntimeError(
+                "validation_loader is empty: build_validation_data_loader() yields no batches."
+            )
+        metrics = metric_utils.reduce_validation_metrics(
+            module.val_outputs, module.val_keys, module.trial.evaluation_reducer(), dist
+        )
+    else:
+        metrics = dist.broadcast(module.val_metrics)
+    metrics.update(metric_utils.to_numpy(module.context.reduce_metrics(for_training=False)))
+    return metrics
+
+
+def log_validation(trainer: pl.Trainer, metrics: Dict[str, Any], step: int) -> None:
+    """A validation's metrics to the Lightning loggers, as ``Determined/val_<name>``."""
+    values = {
+        ("Determined/" + (k if k.startswith("val") else "val_" + k)): v
+        for k, v in metric_utils.scalars(metrics).items()
+    }
+    for lg in trainer.loggers:
+        lg.log_metrics(values, step=step)
+
+
+def _log_per_batch(
+    trainer: pl.Trainer, batch_metrics: List[Dict[str, Any]], averages: Dict[str, Any],
+    first_idx: int,
+) -> None:
+    """Per-batch training metrics at their own steps, named as Determined names them."""
+    if not trainer.loggers:
+        return
+    seen: Set[str] = set()
+    for offset, metrics in enumerate(batch_metrics):
+        values = metric_utils.scalars(metrics, prefix="Determined/")
+        seen.update(metrics)
+        for lg in trainer.loggers:
+            lg.log_metrics(values, step=first_idx + offset)
+    rest = {k: v for k, v in averages.items() if k not in seen and k not in COUNTERS}
+    for lg in trainer.loggers:
+        lg.log_metrics(metric_utils.scalars(rest, "Determined/"), step=first_idx + len(batch_metrics))

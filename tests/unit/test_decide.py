@@ -1,0 +1,98 @@
+"""``decide()``: every between-batch decision, on a table, and the rules it must keep for
+every combination of reached boundaries, stop agreement and validation state."""
+
+import itertools
+from typing import FrozenSet, Tuple
+
+import pytest
+
+from det_lightning.pytorch._units import (
+    Action,
+    Boundary,
+    Schedule,
+    after_validation,
+    decide,
+    stop_agreement_due,
+)
+from det_lightning.pytorch import Batch, Epoch
+
+R, V, C, T = Boundary.REPORT, Boundary.VALIDATE, Boundary.CHECKPOINT, Boundary.TRAIN
+
+
+def names(actions: Tuple[Action, ...]) -> str:
+    return " ".join(a.value for a in actions) or "-"
+
+
+@pytest.mark.parametrize(
+    "reached,stop,validated,expected",
+    [
+        (set(), False, False, "-"),
+        ({R}, False, False, "REPORT"),
+        ({C}, False, False, "REPORT CHECKPOINT"),
+        ({V}, False, False, "REPORT VALIDATE"),
+        ({V}, False, True, "REPORT"),  # a validation already ran at this batch
+        ({V, C}, False, False, "REPORT VALIDATE CHECKPOINT"),  # the checkpoint has its metrics
+        ({V, C}, False, True, "REPORT CHECKPOINT"),
+        ({T}, False, False, "REPORT STOP VALIDATE CHECKPOINT"),  # the final validation
+        ({T}, False, True, "REPORT STOP"),
+        ({T, C}, False, False, "REPORT CHECKPOINT STOP VALIDATE CHECKPOINT"),
+        ({T, V}, False, False, "REPORT STOP VALIDATE CHECKPOINT"),
+        (set(), True, False, "REPORT STOP CHECKPOINT"),  # a stop skips the final validation...
+        ({T}, True, False, "REPORT STOP CHECKPOINT"),
+        ({V}, True, False, "REPORT STOP VALIDATE CHECKPOINT"),  # ...but not a periodic one
+        ({R, C}, True, False, "REPORT STOP CHECKPOINT"),
+    ],
+)
+def test_the_decision_table(
+    reached: set, stop: bool, validated: bool, expected: str
+) -> None:
+    assert names(decide(reached, stop, validated)) == expected
+
+
+ALL_REACHED = [
+    frozenset(c) for n in range(5) for c in itertools.combinations([R, V, C, T], n)
+]
+
+
+@pytest.mark.parametrize("reached", ALL_REACHED, ids=lambda r: "+".join(sorted(b.value for b in r)))
+@pytest.mark.parametrize("stop", [False, True])
+@pytest.mark.parametrize("validated", [False, True])
+def test_rules_hold_for_every_combination(
+    reached: FrozenSet[Boundary], stop: bool, validated: bool
+) -> None:
+    actions = decide(reached, stop, validated)
+    if not reached and not stop:
+        assert actions == ()
+        return
+    assert actions[0] is Action.REPORT and actions.count(Action.REPORT) == 1
+    ending = T in reached or stop
+    assert (Action.STOP in actions) == ending
+    periodic = V in reached and not validated
+    final = T in reached and not stop and not validated
+    assert actions.count(Action.VALIDATE) == (1 if periodic or final else 0)
+    # The end with a current validation leaves the final checkpoint to on_train_end, which
+    # also covers a Lightning callback (EarlyStopping) ending training.
+    if stop or C in reached or final:  # something is checkpointed, after any validation
+        assert actions[-1] is Action.CHECKPOINT or actions[-1] is Action.STOP
+        assert Action.CHECKPOINT in actions
+    else:
+        assert Action.CHECKPOINT not in actions
+    if Action.VALIDATE in actions and ending:
+        assert actions.index(Action.VALIDATE) < len(actions) - 1  # a checkpoint follows it
+
+
+def test_a_stop_agreed_during_a_validation_adds_a_checkpoint_and_a_stop() -> None:
+    assert after_validation((), False) == ()
+    assert names(after_validation((), True)) == "CHECKPOINT STOP"
+    assert names(after_validation((Action.CHECKPOINT,), True)) == "CHECKPOINT STOP"
+    assert names(after_validation((Action.CHECKPOINT,), False)) == "CHECKPOINT"
+
+
+def test_ranks_agree_every_interval_and_at_every_boundary() -> None:
+    schedule = Schedule(Epoch(2), Batch(5), None, Batch(100), epoch_len=12)
+    due = [
+        b for b in range(1, 25)
+        if stop_agreement_due(b, schedule.reached(b), world_size=2, interval=16)
+    ]
+    assert due == [5, 10, 15, 16, 20, 24]  # validations, the interval, the end
+    assert all(stop_agreement_due(b, frozenset(), world_size=1, interval=16) for b in range(1, 25))
