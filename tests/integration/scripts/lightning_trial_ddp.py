@@ -1,10 +1,11 @@
 """``LightningTrial`` under ``lightning.Trainer(devices=2, strategy="ddp")`` on CPU.
 
-    python lightning_trial_ddp.py OUT_DIR
+    python lightning_trial_ddp.py OUT_DIR [stop]
 
 Lightning re-runs this script for the second process. Each rank writes ``OUT_DIR/rank<r>.json``:
 the ranks and device the trial saw in its ``__init__``, its weight after 3 steps, and the
-validation metrics of ``trainer.validate``.
+validation metrics of ``trainer.validate``. With ``stop``, rank 1 alone calls
+``set_stop_requested(True)`` at its third batch of a 40-step fit, and no validation runs.
 """
 
 import json
@@ -52,15 +53,23 @@ class OneVar(pytorch.PyTorchTrial):
         return {"validation_loss": torch.mean((self.model(x) - y) ** 2)}
 
 
-def main(out: pathlib.Path) -> None:
-    module = LightningTrial(OneVar)
+class StopsOnRankOne(OneVar):
+    def train_batch(self, batch: Any, epoch_idx: int, batch_idx: int) -> Any:
+        if batch_idx == 2 and self.context.distributed.rank == 1:
+            self.context.set_stop_requested(True)
+        return super().train_batch(batch, epoch_idx, batch_idx)
+
+
+def main(out: pathlib.Path, stop: bool) -> None:
+    module = LightningTrial(StopsOnRankOne if stop else OneVar)
     trainer = L.Trainer(
-        accelerator="cpu", devices=2, strategy="ddp", max_steps=3, logger=False,
+        accelerator="cpu", devices=2, strategy="ddp", max_steps=40 if stop else 3, logger=False,
         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-        num_sanity_val_steps=0, log_every_n_steps=1,
+        num_sanity_val_steps=0, log_every_n_steps=50 if stop else 1,
+        limit_val_batches=0 if stop else None,
     )
     trainer.fit(module)
-    validation = trainer.validate(module, verbose=False)
+    validation = [] if stop else trainer.validate(module, verbose=False)
     record = {
         **module.trial.seen,
         "weight": module.trial.model.weight.item(),
@@ -72,4 +81,4 @@ def main(out: pathlib.Path) -> None:
 
 
 if __name__ == "__main__":
-    main(pathlib.Path(sys.argv[1]))
+    main(pathlib.Path(sys.argv[1]), sys.argv[2:] == ["stop"])
