@@ -62,8 +62,8 @@ from typing_extensions import override
 
 from det_lightning.adapters import metrics as metric_utils
 from det_lightning.adapters.reporting import TrainingReport, log_validation, reduce_validation
-from det_lightning.adapters.schedule import STOP_AGREEMENT_INTERVAL
-from det_lightning.pytorch._units import Boundary, stop_agreement_due
+from det_lightning.adapters.preemption import StopAgreement
+from det_lightning.pytorch._units import Boundary
 
 
 class TrialHooks(Callback):
@@ -172,6 +172,7 @@ class PyTorchCallbackBridge(Callback):
     def __init__(self, module: Any) -> None:
         self.module = module
         self.report = TrainingReport(module)
+        self.stops: Optional[StopAgreement] = None  # once the trial's context exists
         self.started = False
 
     # ----- trial start and end --------------------------------------------------------------
@@ -221,16 +222,13 @@ class PyTorchCallbackBridge(Callback):
         reported = batches_trained % trainer.log_every_n_steps == 0  # type: ignore[attr-defined]
         if reported:
             self.report.report(trainer)
-        world_size = module.context.distributed.size
-        boundary = {Boundary.REPORT} if reported else set()
-        if not stop_agreement_due(batches_trained, boundary, world_size, STOP_AGREEMENT_INTERVAL):
+        if self.stops is None:
+            self.stops = StopAgreement(module.context.distributed, lambda local: local)
+        if not self.stops.due(batches_trained, {Boundary.REPORT} if reported else set()):
             return
         # Any rank's request stops every rank at the same batch (a rank that stopped alone
         # would leave the others waiting in the next collective).
-        stop = module.context._stop_requested
-        if world_size > 1:
-            stop = trainer.strategy.reduce_boolean_decision(stop, all=False)
-        if stop:
+        if self.stops.agree(batches_trained, module.context._stop_requested):
             trainer.should_stop = True
 
     @override

@@ -169,7 +169,8 @@ def _train(
         manager.continue_run(resume_path)  # best and retention span the trial's earlier runs
         trial_hooks = TrialHooks(module, determined_logging=True)
         schedule_cb = ScheduleCallback(
-            module, schedule, manager, args.step_zero_validation, stop_signal
+            module, schedule, manager, args.step_zero_validation,
+            preemption.StopAgreement(context.distributed, stop_signal),
         )
         # len(view): a run resumed mid-epoch starts with a shorter epoch, and Lightning warns
         # when an epoch is shorter than log_every_n_steps.

@@ -19,7 +19,9 @@ batch, Lightning (2.4.0 and 2.6.6, manual optimization) against the lean path::
       strategy                                      strategy only where overridden
     increment_started; _build_kwargs (inspects    increment_started; (batch, batch_idx): the
       training_step's signature every batch)        TrialModule's fixed signature
-    manual_optimization.run -> training_step      same (Lightning's own)
+    manual_optimization.run -> strategy hook ->   training_step called directly (one device),
+      training_step (DDP: forward redirection,      or through the DDP wrapper's forward with
+      patching forward with __setattr__)            forward shadowed in the module's __dict__
       context.backward -> manual_backward ->      strategy.pre_backward, on_before_backward,
         strategy.backward -> precision plugin       loss.backward, on_after_backward,
         pre/backward/post (profiled hooks)          strategy.post_backward (BackendFastPath)
@@ -48,12 +50,14 @@ from typing import Any, NamedTuple, Optional
 import lightning
 import lightning.pytorch as pl
 import torch
+from torch.nn.parallel import DistributedDataParallel
 from lightning.pytorch.core.optimizer import LightningOptimizer, do_nothing_closure
 from lightning.pytorch.loops.fetchers import _PrefetchDataFetcher
 from lightning.pytorch.loops.training_epoch_loop import _TrainingEpochLoop
 from lightning.pytorch.plugins.precision import Precision
 from lightning.pytorch.profilers import PassThroughProfiler
 from lightning.pytorch.strategies import DDPStrategy, SingleDeviceStrategy, Strategy
+from lightning.pytorch.strategies.ddp import _DDPForwardRedirection
 from lightning.pytorch.trainer import call
 
 LEAN_ENV = "DET_LIGHTNING_LEAN"
@@ -118,7 +122,8 @@ class _Plan(NamedTuple):
     to_device: bool              # strategy.batch_to_device may change the batch
     module_batch_start: bool     # the module overrides on_train_batch_start
     strategy_batch_start: bool   # the strategy overrides on_train_batch_start
-    direct_step: bool            # training_step needs no strategy wrapping
+    step: str                    # how training_step is called: STEP_DIRECT, STEP_DDP, or
+                                 # "" (Lightning's _ManualOptimization.run)
     module_batch_end: bool       # the module overrides on_train_batch_end
 
 
@@ -130,7 +135,7 @@ def _plan(trainer: pl.Trainer) -> _Plan:
         to_device=not _batch_stays(module, strategy),
         module_batch_start=_overrides(module, pl.LightningModule, "on_train_batch_start"),
         strategy_batch_start=_overrides(strategy, Strategy, "on_train_batch_start"),
-        direct_step=_direct_training_step(module, strategy, trainer),
+        step=_step_kind(module, strategy, trainer),
         module_batch_end=_overrides(module, pl.LightningModule, "on_train_batch_end"),
     )
 
@@ -188,9 +193,9 @@ class LeanTrainingEpochLoop(_TrainingEpochLoop):
                     progress.increment_by(0, is_last_batch=True)
             else:
                 progress.increment_started()
-                if plan.direct_step:
+                if plan.step:
                     output = _manual_step(self.manual_optimization, module, strategy, batch,
-                                          batch_idx)
+                                          batch_idx, plan.step == STEP_DDP)
                 else:
                     output = self.manual_optimization.run(
                         OrderedDict(batch=batch, batch_idx=batch_idx)
@@ -224,25 +229,68 @@ def _batch_stays(module: pl.LightningModule, strategy: Strategy) -> bool:
             and type(strategy).batch_to_device is Strategy.batch_to_device)
 
 
-def _direct_training_step(module: pl.LightningModule, strategy: Strategy,
-                          trainer: pl.Trainer) -> bool:
-    """Whether ``strategy.training_step`` would just call ``module.training_step``: one device
-    (no DDP forward redirection), the plain precision plugin (no step context)."""
-    return (type(strategy) is SingleDeviceStrategy and strategy.model is module
-            and type(trainer.precision_plugin) is Precision)
+STEP_DIRECT = "direct"  # strategy.training_step would just call module.training_step
+STEP_DDP = "ddp"  # ... would route it through the DDP wrapper's forward (see _ddp_training_step)
+
+
+def _step_kind(module: pl.LightningModule, strategy: Strategy, trainer: pl.Trainer) -> str:
+    """How the lean path may call ``training_step`` for this strategy: the plain precision
+    plugin (no step context) on one device (a direct call) or under plain DDP (its forward
+    redirection, reproduced); anything else is Lightning's (``""``)."""
+    if type(trainer.precision_plugin) is not Precision:
+        return ""
+    if type(strategy) is SingleDeviceStrategy and strategy.model is module:
+        return STEP_DIRECT
+    if (type(strategy) is DDPStrategy and isinstance(strategy.model, DistributedDataParallel)
+            and strategy.model.module is module
+            and type(strategy._forward_redirection) is _DDPForwardRedirection):
+        return STEP_DDP
+    return ""
+
+
+def _ddp_training_step(strategy: Strategy, module: pl.LightningModule, batch: Any,
+                       batch_idx: int) -> Any:
+    """``DDPStrategy.training_step`` under manual optimization and the plain precision
+    plugin: the call goes through the DDP wrapper's forward (its reducer bookkeeping, buffer
+    broadcasts) into ``training_step``, as Lightning's ``_DDPForwardRedirection`` routes it,
+    and the wrapper leaves the gradient reduction to ``manual_backward``, as that class's two
+    hooks do. The module's ``forward`` is shadowed through its ``__dict__``, without
+    ``nn.Module.__setattr__``."""
+    ddp: Any = strategy.model
+
+    def redirected(*args: Any) -> Any:
+        del module.__dict__["forward"]  # the step may call the module's real forward
+        output = module.training_step(*args)
+        ddp.require_backward_grad_sync = False
+        return output
+
+    module.__dict__["forward"] = redirected
+    try:
+        output = ddp(batch, batch_idx)
+    finally:
+        module.__dict__.pop("forward", None)
+    ddp.require_backward_grad_sync = True
+    return output
 
 
 def _manual_step(manual: Any, module: pl.LightningModule, strategy: Strategy, batch: Any,
-                 batch_idx: int) -> Any:
-    """``_ManualOptimization.run`` when ``_direct_training_step``: the optimizers count their
-    steps into the loop's progress while ``training_step`` runs, as Lightning has them do."""
+                 batch_idx: int, ddp: bool) -> Any:
+    """``_ManualOptimization.run`` for a ``_step_kind`` the lean path reproduces: the
+    optimizers count their steps into the loop's progress while ``training_step`` runs, as
+    Lightning has them do."""
     optimizers = strategy._lightning_optimizers
     for optimizer in optimizers:
         optimizer._on_before_step = manual._on_before_step
         optimizer._on_after_step = manual._on_after_step
     output: Any = {}
     try:
-        step_output = _call_hook(module, module, "training_step", batch, batch_idx)
+        if ddp:  # Lightning's _call_strategy_hook: the strategy's step, under the step's name
+            previous = module._current_fx_name
+            set_fx_name(module, "training_step")
+            step_output = _ddp_training_step(strategy, module, batch, batch_idx)
+            set_fx_name(module, previous)
+        else:
+            step_output = _call_hook(module, module, "training_step", batch, batch_idx)
         del batch
         strategy.post_training_step()
         output = manual.output_result_cls.from_training_step_output(step_output).asdict()

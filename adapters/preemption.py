@@ -17,7 +17,15 @@ returns normally: the trial chose to stop, nothing needs to run again.
 Lightning has its own SIGTERM handling (``trainer.received_sigterm``), which raises
 ``SIGTERMException`` mid-batch or mid-validation; for our runs it is switched off and this
 module takes its place. With several processes a signal on any rank stops every rank after
-the same batch.
+the same batch: ranks agree on stopping (``StopAgreement``) at every period boundary and every
+so many batches, never after every batch::
+
+    after a batch, if stop_agreement_due(batches, reached, ranks, next_at):    # pytorch/_units.py
+        all-reduce (MAX) of [this rank wants to stop, proposed interval]       # CPU, gloo group
+        stop = any rank wants to; next_at = batches + the largest proposal
+    proposal = next_agreement_interval(time per batch, time the last agreement took)
+             # ~1% of training time spent agreeing, a stop waits at most ~1 s of batches;
+             # DET_LIGHTNING_STOP_AGREEMENT_INTERVAL=n fixes it at n batches
 
 Resuming: ``fit(latest_checkpoint="latest")``, or the environment variable
 ``DET_LIGHTNING_LATEST_CHECKPOINT=latest`` when ``fit()`` is given no ``latest_checkpoint``,
@@ -31,10 +39,12 @@ import os
 import pathlib
 import signal
 import threading
+import time
 from types import FrameType
-from typing import Any, Callable, Dict, Optional
+from typing import AbstractSet, Any, Callable, Dict, List, Mapping, Optional
 
 from det_lightning import errors
+from det_lightning.pytorch._units import Boundary, next_agreement_interval, stop_agreement_due
 
 logger = logging.getLogger("det_lightning.core")
 
@@ -45,17 +55,14 @@ HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 class SignalWatcher:
     """Turns the first SIGTERM/SIGINT into a stop request; use as ``with SignalWatcher(...)``.
 
-    Calling the watcher answers "should the run stop?" (``ScheduleCallback``'s ``stop_signal``).
+    Calling the watcher answers "should this process stop?" (``StopAgreement`` asks the rest).
 
     Args:
-        distributed: the context's ``DistributedContext``; with several processes the answer is
-            agreed across ranks (a collective, so every rank must call it at the same points).
-        also: another stop signal to honour (or None).
+        distributed: the context's ``DistributedContext``.
     """
 
-    def __init__(self, distributed: Any, also: Optional[Callable[[], bool]] = None) -> None:
+    def __init__(self, distributed: Any) -> None:
         self.distributed = distributed
-        self.also = also
         self.received: Optional[int] = None
         self._previous: Dict[int, Any] = {}
         self._pid = os.getpid()
@@ -101,13 +108,9 @@ class SignalWatcher:
         os.kill(os.getpid(), signum)
 
     def __call__(self, local: bool = False) -> bool:
-        """Whether to stop: a signal arrived, ``local`` (this rank's own request) is set, or,
-        with several processes, either holds on any rank."""
-        requested = local or self.received is not None
-        requested = requested or bool(self.also is not None and self.also())
-        if self.distributed.size > 1:
-            return self.distributed.any_rank(requested)  # every batch: keep it one tiny all-reduce
-        return requested
+        """Whether this process should stop: a signal arrived, or ``local`` (this rank's own
+        request) is set. No collective: ``StopAgreement`` asks the other ranks."""
+        return local or self.received is not None
 
     def raise_if_received(self, checkpoint: Optional[pathlib.Path], root: pathlib.Path) -> None:
         """After a signal, ends ``fit()`` with ``TrialPreempted``; the log says how to resume."""
@@ -131,6 +134,88 @@ class SignalWatcher:
         if self.distributed.rank == 0:
             logger.warning(message)
         raise errors.TrialPreempted(message, checkpoint=str(checkpoint) if checkpoint else None)
+
+
+STOP_AGREEMENT_ENV = "DET_LIGHTNING_STOP_AGREEMENT_INTERVAL"
+# The first agreement comes after this many batches (or at an earlier period boundary); the
+# timings it brings set the interval after it.
+FIRST_AGREEMENT = 16
+
+
+class StopAgreement:
+    """Whether to stop after a batch, the same answer on every rank (see the module docstring).
+
+    Args:
+        distributed: the trial's ``DistributedContext``.
+        wants_stop: ``wants_stop(local)``: whether this process wants to stop (``local``: the
+            trial asked, ``set_stop_requested(True)``); no collective.
+        environ: where ``DET_LIGHTNING_STOP_AGREEMENT_INTERVAL`` is read.
+    """
+
+    def __init__(
+        self, distributed: Any, wants_stop: Callable[[bool], bool],
+        environ: Optional[Mapping[str, str]] = None,
+    ) -> None:
+        self.distributed = distributed
+        self.wants_stop = wants_stop
+        self.fixed = _fixed_interval((os.environ if environ is None else environ))
+        self.next_at = self.fixed or FIRST_AGREEMENT
+        self.agreements = 0
+        self._group: Any = None
+        self._last = (0, time.perf_counter())  # batches trained, time: at the last agreement
+        self._cost = 0.0  # seconds the last agreement took
+
+    def due(self, batches_trained: int, reached: AbstractSet[Boundary]) -> bool:
+        return stop_agreement_due(batches_trained, reached, self.distributed.size, self.next_at)
+
+    def agree(self, batches_trained: int, local: bool) -> bool:
+        """Whether any rank wants to stop; with several processes a collective, so every rank
+        calls it after the same batches (``due``) whatever its own flag says."""
+        wanted = bool(self.wants_stop(local))
+        if self.distributed.size == 1:
+            return wanted
+        started = time.perf_counter()
+        since, then = self._last
+        per_batch = (started - then) / max(1, batches_trained - since)
+        # The first agreement's cost is not known before it runs: keep the first interval once.
+        adapted = next_agreement_interval(per_batch, self._cost) if self.agreements else None
+        proposal = self.fixed or adapted or FIRST_AGREEMENT
+        stop, interval = self._all_reduce_max(int(wanted), proposal)
+        done = time.perf_counter()
+        self._cost, self._last = done - started, (batches_trained, done)
+        self.next_at = batches_trained + interval
+        self.agreements += 1
+        return bool(stop)
+
+    def _all_reduce_max(self, *values: int) -> List[int]:
+        import torch
+        import torch.distributed as dist
+
+        if self._group is None:
+            # On the CPU, whatever the training backend: no GPU sync. Every rank gets here at
+            # the same agreement, as new_group requires.
+            gloo = dist.get_backend() == "gloo"
+            self._group = dist.group.WORLD if gloo else dist.new_group(backend="gloo")
+        tensor = torch.tensor(values, dtype=torch.int64)
+        dist.all_reduce(tensor, op=dist.ReduceOp.MAX, group=self._group)
+        return [int(v) for v in tensor.tolist()]
+
+
+def _fixed_interval(environ: Mapping[str, str]) -> Optional[int]:
+    """``DET_LIGHTNING_STOP_AGREEMENT_INTERVAL``: agree every that many batches (None: adapt).
+
+    >>> _fixed_interval({"DET_LIGHTNING_STOP_AGREEMENT_INTERVAL": "16"}), _fixed_interval({})
+    (16, None)
+    """
+    text = environ.get(STOP_AGREEMENT_ENV, "").strip()
+    if not text:
+        return None
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(
+            f"{STOP_AGREEMENT_ENV}={text!r}: expected a whole number of batches >= 1, or unset "
+            "to let det_lightning choose (about 1% of training time, at most ~1 s of batches)."
+        )
+    return int(text)
 
 
 def supersede_lightning_signals(trainer: Any) -> None:

@@ -3,7 +3,7 @@
 After each training batch (``on_train_batch_end``)::
 
     reached = schedule.reached(batches_trained)          # VALIDATE / CHECKPOINT / REPORT / TRAIN
-    stop = agree on stopping    if stop_agreement_due(...)   # a collective with several ranks
+    stop = stops.agree(...)     if stops.due(...)    # a collective with several ranks (preemption.py)
     for action in decide(reached, stop, validation_is_current):   # pytorch/_units.py, pure
         REPORT      TrainingReport.report                 (reporting.py)
         STOP        trainer.should_stop = True
@@ -20,7 +20,7 @@ monitors see it) at exactly Determined's batches. Checkpoints go through
 """
 
 import logging
-from typing import Any, Callable, Tuple
+from typing import Any, Tuple
 
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
@@ -28,23 +28,11 @@ from typing_extensions import override
 
 from det_lightning.adapters import internals
 from det_lightning.adapters.checkpoints import CheckpointManager
+from det_lightning.adapters.preemption import StopAgreement
 from det_lightning.adapters.reporting import TrainingReport
-from det_lightning.pytorch._units import (
-    Action,
-    Schedule,
-    after_validation,
-    decide,
-    stop_agreement_due,
-)
+from det_lightning.pytorch._units import Action, Schedule, after_validation, decide
 
 logger = logging.getLogger("det_lightning.core")
-
-# With several processes, ranks agree whether to stop (a signal, set_stop_requested on any rank)
-# every this many batches and at every period boundary, not after every batch: one agreement is
-# a collective (about 1 ms on CPU, a pipeline stall on a GPU). A stop asked for at batch b takes
-# effect on every rank at the next agreement point, at most this many batches later.
-STOP_AGREEMENT_INTERVAL = 16
-
 
 class ScheduleCallback(Callback):
     """Runs Determined's schedule for ``module`` inside a Lightning fit.
@@ -54,10 +42,7 @@ class ScheduleCallback(Callback):
         schedule: the periods.
         checkpoints: the checkpoint manager.
         step_zero_validation: validate before the first batch.
-        stop_signal: ``stop_signal(local)`` returns True when this process (``local``: the
-            trial called ``set_stop_requested(True)``) or, with several processes, any rank was
-            asked to stop. With several processes it is a collective: every rank calls it at the
-            same batches, whatever its own flag says.
+        stops: when and how the ranks agree on stopping (a signal, ``set_stop_requested``).
     """
 
     def __init__(
@@ -66,13 +51,13 @@ class ScheduleCallback(Callback):
         schedule: Schedule,
         checkpoints: CheckpointManager,
         step_zero_validation: bool,
-        stop_signal: Callable[[bool], bool],
+        stops: StopAgreement,
     ) -> None:
         self.module = module
         self.schedule = schedule
         self.checkpoints = checkpoints
         self.step_zero_validation = step_zero_validation
-        self.stop_signal = stop_signal
+        self.stops = stops
         self.report = TrainingReport(module)
         self.validate_now = False
         self.waiting: Tuple[Action, ...] = ()  # the actions after a validation that runs now
@@ -101,8 +86,7 @@ class ScheduleCallback(Callback):
         state = self.module.state
         batches_trained = state.values["batches_trained"]
         reached = self.schedule.reached(batches_trained)
-        world_size = self.module.context.distributed.size
-        due = stop_agreement_due(batches_trained, reached, world_size, STOP_AGREEMENT_INTERVAL)
+        due = self.stops.due(batches_trained, reached)
         stop = self._agree_on_stopping() if due else False
         if reached or stop:
             self._run(trainer, decide(reached, stop, state.validation_is_current()))
@@ -110,7 +94,8 @@ class ScheduleCallback(Callback):
     def _agree_on_stopping(self) -> bool:
         # Never short-circuit on the local flag: a rank that skipped the agreement would leave
         # the others waiting in it forever.
-        return bool(self.stop_signal(self.module.context._stop_requested))
+        module = self.module
+        return self.stops.agree(module.state.batches_trained, module.context._stop_requested)
 
     def _run(self, trainer: pl.Trainer, actions: Tuple[Action, ...]) -> None:
         """Carries ``actions`` out in order, up to a validation (which Lightning runs next)."""

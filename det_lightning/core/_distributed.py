@@ -137,20 +137,6 @@ class DistributedContext:
             )
         return True
 
-    def any_rank(self, flag: bool) -> bool:
-        """Whether ``flag`` is true on any rank: one small all-reduce, cheap enough to call
-        after every batch (``allgather`` pickles and needs two collectives)."""
-        if not self._group_ready():
-            return flag
-        import torch
-        import torch.distributed as dist
-
-        on_gpu = dist.get_backend() == "nccl"
-        device = torch.device("cuda", torch.cuda.current_device()) if on_gpu else None
-        value = torch.tensor([int(flag)], device=device)
-        dist.all_reduce(value, op=dist.ReduceOp.MAX)
-        return bool(value.item())
-
     def allgather(self, stuff: Any) -> List:
         """Every rank gets the list of every rank's ``stuff``, in rank order."""
         if not self._group_ready():

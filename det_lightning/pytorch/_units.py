@@ -248,19 +248,39 @@ def after_validation(pending: Tuple[Action, ...], stop: bool) -> Tuple[Action, .
 
 
 def stop_agreement_due(
-    batches_trained: int, reached: AbstractSet[Boundary], world_size: int, interval: int
+    batches_trained: int, reached: AbstractSet[Boundary], world_size: int, next_at: int
 ) -> bool:
     """Whether the ranks agree on stopping after this batch: after every batch with one process
-    (no collective is involved), else every ``interval`` batches and at every period boundary.
-    The answer is the same on every rank, so all take part in the same agreements.
+    (no collective is involved), else at every period boundary and once ``next_at`` batches
+    are trained (the previous agreement set it, the same on every rank). Every rank gets the
+    same answer, so all take part in the same agreements.
 
     >>> [stop_agreement_due(b, set(), 2, 16) for b in (15, 16)], stop_agreement_due(3, set(), 1, 16)
     ([False, True], True)
     >>> stop_agreement_due(5, {Boundary.REPORT}, 2, 16)
     True
     """
-    return world_size == 1 or bool(reached) or batches_trained % interval == 0
+    return world_size == 1 or bool(reached) or batches_trained >= next_at
 
+
+def next_agreement_interval(
+    batch_seconds: float, agreement_seconds: float, share: float = 0.01,
+    most_seconds: float = 1.0, most: int = 4096,
+) -> int:
+    """Batches until the next stop agreement: agreeing costs about ``share`` of the training
+    time, and a stop waits at most about ``most_seconds`` of batches (and ``most`` batches).
+
+    >>> next_agreement_interval(0.0005, 0.001)   # 0.5 ms batches, a 1 ms agreement: 100 ms
+    200
+    >>> next_agreement_interval(0.2, 0.001)      # long batches: agree after each one
+    1
+    >>> next_agreement_interval(0.01, 0.05)      # a slow network: wait at most ~1 s
+    100
+    """
+    if batch_seconds <= 0:
+        return most
+    batches = min(agreement_seconds / (share * batch_seconds), most_seconds / batch_seconds)
+    return max(1, min(most, int(batches)))
 
 def check_max_length(max_length: Any) -> TrainUnit:
     """``fit()``'s check of ``max_length``, with errors that name the fix."""

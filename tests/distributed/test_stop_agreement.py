@@ -55,21 +55,35 @@ def test_an_error_on_one_rank_while_validating_or_checkpointing_ends_the_job(
     assert not (tmp_path / "crash" / "out").exists()
 
 
-def test_no_collective_runs_between_agreement_points(tmp_path: pathlib.Path) -> None:
-    """40 batches, no period boundary before the end: the ranks agree on stopping every
-    STOP_AGREEMENT_INTERVAL (16) batches, and no other collective (ours or Lightning's per-batch
-    SIGTERM broadcast) runs after any other batch. DDP's gradient all-reduce runs in C++ inside
-    backward and is not counted."""
-    from det_lightning.adapters.schedule import STOP_AGREEMENT_INTERVAL
-
-    assert STOP_AGREEMENT_INTERVAL == 16
+def _agreement_batches(tmp_path: pathlib.Path, env: "dict[str, str]") -> "list[dict[int, int]]":
+    """40 batches, no period boundary before the end: the collectives each rank ran after each
+    batch. DDP's gradient all-reduce runs in C++ inside backward and is not counted."""
     job = jobs.run(
         [PROBE, "--out", "out", "--devices", "2", "--accelerator", "cpu", "--batches", "40",
          "--validation-period", "1000", "--reporting-period", "1000", "--count-collectives"],
-        tmp_path / "count", timeout=150,
+        tmp_path / "count", timeout=150, env=env,
     )
-    for rank in job.ranks(2):
-        per_batch = {int(b): n for b, n in rank["collectives"].items()}
+    return [{int(b): n for b, n in rank["collectives"].items()} for rank in job.ranks(2)]
+
+
+def test_no_collective_runs_between_agreement_points(tmp_path: pathlib.Path) -> None:
+    """With the interval fixed at 16 batches, the ranks agree after batches 16 and 32 (and at
+    the end), one collective each, and no other collective (ours or Lightning's per-batch
+    SIGTERM broadcast) runs after any other batch."""
+    from det_lightning.adapters.preemption import STOP_AGREEMENT_ENV
+
+    for per_batch in _agreement_batches(tmp_path, {STOP_AGREEMENT_ENV: "16"}):
         between = {b: n for b, n in per_batch.items() if b not in (16, 32, 40)}
         assert between == {}, per_batch
         assert per_batch.get(16) == per_batch.get(32) == 1, per_batch
+
+
+def test_the_adaptive_interval_is_the_same_on_every_rank(tmp_path: pathlib.Path) -> None:
+    """Left to adapt, the first agreement is after FIRST_AGREEMENT batches; the next comes when
+    the largest rank's proposal says, and every rank agrees after exactly the same batches."""
+    from det_lightning.adapters.preemption import FIRST_AGREEMENT
+
+    first, second = _agreement_batches(tmp_path, {})
+    assert first == second
+    assert min(first) == FIRST_AGREEMENT == 16
+    assert all(n == 1 for b, n in first.items() if b != 40), first

@@ -103,3 +103,20 @@ def test_what_the_lean_path_calls_is_there(trainer: pl.Trainer) -> None:
     assert "_PrefetchDataFetcher" in repr(_PrefetchDataFetcher)
     lean.install(trainer)
     assert type(trainer.fit_loop.epoch_loop) is lean.LeanTrainingEpochLoop
+
+
+def test_the_ddp_training_step_the_lean_path_reproduces() -> None:
+    """lean._ddp_training_step does what DDPStrategy.training_step does under manual
+    optimization: the forward redirection through the DDP wrapper, then the reducer left to
+    manual_backward (require_backward_grad_sync off inside, back on after)."""
+    from lightning.pytorch.strategies.ddp import _DDPForwardRedirection
+
+    step = inspect.getsource(Strategy.training_step)
+    assert 'self._forward_redirection(self.model, self.lightning_module, "training_step"' in step
+    assert "self.precision_plugin.train_step_context()" in step
+    inner = inspect.getsource(_DDPForwardRedirection.on_after_inner_forward)
+    outer = inspect.getsource(_DDPForwardRedirection.on_after_outer_forward)
+    assert "wrapper_module.require_backward_grad_sync = False" in inner
+    assert "wrapper_module.require_backward_grad_sync = True" in outer
+    redirect = inspect.getsource(type(pl.strategies.DDPStrategy()._forward_redirection).__mro__[1])
+    assert "original_module.forward = wrapped_forward" in redirect

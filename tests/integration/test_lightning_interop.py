@@ -423,17 +423,17 @@ def test_a_stop_asked_by_one_lightning_rank_stops_both_at_the_same_batch(
     tmp_path: pathlib.Path,
 ) -> None:
     """Rank 1 alone asks to stop at its third batch: both ranks stop together at the next
-    agreement point (STOP_AGREEMENT_INTERVAL batches), in step, with no per-batch collective."""
+    agreement point (FIRST_AGREEMENT batches), in step, with no per-batch collective."""
     import json
 
-    from det_lightning.adapters.schedule import STOP_AGREEMENT_INTERVAL
+    from det_lightning.adapters.preemption import FIRST_AGREEMENT
     from tests.distributed import jobs
 
     script = pathlib.Path(__file__).parent / "scripts" / "lightning_trial_ddp.py"
     job = jobs.run([str(script), "out", "stop"], tmp_path / "job", timeout=300)
     assert job.returncode == 0, job.output[-6000:]
     records = [json.loads((tmp_path / "job" / "out" / f"rank{r}.json").read_text()) for r in (0, 1)]
-    assert [r["batches_trained"] for r in records] == [STOP_AGREEMENT_INTERVAL] * 2
+    assert [r["batches_trained"] for r in records] == [FIRST_AGREEMENT] * 2
     assert records[0]["weight"] == records[1]["weight"]
 
 

@@ -353,9 +353,9 @@ def test_a_signal_on_one_rank_stops_every_rank_after_the_same_batch(tmp_path: pa
     (checkpoint,) = job.checkpoints()
     # Rank 1's signal at batch 5 is agreed at the next stop-agreement point (no period boundary
     # comes first here): every rank trains to batch 16 and stops there.
-    from det_lightning.adapters.schedule import STOP_AGREEMENT_INTERVAL
+    from det_lightning.adapters.preemption import FIRST_AGREEMENT
 
-    assert steps_of(checkpoint) == STOP_AGREEMENT_INTERVAL == 16
+    assert steps_of(checkpoint) == FIRST_AGREEMENT == 16
 
 
 def _blocked_in_second_checkpoint(tmp_path: pathlib.Path) -> "tuple[Script, pathlib.Path]":

@@ -12,6 +12,7 @@ from det_lightning.pytorch._units import (
     Schedule,
     after_validation,
     decide,
+    next_agreement_interval,
     stop_agreement_due,
 )
 from det_lightning.pytorch import Batch, Epoch
@@ -88,11 +89,25 @@ def test_a_stop_agreed_during_a_validation_adds_a_checkpoint_and_a_stop() -> Non
     assert names(after_validation((Action.CHECKPOINT,), False)) == "CHECKPOINT"
 
 
-def test_ranks_agree_every_interval_and_at_every_boundary() -> None:
+def test_ranks_agree_at_every_boundary_and_once_the_interval_is_up() -> None:
     schedule = Schedule(Epoch(2), Batch(5), None, Batch(100), epoch_len=12)
     due = [
         b for b in range(1, 25)
-        if stop_agreement_due(b, schedule.reached(b), world_size=2, interval=16)
+        if stop_agreement_due(b, schedule.reached(b), world_size=2, next_at=16)
     ]
-    assert due == [5, 10, 15, 16, 20, 24]  # validations, the interval, the end
-    assert all(stop_agreement_due(b, frozenset(), world_size=1, interval=16) for b in range(1, 25))
+    assert due == [5, 10, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24]  # next_at moves on agreeing
+    assert all(stop_agreement_due(b, frozenset(), world_size=1, next_at=99) for b in range(1, 25))
+
+
+@pytest.mark.parametrize(
+    "batch_s,agreement_s,expected",
+    [
+        (0.0005, 0.001, 200),  # overhead-bound: agreeing costs 1% of the time
+        (0.1, 0.001, 1),  # long batches: a stop waits one batch
+        (0.01, 0.05, 100),  # a slow network: a stop waits about a second, not 5
+        (0.0, 0.001, 4096),  # no time measured yet: the cap
+        (1e-7, 1.0, 4096),
+    ],
+)
+def test_the_next_agreement_interval(batch_s: float, agreement_s: float, expected: int) -> None:
+    assert next_agreement_interval(batch_s, agreement_s) == expected

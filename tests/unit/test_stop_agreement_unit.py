@@ -1,0 +1,71 @@
+"""``StopAgreement`` in one process: when it agrees, what it proposes, and its fixed mode.
+
+The collective runs on a one-member gloo group standing in for the world (a MAX all-reduce over
+one rank returns this rank's values), so the bookkeeping around it is exercised without
+spawning processes; ``tests/distributed/test_stop_agreement.py`` runs the real two-rank case."""
+
+import dataclasses
+from typing import Iterator
+
+import pytest
+import torch.distributed as dist
+
+from det_lightning.adapters import preemption
+from det_lightning.adapters.preemption import FIRST_AGREEMENT, STOP_AGREEMENT_ENV, StopAgreement
+from det_lightning.pytorch._units import Boundary
+
+
+@dataclasses.dataclass
+class Ranks:
+    size: int = 2
+
+
+@pytest.fixture
+def world() -> Iterator[None]:
+    store = dist.HashStore()
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+def test_one_process_agrees_after_every_batch_without_a_collective() -> None:
+    stops = StopAgreement(Ranks(size=1), lambda local: local, environ={})
+    assert all(stops.due(b, frozenset()) for b in range(1, 5))
+    assert stops.agree(1, False) is False and stops.agree(2, True) is True
+    assert stops.agreements == 0  # no collective ran (none is initialized here)
+
+
+def test_a_fixed_interval_agrees_every_n_batches_and_at_boundaries(world: None) -> None:
+    stops = StopAgreement(Ranks(), lambda local: local, environ={STOP_AGREEMENT_ENV: "4"})
+    agreed = []
+    for b in range(1, 13):
+        reached = {Boundary.VALIDATE} if b == 6 else set()
+        if stops.due(b, reached):
+            agreed.append(b)
+            assert stops.agree(b, local=False) is False
+    assert agreed == [4, 6, 10]  # the interval restarts from the boundary's agreement
+    assert stops.agreements == 3
+
+
+def test_the_interval_adapts_to_the_measured_times(
+    world: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Batch 16 after 16 ms, its agreement 1 ms; batch 32 after 16 ms more.
+    clock = iter([0.0, 0.016, 0.017, 0.033, 0.034])
+    monkeypatch.setattr(preemption.time, "perf_counter", lambda: next(clock))
+    stops = StopAgreement(Ranks(), lambda local: local, environ={})
+    assert not stops.due(FIRST_AGREEMENT - 1, frozenset())
+    assert stops.due(FIRST_AGREEMENT, frozenset())
+    assert stops.agree(FIRST_AGREEMENT, local=False) is False
+    # No agreement had been timed yet: the first interval again.
+    assert stops.next_at == 2 * FIRST_AGREEMENT
+    assert stops.agree(2 * FIRST_AGREEMENT, local=True) is True
+    # 1 ms batches, 1 ms agreements: agreeing every 100 batches costs 1% of the time.
+    assert stops.next_at == 2 * FIRST_AGREEMENT + 100
+
+
+def test_a_bad_fixed_interval_names_the_fix() -> None:
+    with pytest.raises(ValueError, match="whole number of batches >= 1"):
+        StopAgreement(Ranks(), lambda local: local, environ={STOP_AGREEMENT_ENV: "0"})
