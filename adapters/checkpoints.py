@@ -40,6 +40,14 @@ from det_lightning.adapters.preemption import LATEST_CHECKPOINT_ENV
 from det_lightning.adapters.storage import raise_if_storage_error
 from det_lightning.adapters.metrics import is_numerical_scalar
 from det_lightning.pytorch import _checkpoint as ckpt
+from det_lightning.pytorch._checkpoint_write import make_load_data, remove_partials, write_files
+from det_lightning.pytorch._state_dicts import (
+    capture_rng_state,
+    load_list,
+    load_models,
+    model_state_dicts,
+    restore_rng_state,
+)
 from det_lightning.pytorch._code import code_sources
 
 logger = logging.getLogger("det_lightning.core")
@@ -225,7 +233,7 @@ class CheckpointManager:
         state_dict = lightning_checkpoint.get(ckpt.LIGHTNING_STATE_KEY) or self.state_dict()
         for callback in module.det_callbacks.values():
             callback.on_checkpoint_save_start(state_dict)
-        ckpt.write_files(
+        write_files(
             directory,
             state_dict,
             module.state.values,
@@ -252,11 +260,11 @@ class CheckpointManager:
         module = self.module
         context = module.context
         state: Dict[str, Any] = {
-            ckpt.MODELS: ckpt.model_state_dicts(context.models),
+            ckpt.MODELS: model_state_dicts(context.models),
             ckpt.OPTIMIZERS: [opt.state_dict() for opt in context.optimizers],
             ckpt.LR_SCHEDULERS: [s.state_dict() for s in context.lr_schedulers],
             ckpt.CALLBACKS: {name: cb.state_dict() for name, cb in module.det_callbacks.items()},
-            ckpt.RNG_STATE: ckpt.capture_rng_state(_cuda_index(context.device)),
+            ckpt.RNG_STATE: capture_rng_state(_cuda_index(context.device)),
         }
         if context._scaler is not None:
             state[ckpt.SCALER] = context._scaler.state_dict()
@@ -269,7 +277,7 @@ class CheckpointManager:
 
     def _load_data(self) -> Dict[str, Any]:
         context = self.module.context
-        return ckpt.make_load_data(type(self.module.trial), context._hparams, context._exp_conf)
+        return make_load_data(type(self.module.trial), context._hparams, context._exp_conf)
 
 
 # ----- retention ------------------------------------------------------------------------------
@@ -442,7 +450,7 @@ def plan_resume(requested: Optional[str], root: pathlib.Path) -> ResumePlan:
         return ResumePlan(None, False, None)
     if requested != "latest":
         return ResumePlan(resolve_checkpoint(requested, root), True, requested)
-    for partial in ckpt.remove_partials(root):
+    for partial in remove_partials(root):
         logger.info(f"Deleted the unfinished checkpoint {partial}.")
     found = ckpt.latest_checkpoint(root)
     if found is None:
@@ -526,10 +534,10 @@ def apply_state(module: Any, state: Dict[str, Any]) -> None:
     context = module.context
     for callback in module.det_callbacks.values():
         callback.on_checkpoint_load_start(state)
-    ckpt.load_models(context.models, state)
-    ckpt.load_list(context.optimizers, _legacy(state, ckpt.OPTIMIZERS, "optimizer_state_dict"),
+    load_models(context.models, state)
+    load_list(context.optimizers, _legacy(state, ckpt.OPTIMIZERS, "optimizer_state_dict"),
                    "optimizer")
-    ckpt.load_list(context.lr_schedulers, _legacy(state, ckpt.LR_SCHEDULERS, "lr_scheduler"),
+    load_list(context.lr_schedulers, _legacy(state, ckpt.LR_SCHEDULERS, "lr_scheduler"),
                    "LR scheduler")
     if ckpt.SCALER in state and context._scaler is not None:
         context._scaler.load_state_dict(state[ckpt.SCALER])
@@ -540,7 +548,7 @@ def apply_state(module: Any, state: Dict[str, Any]) -> None:
         if name in saved_callbacks:
             callback.load_state_dict(saved_callbacks[name])
     if ckpt.RNG_STATE in state:
-        ckpt.restore_rng_state(state[ckpt.RNG_STATE], _cuda_index(context.device))
+        restore_rng_state(state[ckpt.RNG_STATE], _cuda_index(context.device))
     else:
         logger.warning("The checkpoint has no random state to restore.")
 

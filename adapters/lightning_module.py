@@ -42,6 +42,7 @@ from det_lightning.adapters.precision import adopt_trainer_precision
 from det_lightning.adapters.profiler import TraceProfiler
 from det_lightning.core import DistributedContext
 from det_lightning.pytorch import _checkpoint as ckpt
+from det_lightning.pytorch._state_dicts import load_list
 from det_lightning.pytorch._context import PyTorchTrialContext
 from det_lightning.pytorch._data import DataLoader
 from det_lightning.pytorch._trainer import _experiment_seed, _seed_all
@@ -213,7 +214,7 @@ class LightningTrial(TrialModule):
 
     def _restore_trial_state(self, saved: Dict[str, Any]) -> None:
         context = self.context
-        ckpt.load_list(context.lr_schedulers, list(saved.get(ckpt.LR_SCHEDULERS, [])),
+        load_list(context.lr_schedulers, list(saved.get(ckpt.LR_SCHEDULERS, [])),
                        "LR scheduler")
         if ckpt.SCALER in saved and context._scaler is not None:
             context._scaler.load_state_dict(saved[ckpt.SCALER])
