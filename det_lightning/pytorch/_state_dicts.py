@@ -90,9 +90,17 @@ def load_models(models: List[nn.Module], checkpoint: Dict[str, Any]) -> None:
         InvalidCheckpointException: the checkpoint's models do not fit ``models``.
     """
     if "model_state_dict" in checkpoint:
-        states = [checkpoint["model_state_dict"]]
+        load_model_states(models, [checkpoint["model_state_dict"]])
     else:
-        states = list(checkpoint.get(MODELS, []))
+        load_model_states(models, list(checkpoint.get(MODELS, [])))
+
+
+def load_model_states(models: List[nn.Module], states: List[Dict[str, Any]]) -> None:
+    """Loads one state dict into each of ``models``, accepting wrapper prefixes.
+
+    Raises:
+        InvalidCheckpointException: ``states`` do not fit ``models``.
+    """
     if len(states) != len(models):
         raise errors.InvalidCheckpointException(
             f"The checkpoint has {len(states)} model state dicts but the trial wrapped "

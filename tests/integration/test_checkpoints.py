@@ -376,7 +376,7 @@ def test_checkpoint_storage_retention_is_honoured(
 def test_save_experiment_best_spans_the_trials_of_an_experiment(tmp_path: pathlib.Path) -> None:
     """Each trial keeps its share of the experiment's 3 best while it runs; after the
     experiment each keeps its best and latest plus the experiment's 3 best (0.5, 0.6, 0.7)."""
-    from det_lightning.adapters.checkpoints import retain_experiment_best
+    from det_lightning.adapters.retention import retain_experiment_best
 
     exp_conf = {"searcher": {"metric": "score", "smaller_is_better": True},
                 "checkpoint_storage": {"save_trial_best": 1, "save_trial_latest": 1,
