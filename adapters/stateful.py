@@ -7,11 +7,12 @@ entry is put back. Saving and restoring are one loop each over ``trial_slots``::
     lr_schedulers_state_dict   context.lr_schedulers             a mismatch error, unless none
     callbacks                  build_callbacks(), by name        nothing restored
     rng_state                  random, numpy, torch (and CUDA)   a warning
-    scaler_state_dict          context._scaler, when there is one  a warning
+    scaler_state_dict          context._scaler, if there is one  a warning
 
 Checkpoints of older Determined versions name one model, optimizer or scheduler
 (``model_state_dict``, ``optimizer_state_dict``, ``lr_scheduler``); they load as a list of one.
-``pytorch.Trainer`` saves and restores every slot (``CheckpointManager.state_dict``,
+Both loops go in this order, the file's (Determined's); the RNGs come before the scaler, whose
+restoring draws no random numbers. ``pytorch.Trainer`` saves and restores every slot (``CheckpointManager.state_dict``,
 ``resume.apply_state``); ``LightningTrial`` only those Lightning's own checkpoint lacks.
 """
 
