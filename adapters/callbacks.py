@@ -5,7 +5,7 @@ arguments (``tests/integration/test_callbacks_order.py`` compares them with the 
 Lightning's hook (and who forwards it) on the left, the ``PyTorchCallback`` calls on the right::
 
     fit.run_fit, before Lightning         on_trial_startup(first_batch_idx, latest_checkpoint)
-      [resume] checkpoints.apply_state    on_checkpoint_load_start(state_dict)
+      [resume] resume.apply_state         on_checkpoint_load_start(state_dict)
                                           load_state_dict(state)   # each callback's own state
     lightning.Trainer.fit(TrialModule)
       setup, on_fit_start

@@ -3,7 +3,7 @@
 Saves go through ``lightning.Trainer.save_checkpoint``, so Lightning callbacks and the module see
 ``on_save_checkpoint`` as for any Lightning checkpoint. When the save carries a
 :class:`DeterminedSave` as its ``storage_options``, this plugin writes the Determined directory
-(atomically, see ``_checkpoint.write_atomically``); any other save (a user's ``ModelCheckpoint``)
+(atomically, see ``_checkpoint_write.write_atomically``); any other save (a user's ``ModelCheckpoint``)
 is an ordinary ``.ckpt`` file.
 """
 
@@ -13,7 +13,7 @@ from typing import Any, Callable, Dict, Optional
 from lightning.fabric.plugins import TorchCheckpointIO
 from typing_extensions import override
 
-from det_lightning.pytorch import _checkpoint as ckpt
+from det_lightning.pytorch._checkpoint_write import write_atomically
 
 
 class DeterminedSave:
@@ -43,7 +43,7 @@ class DeterminedCheckpointIO(TorchCheckpointIO):
     ) -> None:
         if isinstance(storage_options, DeterminedSave):
             request = storage_options
-            request.path = ckpt.write_atomically(
+            request.path = write_atomically(
                 request.root, request.uuid, lambda tmp: request.build_files(tmp, checkpoint)
             )
             return

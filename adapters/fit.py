@@ -25,17 +25,17 @@ from det_lightning.adapters import metrics as metric_utils
 from det_lightning.adapters import hooks, internals, lean, preemption
 from det_lightning.adapters.callbacks import TrialHooks
 from det_lightning.adapters.checkpoint_io import DeterminedCheckpointIO
-from det_lightning.adapters.checkpoints import (
-    CheckpointManager,
-    apply_state,
-    plan_resume,
-    read_for_resume,
-    restore_lightning_callbacks,
-)
+from det_lightning.adapters.checkpoints import CheckpointManager
 from det_lightning.adapters.data import build_training_view, build_validation_loader
 from det_lightning.adapters.module import TrainState, TrialModule
 from det_lightning.adapters.precision import apply_precision
 from det_lightning.adapters.profiler import profiling_callbacks
+from det_lightning.adapters.resume import (
+    ResumePlan,
+    apply_state,
+    plan_resume,
+    restore_lightning_callbacks,
+)
 from det_lightning.adapters.schedule import ScheduleCallback
 from det_lightning.adapters.storage import check_checkpoint_dir
 from det_lightning.adapters.trainer_args import lightning_trainer_kwargs
@@ -108,26 +108,20 @@ def run_fit(
     callbacks = build_callbacks(trial)
     root = pathlib.Path(options.checkpoint_dir)
     check_checkpoint_dir(root, context.distributed, context.models)
-    saved_state: Optional[Dict[str, Any]] = None
-    trial_state: Optional[Dict[str, int]] = None
-    resume_path, trusted, latest = plan_resume(args.latest_checkpoint, root)
-    args = dataclasses.replace(args, latest_checkpoint=latest)
-    if resume_path is not None:
-        saved_state, trial_state = read_for_resume(resume_path, trust=trusted)
-    start_batch = trial_state["batches_trained"] if trial_state else 0
-    context._steps_completed = start_batch
+    plan = plan_resume(args.latest_checkpoint, root)
+    args = dataclasses.replace(args, latest_checkpoint=plan.name)
+    context._steps_completed = plan.first_batch
     if context.distributed.rank == 0:
         logger.info(
             f"checkpoints go to {root}; TensorBoard files to {options.tensorboard_dir}"
-            + (f"; resuming from {resume_path} at batch {start_batch}" if resume_path else "")
+            + (f"; resuming from {plan.path} at batch {plan.first_batch}" if plan.path else "")
         )
     signals = preemption.SignalWatcher(context.distributed)
     with signals:  # SIGTERM/SIGINT: checkpoint after this batch, then TrialPreempted
         for callback in callbacks.values():
-            callback.on_trial_startup(start_batch, args.latest_checkpoint)
+            callback.on_trial_startup(plan.first_batch, args.latest_checkpoint)
         with _shutdown_after(callbacks):
-            result, trainer = _train(trial, context, args, options, signals, callbacks,
-                                     saved_state, trial_state, resume_path, root)
+            result, trainer = _train(trial, context, args, options, signals, callbacks, plan, root)
     newest = result.latest_checkpoint
     signals.raise_if_received(root / newest if newest else ckpt.latest_checkpoint(root), root)
     return result, trainer
@@ -136,13 +130,12 @@ def run_fit(
 def _train(
     trial: Any, context: Any, args: FitArgs, options: TrainerOptions,
     stop_signal: Callable[[bool], bool], callbacks: Dict[str, PyTorchCallback],
-    saved_state: Optional[Dict[str, Any]], trial_state: Optional[Dict[str, int]],
-    resume_path: Optional[pathlib.Path], root: pathlib.Path,
+    plan: ResumePlan, root: pathlib.Path,
 ) -> Tuple[FitResult, pl.Trainer]:
-    module = TrialModule(trial, context, callbacks, TrainState(trial_state))
+    module = TrialModule(trial, context, callbacks, TrainState(plan.trial_state))
     module.stop_on_nonfinite_loss = metric_utils.stop_on_non_finite(options.stop_on_nonfinite_loss)
     start_batch = module.state.batches_trained
-    extra = (saved_state or {}).get(ckpt.EXTRA, {}).get("data", {})
+    extra = plan.data_state
     base_seed = _base_seed(context, extra)
     view, sampler = build_training_view(
         trial, context, start_batch, extra.get("pass_states"), base_seed,
@@ -153,9 +146,9 @@ def _train(
     module.val_loader = build_validation_loader(trial, context, module._evaluate_batch)
     view.start()
     try:
-        if saved_state is not None:
-            logger.info(f"Restoring trial from checkpoint {resume_path}")
-            apply_state(module, saved_state)
+        if plan.state is not None:
+            logger.info(f"Restoring trial from checkpoint {plan.path}")
+            apply_state(module, plan.state)
         schedule = Schedule(
             args.max_length, args.validation_period, args.checkpoint_period,
             args.reporting_period, view.epoch_len, args.test_mode,
@@ -166,7 +159,7 @@ def _train(
             [pathlib.Path(options.tensorboard_dir)],
         )
         manager.metric_configured = options.searcher_metric_configured
-        manager.continue_run(resume_path)  # best and retention span the trial's earlier runs
+        manager.continue_run(plan)  # best and retention span the trial's earlier runs
         trial_hooks = TrialHooks(module, determined_logging=True)
         schedule_cb = ScheduleCallback(
             module, schedule, manager, args.step_zero_validation,
@@ -178,8 +171,8 @@ def _train(
             context, options, trial_hooks, schedule_cb, args, len(view)
         )
         _align_progress(trainer, module, len(context.optimizers))
-        if resume_path is not None:
-            restore_lightning_callbacks(trainer, resume_path)
+        if plan.path is not None:
+            restore_lightning_callbacks(trainer, plan.path)
         if schedule.is_done(start_batch):
             logger.info(f"Already trained {start_batch} batches of {schedule.total_batches()}.")
         else:

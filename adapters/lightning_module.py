@@ -34,6 +34,7 @@ import torch
 from lightning.pytorch.trainer.states import TrainerFn
 from typing_extensions import override
 
+from det_lightning.adapters import stateful
 from det_lightning.adapters.callbacks import PyTorchCallbackBridge, TrialHooks
 from det_lightning.adapters.data import WholeLoader, _check_plain_loader
 from det_lightning.adapters.fit import build_callbacks, check_trial
@@ -49,6 +50,9 @@ from det_lightning.pytorch._trial import PyTorchTrial
 
 # Lightning checkpoints keep what Lightning itself does not save under this key.
 TRIAL_STATE_KEY = "det_lightning_trial"
+# The stateful slots that go there: Lightning's own checkpoint holds the models and optimizers,
+# and the RNG state is left alone, as for any LightningModule.
+NOT_IN_LIGHTNING = (ckpt.LR_SCHEDULERS, ckpt.CALLBACKS, ckpt.SCALER)
 
 
 class LightningTrial(TrialModule):
@@ -185,20 +189,14 @@ class LightningTrial(TrialModule):
     @override
     def on_save_checkpoint(self, checkpoint: Dict[str, Any]) -> None:
         super().on_save_checkpoint(checkpoint)
-        checkpoint[TRIAL_STATE_KEY] = self._state_not_in_lightning()
+        checkpoint[TRIAL_STATE_KEY] = stateful.save(self._slots_not_in_lightning())
         for callback in self.det_callbacks.values():
             callback.on_checkpoint_save_start(checkpoint)
 
-    def _state_not_in_lightning(self) -> Dict[str, Any]:
+    def _slots_not_in_lightning(self) -> List[stateful.Slot]:
         """What Lightning's checkpoint lacks: schedulers, callbacks and scaler of the trial."""
-        context = self.context
-        state: Dict[str, Any] = {
-            ckpt.LR_SCHEDULERS: [s.state_dict() for s in context.lr_schedulers],
-            ckpt.CALLBACKS: {name: cb.state_dict() for name, cb in self.det_callbacks.items()},
-        }
-        if context._scaler is not None:
-            state[ckpt.SCALER] = context._scaler.state_dict()
-        return state
+        slots = stateful.trial_slots(self.context, self.det_callbacks)
+        return [slot for slot in slots if slot.key in NOT_IN_LIGHTNING]
 
     @override
     def on_load_checkpoint(self, checkpoint: Dict[str, Any]) -> None:
@@ -210,18 +208,9 @@ class LightningTrial(TrialModule):
             callback.on_checkpoint_load_start(checkpoint)
         if trial_state:
             self.state.values.update(trial_state)
-        self._restore_trial_state(checkpoint.get(TRIAL_STATE_KEY, {}))
-
-    def _restore_trial_state(self, saved: Dict[str, Any]) -> None:
-        context = self.context
-        ckpt.load_list(context.lr_schedulers, list(saved.get(ckpt.LR_SCHEDULERS, [])),
-                       "LR scheduler")
-        if ckpt.SCALER in saved and context._scaler is not None:
-            context._scaler.load_state_dict(saved[ckpt.SCALER])
-        saved_callbacks = saved.get(ckpt.CALLBACKS, {})
-        for name, callback in self.det_callbacks.items():
-            if name in saved_callbacks:
-                callback.load_state_dict(saved_callbacks[name])
+        # Silent where Lightning's checkpoint lacks a slot (a run without a GradScaler).
+        saved = checkpoint.get(TRIAL_STATE_KEY, {})
+        stateful.restore(self._slots_not_in_lightning(), saved, warn=False)
 
 
 def _as_torch_loader(loader: DataLoader) -> torch.utils.data.DataLoader:

@@ -27,7 +27,7 @@ What Lightning does between two ``train_batch`` calls, against what Determined d
                                      dropout, shuffles and per-item augmentation around a
                                      validation come in Determined's order (pinned by
                                      tests/compat/test_between_batches_parity.py); checkpoints
-                                     save and restore the generators (checkpoints.py)
+                                     save and restore the generators (stateful.py)
     between epochs                   Lightning's epoch hooks move no state we train with
 """
 

@@ -30,7 +30,7 @@ so many batches, never after every batch::
 Resuming: ``fit(latest_checkpoint="latest")``, or the environment variable
 ``DET_LIGHTNING_LATEST_CHECKPOINT=latest`` when ``fit()`` is given no ``latest_checkpoint``,
 so a job script can be requeued unchanged; the first run, with no checkpoint yet, starts fresh
-(``checkpoints.plan_resume``). A checkpoint found that way is never fully unpickled: only one the
+(``resume.plan_resume``). A checkpoint found that way is never fully unpickled: only one the
 user named (a path or UUID, in ``fit()`` or in the variable) may be.
 """
 

@@ -1,4 +1,4 @@
-"""The checkpoint directory, as Determined 0.38.1 writes it, and how we write it safely.
+"""The checkpoint directory, as Determined 0.38.1 writes it, and how we read it.
 
 One directory per checkpoint, named by a UUID::
 
@@ -14,33 +14,21 @@ One directory per checkpoint, named by a UUID::
       code/             the trial's source (its top-level package, or its script's directory)
       lightning_state.pth   Lightning callbacks' state, when they have any (ours only)
 
-``rng_state`` holds ``cpu_rng_state``, ``np_rng_state``, ``random_rng_state`` and, on a GPU,
-``gpu_rng_state``. Models are saved without the ``module.`` (DDP) and ``_orig_mod.``
-(``torch.compile``) prefixes of their wrappers, and either is accepted on load.
-
-A checkpoint is written into ``.<uuid>.partial`` beside its final place and renamed when
-complete, so a crash never leaves a directory that looks whole.
+This module names the files and keys and reads them back; ``_state_dicts`` holds what goes into
+``models_state_dict`` and ``rng_state``, and ``_checkpoint_write`` writes a directory (into
+``.<uuid>.partial``, renamed when complete, so a directory that looks whole is whole).
 """
 
 import io
 import json
-import logging
-import os
 import pathlib
 import pickle
-import random
-import shutil
 import uuid as uuid_lib
-from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Dict, Optional
 
-import numpy as np
 import torch
-from torch import nn
 
 from det_lightning import errors
-from det_lightning.pytorch._code import copy_code, main_module_name
-
-logger = logging.getLogger("det_lightning.pytorch")
 
 STATE_DICT_FILE = "state_dict.pth"
 STATE_DICT_FILE_DOCS = "state-dict.pth"  # the name Determined's guide uses; accepted on read
@@ -75,127 +63,6 @@ DETERMINED_VERSION = "0.38.1"
 def new_uuid() -> str:
     """A fresh checkpoint name."""
     return str(uuid_lib.uuid4())
-
-
-# ----- RNG state ------------------------------------------------------------------------------
-def capture_rng_state(cuda_device: Optional[int] = None) -> Dict[str, Any]:
-    """The global RNG states, in Determined's keys, as types ``weights_only`` loading accepts."""
-    state: Dict[str, Any] = {
-        "cpu_rng_state": torch.random.get_rng_state(),
-        "np_rng_state": _tensor_np_state(np.random.get_state()),
-        "random_rng_state": random.getstate(),
-    }
-    if cuda_device is not None and torch.cuda.is_available():
-        state["gpu_rng_state"] = torch.cuda.get_rng_state(cuda_device)
-    return state
-
-
-def _tensor_np_state(np_state: Any) -> Tuple[Any, ...]:
-    """numpy's ``get_state()`` tuple with its key array as an int64 tensor."""
-    kind, key, pos, has_gauss, cached = np_state
-    if not isinstance(key, torch.Tensor):
-        key = torch.from_numpy(np.asarray(key).astype(np.int64))
-    return (str(kind), key, int(pos), int(has_gauss), float(cached))
-
-
-def safe_rng_state(state: Dict[str, Any]) -> Dict[str, Any]:
-    """``state`` (ours or Determined's, which pickles a numpy array) in ``weights_only`` types."""
-    safe = dict(state)
-    if "np_rng_state" in safe:
-        safe["np_rng_state"] = _tensor_np_state(safe["np_rng_state"])
-    return safe
-
-
-def restore_rng_state(state: Dict[str, Any], cuda_device: Optional[int] = None) -> None:
-    """Sets the global RNGs from ``capture_rng_state``'s (or Determined's) state."""
-    kind, key, *rest = state["np_rng_state"]
-    if isinstance(key, torch.Tensor):
-        key = key.numpy()
-    np.random.set_state((kind, np.asarray(key, dtype=np.uint32), *rest))
-    version, internal, gauss = state["random_rng_state"]
-    random.setstate((version, tuple(internal), gauss))
-    torch.random.set_rng_state(state["cpu_rng_state"])
-    if cuda_device is not None and torch.cuda.is_available():
-        if "gpu_rng_state" in state:
-            torch.cuda.set_rng_state(state["gpu_rng_state"], cuda_device)
-        else:
-            logger.warning("The system has a gpu but no gpu_rng_state exists in the checkpoint.")
-
-
-# ----- models ---------------------------------------------------------------------------------
-def plain_model(model: nn.Module) -> nn.Module:
-    """The module inside DDP/DataParallel and ``torch.compile`` wrappers."""
-    while True:
-        if isinstance(model, (nn.parallel.DistributedDataParallel, nn.DataParallel)):
-            model = model.module
-        elif isinstance(getattr(model, "_orig_mod", None), nn.Module):
-            model = model._orig_mod  # type: ignore[assignment]
-        else:
-            return model
-
-
-def model_state_dicts(models: Iterable[nn.Module]) -> List[Dict[str, Any]]:
-    """``models_state_dict``: each model's weights under its plain (unwrapped) keys."""
-    return [plain_model(model).state_dict() for model in models]
-
-
-def load_models(models: List[nn.Module], checkpoint: Dict[str, Any]) -> None:
-    """Loads ``models_state_dict`` (or the older single ``model_state_dict``) into ``models``.
-
-    Raises:
-        InvalidCheckpointException: the checkpoint's models do not fit ``models``.
-    """
-    if "model_state_dict" in checkpoint:
-        states = [checkpoint["model_state_dict"]]
-    else:
-        states = list(checkpoint.get(MODELS, []))
-    if len(states) != len(models):
-        raise errors.InvalidCheckpointException(
-            f"The checkpoint has {len(states)} model state dicts but the trial wrapped "
-            f"{len(models)} models: it was written by a trial of another shape."
-        )
-    for idx, (model, state) in enumerate(zip(models, states)):
-        _load_model(idx, plain_model(model), state)
-
-
-def _load_model(idx: int, model: nn.Module, state: Dict[str, Any]) -> None:
-    expected = model.state_dict()
-    state = _strip_prefixes(state, expected)
-    missing = sorted(set(expected) - set(state))
-    unexpected = sorted(set(state) - set(expected))
-    what = f"Model {idx} ({type(model).__name__}) does not match the checkpoint"
-    if missing or unexpected:
-        raise errors.InvalidCheckpointException(
-            f"{what}: missing keys {missing[:8]}, unexpected keys {unexpected[:8]}. The "
-            "checkpoint was written by a trial with another model shape."
-        )
-    try:
-        model.load_state_dict(state)
-    except RuntimeError as e:
-        raise errors.InvalidCheckpointException(f"{what}: {e}") from e
-
-
-def _strip_prefixes(state: Dict[str, Any], expected: Dict[str, Any]) -> Dict[str, Any]:
-    """Drops DDP's ``module.`` and torch.compile's ``_orig_mod.`` (as Determined wrote them for
-    wrapped models) when every key has them and the model's own keys do not."""
-    for prefix in ("module.", "_orig_mod.", "module."):
-        if state and all(k.startswith(prefix) for k in state) and not any(
-            k.startswith(prefix) for k in expected
-        ):
-            state = {k[len(prefix):]: v for k, v in state.items()}
-    return state
-
-
-def load_list(objects: Iterable[Any], states: List[Any], what: str) -> None:
-    """Loads ``states`` into ``objects`` (optimizers, schedulers) one to one."""
-    objects = list(objects)
-    if len(states) != len(objects):
-        raise errors.InvalidCheckpointException(
-            f"The checkpoint has {len(states)} {what} state dicts but the trial wrapped "
-            f"{len(objects)}: it was written by a trial of another shape."
-        )
-    for obj, state in zip(objects, states):
-        obj.load_state_dict(state)
 
 
 # ----- trial_state.pkl ------------------------------------------------------------------------
@@ -333,49 +200,7 @@ def _damaged(path: pathlib.Path, e: Exception) -> errors.InvalidCheckpointExcept
     )
 
 
-# ----- load_data.json and metadata.json -------------------------------------------------------
-def trial_class_spec(trial_cls: type) -> Tuple[str, bool]:
-    """``module:QualName`` for the trial class, and whether it lives in the ``__main__`` script.
-
-    For a class in ``__main__`` the module is the script's importable name (``pkg.mod`` under
-    ``python -m pkg.mod``, else the file's stem), as Determined guesses it.
-    """
-    module = trial_cls.__module__
-    if module != "__main__":
-        return f"{module}:{trial_cls.__qualname__}", False
-    return f"{main_module_name()}:{trial_cls.__qualname__}", True
-
-
-def make_load_data(
-    trial_cls: type, hparams: Optional[Dict[str, Any]], exp_conf: Optional[Dict[str, Any]]
-) -> Dict[str, Any]:
-    """The content of ``load_data.json`` for a trial of class ``trial_cls``."""
-    spec, in_main = trial_class_spec(trial_cls)
-    load_data: Dict[str, Any] = {
-        "trial_type": "PyTorchTrial",
-        "experiment_config": exp_conf,
-        "hparams": hparams,
-        "trial_cls_spec": spec,
-        "is_trainer": True,
-    }
-    if in_main:
-        load_data["trial_in_main"] = True
-    return load_data
-
-
-def make_metadata(steps_completed: int) -> Dict[str, Any]:
-    """The content of ``metadata.json``: Determined's keys plus our version."""
-    from det_lightning import __version__
-
-    return {
-        "determined_version": DETERMINED_VERSION,
-        "det_lightning_version": __version__,
-        "steps_completed": int(steps_completed),
-        "framework": f"torch-{torch.__version__}",
-        "format": "pickle",
-    }
-
-
+# ----- metadata.json and the checkpoint root --------------------------------------------------
 def read_metadata(ckpt_dir: pathlib.Path) -> Dict[str, Any]:
     """``metadata.json`` of ``ckpt_dir`` ({} when absent or unreadable)."""
     try:
@@ -383,112 +208,6 @@ def read_metadata(ckpt_dir: pathlib.Path) -> Dict[str, Any]:
     except (OSError, ValueError):
         return {}
     return content if isinstance(content, dict) else {}
-
-
-def write_json(path: pathlib.Path, content: Any) -> None:
-    """Writes ``content`` as JSON, turning numpy and torch scalars into numbers."""
-    path.write_text(json.dumps(content, default=_json_default, indent=2))
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, (np.generic,)):
-        return value.item()
-    if hasattr(value, "tolist"):
-        return value.tolist()
-    return str(value)
-
-
-# ----- writing --------------------------------------------------------------------------------
-def write_files(
-    directory: pathlib.Path,
-    state_dict: Dict[str, Any],
-    trial_state: Dict[str, int],
-    load_data: Dict[str, Any],
-    code: List[Tuple[pathlib.Path, str]],
-    code_skip: List[pathlib.Path],
-    lightning_callbacks: Optional[Dict[str, Any]] = None,
-    metadata: Optional[Dict[str, Any]] = None,
-) -> None:
-    """The files of one checkpoint, in ``directory``.
-
-    Args:
-        directory: an empty directory (the partial one ``write_atomically`` renames).
-        state_dict: the content of ``state_dict.pth``.
-        trial_state: the content of ``trial_state.pkl``; its ``batches_trained`` is
-            ``metadata.json``'s ``steps_completed``.
-        load_data: the content of ``load_data.json``.
-        code: what ``code/`` holds (see ``_code.code_sources``).
-        code_skip: directories never copied into ``code/``.
-        lightning_callbacks: Lightning callbacks' state, by ``state_key``.
-        metadata: more keys for ``metadata.json`` (the searcher metric, the trial's run).
-    """
-    torch.save(state_dict, str(directory / STATE_DICT_FILE))
-    if lightning_callbacks:
-        torch.save({"callbacks": lightning_callbacks}, str(directory / LIGHTNING_CALLBACKS_FILE))
-    with open(directory / TRIAL_STATE_FILE, "wb") as f:
-        pickle.dump({k: int(v) for k, v in trial_state.items()}, f)
-    write_json(directory / LOAD_DATA_FILE, load_data)
-    write_json(
-        directory / METADATA_FILE, {**make_metadata(trial_state["batches_trained"]), **(metadata or {})}
-    )
-    copy_code(code, directory / CODE_DIR, code_skip)
-
-
-# ----- atomic writing -------------------------------------------------------------------------
-def write_atomically(
-    root: pathlib.Path, uuid: str, write: Callable[[pathlib.Path], None]
-) -> pathlib.Path:
-    """Calls ``write(tmp_dir)`` and renames the finished directory to ``root/uuid``.
-
-    Raises:
-        FileExistsError: ``root/uuid`` exists already (it is left alone).
-    """
-    root.mkdir(parents=True, exist_ok=True)
-    final = root / uuid
-    partial = root / f".{uuid}{PARTIAL_SUFFIX}"
-    if final.exists() or partial.exists():
-        raise FileExistsError(f"Checkpoint {final} already exists; not overwriting it.")
-    partial.mkdir()
-    try:
-        write(partial)
-        _fsync_tree(partial)
-        os.replace(partial, final)
-    except BaseException:
-        shutil.rmtree(partial, ignore_errors=True)
-        raise
-    _fsync_dir(root)
-    return final
-
-
-def _fsync_tree(path: pathlib.Path) -> None:
-    for entry in path.iterdir():
-        if entry.is_file() and entry.suffix in (".pth", ".pkl", ".json"):
-            with open(entry, "rb") as f:
-                os.fsync(f.fileno())
-
-
-def _fsync_dir(path: pathlib.Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass  # some filesystems cannot fsync a directory; the rename is still atomic
-    finally:
-        os.close(fd)
-
-
-def remove_partials(root: pathlib.Path) -> List[pathlib.Path]:
-    """Deletes unfinished checkpoint directories a crash left behind; returns them."""
-    removed = []
-    if root.is_dir():
-        for entry in root.iterdir():
-            if entry.name.startswith(".") and entry.name.endswith(PARTIAL_SUFFIX):
-                shutil.rmtree(entry, ignore_errors=True)
-                removed.append(entry)
-    return removed
 
 
 def is_complete(path: pathlib.Path) -> bool:

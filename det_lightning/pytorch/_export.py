@@ -36,6 +36,8 @@ import torch
 
 from det_lightning import errors
 from det_lightning.pytorch import _checkpoint as ckpt
+from det_lightning.pytorch._checkpoint_write import write_atomically, write_files
+from det_lightning.pytorch._state_dicts import safe_rng_state
 from det_lightning.pytorch._load import read_load_data
 from det_lightning.pytorch._trainer import CHECKPOINT_DIR_ENV
 
@@ -71,10 +73,10 @@ def export_lightning_checkpoint(
     root = pathlib.Path(checkpoint_dir or os.environ.get(CHECKPOINT_DIR_ENV) or "checkpoints")
     code = [(pathlib.Path(code_dir), "")] if code_dir is not None else []
     callbacks = content.get("callbacks")
-    return ckpt.write_atomically(
+    return write_atomically(
         root.absolute(),
         ckpt.new_uuid(),
-        lambda tmp: ckpt.write_files(
+        lambda tmp: write_files(
             tmp, _weights_only_safe(state), trial_state, load_data, code, [root], callbacks
         ),
     )
@@ -115,7 +117,7 @@ def _weights_only_safe(state: Dict[str, Any]) -> Dict[str, Any]:
     """``state`` with Determined's numpy RNG state (if any) in types weights_only accepts."""
     if ckpt.RNG_STATE not in state:
         return state
-    return {**state, ckpt.RNG_STATE: ckpt.safe_rng_state(state[ckpt.RNG_STATE])}
+    return {**state, ckpt.RNG_STATE: safe_rng_state(state[ckpt.RNG_STATE])}
 
 
 def _torch_load(path: pathlib.Path, trust: bool) -> Dict[str, Any]:

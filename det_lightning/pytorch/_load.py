@@ -17,6 +17,7 @@ from typing import Any, Dict, Optional, Type
 from det_lightning import errors
 from det_lightning._import import import_from_path
 from det_lightning.pytorch import _checkpoint as ckpt
+from det_lightning.pytorch._state_dicts import load_models
 from det_lightning.pytorch._context import PyTorchTrialContext
 from det_lightning.pytorch._trial import PyTorchTrial
 
@@ -175,5 +176,5 @@ def load_trial_from_checkpoint_path(
         trial_class = _import_trial_class(ckpt_dir, spec, bool(load_data.get("trial_in_main")))
     context = CheckpointLoadContext(load_data.get("hparams"), load_data.get("experiment_config"))
     trial = trial_class(context, **(trial_kwargs or {}))  # type: ignore[call-arg]
-    ckpt.load_models(context.models, state)
+    load_models(context.models, state)
     return trial

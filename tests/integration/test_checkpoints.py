@@ -21,6 +21,8 @@ from torch import nn
 
 from det_lightning import errors, pytorch
 from det_lightning.pytorch import _checkpoint as ckpt
+from det_lightning.pytorch import _checkpoint_write as ckpt_write
+from det_lightning.pytorch import _state_dicts
 from det_lightning.pytorch import _export
 from tests.fixtures.run import run_trial
 from tests.fixtures.trials import make_trials, seed_everything
@@ -190,7 +192,7 @@ def test_ddp_model_saves_plain_keys(tmp_path: pathlib.Path) -> None:
     model = nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 1))
     ddp = nn.parallel.DistributedDataParallel(model)
     assert list(ddp.state_dict())[0].startswith("module.")
-    assert ckpt.model_state_dicts([ddp])[0].keys() == model.state_dict().keys()
+    assert _state_dicts.model_state_dicts([ddp])[0].keys() == model.state_dict().keys()
 
 
 def test_code_never_contains_the_checkpoint_directory(
@@ -293,17 +295,17 @@ def test_a_killed_writer_leaves_only_a_hidden_partial(tmp_path: pathlib.Path) ->
     """SIGKILL in the middle of a write: nothing appears under the UUID's name, and
     ``latest_checkpoint`` keeps pointing at the last complete one."""
     root = tmp_path / "checkpoints"
-    ckpt.write_atomically(root, "done", lambda d: ckpt.write_files(
+    ckpt_write.write_atomically(root, "done", lambda d: ckpt_write.write_files(
         d, {}, {**ckpt.new_trial_state(), "batches_trained": 3}, {}, [], []))
     script = textwrap.dedent(f"""
         import os, pathlib, signal, sys
         sys.path.insert(0, {str(REPO)!r})
-        from det_lightning.pytorch import _checkpoint as ckpt
+        from det_lightning.pytorch import _checkpoint_write as ckpt_write
         def write(d):
             (d / "state_dict.pth").write_bytes(b"half")
             (d / "metadata.json").write_text('{{"steps_completed": 99}}')
             os.kill(os.getpid(), signal.SIGKILL)
-        ckpt.write_atomically(pathlib.Path({str(root)!r}), "killed", write)
+        ckpt_write.write_atomically(pathlib.Path({str(root)!r}), "killed", write)
     """)
     result = subprocess.run([sys.executable, "-c", script], env=dict(os.environ), timeout=120)
     assert result.returncode == -signal.SIGKILL
@@ -374,7 +376,7 @@ def test_checkpoint_storage_retention_is_honoured(
 def test_save_experiment_best_spans_the_trials_of_an_experiment(tmp_path: pathlib.Path) -> None:
     """Each trial keeps its share of the experiment's 3 best while it runs; after the
     experiment each keeps its best and latest plus the experiment's 3 best (0.5, 0.6, 0.7)."""
-    from det_lightning.adapters.checkpoints import retain_experiment_best
+    from det_lightning.adapters.retention import retain_experiment_best
 
     exp_conf = {"searcher": {"metric": "score", "smaller_is_better": True},
                 "checkpoint_storage": {"save_trial_best": 1, "save_trial_latest": 1,

@@ -18,6 +18,7 @@ import torch
 from det_lightning import errors, pytorch
 from det_lightning.adapters import storage
 from det_lightning.pytorch import _checkpoint as ckpt
+from det_lightning.pytorch import _checkpoint_write as ckpt_write
 from tests.fixtures.trials import make_trials, seed_everything
 from tests.integration.scripts.launch import Script
 
@@ -134,7 +135,7 @@ def test_the_space_verdict() -> None:
 def test_a_full_disk_mid_run_names_the_path_and_keeps_the_previous_checkpoint(
     checkpoint_dir: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real_write_json = ckpt.write_json
+    real_write_json = ckpt_write.write_json
     metadata_writes: List[pathlib.Path] = []
 
     def fills_up(path: pathlib.Path, content: Any) -> None:
@@ -144,7 +145,7 @@ def test_a_full_disk_mid_run_names_the_path_and_keeps_the_previous_checkpoint(
                 raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
         real_write_json(path, content)
 
-    monkeypatch.setattr(ckpt, "write_json", fills_up)
+    monkeypatch.setattr(ckpt_write, "write_json", fills_up)
     trial_cls = watched(checkpoint_dir)
     with pytest.raises(errors.CheckpointStorageError) as failed:
         fit(trial_cls, checkpoint_dir, checkpoint_period=pytorch.Batch(3), checkpoint_policy="best")

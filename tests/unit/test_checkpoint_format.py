@@ -14,6 +14,8 @@ from torch import nn
 
 from det_lightning import errors
 from det_lightning.pytorch import _checkpoint as ckpt
+from det_lightning.pytorch import _checkpoint_write as ckpt_write
+from det_lightning.pytorch import _state_dicts
 from det_lightning.pytorch._code import MAX_CODE_FILE_BYTES, code_sources, copy_code
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -26,12 +28,12 @@ def _mlp() -> nn.Module:
 # ----- RNG state ------------------------------------------------------------------------------
 def test_rng_state_round_trips_through_a_weights_only_file(tmp_path: pathlib.Path) -> None:
     random.seed(1), np.random.seed(2), torch.manual_seed(3)
-    state = ckpt.capture_rng_state()
+    state = _state_dicts.capture_rng_state()
     assert set(state) == {"cpu_rng_state", "np_rng_state", "random_rng_state"}  # no GPU here
     torch.save(state, tmp_path / "rng.pth")
     expected = (random.random(), np.random.rand(), torch.rand(1))
     random.seed(9), np.random.seed(9), torch.manual_seed(9)
-    ckpt.restore_rng_state(torch.load(tmp_path / "rng.pth", weights_only=True))
+    _state_dicts.restore_rng_state(torch.load(tmp_path / "rng.pth", weights_only=True))
     assert (random.random(), np.random.rand(), torch.rand(1)) == expected
 
 
@@ -43,10 +45,10 @@ def test_determined_numpy_rng_state_is_restored_and_made_weights_only_safe() -> 
         "random_rng_state": random.getstate(),
     }
     expected = np.random.rand(3)
-    safe = ckpt.safe_rng_state(determined_style)
+    safe = _state_dicts.safe_rng_state(determined_style)
     assert isinstance(safe["np_rng_state"][1], torch.Tensor)
     np.random.seed(0)
-    ckpt.restore_rng_state(safe)
+    _state_dicts.restore_rng_state(safe)
     assert np.array_equal(np.random.rand(3), expected)
 
 
@@ -55,15 +57,15 @@ def test_data_parallel_models_save_plain_keys() -> None:
     model = _mlp()
     wrapped = nn.DataParallel(nn.DataParallel(model))
     assert list(wrapped.state_dict())[0].startswith("module.module.")
-    assert ckpt.model_state_dicts([wrapped])[0].keys() == model.state_dict().keys()
+    assert _state_dicts.model_state_dicts([wrapped])[0].keys() == model.state_dict().keys()
 
 
 def test_prefixed_weights_load_into_plain_and_wrapped_models() -> None:
     source = _mlp()
     prefixed = {f"module._orig_mod.{k}": v for k, v in source.state_dict().items()}
     for target in (_mlp(), nn.DataParallel(_mlp())):
-        ckpt.load_models([target], {ckpt.MODELS: [prefixed]})
-        for mine, theirs in zip(ckpt.plain_model(target).parameters(), source.parameters()):
+        _state_dicts.load_models([target], {ckpt.MODELS: [prefixed]})
+        for mine, theirs in zip(_state_dicts.plain_model(target).parameters(), source.parameters()):
             assert torch.equal(mine, theirs)
 
 
@@ -74,29 +76,29 @@ def test_a_model_whose_own_keys_start_with_module_keeps_them() -> None:
             self.module = nn.Linear(2, 2)
 
     source, target = Holder(), Holder()
-    ckpt.load_models([target], {ckpt.MODELS: [source.state_dict()]})
+    _state_dicts.load_models([target], {ckpt.MODELS: [source.state_dict()]})
     assert torch.equal(target.module.weight, source.module.weight)
 
 
 def test_key_mismatch_names_the_keys() -> None:
     with pytest.raises(errors.InvalidCheckpointException, match=r"missing keys \['0.bias'"):
-        ckpt.load_models([_mlp()], {ckpt.MODELS: [nn.Linear(3, 1).state_dict()]})
+        _state_dicts.load_models([_mlp()], {ckpt.MODELS: [nn.Linear(3, 1).state_dict()]})
     with pytest.raises(errors.InvalidCheckpointException, match="size mismatch for 0.weight"):
         other = nn.Sequential(nn.Linear(3, 5), nn.ReLU(), nn.Linear(5, 1))
-        ckpt.load_models([_mlp()], {ckpt.MODELS: [other.state_dict()]})
+        _state_dicts.load_models([_mlp()], {ckpt.MODELS: [other.state_dict()]})
     with pytest.raises(errors.InvalidCheckpointException, match="2 model state dicts"):
-        ckpt.load_models([_mlp()], {ckpt.MODELS: [_mlp().state_dict()] * 2})
+        _state_dicts.load_models([_mlp()], {ckpt.MODELS: [_mlp().state_dict()] * 2})
 
 
 # ----- files ----------------------------------------------------------------------------------
 def _write(directory: pathlib.Path, state: dict, batches: int = 7) -> None:
     trial_state = {**ckpt.new_trial_state(), "batches_trained": batches}
-    ckpt.write_files(directory, state, trial_state, {"trial_type": "PyTorchTrial"}, [], [])
+    ckpt_write.write_files(directory, state, trial_state, {"trial_type": "PyTorchTrial"}, [], [])
 
 
 def test_written_files_follow_determined_layout(tmp_path: pathlib.Path) -> None:
-    state = {ckpt.MODELS: [_mlp().state_dict()], ckpt.RNG_STATE: ckpt.capture_rng_state()}
-    path = ckpt.write_atomically(tmp_path, "abc", lambda d: _write(d, state))
+    state = {ckpt.MODELS: [_mlp().state_dict()], ckpt.RNG_STATE: _state_dicts.capture_rng_state()}
+    path = ckpt_write.write_atomically(tmp_path, "abc", lambda d: _write(d, state))
     assert sorted(p.name for p in path.iterdir()) == [
         "code", "load_data.json", "metadata.json", "state_dict.pth", "trial_state.pkl"
     ]
@@ -113,7 +115,7 @@ def test_hyphenated_state_dict_name_is_accepted_on_read(tmp_path: pathlib.Path) 
     path.mkdir(parents=True)
     torch.save({ckpt.MODELS: []}, path / "state-dict.pth")
     assert ckpt.read_state_dict(path) == {ckpt.MODELS: []}
-    ckpt.write_json(path / "metadata.json", {"steps_completed": 4})
+    ckpt_write.write_json(path / "metadata.json", {"steps_completed": 4})
     assert ckpt.latest_checkpoint(tmp_path / "checkpoints") == path
 
 
@@ -140,10 +142,10 @@ def test_load_data_names_a_class_in_main_as_the_script(monkeypatch: pytest.Monke
     main.__file__ = "/somewhere/train_script.py"
     monkeypatch.setitem(sys.modules, "__main__", main)
     trial_cls = type("MyTrial", (), {"__module__": "__main__"})
-    load_data = ckpt.make_load_data(trial_cls, {"lr": 1}, None)
+    load_data = ckpt_write.make_load_data(trial_cls, {"lr": 1}, None)
     assert load_data["trial_cls_spec"] == "train_script:MyTrial"
     assert load_data["trial_in_main"] is True and load_data["is_trainer"] is True
-    assert "trial_in_main" not in ckpt.make_load_data(_Opaque, {}, None)
+    assert "trial_in_main" not in ckpt_write.make_load_data(_Opaque, {}, None)
 
 
 # ----- code/ ----------------------------------------------------------------------------------
@@ -195,16 +197,16 @@ def test_a_failed_write_leaves_nothing(tmp_path: pathlib.Path) -> None:
         raise OSError("disk full")
 
     with pytest.raises(OSError, match="disk full"):
-        ckpt.write_atomically(tmp_path, "u1", fail)
+        ckpt_write.write_atomically(tmp_path, "u1", fail)
     assert list(tmp_path.iterdir()) == []
 
 
 def test_an_existing_checkpoint_is_never_overwritten(tmp_path: pathlib.Path) -> None:
     tmp_path = tmp_path / "checkpoints"
-    first = ckpt.write_atomically(tmp_path, "u1", lambda d: _write(d, {ckpt.MODELS: []}, 3))
+    first = ckpt_write.write_atomically(tmp_path, "u1", lambda d: _write(d, {ckpt.MODELS: []}, 3))
     before = (first / "state_dict.pth").read_bytes()
     with pytest.raises(FileExistsError):
-        ckpt.write_atomically(tmp_path, "u1", lambda d: _write(d, {ckpt.MODELS: [1]}, 9))
+        ckpt_write.write_atomically(tmp_path, "u1", lambda d: _write(d, {ckpt.MODELS: [1]}, 9))
     assert (first / "state_dict.pth").read_bytes() == before
     assert [p.name for p in tmp_path.iterdir()] == ["u1"]
 
@@ -239,7 +241,7 @@ def test_a_found_checkpoint_pretending_to_be_determined_never_unpickles(tmp_path
     import torch
 
     from det_lightning import errors
-    from det_lightning.adapters.checkpoints import plan_resume, read_for_resume
+    from det_lightning.adapters.resume import plan_resume
 
     root = tmp_path / "checkpoints"
     fake = root / "0000-fake"
@@ -247,8 +249,6 @@ def test_a_found_checkpoint_pretending_to_be_determined_never_unpickles(tmp_path
     marker = tmp_path / "pwned"
     torch.save({"models_state_dict": [_Payload(str(marker))]}, str(fake / "state_dict.pth"))
     (fake / "metadata.json").write_text(json.dumps({"steps_completed": 99}))  # "Determined's"
-    found, trusted, _ = plan_resume("latest", root)
-    assert found == fake and not trusted
-    with pytest.raises(errors.InvalidCheckpointException, match="weights_only"):
-        read_for_resume(found, trust=False)
+    with pytest.raises(errors.InvalidCheckpointException, match="0000-fake.*weights_only"):
+        plan_resume("latest", root)  # found, so not trusted
     assert not marker.exists()

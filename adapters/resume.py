@@ -1,0 +1,186 @@
+"""Where ``fit()`` starts, decided once before training: ``plan_resume`` finds and reads the
+checkpoint into a frozen ``ResumePlan``, which ``run_fit`` follows::
+
+    plan_resume(latest_checkpoint, root)
+      None                        $DET_LIGHTNING_LATEST_CHECKPOINT, if set; else a fresh start
+      "latest"                    delete .<uuid>.partial leftovers; the complete checkpoint with
+                                  the most batches under root, or a fresh start if there is none
+      a path, or a UUID under root    that checkpoint (an error if there is no such directory)
+      state_dict.pth              weights_only; full unpickling only for a checkpoint the user
+                                  named and the real Determined wrote (it pickles numpy state)
+      trial_state.pkl             plain data only; another trial's (a cluster trial's) makes a
+                                  warm start: its weights, optimizers and callbacks, from batch 0
+    run_fit    on_trial_startup(plan.first_batch, plan.name)
+    _train     apply_state(module, plan.state)          once the loaders exist
+               CheckpointManager.continue_run(plan)     retention spans the trial's earlier runs
+               restore_lightning_callbacks(trainer, plan.path)
+"""
+
+import dataclasses
+import logging
+import os
+import pathlib
+from typing import Any, Dict, Optional, Tuple
+
+import lightning.pytorch as pl
+import torch
+
+from det_lightning import errors
+from det_lightning.adapters import stateful
+from det_lightning.adapters.preemption import LATEST_CHECKPOINT_ENV
+from det_lightning.adapters.retention import steps_from_metadata
+from det_lightning.pytorch import _checkpoint as ckpt
+from det_lightning.pytorch._checkpoint_write import remove_partials
+
+logger = logging.getLogger("det_lightning.core")
+
+
+@dataclasses.dataclass(frozen=True)
+class ResumePlan:
+    """Where ``fit()`` starts; the default is a fresh start.
+
+    Attributes:
+        path: the checkpoint to restore, or None for a fresh start.
+        trusted: whether the user named that checkpoint (a path or UUID), which alone allows
+            full unpickling of a checkpoint the real Determined wrote; one found by scanning
+            the directory (``"latest"``) never gets it.
+        name: what ``on_trial_startup`` gets as ``latest_checkpoint``.
+        warm_start: the checkpoint is another trial's (Determined's rule): its weights,
+            optimizer and callback state are restored, training starts at batch 0.
+        state: the content of its ``state_dict.pth`` (without its data position on a warm
+            start), or None.
+        trial_state: Determined's ``_TrialState`` to train on from (``batches_trained``, ...).
+    """
+
+    path: Optional[pathlib.Path] = None
+    trusted: bool = False
+    name: Optional[str] = None
+    warm_start: bool = False
+    state: Optional[Dict[str, Any]] = None
+    trial_state: Dict[str, int] = dataclasses.field(default_factory=ckpt.new_trial_state)
+
+    @property
+    def first_batch(self) -> int:
+        """The batch training starts at (``first_batch_idx`` of ``on_trial_startup``)."""
+        return self.trial_state["batches_trained"]
+
+    @property
+    def data_state(self) -> Dict[str, Any]:
+        """The saved data position (sampler states, shuffle seed); {} when there is none."""
+        return (self.state or {}).get(ckpt.EXTRA, {}).get("data", {})
+
+
+def plan_resume(latest_checkpoint: Optional[str], root: pathlib.Path) -> ResumePlan:
+    """Resolves ``fit(latest_checkpoint=...)``, or ``$DET_LIGHTNING_LATEST_CHECKPOINT`` when
+    it is None, and reads the checkpoint. ``"latest"`` with no complete checkpoint under
+    ``root`` is a fresh start, so one command serves the first run and every requeue.
+
+    Raises:
+        InvalidCheckpointException: a named checkpoint does not exist, or the checkpoint is
+            damaged or needs unpickling it may not get (the message says what to do).
+    """
+    path, trusted, name = _locate(latest_checkpoint, root)
+    if path is None:
+        return ResumePlan()
+    state = _read_state_dict(path, trusted)
+    trial_state = ckpt.read_trial_state(path)
+    if trial_state is None:
+        steps = steps_from_metadata(path)
+        trial_state = {**ckpt.new_trial_state(), "batches_trained": steps, "last_ckpt": steps}
+    elif not ckpt.is_same_trial(trial_state):
+        logger.info(
+            f"{path} belongs to trial {trial_state.get('trial_id')}, not to this (local) trial: "
+            "restoring its weights, optimizer and callback state, and training from batch 0 "
+            f"(it had trained {trial_state['batches_trained']} batches)."
+        )
+        without_data_position = {k: v for k, v in state.items() if k != ckpt.EXTRA}
+        return ResumePlan(path, trusted, name, warm_start=True, state=without_data_position)
+    return ResumePlan(path, trusted, name, state=state, trial_state=trial_state)
+
+
+def _locate(
+    requested: Optional[str], root: pathlib.Path
+) -> Tuple[Optional[pathlib.Path], bool, Optional[str]]:
+    """The checkpoint directory to resume from, whether it is trusted, and its name."""
+    source = "fit(latest_checkpoint='latest')"
+    if requested is None:
+        requested = os.environ.get(LATEST_CHECKPOINT_ENV, "").strip() or None
+        source = f"{LATEST_CHECKPOINT_ENV}=latest"
+        if requested not in (None, "latest"):
+            logger.info(f"Resuming from {LATEST_CHECKPOINT_ENV}={requested}.")
+    if requested is None:
+        return None, False, None
+    if requested != "latest":
+        return resolve_checkpoint(requested, root), True, requested
+    for partial in remove_partials(root):
+        logger.info(f"Deleted the unfinished checkpoint {partial}.")
+    found = ckpt.latest_checkpoint(root)
+    if found is None:
+        logger.info(
+            f"{source}: no complete checkpoint under {root} yet; starting from the beginning."
+        )
+        return None, False, None
+    logger.info(f"{source}: resuming from {found}.")
+    return found, False, str(found)
+
+
+def resolve_checkpoint(latest_checkpoint: str, root: pathlib.Path) -> pathlib.Path:
+    """A checkpoint path, or a UUID under ``root``.
+
+    Raises:
+        InvalidCheckpointException: nothing of that name exists.
+    """
+    path = pathlib.Path(latest_checkpoint).expanduser()
+    if path.is_dir():
+        return path
+    under_root = root / latest_checkpoint
+    if under_root.is_dir():
+        return under_root
+    raise errors.InvalidCheckpointException(
+        f"fit(latest_checkpoint={latest_checkpoint!r}): no such checkpoint directory, and no "
+        f"checkpoint of that UUID under {root}. Pass a checkpoint directory, a UUID under the "
+        "checkpoint directory, or 'latest'."
+    )
+
+
+def _read_state_dict(path: pathlib.Path, trust: bool) -> Dict[str, Any]:
+    """``state_dict.pth`` of ``path``, weights only unless ``trust`` and the real Determined
+    wrote it (its ``state_dict.pth`` pickles numpy RNG state)."""
+    try:
+        return ckpt.read_state_dict(path)
+    except errors.InvalidCheckpointException as e:
+        refused = e.__cause__ is not None and ckpt.refused_by_weights_only(e.__cause__)
+        if not (trust and refused and _written_by_determined(path)):
+            raise
+        logger.warning(
+            f"{path} was written by Determined itself and pickles numpy objects; loading it "
+            "with full unpickling (torch.load(weights_only=False)) because you chose it to "
+            "resume from. Only do this with checkpoints you trust."
+        )
+        return ckpt.read_state_dict(path, weights_only=False)
+
+
+def _written_by_determined(path: pathlib.Path) -> bool:
+    return "det_lightning_version" not in ckpt.read_metadata(path)
+
+
+def apply_state(module: Any, state: Dict[str, Any]) -> None:
+    """Restores models, optimizers, schedulers, callbacks, RNG and scaler from ``state``."""
+    for callback in module.det_callbacks.values():
+        callback.on_checkpoint_load_start(state)
+    stateful.restore(stateful.trial_slots(module.context, module.det_callbacks), state)
+
+
+def restore_lightning_callbacks(trainer: pl.Trainer, path: pathlib.Path) -> None:
+    """Gives Lightning callbacks back the state a checkpoint saved for them."""
+    state_file = path / ckpt.LIGHTNING_CALLBACKS_FILE
+    if not state_file.exists():
+        return
+    try:
+        saved = torch.load(str(state_file), map_location="cpu", weights_only=True)["callbacks"]
+    except Exception as e:  # a callback state that needs unpickling: start it fresh
+        logger.warning(f"Lightning callback state in {state_file} not restored: {e}")
+        return
+    for callback in trainer.callbacks:  # type: ignore[attr-defined]  # set by a connector
+        if callback.state_key in saved:
+            callback.load_state_dict(saved[callback.state_key])
