@@ -16,4 +16,4 @@ def test_one_device_starts_nothing() -> None:
     with pytorch.init(accelerator="cpu", devices=1) as context:
         assert context.distributed.get_size() == 1
         assert str(context.device) == "cpu"
-        assert context._launch == {"accelerator": "cpu", "devices": 1}
+        assert context.engine.launch_options == {"accelerator": "cpu", "devices": 1}
