@@ -4,13 +4,14 @@ Not part of Determined's API. A trial uses the context's Determined methods; the
 the trial (``pytorch/_trainer.py`` and ``det_lightning.adapters``) reads and sets the rest of the
 context's state through this one object, never through the context's underscored attributes::
 
-    init()                  launch_options, tensorboard_path = ...
+    init()                  launch_options = ...
+    Trainer(...)            tensorboard_path = ...
     fit() starts            steps_completed = ... ; epoch_len = ... ; scaler, auto_amp = ...
     on_fit_start            start_training(backend)        # no more wrap_*() from here on
     each batch              begin_batch(idx)
                             trial.train_batch(...)         # context.backward / step_optimizer
-                            if should_step(): scaler.update(); step the LR schedulers,
-                                              except for skipped_steps
+                            if should_step(): scaler.update() if auto_amp; step the LR
+                                              schedulers, except after skipped_steps
     every few batches       stop_requested?                # set_stop_requested() by the trial
     fit() ends              close_tensorboard_writer()
 

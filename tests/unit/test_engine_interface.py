@@ -6,8 +6,9 @@ module in ``det_lightning/`` and ``adapters/`` keeps it that way, whatever the r
 """
 
 import ast
+import contextlib
 import pathlib
-from typing import Any, Iterator, List, Set, Tuple
+from typing import Any, Dict, Iterator, List, Set, Tuple
 
 import pytest
 import torch
@@ -139,7 +140,8 @@ def _context(**kwargs: Any) -> pytorch.PyTorchTrialContext:
 
 
 def test_configuration_is_the_objects_given_and_none_when_absent() -> None:
-    hparams, exp_conf = {"global_batch_size": 4}, {"searcher": {}}
+    hparams: Dict[str, Any] = {"global_batch_size": 4}
+    exp_conf: Dict[str, Any] = {"searcher": {}}
     engine = pytorch.PyTorchTrialContext(hparams=hparams, exp_conf=exp_conf).engine
     assert engine.hparams is hparams and engine.exp_conf is exp_conf
     bare = pytorch.PyTorchTrialContext().engine
@@ -199,8 +201,6 @@ class _RecordingBackend:
         step_fn()
 
     def no_sync(self) -> Any:
-        import contextlib
-
         return contextlib.nullcontext()
 
 
