@@ -210,7 +210,7 @@ class PyTorchCallbackBridge(Callback):
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         batches = trainer.num_training_batches
         if isinstance(batches, int) and batches > 0:
-            self.module.epoch_len = self.module.context._epoch_len = batches
+            self.module.epoch_len = self.module.context.engine.epoch_len = batches
 
     @override
     def on_train_batch_end(
@@ -228,7 +228,7 @@ class PyTorchCallbackBridge(Callback):
             return
         # Any rank's request stops every rank at the same batch (a rank that stopped alone
         # would leave the others waiting in the next collective).
-        if self.stops.agree(batches_trained, module.context._stop_requested):
+        if self.stops.agree(batches_trained, module.context.engine.stop_requested):
             trainer.should_stop = True
 
     @override

@@ -84,7 +84,7 @@ class CheckpointManager:
         self.base_seed = base_seed
         self.skip_dirs = skip_dirs
         self.metric_configured = False  # set when exp_conf names the searcher metric
-        self.retention = Retention.from_exp_conf(module.context._exp_conf)
+        self.retention = Retention.from_exp_conf(module.context.engine.exp_conf)
         # Deleting is for 'best', or for any policy once checkpoint_storage sets the counts.
         self.deletes = policy == "best" or self.retention.configured
         self.best_value: Optional[float] = None
@@ -265,4 +265,4 @@ class CheckpointManager:
 
     def _load_data(self) -> Dict[str, Any]:
         context = self.module.context
-        return make_load_data(type(self.module.trial), context._hparams, context._exp_conf)
+        return make_load_data(type(self.module.trial), context.engine.hparams, context.engine.exp_conf)

@@ -170,7 +170,7 @@ def _check_plain_loader(context: Any, fn: str, loader: Any) -> None:
             f"{fn}() returned None: it must return a det_lightning.pytorch.DataLoader (or, with "
             "reproducibility checks disabled, a torch.utils.data.DataLoader)."
         )
-    if not context.experimental._data_repro_checks_disabled:
+    if not context.engine.data_repro_checks_disabled:
         raise RuntimeError(dataset_repro_error(fn, loader))
     if not isinstance(loader, (data.DataLoader, list, tuple)) and not hasattr(loader, "__iter__"):
         raise TypeError(

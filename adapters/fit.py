@@ -110,7 +110,7 @@ def run_fit(
     check_checkpoint_dir(root, context.distributed, context.models)
     plan = plan_resume(args.latest_checkpoint, root)
     args = dataclasses.replace(args, latest_checkpoint=plan.name)
-    context._steps_completed = plan.first_batch
+    context.engine.steps_completed = plan.first_batch
     if context.distributed.rank == 0:
         logger.info(
             f"checkpoints go to {root}; TensorBoard files to {options.tensorboard_dir}"
@@ -142,7 +142,7 @@ def _train(
         extra.get("pass_starts"),
     )
     module.train_loader, module.epoch_len = view, view.epoch_len
-    context._epoch_len = view.epoch_len
+    context.engine.epoch_len = view.epoch_len
     module.val_loader = build_validation_loader(trial, context, module._evaluate_batch)
     view.start()
     try:
@@ -194,7 +194,7 @@ def _train(
         ), trainer
     finally:
         view.shutdown()
-        context._close_tensorboard_writer()
+        context.engine.close_tensorboard_writer()
 
 
 @contextlib.contextmanager
@@ -264,5 +264,5 @@ def _align_progress(trainer: pl.Trainer, module: TrialModule, n_optimizers: int)
     state = module.state
     if state.batches_trained == 0:
         return
-    steps = state.batches_trained // module.context._aggregation_frequency * n_optimizers
+    steps = state.batches_trained // module.context.engine.aggregation_frequency * n_optimizers
     internals.align_progress(trainer, state.epochs_trained, state.batches_trained, steps)

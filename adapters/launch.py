@@ -23,6 +23,7 @@ from typing import Any, Dict, Optional
 
 from det_lightning.adapters.fit import _quiet_lightning_setup
 from det_lightning.core import DistributedContext, DummyDistributedContext
+from det_lightning.core._distributed import init_local_groups
 from det_lightning.pytorch._launch import LaunchOptions, Launched
 
 
@@ -51,7 +52,7 @@ def start_processes(options: Dict[str, Any], distributed: Optional[DistributedCo
             "distributed= and let `python train.py --devices N` start the processes."
         )
     context = distributed or ours
-    context._init_local_groups()
+    init_local_groups(context)
     return Launched(context, strategy.root_device, LaunchOptions.of(options))
 
 

@@ -147,7 +147,7 @@ class TrialModule(pl.LightningModule):
         self.val_loader: Any = None
         self.epoch_len = 1
         self._backend = LightningBackend(self)
-        self._auto_to_device = context.experimental._auto_to_device
+        self._auto_to_device = context.engine.auto_to_device
         self._evaluate_batch = is_overridden(trial, "evaluate_batch")
         self._eval_takes_idx = _accepts_batch_idx(trial.evaluate_batch)
         self.val_outputs: List[Dict[str, Any]] = []
@@ -196,8 +196,7 @@ class TrialModule(pl.LightningModule):
     def on_fit_start(self) -> None:
         self._set_train_mode()
         self._backend.bind_optimizers()
-        self.context._backend = self._backend
-        self.context._training_started = True
+        self.context.engine.start_training(self._backend)
 
     @override
     def on_validation_model_zero_grad(self) -> None:
@@ -225,7 +224,7 @@ class TrialModule(pl.LightningModule):
         context, state = self.context, self.state
         idx = state.values["batches_trained"]
         epoch_idx, in_epoch = divmod(idx, self.epoch_len)
-        context._current_batch_idx = idx
+        context.engine.begin_batch(idx)
         if not state.workload_metrics:  # the first batch after a boundary
             self._set_train_mode()
         if in_epoch == 0:
@@ -236,9 +235,10 @@ class TrialModule(pl.LightningModule):
         output = self.trial.train_batch(batch=batch, epoch_idx=epoch_idx, batch_idx=idx)
         if self._profiler is not None:  # set_profiler's; profiler.TraceProfiler runs it
             self._profiler.step()
-        stepped = context._should_communicate_and_update()
-        if stepped and context._scaler is not None and context.experimental._auto_amp:
-            context._scaler.update()
+        engine = context.engine
+        stepped = engine.should_step()
+        if stepped and engine.scaler is not None and engine.auto_amp:
+            engine.scaler.update()
         state.workload_metrics.append(metric_utils.check_training_output(output, idx))
         if stepped:
             self._step_lr_schedulers(idx)
@@ -249,14 +249,14 @@ class TrialModule(pl.LightningModule):
             state.values["epochs_trained"] += 1
 
     def _step_lr_schedulers(self, idx: int) -> None:
-        skipped = self.context._skipped_steps
+        skipped = self.context.engine.skipped_steps
         for scheduler in self.context.lr_schedulers:
             if skipped and scheduler_waits(scheduler, skipped):
                 continue
             for _ in range(
                 due_steps(
                     scheduler._step_mode, scheduler._frequency, idx,
-                    self.context._aggregation_frequency, self.epoch_len,
+                    self.context.engine.aggregation_frequency, self.epoch_len,
                 )
             ):
                 scheduler.step()

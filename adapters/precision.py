@@ -100,7 +100,7 @@ def apply_precision(context: Any, kwargs: Dict[str, Any]) -> Dict[str, Any]:
             return {**kwargs, "plugins": plugins}
     requested = kwargs.get("precision")
     precision = mixed_precision(requested)
-    if requested is None and context.experimental._auto_amp:
+    if requested is None and context.engine.auto_amp:
         precision = amp_precision(context.device.type)
     if precision is None:
         return kwargs
@@ -114,20 +114,20 @@ def apply_precision(context: Any, kwargs: Dict[str, Any]) -> Dict[str, Any]:
 
 def _scaler_for(context: Any, precision: str) -> Optional[Any]:
     """The scaler Lightning's plugin should know about; creates the context's for "16-mixed"."""
-    auto = context.experimental._auto_amp
+    engine = context.engine
     if precision == "bf16-mixed":
-        if auto and context._scaler is not None:
+        if engine.auto_amp and engine.scaler is not None:
             raise ValueError(
                 "precision='bf16-mixed' does not scale losses, but context.experimental.use_amp() "
                 "created a GradScaler for this GPU run. Use precision='16-mixed' (or leave "
                 "precision unset) with use_amp(), or drop use_amp() for bfloat16."
             )
         return None  # a user's wrap_scaler() scaler stays the user's business
-    if context._scaler is None:
+    if engine.scaler is None:
         # "16-mixed" means scaled losses; the context applies the scaler as use_amp() does.
-        context._scaler = torch.amp.GradScaler(context.device.type)
-        context.experimental._auto_amp = True
-    return context._scaler
+        engine.scaler = torch.amp.GradScaler(context.device.type)
+        engine.auto_amp = True
+    return engine.scaler
 
 
 def scheduler_waits(scheduler: Any, skipped: Set[int]) -> bool:
@@ -152,8 +152,8 @@ def adopt_trainer_precision(trainer: Any, context: Any) -> None:
 
 def _take_over(context: Any, plugin: MixedPrecision) -> TrialPrecision:
     """A :class:`TrialPrecision` in place of Lightning's own, its scaler now the context's."""
-    if plugin.scaler is not None and context._scaler is None:
-        context._scaler = plugin.scaler
-        context.experimental._auto_amp = True
+    if plugin.scaler is not None and context.engine.scaler is None:
+        context.engine.scaler = plugin.scaler
+        context.engine.auto_amp = True
     scaler = _scaler_for(context, plugin.precision)
     return TrialPrecision(plugin.precision, plugin.device, scaler)  # type: ignore[arg-type]

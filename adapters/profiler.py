@@ -31,7 +31,7 @@ def build_trace_profiler(context: Any) -> Optional[torch.profiler.profile]:
     Raises:
         ValueError: ``on_trace_ready`` was given; the traces' destination is fixed.
     """
-    requested = getattr(context, "_profiler_args", None)
+    requested = context.engine.profiler_args
     if requested is None:
         return None
     args, kwargs = requested

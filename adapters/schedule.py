@@ -95,7 +95,7 @@ class ScheduleCallback(Callback):
         # Never short-circuit on the local flag: a rank that skipped the agreement would leave
         # the others waiting in it forever.
         module = self.module
-        return self.stops.agree(module.state.batches_trained, module.context._stop_requested)
+        return self.stops.agree(module.state.batches_trained, module.context.engine.stop_requested)
 
     def _run(self, trainer: pl.Trainer, actions: Tuple[Action, ...]) -> None:
         """Carries ``actions`` out in order, up to a validation (which Lightning runs next)."""

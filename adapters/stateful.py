@@ -7,7 +7,7 @@ entry is put back. Saving and restoring are one loop each over ``trial_slots``::
     lr_schedulers_state_dict   context.lr_schedulers             a mismatch error, unless none
     callbacks                  build_callbacks(), by name        nothing restored
     rng_state                  random, numpy, torch (and CUDA)   a warning
-    scaler_state_dict          context._scaler, if there is one  a warning
+    scaler_state_dict          context.engine.scaler, if there is one  a warning
 
 Checkpoints of older Determined versions name one model, optimizer or scheduler
 (``model_state_dict``, ``optimizer_state_dict``, ``lr_scheduler``); they load as a list of one.
@@ -73,9 +73,9 @@ def trial_slots(context: Any, callbacks: Dict[str, Any]) -> List[Slot]:
         Slot(ckpt.RNG_STATE, _GlobalRNG(cuda_index(context.device)),
              warning="The checkpoint has no random state to restore."),
     ]
-    if context._scaler is not None:
+    if context.engine.scaler is not None:
         slots.append(Slot(
-            ckpt.SCALER, context._scaler,
+            ckpt.SCALER, context.engine.scaler,
             warning="The experiment uses a GradScaler but the checkpoint has no scaler state.",
         ))
     return slots

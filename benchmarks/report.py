@@ -2,7 +2,7 @@
 
 import math
 import statistics
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 Runs = Dict[Tuple[str, str], List[Dict[str, Any]]]  # (workload, system) -> counted runs
 
@@ -77,6 +77,15 @@ class Report:
                ) -> Optional[float]:
         return _median(_values(self.runs.get((workload, system), []), key, pick))
 
+    def outcomes(self, workload: str) -> Iterator[Tuple[str, List[Dict[str, Any]], Optional[str]]]:
+        """``(system, counted runs, failure or None)`` for each system, in table order, that ran
+        ``workload`` or failed at it; the others get no row."""
+        for system in self.systems:
+            key = (workload, system)
+            if key in self.runs or key in self.failures:
+                runs = self.runs.get(key, [])
+                yield system, runs, _failure(runs, self.failures, key)
+
     # ----- tables ---------------------------------------------------------------------------
     def steps_table(self) -> List[str]:
         lines = [
@@ -90,12 +99,7 @@ class Report:
             raw = self.median(name, "raw", "cpu_per_step_s")
             lit = self.median(name, "lightning", "cpu_per_step_s")
             raw_sum = self.median(name, "raw", "checksum")
-            for system in self.systems:
-                key = (name, system)
-                if key not in self.runs and key not in self.failures:
-                    continue
-                runs = self.runs.get(key, [])
-                failed = _failure(runs, self.failures, key)
+            for system, runs, failed in self.outcomes(name):
                 title = self.workloads[name].title
                 if failed:
                     lines.append(f"| {title} | {LABELS[system]} | {failed} | | | | | |")
@@ -135,11 +139,7 @@ class Report:
             counted = f"{name}#instructions"
             raw = self.median(counted, "raw", "instructions_per_step")
             lit = self.median(counted, "lightning", "instructions_per_step")
-            for system in self.systems:
-                key = (counted, system)
-                if key not in self.runs and key not in self.failures:
-                    continue
-                failed = _failure(self.runs.get(key, []), self.failures, key)
+            for system, _, failed in self.outcomes(counted):
                 title = self.workloads[name].title
                 if failed:
                     lines.append(f"| {title} | {LABELS[system]} | {failed} | | |")
@@ -161,12 +161,7 @@ class Report:
             "process | load s | × bare torch.load | peak RSS MB |",
             "|---|---|---|---|---|---|---|",
         ]
-        for system in self.systems:
-            key = (name, system)
-            if key not in self.runs and key not in self.failures:
-                continue
-            runs = self.runs.get(key, [])
-            failed = _failure(runs, self.failures, key)
+        for system, runs, failed in self.outcomes(name):
             label = "bare torch.save / torch.load" if system == "raw" else LABELS[system]
             if failed:
                 lines.append(f"| {label} | {failed} | | | | | |")
@@ -195,12 +190,7 @@ class Report:
             "| system | process start → first step done, s | × raw | peak RSS MB |",
             "|---|---|---|---|",
         ]
-        for system in self.systems:
-            key = (name, system)
-            if key not in self.runs and key not in self.failures:
-                continue
-            runs = self.runs.get(key, [])
-            failed = _failure(runs, self.failures, key)
+        for system, runs, failed in self.outcomes(name):
             if failed:
                 lines.append(f"| {LABELS[system]} | {failed} | | |")
                 continue

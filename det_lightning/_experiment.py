@@ -3,7 +3,8 @@
 What Determined's master and harness do for an experiment::
 
     config = load_config(CONFIG)                  # unknown keys fail; cluster-only keys reported
-    plan = plan_experiment(config, MODEL_DIR)     # every check that can fail before training
+    plan = plan_experiment(config, MODEL_DIR)     # _plan.py: every check that can fail before
+                                                  #   training
     grid, random, adaptive_asha: _search.run_search(plan)   # on Optuna, trials shared through
                                                   #   its storage; each runs one of these:
     single: for the one trial:
@@ -23,17 +24,15 @@ import dataclasses
 import logging
 import os
 import pathlib
-import re
 import shlex
 import subprocess
 import sys
-import time
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
 from det_lightning import errors, pytorch
-from det_lightning._config import ExperimentConfig
-from det_lightning._harness import load_trial_class, parse_command, training_lengths
+from det_lightning._harness import load_trial_class, training_lengths
 from det_lightning._import import import_from_path
+from det_lightning._plan import Plan, UsageError, plan_experiment
 from det_lightning.pytorch import _checkpoint as ckpt
 from det_lightning.pytorch._trainer import CHECKPOINT_DIR_ENV, TENSORBOARD_DIR_ENV
 
@@ -48,37 +47,6 @@ LAUNCH_FLAGS = {
 }
 
 
-class UsageError(ValueError):
-    """The command line or the model directory cannot be used (not a config-key error)."""
-
-
-@dataclasses.dataclass
-class Plan:
-    """Everything a run needs, settled before the first trial starts.
-
-    Attributes:
-        config: the validated experiment config.
-        model_dir: the model definition directory (absolute).
-        checkpoint_root: trial ``n`` checkpoints to ``checkpoint_root / f"trial-{n}"``.
-        tensorboard_root: likewise for TensorBoard files.
-        trials: the hyperparameter values of each trial.
-        trial_class: ``module:Class`` for a legacy entrypoint, else None.
-        command: the ``det-lightning run`` arguments for a command entrypoint, else None.
-        launch: Lightning launch options for ``init()`` (or ``run``'s flags).
-    """
-
-    config: ExperimentConfig
-    model_dir: pathlib.Path
-    checkpoint_root: pathlib.Path
-    tensorboard_root: pathlib.Path
-    trials: List[Dict[str, Any]]
-    trial_class: Optional[str]
-    command: Optional[List[str]]
-    launch: Dict[str, Any]
-    search: Any = None  # grid, random, adaptive_asha: the searcher's settings (SearchSettings)
-    storage: Optional[str] = None  # a search's Optuna storage (None: a journal file)
-
-
 @dataclasses.dataclass
 class TrialResult:
     """How one trial ended."""
@@ -89,111 +57,6 @@ class TrialResult:
     best_metric: Optional[float] = None
     checkpoint: Optional[pathlib.Path] = None
     batches: Optional[int] = None
-
-
-# ----- planning ------------------------------------------------------------------------------
-
-
-def launch_options(config: ExperimentConfig, given: Dict[str, Any]) -> Dict[str, Any]:
-    """Launch options: the command line's, else ``resources.slots_per_trial`` as ``devices``.
-
-    >>> from det_lightning._config import load_config
-    >>> conf = {"entrypoint": "m:T", "searcher": {"name": "single", "metric": "loss"}}
-    >>> launch_options(load_config({**conf, "resources": {"slots_per_trial": 2}}), {})
-    {'devices': 2}
-    >>> launch_options(load_config({**conf, "resources": {"slots_per_trial": 0}}), {})
-    {'accelerator': 'cpu'}
-    """
-    options = {name: value for name, value in given.items() if value is not None}
-    slots = config.slots_per_trial()
-    if slots > 1:
-        options.setdefault("devices", slots)
-    if slots == 0:  # Determined's CPU-only trial
-        options.setdefault("accelerator", "cpu")
-    return options
-
-
-def _search_settings(config: ExperimentConfig) -> Any:
-    """A search's settings, or None for ``single`` (its one trial runs without a storage)."""
-    name = config.searcher["name"]
-    if name == "single":
-        return None
-    from det_lightning._search._settings import SearchSettings
-
-    if name in ("grid", "random"):
-        return SearchSettings.from_upfront(config.searcher, config.raw["hyperparameters"])
-
-    size = config.raw["hyperparameters"].get("global_batch_size")
-    if isinstance(size, dict):
-        size = size.get("val")
-    return SearchSettings.from_searcher(config.searcher, size if isinstance(size, int) else None)
-
-
-def _entrypoint_plan(config: ExperimentConfig) -> Any:
-    """``(trial_class, command)``: exactly one of them is set. (A search's command trial gets
-    its hyperparameters through ``det.get_cluster_info()``, as on a cluster.)"""
-    trial_class = config.legacy_trial_class()
-    if trial_class is not None:
-        return trial_class, None
-    parsed = parse_command(config.entrypoint)
-    if isinstance(parsed, str):
-        return parsed, None
-    return None, parsed
-
-
-def _planned_trials(config: ExperimentConfig, search: Any) -> List[Dict[str, Any]]:
-    """The hyperparameters of each trial known before training: single's one, a grid's points
-    in the order their trials run; none for searches that draw them as they go."""
-    if search is None:
-        return config.trial_hparams()
-    if search.grid:
-        return config.trial_hparams()[::-1]  # Determined creates the last point's trial first
-    return []
-
-
-def _absolute(path: Union[str, "os.PathLike[str]"]) -> pathlib.Path:
-    return pathlib.Path(os.path.abspath(os.path.expanduser(str(path))))
-
-
-def plan_experiment(
-    config: ExperimentConfig,
-    model_dir: Union[str, "os.PathLike[str]"],
-    launch: Optional[Dict[str, Any]] = None,
-    checkpoint_dir: Optional[str] = None,
-) -> Plan:
-    """Checks everything that can be checked before training, and settles the directories.
-
-    Checkpoints go to ``checkpoint_dir``, else ``checkpoint_storage`` (``host_path`` /
-    ``storage_path``), else ``$DET_LIGHTNING_CHECKPOINT_DIR``, else ``./checkpoints``.
-
-    Raises:
-        errors.InvalidConfigException: the config cannot run locally (the message names the key).
-        UsageError: ``model_dir`` is not a directory.
-    """
-    directory = _absolute(model_dir)
-    if not directory.is_dir():
-        raise UsageError(f"MODEL_DIR {str(model_dir)!r} is not a directory (the model definition).")
-    search = _search_settings(config)
-    trials = _planned_trials(config, search)
-    trial_class, command = _entrypoint_plan(config)
-    if trial_class is not None and (search is None or search.searcher != "adaptive_asha"):
-        for hparams in config.trial_hparams():  # random: a sample of what it may draw
-            training_lengths(config, hparams)
-    root = checkpoint_dir or config.checkpoint_dir() or os.environ.get(CHECKPOINT_DIR_ENV)
-    name = re.sub(r"[^\w.-]+", "-", config.raw.get("name") or "experiment").strip("-")
-    stamp = f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    tensorboard = os.environ.get(TENSORBOARD_DIR_ENV) or os.path.join("tensorboard", stamp)
-    return Plan(
-        config=config,
-        model_dir=directory,
-        checkpoint_root=_absolute(root or "checkpoints"),
-        tensorboard_root=_absolute(tensorboard),
-        trials=trials,
-        trial_class=trial_class,
-        command=command,
-        launch=launch_options(config, launch or {}),
-        search=search,
-    )
 
 
 # ----- running one trial ---------------------------------------------------------------------

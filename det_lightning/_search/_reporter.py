@@ -37,7 +37,7 @@ class SearchReporter(PyTorchCallback):
         except errors.InternalException:  # a validation before the first batch
             return 0
         if self.settings.time_metric == "epochs":
-            return batches // self.context._require_epoch_len()
+            return batches // self.context.engine.require_epoch_len()
         return int(batches)
 
     def on_validation_end(self, metrics: Dict[str, Any]) -> None:

@@ -166,22 +166,6 @@ class DistributedContext:
     # Determined's local collectives involve only the ranks of one node, so ranks of other nodes
     # need not call them. A per-node process group keeps that true; with one node the world is
     # the node.
-    def _init_local_groups(self) -> None:
-        """Creates one process group per node for the ``*_local`` collectives.
-
-        Collective: every rank must call it (``torch.distributed.new_group`` is), right after
-        the process group is set up. ``det_lightning.pytorch.init()`` does.
-        """
-        if self.size < 2 or self.cross_size < 2 or not self._group_ready():
-            return
-        import torch.distributed as dist
-
-        nodes = self.allgather(self.cross_rank)
-        ranks_per_node = [
-            [rank for rank, node in enumerate(nodes) if node == this] for this in sorted(set(nodes))
-        ]
-        self._node_group, _ = dist.new_subgroups_by_enumeration(ranks_per_node)
-
     def _local_group(self) -> Any:
         """The node's process group (None: the world, when there is one node)."""
         self._group_ready()
@@ -223,6 +207,23 @@ class DistributedContext:
             f"local_size={self.local_size}, cross_rank={self.cross_rank}, "
             f"cross_size={self.cross_size})"
         )
+
+
+def init_local_groups(distributed: DistributedContext) -> None:
+    """Creates one process group per node for ``distributed``'s ``*_local`` collectives.
+
+    Collective: every rank must call it (``torch.distributed.new_group`` is), right after
+    the process group is set up. ``det_lightning.pytorch.init()`` does.
+    """
+    if distributed.size < 2 or distributed.cross_size < 2 or not distributed._group_ready():
+        return
+    import torch.distributed as dist
+
+    nodes = distributed.allgather(distributed.cross_rank)
+    ranks_per_node = [
+        [rank for rank, node in enumerate(nodes) if node == this] for this in sorted(set(nodes))
+    ]
+    distributed._node_group, _ = dist.new_subgroups_by_enumeration(ranks_per_node)
 
 
 class DummyDistributedContext(DistributedContext):

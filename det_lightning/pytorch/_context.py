@@ -4,43 +4,30 @@ The context decides *what* happens (gradient averaging for ``aggregation_frequen
 scaler use, zeroing); a backend object decides *how* a backward pass and an optimizer step run.
 The default backend calls torch directly; under the trainer, ``det_lightning.adapters`` installs
 one that goes through Lightning (``manual_backward``, ``LightningOptimizer.step``), so precision
-and strategy plugins apply. Tests fake the backend.
+and strategy plugins apply. Tests fake the backend. The configuration getters live in the base
+class (``det_lightning/_trial_context.py``), as in Determined; the trainer's side of the context
+is ``context.engine`` (``_engine.py``).
 """
 
 import contextlib
 import logging
 import pathlib
-from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Type, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Tuple, Type, Union
 
 import torch
 from torch import nn
 
 from det_lightning import errors
-from det_lightning._trial_context import TrialContext
-from det_lightning.core import DistributedContext, DummyDistributedContext
+from det_lightning._trial_context import NOT_CONFIGURED, TrialContext
+from det_lightning.core import DistributedContext
 from det_lightning.pytorch._data import _Data, to_device
+from det_lightning.pytorch._engine import EagerBackend, EngineInterface
 from det_lightning.pytorch._experimental import PyTorchExperimentalContext
+from det_lightning.pytorch._launch import LaunchOptions
 from det_lightning.pytorch._lr_scheduler import LRScheduler
 from det_lightning.pytorch._reducer import MetricReducer, ReducerRegistry
 
 logger = logging.getLogger("det_lightning.pytorch")
-
-_NOT_CONFIGURED = "is undefined in this Trial because {what} was not configured. " \
-    "Please check the init() call to Trainer API: pass init({arg}=...)."
-
-
-class EagerBackend:
-    """Runs backward passes and optimizer steps with plain torch calls."""
-
-    def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
-        loss.backward(**kwargs)
-
-    def step(self, optimizer: torch.optim.Optimizer, step_fn: Callable[[], None]) -> None:
-        step_fn()
-
-    @contextlib.contextmanager
-    def no_sync(self) -> Iterator[None]:
-        yield
 
 
 def calculate_batch_sizes(hparams: Dict[str, Any], slots: int) -> "tuple[int, int]":
@@ -91,12 +78,8 @@ class PyTorchTrialContext(TrialContext):
             raise ValueError(
                 f"init(aggregation_frequency={aggregation_frequency!r}): expected an int >= 1."
             )
-        self.distributed = distributed or DummyDistributedContext()
+        super().__init__(hparams, exp_conf, distributed, trial_seed, steps_completed)
         self._reducers = ReducerRegistry(self.distributed.allgather)
-        self._hparams = hparams
-        self._exp_conf = exp_conf
-        self._trial_seed = trial_seed
-        self._steps_completed = steps_completed
         self._aggregation_frequency = aggregation_frequency
         self._enable_tensorboard_logging = enable_tensorboard_logging
         self._tensorboard_path = tensorboard_path
@@ -116,51 +99,20 @@ class PyTorchTrialContext(TrialContext):
         self._optimizer_configs: Dict[int, Dict[str, Any]] = {}
         self._scaler: Any = None
         self._backend: Any = EagerBackend()
-        self._launch: Any = None  # Lightning launch options (LaunchOptions), set by init()
+        self._launch = LaunchOptions()  # Lightning's launch options, set by init()
         self._to_device_warned_types: Set[Type] = set()
         self._epoch_len: Optional[int] = None
         self._current_batch_idx: Optional[int] = None
         self._training_started = False
-        self._stop_requested = False
         self._skipped_steps: Set[int] = set()  # optimizers whose GradScaler skipped this batch
+        self._profiler_args: Optional[Tuple[tuple, Dict[str, Any]]] = None
+        self.engine = EngineInterface(self)
 
     # ----- configuration --------------------------------------------------------------------
-    def get_hparams(self) -> Dict[str, Any]:
-        if self._hparams is None:
-            raise ValueError("hparams " + _NOT_CONFIGURED.format(what="hparams", arg="hparams"))
-        return self._hparams
-
-    def get_hparam(self, name: str) -> Any:
-        hparams = self.get_hparams()
-        if name not in hparams:
-            raise ValueError(
-                f"Could not find name '{name}' in experiment hyperparameters. Available: "
-                f"{sorted(hparams)}. Please check your experiment configuration "
-                "'hyperparameters' section (or the hparams passed to init())."
-            )
-        if name == "global_batch_size":
-            logger.warning(
-                "Please use `context.get_per_slot_batch_size()` and "
-                "`context.get_global_batch_size()` instead of accessing `global_batch_size` "
-                "directly."
-            )
-        return hparams[name]
-
-    def get_experiment_config(self) -> Dict[str, Any]:
-        if self._exp_conf is None:
-            raise ValueError(
-                "exp_conf is undefined in this Trial. Please check the init() call to Trainer "
-                "API: pass init(exp_conf=...)."
-            )
-        return self._exp_conf
-
-    def get_data_config(self) -> Dict[str, Any]:
-        return dict(self.get_experiment_config().get("data", {}) or {})
-
     def get_global_batch_size(self) -> int:
         if self._global_batch_size is None:
             raise ValueError(
-                "global_batch_size " + _NOT_CONFIGURED.format(
+                "global_batch_size " + NOT_CONFIGURED.format(
                     what="hparams['global_batch_size']", arg="hparams"
                 )
             )
@@ -169,45 +121,11 @@ class PyTorchTrialContext(TrialContext):
     def get_per_slot_batch_size(self) -> int:
         if self._per_slot_batch_size is None:
             raise ValueError(
-                "per_slot_batch_size " + _NOT_CONFIGURED.format(
+                "per_slot_batch_size " + NOT_CONFIGURED.format(
                     what="hparams['global_batch_size']", arg="hparams"
                 )
             )
         return self._per_slot_batch_size
-
-    def get_trial_seed(self) -> int:
-        if self._trial_seed is None:
-            raise errors.InternalException(
-                "Trial seed not set: local training seeds nothing unless the experiment config "
-                "sets reproducibility.experiment_seed (init(exp_conf={'reproducibility': "
-                "{'experiment_seed': 42}}))."
-            )
-        return self._trial_seed
-
-    def get_initial_batch(self) -> int:
-        return self._steps_completed
-
-    def get_experiment_id(self) -> int:
-        return 0
-
-    def get_trial_id(self) -> int:
-        return 0
-
-    def get_stop_requested(self) -> bool:
-        return self._stop_requested
-
-    def set_stop_requested(self, stop_requested: bool) -> None:
-        """Ask the trainer to stop after the current batch, with a checkpoint."""
-        if not isinstance(stop_requested, bool):
-            raise TypeError(
-                f"set_stop_requested({stop_requested!r}): stop_requested must be a boolean."
-            )
-        if stop_requested:
-            logger.info(
-                "A trial stoppage has been requested. The trial will be stopped at the end of "
-                "the current batch, with a checkpoint."
-            )
-        self._stop_requested = stop_requested
 
     def get_enable_tensorboard_logging(self) -> bool:
         return self._enable_tensorboard_logging
@@ -228,20 +146,8 @@ class PyTorchTrialContext(TrialContext):
     def get_tensorboard_writer(self) -> Any:
         """A ``SummaryWriter`` on the same run directory the trainer's metrics go to."""
         if self._tbd_writer is None:
-            self._tbd_writer = self._new_tensorboard_writer()
+            self._tbd_writer = self.engine.new_tensorboard_writer()
         return self._tbd_writer
-
-    def _new_tensorboard_writer(self) -> Any:
-        """A writer into this trial's TensorBoard run; its file opens at the first write, in the
-        directory ``Trainer(...)`` chose by then (the trial may ask for it in ``__init__``)."""
-        from det_lightning.pytorch._tensorboard import TrialSummaryWriter
-
-        return TrialSummaryWriter(self.get_tensorboard_path)
-
-    def _close_tensorboard_writer(self) -> None:
-        if self._tbd_writer is not None:
-            self._tbd_writer.close()
-            self._tbd_writer = None
 
     # ----- wrapping -------------------------------------------------------------------------
     def _check_not_training(self, call: str) -> None:
@@ -261,7 +167,7 @@ class PyTorchTrialContext(TrialContext):
         if not isinstance(model, nn.Module):
             raise TypeError(f"wrap_model() expects a torch.nn.Module, got {type(model).__name__}.")
         model = model.to(self.device)
-        if self.experimental._auto_amp:
+        if self.engine.auto_amp:
             model = self.autocast_forward_pass(model)
         self.models.append(model)
         return model
@@ -383,11 +289,6 @@ class PyTorchTrialContext(TrialContext):
         return to_device(data, self.device, self._to_device_warned_types)
 
     # ----- the training step ----------------------------------------------------------------
-    def _should_communicate_and_update(self) -> bool:
-        if self._current_batch_idx is None:
-            raise errors.InternalException("Training hasn't started.")
-        return (self._current_batch_idx + 1) % self._aggregation_frequency == 0
-
     def backward(
         self,
         loss: torch.Tensor,
@@ -398,12 +299,12 @@ class PyTorchTrialContext(TrialContext):
         """Computes gradients of ``loss``; on accumulating batches without cross-rank sync."""
         if not isinstance(loss, torch.Tensor):
             raise TypeError(f"context.backward() expects a loss tensor, got {type(loss).__name__}.")
-        if self._scaler is not None and self.experimental._auto_amp:
+        if self._scaler is not None and self.engine.auto_amp:
             loss = self._scaler.scale(loss)
         kwargs: Dict[str, Any] = {"retain_graph": retain_graph, "create_graph": create_graph}
         if gradient is not None:
             kwargs["gradient"] = gradient
-        accumulating = self._aggregation_frequency > 1 and not self._should_communicate_and_update()
+        accumulating = self._aggregation_frequency > 1 and not self.engine.should_step()
         with self._backend.no_sync() if accumulating else contextlib.nullcontext():
             self._backend.backward(loss, **kwargs)
 
@@ -434,7 +335,7 @@ class PyTorchTrialContext(TrialContext):
                 "if optimizations.aggregation_frequency is larger than 1, auto_zero_grads must be "
                 "set to true."
             )
-        if not self._should_communicate_and_update():
+        if not self.engine.should_step():
             return
         params = [p for group in optimizer.param_groups for p in group["params"]]
         if params and all(p.grad is None for p in params):
@@ -446,7 +347,7 @@ class PyTorchTrialContext(TrialContext):
             for p in params:
                 if p.grad is not None:
                     p.grad.div_(float(self._aggregation_frequency))
-        if scaler is None and self.experimental._auto_amp:
+        if scaler is None and self.engine.auto_amp:
             scaler = self._scaler
         if clip_grads is not None:
             if scaler is not None:
@@ -478,22 +379,17 @@ class PyTorchTrialContext(TrialContext):
             raise errors.InternalException("Training hasn't started.")
         return self._current_batch_idx
 
-    def _require_epoch_len(self) -> int:
-        if self._epoch_len is None:
-            raise errors.InternalException("Training DataLoader uninitialized.")
-        return self._epoch_len
-
     def current_train_batch(self) -> int:
         return self._require_batch()
 
     def current_train_epoch(self) -> int:
-        return self._require_batch() // self._require_epoch_len()
+        return self._require_batch() // self.engine.require_epoch_len()
 
     def is_epoch_start(self) -> bool:
-        return self._require_batch() % self._require_epoch_len() == 0
+        return self._require_batch() % self.engine.require_epoch_len() == 0
 
     def is_epoch_end(self) -> bool:
-        epoch_len = self._require_epoch_len()
+        epoch_len = self.engine.require_epoch_len()
         return self._require_batch() % epoch_len == epoch_len - 1
 
 

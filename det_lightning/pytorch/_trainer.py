@@ -19,7 +19,6 @@ from det_lightning._info import get_cluster_info
 from det_lightning.core import DistributedContext
 from det_lightning.pytorch import _launch
 from det_lightning.pytorch._context import PyTorchTrialContext
-from det_lightning.pytorch._launch import LaunchOptions
 from det_lightning.pytorch._result import FitArgs, FitResult, ProfilerConfig, TrainerOptions
 from det_lightning.pytorch._trial import PyTorchTrial
 from det_lightning.pytorch._units import Batch, Epoch, TrainUnit, check_max_length, check_period
@@ -105,13 +104,13 @@ def init(
         device=launched.device,
         tensorboard_path=_default_tensorboard_dir(),
     )
-    context._launch = launched.options
+    context.engine.launch_options = launched.options
     _ACTIVE_CONTEXTS.append(context)
     try:
         yield context
     finally:
         _ACTIVE_CONTEXTS.remove(context)
-        context._close_tensorboard_writer()
+        context.engine.close_tensorboard_writer()
 
 
 SEARCH_ENV = "DET_LIGHTNING_SEARCH"
@@ -172,23 +171,22 @@ class Trainer:
         self._trial = trial
         self._context = context
         if tensorboard_dir is not None:
-            context._tensorboard_path = pathlib.Path(tensorboard_dir)
+            context.engine.tensorboard_path = pathlib.Path(tensorboard_dir)
         if logger is not None and logger is not False and not isinstance(logger, (list, tuple)):
             logger = [logger]
-        searcher = (context._exp_conf or {}).get("searcher") or {}
+        searcher = (context.engine.exp_conf or {}).get("searcher") or {}
         self.result: Optional[FitResult] = None  # set by fit()
         self._lightning_trainer: Any = None  # the lightning.Trainer of the last fit()
-        launch = context._launch
         self._options = TrainerOptions(
             checkpoint_dir=pathlib.Path(
                 checkpoint_dir or os.environ.get(CHECKPOINT_DIR_ENV) or "checkpoints"
             ).absolute(),
-            tensorboard_dir=context._tensorboard_path or _default_tensorboard_dir(),
+            tensorboard_dir=context.engine.tensorboard_path or _default_tensorboard_dir(),
             default_root_dir=pathlib.Path.cwd(),
             callbacks=tuple(callbacks or ()),
             loggers=() if logger is False else None if logger is None else tuple(logger),
             plugins=tuple(plugins or ()),
-            launch=launch if isinstance(launch, LaunchOptions) else LaunchOptions(),
+            launch=context.engine.launch_options,
             lightning_kwargs=dict(lightning_kwargs),
             searcher_metric=searcher.get("metric", "validation_loss"),
             searcher_metric_configured="metric" in searcher,

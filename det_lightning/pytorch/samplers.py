@@ -52,11 +52,15 @@ others waiting in a collective, so make the training stream endless (or cut ever
 length of the shortest).
 """
 
-import operator
-from typing import Any, Iterable, Iterator, List, Sized, Tuple, cast
+from typing import Any, Iterable, Iterator, List
 
 import numpy as np
 import torch
+
+from det_lightning.pytorch._streams import (
+    check_shard, check_skip, drop_first, every_nth, length_of, repeat_forever, shard_length,
+    shuffled,
+)
 
 __all__ = [
     "RepeatSampler",
@@ -68,94 +72,6 @@ __all__ = [
     "ReproducibleShuffleSampler",
     "ReproducibleShuffleBatchSampler",
 ]
-
-
-def _length_of(wrapped: object, wrapper: str) -> int:
-    """``len(wrapped)``, or a TypeError that says which wrapper needed it."""
-    if not hasattr(wrapped, "__len__"):
-        raise TypeError(
-            f"{wrapper} needs the length of the sampler it wraps, but the given "
-            f"{type(wrapped).__name__} object has no __len__."
-        )
-    return len(cast(Sized, wrapped))
-
-
-def _as_int(value: Any, name: str, wrapper: str) -> int:
-    """``value`` as a plain int; bools, floats and strings are rejected with a TypeError."""
-    if isinstance(value, bool):
-        raise TypeError(f"{wrapper}: {name} must be an integer, got the bool {value!r}.")
-    try:
-        return operator.index(value)
-    except TypeError:
-        raise TypeError(
-            f"{wrapper}: {name} must be an integer, got {value!r} "
-            f"of type {type(value).__name__}."
-        ) from None
-
-
-def _check_shard(num_workers: Any, rank: Any, wrapper: str) -> Tuple[int, int]:
-    """Validates a (num_workers, rank) pair: at least one worker, and 0 <= rank < num_workers."""
-    shards = _as_int(num_workers, "num_workers", wrapper)
-    index = _as_int(rank, "rank", wrapper)
-    if shards < 1:
-        raise ValueError(
-            f"{wrapper}: num_workers is the number of shards and must be at least 1, "
-            f"got num_workers={shards}."
-        )
-    if index < 0:
-        raise ValueError(f"{wrapper}: rank must be non-negative, got rank={index}.")
-    if index >= shards:
-        raise ValueError(
-            f"{wrapper}: rank must be less than num_workers (ranks count from 0), "
-            f"got rank={index} with num_workers={shards}; expected 0 <= rank < {shards}."
-        )
-    return shards, index
-
-
-def _check_skip(skip: Any, wrapper: str) -> int:
-    count = _as_int(skip, "skip", wrapper)
-    if count < 0:
-        raise ValueError(f"{wrapper}: skip must be non-negative, got skip={count}.")
-    return count
-
-
-def _repeat_forever(wrapped: Iterable[Any], wrapper: str) -> Iterator[Any]:
-    """Yields ``wrapped`` pass after pass; fails, rather than spin forever, on an empty pass."""
-    while True:
-        empty = True
-        for item in wrapped:
-            empty = False
-            yield item
-        if empty:
-            raise RuntimeError(
-                f"{wrapper}: the wrapped sampler yielded nothing in a whole pass, so there is "
-                "nothing to repeat (is the dataset empty, or smaller than one batch with "
-                "drop_last=True?)."
-            )
-
-
-def _every_nth(wrapped: Iterable[Any], num_workers: int, rank: int) -> Iterator[Any]:
-    """The items at positions ``rank``, ``rank + num_workers``, ... of the stream."""
-    for position, item in enumerate(wrapped):
-        if position % num_workers == rank:
-            yield item
-
-
-def _shard_length(total: int, num_workers: int, rank: int) -> int:
-    """How many of ``total`` items a round-robin deal over ``num_workers`` gives to ``rank``."""
-    return total // num_workers + (1 if total % num_workers > rank else 0)
-
-
-_END = object()
-
-
-def _drop_first(wrapped: Iterable[Any], skip: int) -> Iterator[Any]:
-    """The stream without its first ``skip`` items (empty when it is shorter than that)."""
-    iterator = iter(wrapped)
-    for _ in range(skip):
-        if next(iterator, _END) is _END:
-            return
-    yield from iterator
 
 
 class RepeatSampler(torch.utils.data.Sampler[int]):
@@ -181,10 +97,10 @@ class RepeatSampler(torch.utils.data.Sampler[int]):
         self._sampler = sampler
 
     def __len__(self) -> int:
-        return _length_of(self._sampler, type(self).__name__)
+        return length_of(self._sampler, type(self).__name__)
 
     def __iter__(self) -> Iterator[int]:
-        return _repeat_forever(self._sampler, type(self).__name__)
+        return repeat_forever(self._sampler, type(self).__name__)
 
 
 class RepeatBatchSampler(torch.utils.data.BatchSampler):
@@ -212,10 +128,10 @@ class RepeatBatchSampler(torch.utils.data.BatchSampler):
         self.batch_sampler = batch_sampler
 
     def __len__(self) -> int:
-        return _length_of(self.batch_sampler, type(self).__name__)
+        return length_of(self.batch_sampler, type(self).__name__)
 
     def __iter__(self) -> Iterator[List[int]]:
-        return _repeat_forever(self.batch_sampler, type(self).__name__)
+        return repeat_forever(self.batch_sampler, type(self).__name__)
 
 
 class DistributedSampler(torch.utils.data.Sampler[int]):
@@ -249,14 +165,14 @@ class DistributedSampler(torch.utils.data.Sampler[int]):
 
     def __init__(self, sampler: Iterable[int], num_workers: int, rank: int) -> None:
         self._sampler = sampler
-        self._num_workers, self._rank = _check_shard(num_workers, rank, type(self).__name__)
+        self._num_workers, self._rank = check_shard(num_workers, rank, type(self).__name__)
 
     def __len__(self) -> int:
-        total = _length_of(self._sampler, type(self).__name__)
-        return _shard_length(total, self._num_workers, self._rank)
+        total = length_of(self._sampler, type(self).__name__)
+        return shard_length(total, self._num_workers, self._rank)
 
     def __iter__(self) -> Iterator[int]:
-        return _every_nth(self._sampler, self._num_workers, self._rank)
+        return every_nth(self._sampler, self._num_workers, self._rank)
 
 
 class DistributedBatchSampler(torch.utils.data.BatchSampler):
@@ -291,14 +207,14 @@ class DistributedBatchSampler(torch.utils.data.BatchSampler):
 
     def __init__(self, batch_sampler: Iterable[List[int]], num_workers: int, rank: int) -> None:
         self.batch_sampler = batch_sampler
-        self.num_workers, self.rank = _check_shard(num_workers, rank, type(self).__name__)
+        self.num_workers, self.rank = check_shard(num_workers, rank, type(self).__name__)
 
     def __len__(self) -> int:
-        total = _length_of(self.batch_sampler, type(self).__name__)
-        return _shard_length(total, self.num_workers, self.rank)
+        total = length_of(self.batch_sampler, type(self).__name__)
+        return shard_length(total, self.num_workers, self.rank)
 
     def __iter__(self) -> Iterator[List[int]]:
-        return _every_nth(self.batch_sampler, self.num_workers, self.rank)
+        return every_nth(self.batch_sampler, self.num_workers, self.rank)
 
 
 class SkipSampler(torch.utils.data.BatchSampler):
@@ -332,13 +248,13 @@ class SkipSampler(torch.utils.data.BatchSampler):
 
     def __init__(self, sampler: Iterable[int], skip: int) -> None:
         self._sampler = sampler
-        self._skip = _check_skip(skip, type(self).__name__)
+        self._skip = check_skip(skip, type(self).__name__)
 
     def __len__(self) -> int:
-        return _length_of(self._sampler, type(self).__name__)
+        return length_of(self._sampler, type(self).__name__)
 
     def __iter__(self) -> Iterator[Any]:
-        return _drop_first(self._sampler, self._skip)
+        return drop_first(self._sampler, self._skip)
 
 
 class SkipBatchSampler(torch.utils.data.BatchSampler):
@@ -365,7 +281,7 @@ class SkipBatchSampler(torch.utils.data.BatchSampler):
 
     def __init__(self, batch_sampler: Iterable[List[int]], skip: int) -> None:
         self.batch_sampler = batch_sampler
-        self.skip = _check_skip(skip, type(self).__name__)
+        self.skip = check_skip(skip, type(self).__name__)
 
     @property
     def length(self) -> int:
@@ -373,20 +289,10 @@ class SkipBatchSampler(torch.utils.data.BatchSampler):
         return len(self)
 
     def __len__(self) -> int:
-        return _length_of(self.batch_sampler, type(self).__name__)
+        return length_of(self.batch_sampler, type(self).__name__)
 
     def __iter__(self) -> Iterator[List[int]]:
-        return _drop_first(self.batch_sampler, self.skip)
-
-
-def _shuffled(items: List[Any], rng: np.random.RandomState) -> List[Any]:
-    """A new list with ``items`` in the order of one Fisher-Yates shuffle drawn from ``rng``.
-
-    ``RandomState.permutation(n)`` draws exactly what ``RandomState.shuffle`` draws for a list of
-    ``n`` items, so the order (and the state ``rng`` is left in) is the same as shuffling in place.
-    """
-    order = rng.permutation(len(items))
-    return [items[position] for position in order]
+        return drop_first(self.batch_sampler, self.skip)
 
 
 class ReproducibleShuffleSampler(torch.utils.data.Sampler[int]):
@@ -416,10 +322,10 @@ class ReproducibleShuffleSampler(torch.utils.data.Sampler[int]):
         self._rng = np.random.RandomState(seed)
 
     def __iter__(self) -> Iterator[int]:
-        return iter(_shuffled(list(self._sampler), self._rng))
+        return iter(shuffled(list(self._sampler), self._rng))
 
     def __len__(self) -> int:
-        return _length_of(self._sampler, type(self).__name__)
+        return length_of(self._sampler, type(self).__name__)
 
 
 class ReproducibleShuffleBatchSampler(torch.utils.data.BatchSampler):
@@ -449,7 +355,7 @@ class ReproducibleShuffleBatchSampler(torch.utils.data.BatchSampler):
         self._rng = np.random.RandomState(seed)
 
     def __iter__(self) -> Iterator[List[int]]:
-        return iter(_shuffled(list(self._batch_sampler), self._rng))
+        return iter(shuffled(list(self._batch_sampler), self._rng))
 
     def __len__(self) -> int:
-        return _length_of(self._batch_sampler, type(self).__name__)
+        return length_of(self._batch_sampler, type(self).__name__)

@@ -138,7 +138,7 @@ def test_use_amp_on_a_gpu_is_float16_with_a_checkpointed_scaler(
             checkpoint_policy="none",
         )
     assert trial.dtypes == [torch.float16] * (16 + 2 * 2)  # and two validations of 2 batches
-    scaler = context._scaler
+    scaler = context.engine.scaler
     assert isinstance(scaler, torch.amp.GradScaler) and scaler.is_enabled()
     assert all(torch.isfinite(p).all() for p in trial.model.parameters())
     [path] = checkpoints(checkpoint_dir).values()

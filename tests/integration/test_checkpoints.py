@@ -422,7 +422,7 @@ def test_best_knows_the_earlier_runs_of_the_trial_after_a_resume(
 
             class Saves(pytorch.PyTorchCallback):
                 def on_checkpoint_write_end(self, checkpoint_dir: str) -> None:
-                    written.append(trial.context._steps_completed)
+                    written.append(trial.context.engine.steps_completed)
 
             return {**super().build_callbacks(), "saves": Saves()}
 

@@ -13,7 +13,7 @@ SCRIPT = textwrap.dedent(
     from determined import pytorch
 
     with pytorch.init(hparams={}) as context:
-        print("LAUNCH", sorted(context._launch.items()))
+        print("LAUNCH", sorted(context.engine.launch_options.trainer_kwargs().items()))
     """
 )
 

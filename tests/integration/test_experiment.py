@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from det_lightning import _cli, _experiment, _harness, compat, errors
+from det_lightning import _cli, _experiment, _harness, _plan, compat, errors
 from det_lightning._config import load_config
 from det_lightning.pytorch import Batch, Epoch
 from tests.integration.cli_support import (
@@ -285,8 +285,8 @@ def test_training_lengths_follow_the_harness() -> None:
 
 def test_launch_options_from_slots_per_trial() -> None:
     two = load_config(_config(resources={"slots_per_trial": 2}))
-    assert _experiment.launch_options(two, {}) == {"devices": 2}
-    assert _experiment.launch_options(two, {"devices": 1, "precision": None}) == {"devices": 1}
+    assert _plan.launch_options(two, {}) == {"devices": 2}
+    assert _plan.launch_options(two, {"devices": 1, "precision": None}) == {"devices": 1}
     assert _experiment.launch_flags({"devices": 2, "num_nodes": 1}) == [
         "--devices", "2", "--num-nodes", "1"
     ]

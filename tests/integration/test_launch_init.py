@@ -17,4 +17,4 @@ def test_one_device_starts_nothing() -> None:
     with pytorch.init(accelerator="cpu", devices=1) as context:
         assert context.distributed.get_size() == 1
         assert str(context.device) == "cpu"
-        assert context._launch == LaunchOptions(accelerator="cpu", devices=1)
+        assert context.engine.launch_options == LaunchOptions(accelerator="cpu", devices=1)

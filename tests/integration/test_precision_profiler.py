@@ -73,7 +73,7 @@ def test_use_amp_on_cpu_is_bf16_autocast_without_a_scaler() -> None:
 
     plugin = lightning_trainer.precision_plugin
     assert isinstance(plugin, TrialPrecision) and plugin.precision == "bf16-mixed"
-    assert trial.context._scaler is None
+    assert trial.context.engine.scaler is None
     assert all(s["autocast"] and s["dtype"] == torch.bfloat16 for s in trial.seen)
     # use_amp()'s autocast_forward_pass hands float32 back to the loss, as in Determined.
     assert all(s["output"] == torch.float32 for s in trial.seen)
@@ -85,7 +85,7 @@ def test_use_amp_on_cpu_is_bf16_autocast_without_a_scaler() -> None:
 def test_init_precision_bf16_mixed_autocasts_every_step() -> None:
     trial, lightning_trainer = _fit(AutocastProbe, {"precision": "bf16-mixed"})
     assert lightning_trainer.precision_plugin.precision == "bf16-mixed"
-    assert trial.context._scaler is None
+    assert trial.context.engine.scaler is None
     assert [s["computed_in"] for s in trial.seen] == [torch.bfloat16] * 4
 
 
@@ -94,7 +94,7 @@ def test_init_precision_16_mixed_scales_losses_and_checkpoints_the_scaler(
 ) -> None:
     trial, lightning_trainer = _fit(AutocastProbe, {"precision": "16-mixed"})
 
-    scaler = trial.context._scaler
+    scaler = trial.context.engine.scaler
     assert isinstance(scaler, torch.amp.GradScaler)
     assert lightning_trainer.precision_plugin.scaler is scaler
     assert [s["computed_in"] for s in trial.seen] == [torch.float16] * 4
@@ -240,7 +240,7 @@ def test_a_mixed_precision_plugin_passed_in_uses_its_scaler_in_determineds_order
             trial, context, plugins=[MixedPrecision("16-mixed", "cpu", scaler=scaler)]
         )
         trainer.fit(max_length=pytorch.Batch(1))
-    assert trial.context._scaler is scaler
+    assert trial.context.engine.scaler is scaler
     assert isinstance(trainer._lightning_trainer.precision_plugin, TrialPrecision)
     true_grad = sum(-4 * (i / 16) ** 2 for i in range(1, 5)) / 4
     assert seen == [pytest.approx(true_grad, rel=1e-2)]
@@ -271,7 +271,7 @@ def test_precision_examples() -> None:
 def test_bf16_with_a_use_amp_scaler_is_refused() -> None:
     with pytorch.init(hparams={}) as context:
         context.wrap_scaler(torch.amp.GradScaler("cpu"))
-        context.experimental._auto_amp = True  # what use_amp() does on a GPU
+        context.engine.auto_amp = True  # what use_amp() does on a GPU
         with pytest.raises(ValueError, match="bf16-mixed.*does not scale"):
             apply_precision(context, {"precision": "bf16-mixed"})
 
@@ -385,7 +385,7 @@ def test_plain_trainer_bf16_mixed_autocasts_the_trial() -> None:
     module, trainer = _plain_fit(AutocastProbe, 3, precision="bf16-mixed")
     assert isinstance(trainer.precision_plugin, TrialPrecision)
     assert [s["computed_in"] for s in module.trial.seen] == [torch.bfloat16] * 3
-    assert module.context._scaler is None
+    assert module.context.engine.scaler is None
 
 
 @leafspec_noise
@@ -409,7 +409,7 @@ def test_plain_trainer_16_mixed_scaler_is_unscaled_before_clip_grads() -> None:
     module, trainer = _plain_fit(
         Clipped, 1, plugins=[MixedPrecision("16-mixed", "cpu", scaler=scaler)]
     )
-    assert module.context._scaler is scaler
+    assert module.context.engine.scaler is scaler
     assert isinstance(trainer.precision_plugin, TrialPrecision)
     true_grad = sum(-4 * (i / 16) ** 2 for i in range(1, 5)) / 4
     assert seen == [pytest.approx(true_grad, rel=1e-2)]

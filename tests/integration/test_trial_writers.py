@@ -56,11 +56,11 @@ def test_writers_made_in_init_write_to_the_run_the_trainer_chose(tmp_path: pathl
 
 def test_a_writer_used_after_the_directory_changes_follows_it(tmp_path: pathlib.Path) -> None:
     with pytorch.init(hparams={}) as context:
-        context._tensorboard_path = tmp_path / "first"
+        context.engine.tensorboard_path = tmp_path / "first"
         writer = context.get_tensorboard_writer()
         assert not (tmp_path / "first").exists()  # nothing is opened before the first write
         writer.add_scalar("a", 1.0, 0)
-        context._tensorboard_path = tmp_path / "second"
+        context.engine.tensorboard_path = tmp_path / "second"
         writer.add_scalar("a", 2.0, 1)
         assert writer.get_logdir() == str(tmp_path / "second")
         writer.close()

@@ -12,6 +12,7 @@ import torch.distributed as dist
 
 from det_lightning import core
 from det_lightning.core import DistributedContext, DummyDistributedContext
+from det_lightning.core._distributed import init_local_groups
 
 
 def ctx(rank: int, size: int, local_size: int, **kw: Any) -> DistributedContext:
@@ -175,7 +176,7 @@ def test_node_collectives_stay_within_the_node(world: Callable[[int], FakeWorld]
 
     def body(rank: int) -> Any:
         d = ctx(rank=rank, size=4, local_size=2)
-        d._init_local_groups()
+        init_local_groups(d)
         out = [d.allgather_local(rank), d.gather_local(rank), d.broadcast_local(f"chief {rank}")]
         if d.cross_rank == 1:
             out.append(d.allgather_local("node 1 only"))

@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch.utils.data import BatchSampler, DataLoader, Sampler, SequentialSampler, TensorDataset
 
-from det_lightning.pytorch import samplers
+from det_lightning.pytorch import _streams, samplers
 
 SIZES = [0, 1, 2, 5, 7, 10, 33]
 
@@ -50,16 +50,23 @@ def test_docstring_examples_run() -> None:
     assert result.failed == 0
 
 
-def test_module_imports_only_torch_numpy_and_stdlib_typing() -> None:
-    tree = ast.parse(pathlib.Path(samplers.__file__).read_text())
+def _imports(path: str) -> Set[str]:
     imported: Set[str] = set()
-    for node in tree.body:
+    for node in ast.parse(pathlib.Path(path).read_text()).body:
         if isinstance(node, ast.Import):
-            imported.update(alias.name.split(".")[0] for alias in node.names)
+            imported.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
             assert node.module is not None
-            imported.add(node.module.split(".")[0])
-    assert imported <= {"operator", "typing", "numpy", "torch"}, imported
+            imported.add(node.module)
+    return imported
+
+
+def test_module_imports_only_torch_numpy_and_stdlib_typing() -> None:
+    # The samplers' own stream functions are the one import from det_lightning.
+    assert _imports(samplers.__file__) <= {
+        "typing", "numpy", "torch", "det_lightning.pytorch._streams"
+    }
+    assert _imports(_streams.__file__) <= {"operator", "typing", "numpy"}
 
 
 def test_public_names() -> None:

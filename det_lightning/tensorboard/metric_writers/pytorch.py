@@ -39,7 +39,7 @@ class TorchWriter:
                 "TorchWriter() was created outside `with pytorch.init(...) as context:`; it "
                 "writes to that trial's TensorBoard run, so create it in the trial's __init__."
             )
-        self.writer: Any = context._new_tensorboard_writer()
+        self.writer: Any = context.engine.new_tensorboard_writer()
 
     def add_scalar(self, name: str, value: Union[int, float, np.number], step: int) -> None:
         self.writer.add_scalar(name, value, step)
