@@ -31,7 +31,7 @@ def _context(scaler: Optional[Any] = None) -> types.SimpleNamespace:
     return types.SimpleNamespace(
         models=[nn.DataParallel(model)], optimizers=[optimizer],
         lr_schedulers=[torch.optim.lr_scheduler.StepLR(optimizer, 3)],
-        device=torch.device("cpu"), _scaler=scaler,
+        device=torch.device("cpu"), engine=types.SimpleNamespace(scaler=scaler),
     )
 
 
@@ -62,7 +62,7 @@ def test_save_then_restore_gives_back_every_object() -> None:
     assert torch.equal(target.models[0].module.weight, source.models[0].module.weight)
     assert target.optimizers[0].state_dict() == source.optimizers[0].state_dict()
     assert target.lr_schedulers[0].last_epoch == 1
-    assert target._scaler.get_scale() == 8.0 and fresh.count == 5
+    assert target.engine.scaler.get_scale() == 8.0 and fresh.count == 5
     assert random.random() == expected_draw
 
 
