@@ -126,10 +126,10 @@ class TrialHooks(Callback):
         if trainer.sanity_checking:
             return
         module = self.module
-        state = module.state
+        state = module.progress
         metrics: Dict[str, Any] = module.val_metrics
         self._forward("on_validation_end", metrics)
-        state.values["last_val"] = state.batches_trained
+        state.last_val = state.batches_trained
         reported = metrics if self.determined_logging else dict(metrics)
         if self.determined_logging:
             module.context.reset_reducers()  # the next training workload starts fresh
@@ -218,7 +218,7 @@ class PyTorchCallbackBridge(Callback):
         batch_idx: int,
     ) -> None:
         module = self.module
-        batches_trained = module.state.batches_trained
+        batches_trained = module.progress.batches_trained
         reported = batches_trained % trainer.log_every_n_steps == 0  # type: ignore[attr-defined]
         if reported:
             self.report.report(trainer)
@@ -233,5 +233,5 @@ class PyTorchCallbackBridge(Callback):
 
     @override
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if self.module.state.workload_metrics:
+        if self.module.progress.workload_metrics:
             self.report.report(trainer)

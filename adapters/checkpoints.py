@@ -146,7 +146,7 @@ class CheckpointManager:
     def wants_checkpoint_after_validation(self, metrics: Dict[str, Any]) -> bool:
         """Records a validation's metrics; True when the policy checkpoints after it."""
         self.last_metrics = metrics
-        self.last_metrics_batch = self.module.state.batches_trained
+        self.last_metrics_batch = self.module.progress.batches_trained
         if self.policy == "all":
             return True
         if self.policy == "best":
@@ -173,7 +173,7 @@ class CheckpointManager:
     def save(self, trainer: pl.Trainer) -> str:
         """Writes a checkpoint through ``trainer.save_checkpoint``; returns its UUID."""
         module = self.module
-        module.state.values["last_ckpt"] = module.state.batches_trained
+        module.progress.last_ckpt = module.progress.batches_trained
         dist = module.context.distributed
         uuid = dist.broadcast(ckpt.new_uuid())
         request = DeterminedSave(self.root, uuid, self._write_files)
@@ -198,7 +198,7 @@ class CheckpointManager:
     def _validation_now(self) -> Optional[float]:
         """The searcher metric of a validation at the current batch, if there was one."""
         metrics = self.last_metrics
-        if metrics is None or self.last_metrics_batch != self.module.state.batches_trained:
+        if metrics is None or self.last_metrics_batch != self.module.progress.batches_trained:
             return None
         if self.policy == "best":
             return self.searcher_value(metrics)  # 'best' needs it: a clear error if missing
@@ -208,7 +208,7 @@ class CheckpointManager:
     def _record(self, uuid: str) -> None:
         self.written.append(uuid)
         value = self._validation_now()
-        self.entries.append(Entry(uuid, self.module.state.batches_trained, value))
+        self.entries.append(Entry(uuid, self.module.progress.batches_trained, value))
         if value is not None and self.is_better(value):
             self.best_value, self.best_uuid = value, uuid
         if self.deletes:
@@ -233,7 +233,7 @@ class CheckpointManager:
         write_files(
             directory,
             state_dict,
-            module.state.values,
+            module.progress.trial_state(),
             self._load_data(),
             code_sources(type(module.trial)),
             [self.root, *self.skip_dirs],
@@ -258,8 +258,8 @@ class CheckpointManager:
         state = stateful.save(stateful.trial_slots(module.context, module.det_callbacks))
         data_state: Dict[str, Any] = {"base_seed": self.base_seed}
         if self.sampler is not None:
-            data_state["pass_states"] = self.sampler.state(module.state.batches_trained)
-            data_state["pass_starts"] = self.sampler.starts(module.state.batches_trained)
+            data_state["pass_states"] = self.sampler.state(module.progress.batches_trained)
+            data_state["pass_starts"] = self.sampler.starts(module.progress.batches_trained)
         state[ckpt.EXTRA] = {"format": 1, "data": data_state}
         return state
 

@@ -27,7 +27,7 @@ from det_lightning.adapters.callbacks import TrialHooks
 from det_lightning.adapters.checkpoint_io import DeterminedCheckpointIO
 from det_lightning.adapters.checkpoints import CheckpointManager
 from det_lightning.adapters.data import build_training_view, build_validation_loader
-from det_lightning.adapters.module import TrainState, TrialModule
+from det_lightning.adapters.module import TrialModule
 from det_lightning.adapters.precision import apply_precision
 from det_lightning.adapters.profiler import profiling_callbacks
 from det_lightning.adapters.resume import (
@@ -39,6 +39,7 @@ from det_lightning.adapters.resume import (
 from det_lightning.adapters.schedule import ScheduleCallback
 from det_lightning.adapters.storage import check_checkpoint_dir
 from det_lightning.adapters.trainer_args import lightning_trainer_kwargs
+from det_lightning.adapters.trial_state import TrialProgress
 from det_lightning.pytorch import _checkpoint as ckpt
 from det_lightning.pytorch._callback import PyTorchCallback
 from det_lightning.pytorch._result import FitArgs, FitResult, TrainerOptions
@@ -132,9 +133,9 @@ def _train(
     stop_signal: Callable[[bool], bool], callbacks: Dict[str, PyTorchCallback],
     plan: ResumePlan, root: pathlib.Path,
 ) -> Tuple[FitResult, pl.Trainer]:
-    module = TrialModule(trial, context, callbacks, TrainState(plan.trial_state))
+    module = TrialModule(trial, context, callbacks, TrialProgress.from_trial_state(plan.trial_state))
     module.stop_on_nonfinite_loss = metric_utils.stop_on_non_finite(options.stop_on_nonfinite_loss)
-    start_batch = module.state.batches_trained
+    start_batch = module.progress.batches_trained
     extra = plan.data_state
     base_seed = _base_seed(context, extra)
     view, sampler = build_training_view(
@@ -185,7 +186,7 @@ def _train(
                 trainer.fit(module)
         written = manager.written
         return FitResult(
-            batches_trained=module.state.batches_trained,
+            batches_trained=module.progress.batches_trained,
             validations=tuple(trial_hooks.history),
             checkpoint_dir=root,
             best_checkpoint=manager.best_uuid,
@@ -261,7 +262,7 @@ def _lightning_trainer(
 
 def _align_progress(trainer: pl.Trainer, module: TrialModule, n_optimizers: int) -> None:
     """Makes Lightning's counters agree with a restored run (epoch, logger step, global step)."""
-    state = module.state
+    state = module.progress
     if state.batches_trained == 0:
         return
     steps = state.batches_trained // module.context.engine.aggregation_frequency * n_optimizers

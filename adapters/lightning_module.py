@@ -38,7 +38,8 @@ from det_lightning.adapters import stateful
 from det_lightning.adapters.callbacks import PyTorchCallbackBridge, TrialHooks
 from det_lightning.adapters.data import WholeLoader, _check_plain_loader
 from det_lightning.adapters.fit import build_callbacks, check_trial
-from det_lightning.adapters.module import TrainState, TrialModule
+from det_lightning.adapters.module import TrialModule
+from det_lightning.adapters.trial_state import TrialProgress
 from det_lightning.adapters.precision import adopt_trainer_precision
 from det_lightning.adapters.profiler import TraceProfiler
 from det_lightning.core import DistributedContext
@@ -103,7 +104,7 @@ class LightningTrial(TrialModule):
         adopt_trainer_precision(self.trainer, context)
         if stage == TrainerFn.FITTING:
             check_trial(trial, context)
-        self.bind_trial(trial, context, build_callbacks(trial), TrainState())
+        self.bind_trial(trial, context, build_callbacks(trial), TrialProgress())
         self._built = True
 
     def _build_context(self) -> PyTorchTrialContext:
@@ -207,7 +208,7 @@ class LightningTrial(TrialModule):
         for callback in self.det_callbacks.values():
             callback.on_checkpoint_load_start(checkpoint)
         if trial_state:
-            self.state.values.update(trial_state)
+            self.progress.restore(trial_state)
         # Silent where Lightning's checkpoint lacks a slot (a run without a GradScaler).
         saved = checkpoint.get(TRIAL_STATE_KEY, {})
         stateful.restore(self._slots_not_in_lightning(), saved, warn=False)

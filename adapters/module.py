@@ -41,6 +41,7 @@ from typing_extensions import override
 from det_lightning.adapters import internals, lean
 from det_lightning.adapters import metrics as metric_utils
 from det_lightning.adapters.precision import scheduler_waits
+from det_lightning.adapters.trial_state import TrialProgress
 from det_lightning.pytorch import _checkpoint as ckpt
 from det_lightning.pytorch._callback import call_epoch_start
 from det_lightning.pytorch._context import PyTorchTrialContext
@@ -87,28 +88,6 @@ class LightningBackend:
         return self._module._no_sync()
 
 
-class TrainState:
-    """Determined's ``_TrialState`` plus the metrics of the running workload."""
-
-    def __init__(self, saved: Optional[Dict[str, int]] = None) -> None:
-        self.values = dict(saved or ckpt.new_trial_state())
-        self.workload_metrics: List[Dict[str, Any]] = []
-
-    @property
-    def batches_trained(self) -> int:
-        return self.values["batches_trained"]
-
-    @property
-    def epochs_trained(self) -> int:
-        return self.values["epochs_trained"]
-
-    def validation_is_current(self) -> bool:
-        return self.values["last_val"] == self.values["batches_trained"]
-
-    def checkpoint_is_current(self) -> bool:
-        return self.values["last_ckpt"] == self.values["batches_trained"]
-
-
 class TrialModule(pl.LightningModule):
     """Runs ``trial`` (built with ``context``) under a Lightning ``Trainer``.
 
@@ -116,7 +95,7 @@ class TrialModule(pl.LightningModule):
         trial: the user's trial.
         context: the context the trial was built with.
         callbacks: the trial's ``build_callbacks()`` result.
-        state: the training counters (fresh or restored).
+        progress: how far the trial has trained (fresh or restored).
     """
 
     def __init__(
@@ -124,24 +103,24 @@ class TrialModule(pl.LightningModule):
         trial: PyTorchTrial,
         context: PyTorchTrialContext,
         callbacks: Dict[str, Any],
-        state: TrainState,
+        progress: TrialProgress,
     ) -> None:
         super().__init__()
         self.automatic_optimization = False
-        self.bind_trial(trial, context, callbacks, state)
+        self.bind_trial(trial, context, callbacks, progress)
 
     def bind_trial(
         self,
         trial: PyTorchTrial,
         context: PyTorchTrialContext,
         callbacks: Dict[str, Any],
-        state: TrainState,
+        progress: TrialProgress,
     ) -> None:
         """Attaches the trial (``LightningTrial`` builds it later, in ``setup()``)."""
         self.trial = trial
         self.context = context
         self.det_callbacks = callbacks
-        self.state = state
+        self.progress = progress
         self.wrapped_models = torch.nn.ModuleList(context.models)
         self.train_loader: Any = None
         self.val_loader: Any = None
@@ -221,11 +200,11 @@ class TrialModule(pl.LightningModule):
     # ----- training -------------------------------------------------------------------------
     @override
     def training_step(self, batch: Any, batch_idx: int) -> None:
-        context, state = self.context, self.state
-        idx = state.values["batches_trained"]
+        context, progress = self.context, self.progress
+        idx = progress.batches_trained
         epoch_idx, in_epoch = divmod(idx, self.epoch_len)
         context.engine.begin_batch(idx)
-        if not state.workload_metrics:  # the first batch after a boundary
+        if not progress.workload_metrics:  # the first batch after a boundary
             self._set_train_mode()
         if in_epoch == 0:
             for callback in self.det_callbacks.values():
@@ -239,14 +218,14 @@ class TrialModule(pl.LightningModule):
         stepped = engine.should_step()
         if stepped and engine.scaler is not None and engine.auto_amp:
             engine.scaler.update()
-        state.workload_metrics.append(metric_utils.check_training_output(output, idx))
+        progress.workload_metrics.append(metric_utils.check_training_output(output, idx))
         if stepped:
             self._step_lr_schedulers(idx)
-        state.values["batches_trained"] = idx + 1
+        progress.batches_trained = idx + 1
         if in_epoch == self.epoch_len - 1:
             for callback in self.det_callbacks.values():
                 callback.on_training_epoch_end(epoch_idx)
-            state.values["epochs_trained"] += 1
+            progress.epochs_trained += 1
 
     def _step_lr_schedulers(self, idx: int) -> None:
         skipped = self.context.engine.skipped_steps
@@ -290,7 +269,7 @@ class TrialModule(pl.LightningModule):
 
     @override
     def on_save_checkpoint(self, checkpoint: Dict[str, Any]) -> None:
-        checkpoint[ckpt.LIGHTNING_TRIAL_STATE_KEY] = dict(self.state.values)
+        checkpoint[ckpt.LIGHTNING_TRIAL_STATE_KEY] = self.progress.trial_state()
         if self.checkpoint_extras is not None:
             checkpoint.update(self.checkpoint_extras())
 

@@ -38,7 +38,7 @@ class TrainingReport:
         """Averages and reports the workload (``in_loop``: during training, where Lightning
         accepts ``self.log``)."""
         module = self.module
-        state = module.state
+        state = module.progress
         batches_trained = state.batches_trained
         per_batch, state.workload_metrics = state.workload_metrics, []
         first_idx = batches_trained - len(per_batch)

@@ -69,7 +69,7 @@ class ScheduleCallback(Callback):
 
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if self.step_zero_validation and self.module.state.batches_trained == 0:
+        if self.step_zero_validation and self.module.progress.batches_trained == 0:
             self.validate_now = True
             internals.validate_now(trainer)
 
@@ -83,8 +83,8 @@ class ScheduleCallback(Callback):
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
         batch_idx: int,
     ) -> None:
-        state = self.module.state
-        batches_trained = state.values["batches_trained"]
+        state = self.module.progress
+        batches_trained = state.batches_trained
         reached = self.schedule.reached(batches_trained)
         due = self.stops.due(batches_trained, reached)
         stop = self._agree_on_stopping() if due else False
@@ -95,7 +95,7 @@ class ScheduleCallback(Callback):
         # Never short-circuit on the local flag: a rank that skipped the agreement would leave
         # the others waiting in it forever.
         module = self.module
-        return self.stops.agree(module.state.batches_trained, module.context.engine.stop_requested)
+        return self.stops.agree(module.progress.batches_trained, module.context.engine.stop_requested)
 
     def _run(self, trainer: pl.Trainer, actions: Tuple[Action, ...]) -> None:
         """Carries ``actions`` out in order, up to a validation (which Lightning runs next)."""
@@ -104,10 +104,10 @@ class ScheduleCallback(Callback):
                 self.report.report(trainer)
             elif action is Action.STOP:
                 trainer.should_stop = True
-                batches_trained = self.module.state.batches_trained
+                batches_trained = self.module.progress.batches_trained
                 self.stopped_early = not self.schedule.is_done(batches_trained)
             elif action is Action.CHECKPOINT:
-                if not self.module.state.checkpoint_is_current():
+                if not self.module.progress.checkpoint_is_current():
                     self.checkpoints.save(trainer)
             else:  # VALIDATE
                 self.validate_now = True
@@ -123,7 +123,7 @@ class ScheduleCallback(Callback):
         metrics = self.module.val_metrics
         dist = self.module.context.distributed
         wants = self.checkpoints.wants_checkpoint_after_validation(metrics)
-        if dist.broadcast(wants) and not self.module.state.checkpoint_is_current():
+        if dist.broadcast(wants) and not self.module.progress.checkpoint_is_current():
             self.checkpoints.save(trainer)
         waiting, self.waiting = self.waiting, ()
         self._run(trainer, after_validation(waiting, self._agree_on_stopping()))
@@ -132,7 +132,7 @@ class ScheduleCallback(Callback):
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         # Training can end through a Lightning callback (EarlyStopping) too: report the batches
         # trained since the last period and leave a checkpoint of the final weights.
-        state = self.module.state
+        state = self.module.progress
         if state.workload_metrics:
             self.report.report(trainer, in_loop=False)
         if state.batches_trained > 0 and not state.checkpoint_is_current():

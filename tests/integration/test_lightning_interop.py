@@ -213,7 +213,7 @@ def test_set_stop_requested_stops_a_plain_trainer_after_that_batch() -> None:
 
     module = LightningTrial(Stopping, hparams={"lr": 0.5, "batch_size": 4})
     plain_trainer(max_steps=10, enable_checkpointing=False, num_sanity_val_steps=0).fit(module)
-    assert module.state.batches_trained == 3
+    assert module.progress.batches_trained == 3
     weight = module.trial.model.weight.item()
     assert weight == pytest.approx(closed_form_weight(0.5, 3, 4), rel=1e-6)
     assert module.trial.hooks.events[-1] == "on_trial_shutdown"
@@ -285,7 +285,7 @@ class StopAt(Callback):
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: Any, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
-        if pl_module.state.batches_trained == self.batch:
+        if pl_module.progress.batches_trained == self.batch:
             trainer.should_stop = True
 
 

@@ -74,7 +74,7 @@ def main(out: pathlib.Path, stop: bool) -> None:
         **module.trial.seen,
         "weight": module.trial.model.weight.item(),
         "validation": validation,
-        "batches_trained": module.state.batches_trained,
+        "batches_trained": module.progress.batches_trained,
     }
     out.mkdir(exist_ok=True)
     (out / f"rank{trainer.global_rank}.json").write_text(json.dumps(record))
