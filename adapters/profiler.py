@@ -170,8 +170,8 @@ class SystemMetricsMonitor(Callback):
 
 
 def _batches_trained(pl_module: Any, trainer: pl.Trainer) -> int:
-    state = getattr(pl_module, "state", None)
-    return state.batches_trained if state is not None else internals.batches_seen(trainer)
+    progress = getattr(pl_module, "progress", None)
+    return progress.batches_trained if progress is not None else internals.batches_seen(trainer)
 
 
 def _mean_by_name(samples: List[Dict[str, float]]) -> Dict[str, float]:

@@ -178,7 +178,7 @@ def test_resume_from_a_lightning_checkpoint_continues_exactly() -> None:
         else {}
     resumed.fit(second, ckpt_path=path, **safe)
 
-    assert second.state.batches_trained == 8
+    assert second.progress.batches_trained == 8
     weight = second.trial.model.weight.item()
     assert weight == pytest.approx(closed_form_weight(0.5, 8, 4), rel=1e-6)
     hooks = second.trial.hooks
