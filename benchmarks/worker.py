@@ -79,6 +79,16 @@ def _callgrind_phases(system: str, w: Any, scratch: pathlib.Path, steps: List[in
         dump(f"steps{n}")
 
 
+def _close_process_group() -> None:
+    """The workloads that start a process group themselves (Determined's torchrun recipe) leave
+    it open; closed here, while Python still runs, a gloo group cannot abort the process at
+    interpreter teardown after its measurements are done. The same for every system."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("system", choices=(*SYSTEMS, "import"))
@@ -107,6 +117,7 @@ def main() -> None:
                 output["results"][name] = {}
             else:
                 output["results"][name] = _run_workload(args.system, known[name], args.scratch, name)
+    _close_process_group()
     if int(os.environ.get("RANK", "0")) != 0:
         return
     output["maxrss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
