@@ -32,7 +32,7 @@ What Lightning does between two ``train_batch`` calls, against what Determined d
 """
 
 import inspect
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Set
 
 import lightning.pytorch as pl
 import torch
@@ -134,6 +134,8 @@ class TrialModule(pl.LightningModule):
         self.val_records = 0
         self.val_metrics: Dict[str, Any] = {}
         self._profiler: Any = None
+        self._amp_scaler: Any = None  # the GradScaler to update after each step (use_amp)
+        self._skipped_steps: Set[int] = set()
         self._legacy_warned: "set[int]" = set()  # callbacks warned about a deprecated signature
         # Off by default (Determined and Lightning train on); Trainer(stop_on_nonfinite_loss=...)
         # or the environment turns it on.
@@ -175,7 +177,12 @@ class TrialModule(pl.LightningModule):
     def on_fit_start(self) -> None:
         self._set_train_mode()
         self._backend.bind_optimizers()
-        self.context.engine.start_training(self._backend)
+        engine = self.context.engine
+        engine.start_training(self._backend)
+        # Fixed from here on (wrap_scaler() refuses once training started; use_amp() comes
+        # before wrap_model()): read once rather than through the engine after every batch.
+        self._amp_scaler = engine.scaler if engine.auto_amp else None
+        self._skipped_steps = engine.skipped_steps
 
     @override
     def on_validation_model_zero_grad(self) -> None:
@@ -201,9 +208,10 @@ class TrialModule(pl.LightningModule):
     @override
     def training_step(self, batch: Any, batch_idx: int) -> None:
         context, progress = self.context, self.progress
+        engine = context.engine
         idx = progress.batches_trained
         epoch_idx, in_epoch = divmod(idx, self.epoch_len)
-        context.engine.begin_batch(idx)
+        engine.begin_batch(idx)
         if not progress.workload_metrics:  # the first batch after a boundary
             self._set_train_mode()
         if in_epoch == 0:
@@ -214,10 +222,9 @@ class TrialModule(pl.LightningModule):
         output = self.trial.train_batch(batch=batch, epoch_idx=epoch_idx, batch_idx=idx)
         if self._profiler is not None:  # set_profiler's; profiler.TraceProfiler runs it
             self._profiler.step()
-        engine = context.engine
         stepped = engine.should_step()
-        if stepped and engine.scaler is not None and engine.auto_amp:
-            engine.scaler.update()
+        if stepped and self._amp_scaler is not None:
+            self._amp_scaler.update()
         progress.workload_metrics.append(metric_utils.check_training_output(output, idx))
         if stepped:
             self._step_lr_schedulers(idx)
@@ -228,7 +235,7 @@ class TrialModule(pl.LightningModule):
             progress.epochs_trained += 1
 
     def _step_lr_schedulers(self, idx: int) -> None:
-        skipped = self.context.engine.skipped_steps
+        skipped = self._skipped_steps
         for scheduler in self.context.lr_schedulers:
             if skipped and scheduler_waits(scheduler, skipped):
                 continue

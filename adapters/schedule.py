@@ -86,8 +86,10 @@ class ScheduleCallback(Callback):
         state = self.module.progress
         batches_trained = state.batches_trained
         reached = self.schedule.reached(batches_trained)
-        due = self.stops.due(batches_trained, reached)
-        stop = self._agree_on_stopping() if due else False
+        stops = self.stops
+        stop = False
+        if stops.due(batches_trained, reached):
+            stop = stops.agree(batches_trained, self.module.context.engine.stop_requested)
         if reached or stop:
             self._run(trainer, decide(reached, stop, state.validation_is_current()))
 

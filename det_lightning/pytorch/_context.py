@@ -347,7 +347,7 @@ class PyTorchTrialContext(TrialContext):
             for p in params:
                 if p.grad is not None:
                     p.grad.div_(float(self._aggregation_frequency))
-        if scaler is None and self.engine.auto_amp:
+        if scaler is None and self.experimental._auto_amp:
             scaler = self._scaler
         if clip_grads is not None:
             if scaler is not None:
