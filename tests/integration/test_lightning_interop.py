@@ -460,3 +460,32 @@ def test_metrics_since_the_last_period_are_reported_when_a_callback_stops_traini
     )
     assert len(trial.recorder.batch_losses) == 5  # no period ended, yet all five are reported
     assert _trained_batches(checkpoint_dir) == [5]
+
+
+@pytest.mark.parametrize(
+    "stop_in, expected",
+    [(None, (12, False)), ("training", (5, True)), ("validation", (4, True))],
+)
+def test_fit_result_says_whether_a_stop_request_ended_training(
+    checkpoint_dir: pathlib.Path, stop_in: Optional[str], expected: "tuple[int, bool]"
+) -> None:
+    """``FitResult.stopped_early``: False when ``max_length`` was reached; True when a stop
+    request ended training first, also one made while validating (agreed after the pass)."""
+
+    class Stopping(OneVarWithEvents):
+        def train_batch(self, batch: Any, epoch_idx: int, batch_idx: int) -> Any:
+            if stop_in == "training" and batch_idx == 4:
+                self.context.set_stop_requested(True)
+            return super().train_batch(batch, epoch_idx, batch_idx)
+
+        def evaluate_batch(self, batch: Any, batch_idx: int) -> Dict[str, Any]:
+            if stop_in == "validation":
+                self.context.set_stop_requested(True)
+            return super().evaluate_batch(batch, batch_idx)
+
+    with pytorch.init(hparams={"lr": 0.5}) as context:
+        trainer = pytorch.Trainer(Stopping(context), context)
+        trainer.fit(max_length=pytorch.Batch(12), validation_period=pytorch.Batch(4))
+    assert trainer.result is not None
+    assert (trainer.result.batches_trained, trainer.result.stopped_early) == expected
+    assert _trained_batches(checkpoint_dir)[-1] == expected[0]
