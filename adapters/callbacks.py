@@ -224,11 +224,11 @@ class PyTorchCallbackBridge(Callback):
             self.report.report(trainer)
         if self.stops is None:
             self.stops = StopAgreement(module.context.distributed, lambda local: local)
-        if not self.stops.due(batches_trained, {Boundary.REPORT} if reported else set()):
-            return
         # Any rank's request stops every rank at the same batch (a rank that stopped alone
         # would leave the others waiting in the next collective).
-        if self.stops.agree(batches_trained, module.context.engine.stop_requested):
+        boundary = {Boundary.REPORT} if reported else set()
+        local = module.context.engine.stop_requested
+        if self.stops.after_batch(batches_trained, boundary, local):
             trainer.should_stop = True
 
     @override

@@ -168,6 +168,16 @@ class StopAgreement:
     def due(self, batches_trained: int, reached: AbstractSet[Boundary]) -> bool:
         return stop_agreement_due(batches_trained, reached, self.distributed.size, self.next_at)
 
+    def after_batch(self, batches_trained: int, reached: AbstractSet[Boundary], local: bool
+                    ) -> bool:
+        """Whether to stop after this batch: ``agree`` when an agreement is ``due`` (with one
+        process, after every batch: its own wish, no collective), else no."""
+        if self.distributed.size == 1:  # the shortcut of stop_agreement_due, on the hot path
+            return bool(self.wants_stop(local))
+        if not self.due(batches_trained, reached):
+            return False
+        return self.agree(batches_trained, local)
+
     def agree(self, batches_trained: int, local: bool) -> bool:
         """Whether any rank wants to stop; with several processes a collective, so every rank
         calls it after the same batches (``due``) whatever its own flag says."""

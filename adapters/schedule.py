@@ -86,10 +86,8 @@ class ScheduleCallback(Callback):
         state = self.module.progress
         batches_trained = state.batches_trained
         reached = self.schedule.reached(batches_trained)
-        stops = self.stops
-        stop = False
-        if stops.due(batches_trained, reached):
-            stop = stops.agree(batches_trained, self.module.context.engine.stop_requested)
+        local = self.module.context.engine.stop_requested
+        stop = self.stops.after_batch(batches_trained, reached, local)
         if reached or stop:
             self._run(trainer, decide(reached, stop, state.validation_is_current()))
 

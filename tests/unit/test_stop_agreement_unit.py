@@ -34,7 +34,16 @@ def test_one_process_agrees_after_every_batch_without_a_collective() -> None:
     stops = StopAgreement(Ranks(size=1), lambda local: local, environ={})
     assert all(stops.due(b, frozenset()) for b in range(1, 5))
     assert stops.agree(1, False) is False and stops.agree(2, True) is True
+    assert stops.after_batch(3, frozenset(), True) is True
+    assert stops.after_batch(4, frozenset(), False) is False
     assert stops.agreements == 0  # no collective ran (none is initialized here)
+
+
+def test_a_wish_to_stop_waits_for_the_next_agreement(world: None) -> None:
+    stops = StopAgreement(Ranks(), lambda local: local, environ={STOP_AGREEMENT_ENV: "4"})
+    answers = [stops.after_batch(b, frozenset(), local=b >= 2) for b in range(1, 6)]
+    assert answers == [False, False, False, True, False]  # asked at batch 2, agreed at 4
+    assert stops.agreements == 1
 
 
 def test_a_fixed_interval_agrees_every_n_batches_and_at_boundaries(world: None) -> None:
