@@ -19,7 +19,6 @@ monitors see it) at exactly Determined's batches. Checkpoints go through
 ``Trainer.save_checkpoint`` (see ``checkpoint_io``).
 """
 
-import logging
 from typing import Any, Tuple
 
 import lightning.pytorch as pl
@@ -32,7 +31,6 @@ from det_lightning.adapters.preemption import StopAgreement
 from det_lightning.adapters.reporting import TrainingReport
 from det_lightning.pytorch._units import Action, Schedule, after_validation, decide
 
-logger = logging.getLogger("det_lightning.core")
 
 class ScheduleCallback(Callback):
     """Runs Determined's schedule for ``module`` inside a Lightning fit.
