@@ -4,7 +4,10 @@ The only part of det_lightning that imports ``lightning``. Installed as ``det_li
 (the root ``adapters/`` folder in the source tree); always import it by that name.
 """
 
+from det_lightning.adapters.releases import installed_lightning, refuse_withdrawn
 
-from det_lightning.adapters.lightning_module import LightningTrial
+refuse_withdrawn(installed_lightning())  # before anything below imports lightning
+
+from det_lightning.adapters.lightning_module import LightningTrial  # noqa: E402
 
 __all__ = ["LightningTrial"]
