@@ -24,7 +24,6 @@ on disk is ``retention.py``'s decision, and where a run starts ``resume.py``'s.
 
 import logging
 import pathlib
-import shutil
 from typing import Any, Dict, List, Optional
 
 import lightning.pytorch as pl
@@ -44,7 +43,7 @@ from det_lightning.adapters.retention import (
 )
 from det_lightning.adapters.storage import raise_if_storage_error
 from det_lightning.pytorch import _checkpoint as ckpt
-from det_lightning.pytorch._checkpoint_write import make_load_data, write_files
+from det_lightning.pytorch._checkpoint_write import delete_atomically, make_load_data, write_files
 from det_lightning.pytorch._code import code_sources
 
 logger = logging.getLogger("det_lightning.core")
@@ -219,7 +218,8 @@ class CheckpointManager:
         (earlier runs' after a resume, and ours); never touches any other checkpoint."""
         keep = choose_kept(self.entries, self.retention, self.smaller_is_better)
         for entry in [e for e in self.entries if e.uuid not in keep]:
-            shutil.rmtree(self.root / entry.uuid, ignore_errors=True)
+            if not delete_atomically(self.root, entry.uuid):
+                continue  # logged; weighed again after the next checkpoint
             self.entries.remove(entry)
             if entry.uuid in self.written:
                 self.written.remove(entry.uuid)

@@ -42,6 +42,7 @@ from det_lightning.adapters.trainer_args import lightning_trainer_kwargs
 from det_lightning.adapters.trial_state import TrialProgress
 from det_lightning.pytorch import _checkpoint as ckpt
 from det_lightning.pytorch._callback import PyTorchCallback
+from det_lightning.pytorch._checkpoint_write import remove_deletions
 from det_lightning.pytorch._result import FitArgs, FitResult, TrainerOptions
 from det_lightning.pytorch._trial import is_overridden
 from det_lightning.pytorch._units import Schedule
@@ -113,6 +114,8 @@ def run_fit(
     args = dataclasses.replace(args, latest_checkpoint=plan.name)
     context.engine.steps_completed = plan.first_batch
     if context.distributed.rank == 0:
+        for leftover in remove_deletions(root):
+            logger.info(f"Finished deleting {leftover}, which a stopped run had begun to delete.")
         logger.info(
             f"checkpoints go to {root}; TensorBoard files to {options.tensorboard_dir}"
             + (f"; resuming from {plan.path} at batch {plan.first_batch}" if plan.path else "")

@@ -13,11 +13,11 @@ id, so after a resume the trial's earlier checkpoints count too::
 """
 
 import pathlib
-import shutil
 from typing import Any, Dict, List, NamedTuple, Optional, Set
 
 from det_lightning import errors
 from det_lightning.pytorch import _checkpoint as ckpt
+from det_lightning.pytorch._checkpoint_write import delete_atomically
 
 RUN_KEY = "det_lightning_run"  # metadata.json: one id for every run (resume) of a trial
 VALIDATION_KEY = "det_lightning_validation"  # metadata.json: {"metric", "value"} or null
@@ -142,8 +142,8 @@ def retain_experiment_best(
         keep = choose_kept(entries, own, smaller)
         for entry in entries:
             if entry.uuid not in keep and (directory, entry.uuid) not in experiment_best:
-                shutil.rmtree(directory / entry.uuid, ignore_errors=True)
-                deleted.append(directory / entry.uuid)
+                if delete_atomically(directory, entry.uuid):
+                    deleted.append(directory / entry.uuid)
     return deleted
 
 

@@ -16,7 +16,9 @@ One directory per checkpoint, named by a UUID::
 
 This module names the files and keys and reads them back; ``_state_dicts`` holds what goes into
 ``models_state_dict`` and ``rng_state``, and ``_checkpoint_write`` writes a directory (into
-``.<uuid>.partial``, renamed when complete, so a directory that looks whole is whole).
+``.<uuid>.partial``, renamed when complete, so a directory that looks whole is whole) and
+deletes one (renamed to ``.<uuid>.deleting`` first, so a killed deletion leaves no broken
+checkpoint under its name).
 """
 
 import io
@@ -41,7 +43,8 @@ CODE_DIR = "code"
 # Lightning callbacks' state (EarlyStopping's counters, ...), kept out of state_dict.pth so that
 # file never needs more than weights_only loading.
 LIGHTNING_CALLBACKS_FILE = "lightning_state.pth"
-PARTIAL_SUFFIX = ".partial"
+PARTIAL_SUFFIX = ".partial"  # .<uuid>.partial: a checkpoint being written
+DELETING_SUFFIX = ".deleting"  # .<uuid>.deleting: a checkpoint being deleted
 
 MODELS = "models_state_dict"
 OPTIMIZERS = "optimizers_state_dict"

@@ -8,9 +8,16 @@ complete, so a crash never leaves a directory that looks whole::
         state_dict.pth, lightning_state.pth, trial_state.pkl, load_data.json, metadata.json, code/
       fsync the files, rename to root/<uuid>, fsync root
     remove_partials(root)                   what a crash left behind, before a resume
+
+Deleting is the mirror image: the directory leaves its name in one rename, then its files go::
+
+    delete_atomically(root, uuid)
+      rename root/<uuid> to root/.<uuid>.deleting, fsync root, remove it
+    remove_deletions(root)                  what a killed deletion left, when a run starts
 """
 
 import json
+import logging
 import os
 import pathlib
 import pickle
@@ -22,6 +29,7 @@ import torch
 
 from det_lightning.pytorch._checkpoint import (
     CODE_DIR,
+    DELETING_SUFFIX,
     DETERMINED_VERSION,
     LIGHTNING_CALLBACKS_FILE,
     LOAD_DATA_FILE,
@@ -31,6 +39,8 @@ from det_lightning.pytorch._checkpoint import (
     TRIAL_STATE_FILE,
 )
 from det_lightning.pytorch._code import copy_code, main_module_name
+
+logger = logging.getLogger("det_lightning.pytorch")
 
 
 # ----- load_data.json and metadata.json -------------------------------------------------------
@@ -172,10 +182,56 @@ def _fsync_dir(path: pathlib.Path) -> None:
 
 def remove_partials(root: pathlib.Path) -> List[pathlib.Path]:
     """Deletes unfinished checkpoint directories a crash left behind; returns them."""
+    return _remove_hidden(root, PARTIAL_SUFFIX)
+
+
+def remove_deletions(root: pathlib.Path) -> List[pathlib.Path]:
+    """Finishes deletions a killed process left (``.<uuid>.deleting``); returns them.
+
+    Always safe, also while another process uses ``root``: such a directory never becomes a
+    checkpoint again, and two processes removing it at once both succeed.
+    """
+    return _remove_hidden(root, DELETING_SUFFIX)
+
+
+def _remove_hidden(root: pathlib.Path, suffix: str) -> List[pathlib.Path]:
     removed = []
     if root.is_dir():
         for entry in root.iterdir():
-            if entry.name.startswith(".") and entry.name.endswith(PARTIAL_SUFFIX):
-                shutil.rmtree(entry, ignore_errors=True)
-                removed.append(entry)
+            if entry.name.startswith(".") and entry.name.endswith(suffix):
+                if _remove_tree(entry):
+                    removed.append(entry)
     return removed
+
+
+def delete_atomically(root: pathlib.Path, uuid: str) -> bool:
+    """Deletes the checkpoint ``root/uuid``: one rename takes it from its name (``latest``,
+    ``load_trial_from_checkpoint_path`` and a sync script never see it half deleted), then its
+    files are removed. A failure is logged with its cause, never raised: losing a checkpoint
+    that retention gave up must not stop training. Returns whether it is gone from its name.
+    """
+    final = root / uuid
+    hidden = root / f".{uuid}{DELETING_SUFFIX}"
+    try:
+        os.replace(final, hidden)
+    except OSError as e:
+        logger.warning(f"Could not delete checkpoint {final}: {e}")
+        return False
+    _fsync_dir(root)
+    _remove_tree(hidden)
+    return True
+
+
+def _remove_tree(path: pathlib.Path) -> bool:
+    """Removes ``path``; a failure (other than it being gone already) is logged."""
+    try:
+        shutil.rmtree(path)
+    except FileNotFoundError:
+        pass  # another process finished it
+    except OSError as e:
+        logger.warning(
+            f"Could not remove {path} ({e}); it is hidden and no checkpoint, and the next run "
+            f"in {path.parent} removes it again."
+        )
+        return False
+    return True

@@ -409,6 +409,34 @@ def test_kill_9_during_a_checkpoint_write_loses_nothing_complete(
 
 
 @pytest.mark.slow
+def test_kill_9_while_retention_deletes_a_checkpoint_leaves_none_broken(
+    tmp_path: pathlib.Path, checkpoint_dir: pathlib.Path, straight: Dict[str, torch.Tensor]
+) -> None:
+    marker = tmp_path / "deleting"
+    script = Script(
+        tmp_path / "run", batches=BATCHES, hparams=HPARAMS, fit={"checkpoint_period": 1},
+        exp_conf={"checkpoint_storage": {"save_trial_latest": 1, "save_trial_best": 0}},
+        block_delete=str(marker),
+    )
+    script.wait_for_file(marker)  # one file of the superseded checkpoint is gone already
+    script.signal(signal.SIGKILL)
+    assert script.wait(timeout=30) == -signal.SIGKILL
+    visible = [p for p in checkpoint_dir.iterdir() if not p.name.startswith(".")]
+    assert len(visible) == 1  # the newest; the one being deleted left its name first
+    files = {ckpt.STATE_DICT_FILE, ckpt.TRIAL_STATE_FILE, ckpt.LOAD_DATA_FILE, ckpt.METADATA_FILE}
+    assert files <= {p.name for p in visible[0].iterdir()}
+    pytorch.load_trial_from_checkpoint_path(str(visible[0]), trial_class=MLPTrial)
+    (hidden,) = [p for p in checkpoint_dir.iterdir() if p.name.endswith(ckpt.DELETING_SUFFIX)]
+    assert hidden == pathlib.Path(marker.read_text())
+    steps = steps_of(visible[0])
+
+    resumed = fit(MLPTrial, checkpoint_dir, latest_checkpoint="latest")
+    assert not hidden.exists()  # the next run finished the deletion
+    assert len(resumed.seen) == BATCHES - steps
+    assert_same_weights(dict(resumed.model.state_dict()), straight)
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [0, 1])
 def test_kill_9_at_a_random_moment_then_resume_matches_the_straight_run(
     seed: int, tmp_path: pathlib.Path, checkpoint_dir: pathlib.Path,

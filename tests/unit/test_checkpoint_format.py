@@ -6,6 +6,7 @@ import pathlib
 import pickle
 import random
 import sys
+from typing import Any
 
 import numpy as np
 import pytest
@@ -252,3 +253,56 @@ def test_a_found_checkpoint_pretending_to_be_determined_never_unpickles(tmp_path
     with pytest.raises(errors.InvalidCheckpointException, match="0000-fake.*weights_only"):
         plan_resume("latest", root)  # found, so not trusted
     assert not marker.exists()
+
+
+
+def test_deleting_takes_the_name_away_in_one_rename_then_removes_the_files(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "checkpoints"
+    ckpt_write.write_atomically(root, "u1", lambda d: _write(d, {ckpt.MODELS: []}, 3))
+    seen = []
+    real_rmtree = ckpt_write.shutil.rmtree
+
+    def rmtree(path: Any) -> None:
+        seen.append((pathlib.Path(path).name, (root / "u1").exists()))
+        real_rmtree(path)
+
+    monkeypatch.setattr(ckpt_write.shutil, "rmtree", rmtree)
+    assert ckpt_write.delete_atomically(root, "u1")
+    assert seen == [(".u1" + ckpt.DELETING_SUFFIX, False)]  # gone from its name before removal
+    assert list(root.iterdir()) == []
+
+
+def test_a_failed_deletion_is_logged_not_swallowed_and_not_raised(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    root = tmp_path / "checkpoints"
+    root.mkdir()
+    assert not ckpt_write.delete_atomically(root, "missing")
+    assert "Could not delete checkpoint" in caplog.text and "missing" in caplog.text
+
+    ckpt_write.write_atomically(root, "u2", lambda d: _write(d, {ckpt.MODELS: []}, 3))
+
+    def refuse(path: Any) -> None:
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(ckpt_write.shutil, "rmtree", refuse)
+    caplog.clear()
+    assert ckpt_write.delete_atomically(root, "u2")  # gone from its name all the same
+    assert "Permission denied" in caplog.text and "next run" in caplog.text
+    assert ckpt.latest_checkpoint(root) is None
+    monkeypatch.undo()
+    (hidden,) = ckpt_write.remove_deletions(root)  # what the next run does
+    assert hidden.name == ".u2" + ckpt.DELETING_SUFFIX and list(root.iterdir()) == []
+
+
+def test_sweeping_leftovers_leaves_checkpoints_and_partials_being_written(
+    tmp_path: pathlib.Path,
+) -> None:
+    root = tmp_path / "checkpoints"
+    ckpt_write.write_atomically(root, "kept", lambda d: _write(d, {ckpt.MODELS: []}, 3))
+    (root / (".gone" + ckpt.DELETING_SUFFIX) / "code").mkdir(parents=True)
+    (root / (".new" + ckpt.PARTIAL_SUFFIX)).mkdir()
+    assert [p.name for p in ckpt_write.remove_deletions(root)] == [".gone.deleting"]
+    assert sorted(p.name for p in root.iterdir()) == [".new.partial", "kept"]

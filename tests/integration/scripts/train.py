@@ -11,6 +11,9 @@ Usage: ``python train.py ARGS_JSON``, ARGS_JSON being a file of keyword argument
     devices         processes to train with (Lightning starts the others)
     block_write     block inside the write of the n-th checkpoint (1-based): touch
                     ``marker`` and sleep, so the parent can signal or kill the process then
+    block_delete    right after the first file a deletion removes from a checkpoint directory,
+                    touch this marker file and sleep (the parent kills the process mid-deletion)
+    exp_conf        the experiment configuration given to init() (retention counts, ...)
     fsize_after     after the n-th checkpoint, limit files this process writes to
                     ``fsize_limit`` bytes (RLIMIT_FSIZE: a full disk that also fails root)
     slow_batches    seconds to sleep in each batch
@@ -70,8 +73,29 @@ class Harness(pytorch.PyTorchCallback):
             pathlib.Path(self.args["shutdown"]).write_text("shutdown")
 
 
+def block_deletions(root: pathlib.Path, marker: pathlib.Path) -> None:
+    """Makes the first removal of a file of a checkpoint under ``root`` (not a partial one)
+    touch ``marker`` and sleep after it: a deletion caught half done."""
+    unlink = os.unlink
+
+    def unlink_then_block(path: Any, *, dir_fd: Any = None) -> None:
+        unlink(path, dir_fd=dir_fd)
+        where = pathlib.Path(os.readlink(f"/proc/self/fd/{dir_fd}") if dir_fd is not None
+                             else os.path.dirname(os.path.abspath(path)))
+        inside = where != root.resolve() and root.resolve() in where.parents
+        if inside and not where.name.endswith(".partial") and not marker.exists():
+            marker.write_text(str(where))
+            time.sleep(120)  # the parent kills us meanwhile
+            raise RuntimeError("nobody killed the blocked deletion")
+
+    os.unlink = unlink_then_block  # type: ignore[assignment]
+
+
 def main(args: Dict[str, Any]) -> None:
     torch.set_num_threads(1)
+    if args.get("block_delete"):
+        root = pathlib.Path(os.environ.get("DET_LIGHTNING_CHECKPOINT_DIR", "checkpoints"))
+        block_deletions(root, pathlib.Path(args["block_delete"]))
     base = make_trials(pytorch)["MLPTrial"]
     signum = getattr(signal, args.get("signal", "SIGTERM"))
 
@@ -102,7 +126,8 @@ def main(args: Dict[str, Any]) -> None:
     }
     seed_everything(args.get("seed", 3))
     launch = {"devices": args["devices"]} if args.get("devices") else {}
-    with pytorch.init(hparams=args.get("hparams", {}), accelerator="cpu", **launch) as context:
+    with pytorch.init(hparams=args.get("hparams", {}), exp_conf=args.get("exp_conf"),
+                      accelerator="cpu", **launch) as context:
         trial = ScriptTrial(context)
         trainer = pytorch.Trainer(trial, context, logger=False)
         trainer.fit(max_length=pytorch.Batch(args["batches"]), **fit_args)
