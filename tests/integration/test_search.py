@@ -13,13 +13,14 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import optuna
 import pytest
 from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
 
+from det_lightning._search._reporter import SURPLUS
 from det_lightning._search._runner import JOURNAL_NAME
 from tests.integration.cli_support import (
     PROJECT,
@@ -37,21 +38,45 @@ CONFIG = str(PROJECT / "asha.yaml")
 UNITS = [2, 4, 8]
 
 SLOW_TRIAL = """
+import os
+import pathlib
 import time
 
 from model_def import RegressionTrial
 
 
+def wait_for(condition, what):
+    deadline = time.monotonic() + 180  # generous: a busy machine starts workers slowly
+    while not condition():
+        if time.monotonic() > deadline:
+            raise RuntimeError("waited 180 s for " + what)
+        time.sleep(0.02)
+
+
 class SlowTrial(RegressionTrial):
     def train_batch(self, batch, epoch_idx, batch_idx):
-        time.sleep(0.15)  # long enough for the tests to catch the search mid-trial
+        barrier = os.environ.get("TEST_BARRIER_DIR")
+        if barrier and batch_idx == 0:
+            # Each worker's first trial waits here until every worker has one, so the test
+            # knows all workers train, however slowly each one starts.
+            directory = pathlib.Path(barrier)
+            (directory / str(os.getpid())).touch()
+            count = int(os.environ["TEST_BARRIER_COUNT"])
+            wait_for(lambda: len(list(directory.iterdir())) >= count, "the other workers")
+        hold = os.environ.get("TEST_HOLD_AT_BATCH")
+        if hold and batch_idx == int(hold):
+            # Checkpointed up to here: the test kills the search now.
+            pathlib.Path(os.environ["TEST_HOLD_MARKER"]).touch()
+            wait_for(lambda: False, "the test to kill this process")
+        time.sleep(0.15)  # slow enough for two workers to overlap
         return super().train_batch(batch, epoch_idx, batch_idx)
 """
 
 
 @pytest.fixture
 def slow_project(tmp_path: pathlib.Path) -> pathlib.Path:
-    """The fixture project plus a trial that takes 0.15 s a batch and checkpoints every 2."""
+    """The fixture project plus a trial that takes 0.15 s a batch and checkpoints every 2;
+    ``TEST_BARRIER_*`` and ``TEST_HOLD_*`` in its environment make it wait for events."""
     project = tmp_path / "slow_project"
     project.mkdir()
     for name in ("model_def.py", "data.py"):
@@ -64,11 +89,18 @@ def slow_project(tmp_path: pathlib.Path) -> pathlib.Path:
 
 
 def _trials(journal: pathlib.Path) -> List[optuna.trial.FrozenTrial]:
+    """The search's trials, oldest first, without the surplus ones (asked for by a worker
+    after another filled the budget), which are checked to have never run."""
     storage = JournalStorage(JournalFileBackend(str(journal)))
     found: List[optuna.trial.FrozenTrial] = []
     for summary in optuna.get_all_study_summaries(storage):
         study = optuna.load_study(study_name=summary.study_name, storage=storage)
         found.extend(study.get_trials(deepcopy=False))
+    for trial in found:
+        if trial.user_attrs.get(SURPLUS):
+            assert trial.state == optuna.trial.TrialState.FAIL and "hparams" not in trial.user_attrs
+            assert not (journal.parent / f"trial-{trial._trial_id + 1}").exists()
+    found = [t for t in found if not t.user_attrs.get(SURPLUS)]
     return sorted(found, key=lambda t: t.datetime_start)
 
 
@@ -125,33 +157,38 @@ def test_an_adaptive_asha_search_stops_trials_by_determineds_rule_and_reruns_as_
     assert len(_trials(checkpoint_dir / JOURNAL_NAME)) == 6  # finished: nothing runs twice
 
 
-def _start(workdir: pathlib.Path, project: pathlib.Path, *extra: str) -> subprocess.Popen:
-    env = dict(os.environ, OMP_NUM_THREADS="1")
+def _start(workdir: pathlib.Path, project: pathlib.Path, *extra: str,
+           env: Optional[Dict[str, str]] = None) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "det_lightning", "experiment", *extra,
          str(project / "asha.yaml"), str(project)],
-        cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        start_new_session=True, text=True,
+        cwd=workdir, env=dict(os.environ, OMP_NUM_THREADS="1", **(env or {})),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True, text=True,
     )
 
 
-def _kill_once_checkpointed(process: subprocess.Popen, trial_dir: pathlib.Path,
-                            steps: int) -> None:
-    """SIGKILL to the search's process group once ``trial_dir`` has a checkpoint of at least
-    ``steps`` batches (or after two minutes)."""
-    deadline = time.monotonic() + 120
+def _barrier(workdir: pathlib.Path, workers: int) -> Dict[str, str]:
+    """The environment that makes each worker's first trial wait for the other workers'."""
+    directory = workdir / f"barrier-{len(list(workdir.glob('barrier-*')))}"
+    directory.mkdir()
+    return {"TEST_BARRIER_DIR": str(directory), "TEST_BARRIER_COUNT": str(workers)}
 
-    def checkpointed() -> bool:
-        return trial_dir.is_dir() and any(
-            not p.name.startswith(".") and (p / "metadata.json").exists() and _steps(p) >= steps
-            for p in trial_dir.iterdir())
 
-    while time.monotonic() < deadline and not checkpointed():
+def _start_and_kill_at_batch(workdir: pathlib.Path, project: pathlib.Path, batch: int) -> None:
+    """Starts the search, and kills its process group with SIGKILL once its first trial is
+    held at ``batch`` (its checkpoint of ``batch`` batches complete)."""
+    marker = workdir / "held"
+    process = _start(workdir, project,
+                     env={"TEST_HOLD_AT_BATCH": str(batch), "TEST_HOLD_MARKER": str(marker)})
+    deadline = time.monotonic() + 240
+    while not marker.exists():
+        assert process.poll() is None, f"the search ended first:\n{process.communicate()[0]}"
+        if time.monotonic() > deadline:
+            os.killpg(process.pid, signal.SIGKILL)
+            raise AssertionError(f"not held at batch {batch}:\n{process.communicate()[0]}")
         time.sleep(0.05)
     os.killpg(process.pid, signal.SIGKILL)
-    process.wait(30)
-    assert process.stdout is not None
-    process.stdout.close()
+    process.communicate(timeout=60)
 
 
 def test_a_search_killed_mid_trial_continues_when_rerun(
@@ -160,8 +197,7 @@ def test_a_search_killed_mid_trial_continues_when_rerun(
     """SIGKILL while the first trial trains past its second rung (it has a checkpoint at 4
     batches or later); rerunning the command resumes it from that checkpoint and finishes the
     search, every trial run once."""
-    process = _start(isolated_run, slow_project)
-    _kill_once_checkpointed(process, checkpoint_dir / "trial-1", 4)  # past rung 1
+    _start_and_kill_at_batch(isolated_run, slow_project, 4)  # past rung 1
     journal = checkpoint_dir / JOURNAL_NAME
     running = [t for t in _trials(journal) if t.state == optuna.trial.TrialState.RUNNING]
     assert len(running) == 1 and running[0]._trial_id == 0, "not killed inside trial 1"
@@ -177,7 +213,9 @@ def test_two_workers_share_one_search(
     isolated_run: pathlib.Path, checkpoint_dir: pathlib.Path, slow_project: pathlib.Path
 ) -> None:
     journal = isolated_run / "shared.journal"
-    workers = [_start(isolated_run, slow_project, "--storage", str(journal)) for _ in range(2)]
+    barrier = _barrier(isolated_run, 2)
+    workers = [_start(isolated_run, slow_project, "--storage", str(journal), env=barrier)
+               for _ in range(2)]
     outputs = [w.communicate(timeout=240)[0] for w in workers]
     assert [w.returncode for w in workers] == [0, 0], outputs
     trials = _trials(journal)
@@ -249,7 +287,8 @@ def test_a_command_entrypoint_trial_gets_its_hparams_and_reports_to_the_search(
 def test_workers_flag_runs_trials_at_once_and_prints_one_summary(
     isolated_run: pathlib.Path, checkpoint_dir: pathlib.Path, slow_project: pathlib.Path
 ) -> None:
-    process = _start(isolated_run, slow_project, "--workers", "2")
+    process = _start(isolated_run, slow_project, "--workers", "2",
+                     env=_barrier(isolated_run, 2))
     out = process.communicate(timeout=240)[0]
     assert process.returncode == 0, out
     assert "2 workers share this search" in out
@@ -373,8 +412,7 @@ def test_a_random_search_killed_mid_trial_resumes_it_and_runs_each_trial_once(
     isolated_run: pathlib.Path, checkpoint_dir: pathlib.Path, slow_project: pathlib.Path
 ) -> None:
     _slow_config(slow_project, RANDOM_SEARCHER)
-    process = _start(isolated_run, slow_project)
-    _kill_once_checkpointed(process, checkpoint_dir / "trial-1", 4)
+    _start_and_kill_at_batch(isolated_run, slow_project, 4)
     journal = checkpoint_dir / JOURNAL_NAME
     (running,) = [t for t in _trials(journal) if t.state == optuna.trial.TrialState.RUNNING]
     drawn = running.user_attrs["hparams"]
@@ -399,7 +437,8 @@ def test_two_workers_share_a_grid_search_each_point_once(
     grid = (PROJECT / "search.yaml").read_text()
     space = "hyperparameters:" + grid.split("hyperparameters:")[1].split("searcher:")[0]
     _slow_config(slow_project, "searcher:" + grid.split("searcher:")[1].split("min_")[0], space)
-    process = _start(isolated_run, slow_project, "--workers", "2")
+    process = _start(isolated_run, slow_project, "--workers", "2",
+                     env=_barrier(isolated_run, 2))
     out = process.communicate(timeout=240)[0]
     assert process.returncode == 0, out
     trials = _trials(checkpoint_dir / JOURNAL_NAME)
