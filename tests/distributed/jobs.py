@@ -27,6 +27,7 @@ class Job:
     output: str
     seconds: float
     workdir: pathlib.Path
+    hung: bool = False  # a process of it was still running at the deadline, and was killed
 
     def ranks(self, n: int) -> List[Dict[str, Any]]:
         """What each of ``n`` ranks of the probe recorded, in rank order."""
@@ -73,12 +74,13 @@ def finish(procs: Sequence[subprocess.Popen], workdir: pathlib.Path, started: fl
             proc.wait(max(deadline - time.monotonic(), 0.1))
         except subprocess.TimeoutExpired:
             pass
+    hung = any(proc.poll() is None for proc in procs)
     for proc in procs:
         _end_session(proc.pid, deadline)
     codes = [proc.poll() for proc in procs]
     returncode = next((c for c in codes if c), 0) if None not in codes else -9
     output = "\n".join((workdir / name).read_text() for name in log_names)
-    return Job(returncode, output, time.monotonic() - started, workdir)
+    return Job(returncode, output, time.monotonic() - started, workdir, hung)
 
 
 def run(args: Sequence[str], workdir: pathlib.Path, timeout: float = 240,

@@ -219,9 +219,9 @@ def test_an_exception_on_one_rank_ends_the_job_with_that_error(
     job = jobs.run(
         [PROBE, "--out", "out", "--devices", "2", "--accelerator", "cpu",
          "--crash-rank", str(crashing_rank), "--crash-batch", "1"],
-        tmp_path / "crash", timeout=180,
+        tmp_path / "crash", timeout=400,
     )
     assert job.returncode != 0
     assert f"probe crash on rank {crashing_rank} at batch 1" in job.output
-    assert job.seconds < 170, f"the job hung until killed:\n{job.output[-3000:]}"
+    assert not job.hung, f"the job hung until killed:\n{job.output[-3000:]}"
     assert not (tmp_path / "crash" / "out").exists()

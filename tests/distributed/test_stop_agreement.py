@@ -25,9 +25,9 @@ def test_one_rank_asking_to_stop_stops_every_rank_at_the_same_batch(
 ) -> None:
     job = jobs.run(
         [PROBE, *COMMON, "--stop-rank", str(stopping_rank), "--stop-batch", "5"],
-        tmp_path / "stop", timeout=150,
+        tmp_path / "stop", timeout=400,
     )
-    assert job.seconds < 140, f"the job hung until killed:\n{job.output[-3000:]}"
+    assert not job.hung, f"the job hung until killed:\n{job.output[-3000:]}"
     ranks = job.ranks(2)
     # Batch 5 (the sixth) is trained, then every rank stops: 6 batches, not 12.
     assert [r["batches_trained"] for r in ranks] == [6, 6]
@@ -46,12 +46,12 @@ def test_an_error_on_one_rank_while_validating_or_checkpointing_ends_the_job(
 ) -> None:
     job = jobs.run(
         [PROBE, *COMMON, "--crash-phase", phase, "--crash-rank", str(crashing_rank)],
-        tmp_path / "crash", timeout=150,
+        tmp_path / "crash", timeout=400,
     )
     assert job.returncode != 0
     expected = "while validating" if phase == "validation" else "while checkpointing"
     assert f"probe crash on rank {crashing_rank} {expected}" in job.output
-    assert job.seconds < 140, f"the job hung until killed:\n{job.output[-3000:]}"
+    assert not job.hung, f"the job hung until killed:\n{job.output[-3000:]}"
     assert not (tmp_path / "crash" / "out").exists()
 
 
