@@ -1,0 +1,201 @@
+"""Leases: which worker trains a trial, kept in the search's Optuna storage.
+
+A worker that trains a trial renews a lease on it (user attribute ``lease``: its host, pid,
+token and the time it last renewed) every ``interval`` seconds. A trial whose lease has not
+been renewed for ``timeout`` seconds (or that never got one: its worker died between
+``study.ask()`` and the first lease) is *expired*; on the same host a dead pid expires it at
+once. Any live worker, on any machine, may take an expired trial over::
+
+    take_over(study, frozen)
+      marks it superseded, then moves it RUNNING -> FAIL   the one transition only one caller
+                                                           can win: a finished trial cannot be
+                                                           finished again (the journal replays
+                                                           in order, a database row is locked)
+      the winner enqueues its continuation                 same hyperparameters, trial number,
+                                                           rung results; WAITING
+      and pops it (WAITING -> RUNNING)                     again one winner: this worker, or
+                                                           another's study.ask()
+    whoever runs the continuation resumes it from the trial's latest checkpoint
+
+Optuna's own heartbeat (``heartbeat_interval`` on RDB storages) only covers trials run by
+``study.optimize()`` on a database; our workers use ask-and-tell on a journal file or a
+database, so the lease lives in user attributes, which every storage keeps and shares. The
+takeover mirrors Optuna's ``RetryFailedTrialCallback`` (fail the stale trial, enqueue a copy).
+Expiry compares the renewing worker's clock with the reader's: machines need clocks within a
+small part of ``timeout`` of each other (NTP), as for Optuna's heartbeat.
+"""
+
+import dataclasses
+import datetime
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from typing import Any, Callable, Dict, Optional
+
+import optuna
+from optuna.exceptions import UpdateFinishedTrialError
+
+logger = logging.getLogger("det_lightning")
+
+LEASE = "lease"  # {"host", "pid", "token", "renewed"}: who trains the trial, renewed when
+SUPERSEDED = "superseded"  # set on a trial another worker took over (then FAIL)
+CONTINUES = "continues"  # on a continuation: the Optuna trial id it takes over
+TRIAL_NUMBER = "trial_number"  # the experiment's trial number, kept by its continuations
+HOST_ID_ENV = "DET_LIGHTNING_HOST_ID"  # names this machine (default: its host name)
+DEFAULT_TIMEOUT_S = 120.0
+# Attributes of the worker, not of the trial: a continuation starts without them.
+_WORKER_ATTRS = (LEASE, SUPERSEDED, CONTINUES, "host", "pid", "claim")
+
+
+def host_id() -> str:
+    """This machine's name in leases: ``$DET_LIGHTNING_HOST_ID``, else the host name."""
+    return os.environ.get(HOST_ID_ENV, "").strip() or socket.gethostname()
+
+
+@dataclasses.dataclass(frozen=True)
+class LeaseSettings:
+    """``--heartbeat-timeout``: how long a lease lasts without renewal."""
+
+    timeout: float = DEFAULT_TIMEOUT_S
+
+    @property
+    def interval(self) -> float:
+        """How often a worker renews: often enough that a few missed renewals never expire it.
+
+        >>> LeaseSettings().interval, LeaseSettings(8).interval
+        (10.0, 2.0)
+        """
+        return min(10.0, self.timeout / 4)
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists on this machine."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def expired(attrs: Dict[str, Any], started: Optional[datetime.datetime], now: float,
+            timeout: float, host: str, alive: Callable[[int], bool] = pid_alive) -> bool:
+    """Whether a RUNNING trial's lease has expired (pure but for ``alive``).
+
+    Args:
+        attrs: the trial's user attributes.
+        started: when it became RUNNING (``FrozenTrial.datetime_start``, naive local time).
+        now: the time now (``time.time()``).
+        timeout: seconds a lease lasts without renewal.
+        host: this machine's host id: a lease of this host whose pid is dead is expired now.
+        alive: whether a pid lives on this machine.
+
+    >>> lease = {"host": "a", "pid": 7, "renewed": 100.0}
+    >>> expired({LEASE: lease}, None, 150.0, 60, "b"), expired({LEASE: lease}, None, 161.0, 60, "b")
+    (False, True)
+    >>> expired({LEASE: lease}, None, 101.0, 60, "a", alive=lambda pid: False)  # dead, here
+    True
+    >>> start = datetime.datetime.fromtimestamp(100.0)
+    >>> expired({}, start, 150.0, 60, "b"), expired({}, start, 161.0, 60, "b")  # never leased
+    (False, True)
+    """
+    lease = attrs.get(LEASE)
+    if not isinstance(lease, dict):
+        return started is None or now - started.timestamp() > timeout
+    if lease.get("host") == host and not alive(int(lease.get("pid", -1))):
+        return True
+    return now - float(lease.get("renewed", 0.0)) > timeout
+
+
+def take_over(study: optuna.Study, frozen: optuna.trial.FrozenTrial,
+              trial_number: int) -> Optional[optuna.Trial]:
+    """Takes the expired trial ``frozen`` over: its continuation, RUNNING for this worker, or
+    None when another worker won it (or its own worker finished it meanwhile)."""
+    storage = study._storage
+    try:
+        storage.set_trial_user_attr(frozen._trial_id, SUPERSEDED, True)
+        storage.set_trial_state_values(frozen._trial_id, optuna.trial.TrialState.FAIL)
+    except UpdateFinishedTrialError:
+        return None  # finished already: by another worker's takeover, or by its own worker
+    attrs = {k: v for k, v in frozen.user_attrs.items() if k not in _WORKER_ATTRS}
+    attrs.update({CONTINUES: frozen._trial_id, TRIAL_NUMBER: trial_number})
+    study.enqueue_trial(dict(frozen.params), user_attrs=attrs, skip_if_exists=False)
+    for waiting in study.get_trials(deepcopy=False,
+                                    states=(optuna.trial.TrialState.WAITING,)):
+        if waiting.user_attrs.get(CONTINUES) == frozen._trial_id:
+            if storage.set_trial_state_values(waiting._trial_id,
+                                              optuna.trial.TrialState.RUNNING):
+                return optuna.trial.Trial(study, waiting._trial_id)
+    return None  # another worker's study.ask() popped it first: that worker resumes it
+
+
+def is_superseded(frozen: optuna.trial.FrozenTrial) -> bool:
+    """Whether another worker took this trial over (its continuation is the trial now)."""
+    return bool(frozen.user_attrs.get(SUPERSEDED)) and (
+        frozen.state == optuna.trial.TrialState.FAIL)
+
+
+class LeaseLost(Exception):
+    """Another worker took the trial over: this worker stops training it at once."""
+
+
+class LeaseKeeper:
+    """Holds the lease on one trial while this worker trains it: taken on entry, renewed
+    every ``settings.interval`` seconds by a thread, dropped on exit. When a renewal finds
+    the trial finished by another worker, ``on_lost`` is called once (from that thread)."""
+
+    def __init__(self, study: optuna.Study, trial_id: int, settings: LeaseSettings,
+                 on_lost: Callable[[], None] = lambda: None) -> None:
+        self.storage = study._storage
+        self.trial_id = trial_id
+        self.settings = settings
+        self.on_lost = on_lost
+        self.lost = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="det-lightning-lease",
+                                        daemon=True)
+        self.token = uuid.uuid4().hex
+
+    def __enter__(self) -> "LeaseKeeper":
+        self.renew()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def renew(self, renewed: Optional[float] = None) -> bool:
+        """Writes the lease (``renewed``: now); False, and ``lost`` set, once the trial is
+        finished (taken over)."""
+        lease = {"host": host_id(), "pid": os.getpid(), "token": self.token,
+                 "renewed": time.time() if renewed is None else renewed}
+        try:
+            self.storage.set_trial_user_attr(self.trial_id, LEASE, lease)
+        except UpdateFinishedTrialError:
+            self.lost.set()
+            return False
+        return True
+
+    def release(self) -> None:
+        """Lets any worker take the trial over at once (this worker stops without finishing
+        it, e.g. on SIGTERM: rerunning resumes it here or elsewhere)."""
+        self._stop.set()
+        self._thread.join()
+        self.renew(renewed=0.0)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.settings.interval):
+            try:
+                if self.renew():
+                    continue
+            except Exception:  # a storage hiccup: the next renewal tries again
+                logger.warning("could not renew the lease on a trial; retrying", exc_info=True)
+                continue
+            logger.warning("another worker took this trial over: stopping it here")
+            self.on_lost()
+            return

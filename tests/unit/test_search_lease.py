@@ -1,0 +1,112 @@
+"""Leases on a real Optuna journal file: one takeover wins, a lost lease is noticed."""
+
+import pathlib
+import threading
+import time
+from typing import List, Optional
+
+import optuna
+import pytest
+from optuna.storages import JournalStorage
+from optuna.storages.journal import JournalFileBackend
+
+from det_lightning._search import _lease
+from det_lightning._search._lease import LeaseKeeper, LeaseSettings, take_over
+
+
+def _study(journal: pathlib.Path) -> optuna.Study:
+    """The study as one worker process sees it: its own storage object on the shared file."""
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    storage = JournalStorage(JournalFileBackend(str(journal)))
+    return optuna.create_study(study_name="s", storage=storage, load_if_exists=True)
+
+
+def _running_trial(journal: pathlib.Path) -> optuna.trial.FrozenTrial:
+    study = _study(journal)
+    trial = study.ask({"x": optuna.distributions.FloatDistribution(0, 1)})
+    trial.set_user_attr("hparams", {"x": trial.params["x"]})
+    trial.set_user_attr("rungs", {"0": 0.5})
+    trial.set_user_attr("host", "dead-machine")
+    return study.get_trials(deepcopy=False)[0]
+
+
+def test_of_workers_racing_to_take_a_trial_over_exactly_one_wins(tmp_path: pathlib.Path) -> None:
+    journal = tmp_path / "search.journal"
+    frozen = _running_trial(journal)
+    studies = [_study(journal) for _ in range(6)]
+    won: List[Optional[optuna.Trial]] = [None] * len(studies)
+    start = threading.Barrier(len(studies))
+
+    def contend(index: int) -> None:
+        start.wait()
+        won[index] = take_over(studies[index], frozen, trial_number=1)
+
+    threads = [threading.Thread(target=contend, args=(i,)) for i in range(len(studies))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    winners = [trial for trial in won if trial is not None]
+    trials = _study(journal).get_trials(deepcopy=False)
+    continuations = [t for t in trials if t.user_attrs.get(_lease.CONTINUES) == frozen._trial_id]
+    assert len(winners) <= 1 and len(continuations) == 1
+    (continuation,) = continuations
+    assert _lease.is_superseded(trials[0]) and trials[0].state == optuna.trial.TrialState.FAIL
+    assert continuation.user_attrs["hparams"] == frozen.user_attrs["hparams"]
+    assert continuation.user_attrs["rungs"] == {"0": 0.5}  # its rung results carry over
+    assert continuation.user_attrs[_lease.TRIAL_NUMBER] == 1
+    assert "host" not in continuation.user_attrs  # the dead worker's, not the trial's
+    if winners:
+        assert continuation.state == optuna.trial.TrialState.RUNNING
+        (trial,) = winners
+    else:  # popped by nobody yet: the next study.ask() of any worker gets it
+        assert continuation.state == optuna.trial.TrialState.WAITING
+        trial = _study(journal).ask()
+    assert trial._trial_id == continuation._trial_id
+    assert trial.suggest_float("x", 0, 1) == frozen.params["x"]  # the same point, drawn again
+
+
+def test_a_finished_trial_cannot_be_taken_over(tmp_path: pathlib.Path) -> None:
+    journal = tmp_path / "search.journal"
+    frozen = _running_trial(journal)
+    _study(journal).tell(frozen._trial_id, 0.25)  # its worker finished it meanwhile
+    assert take_over(_study(journal), frozen, trial_number=1) is None
+    assert [t.state for t in _study(journal).get_trials()] == [optuna.trial.TrialState.COMPLETE]
+
+
+def test_the_keeper_renews_and_notices_when_another_worker_takes_over(
+    tmp_path: pathlib.Path,
+) -> None:
+    journal = tmp_path / "search.journal"
+    frozen = _running_trial(journal)
+    lost = threading.Event()
+    settings = LeaseSettings(timeout=0.2)  # renews every 0.05 s
+    with LeaseKeeper(_study(journal), frozen._trial_id, settings, on_lost=lost.set) as keeper:
+        first = _study(journal).get_trials()[0].user_attrs[_lease.LEASE]
+        assert first["token"] == keeper.token and first["pid"] > 0
+        deadline = time.monotonic() + 60
+        while _study(journal).get_trials()[0].user_attrs[_lease.LEASE]["renewed"] == first[
+                "renewed"]:
+            assert time.monotonic() < deadline, "the lease was never renewed"
+            time.sleep(0.01)
+        assert take_over(_study(journal), frozen, trial_number=1) is not None
+        assert lost.wait(60) and keeper.lost.is_set()
+
+
+def test_a_released_lease_expires_at_once(tmp_path: pathlib.Path) -> None:
+    journal = tmp_path / "search.journal"
+    frozen = _running_trial(journal)
+    keeper = LeaseKeeper(_study(journal), frozen._trial_id, LeaseSettings(timeout=3600))
+    with keeper:
+        attrs = _study(journal).get_trials()[0].user_attrs
+        assert not _lease.expired(attrs, None, time.time(), 3600, host="elsewhere")
+        keeper.release()
+    attrs = _study(journal).get_trials()[0].user_attrs
+    assert _lease.expired(attrs, None, time.time(), 3600, host="elsewhere")
+
+
+def test_the_host_id_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(_lease.HOST_ID_ENV, "machine-b")
+    assert _lease.host_id() == "machine-b"
+    monkeypatch.delenv(_lease.HOST_ID_ENV)
+    assert _lease.host_id()
