@@ -41,7 +41,7 @@ from det_lightning._search._reporter import (
     counted,
     trial_number,
 )
-from det_lightning._search._sample import suggest
+from det_lightning._search._sample import point_index, sampler_for, suggest
 from det_lightning._search._settings import SearchSettings
 from det_lightning.pytorch import Batch, Epoch
 
@@ -172,16 +172,15 @@ def next_bracket(studies: Sequence[optuna.Study], settings: SearchSettings) -> O
     return None if best is None else best[1]
 
 
-def _ask(study: optuna.Study, settings: SearchSettings, bracket: Bracket, space: Dict[str, Any],
+def _ask(study: optuna.Study, settings: SearchSettings, index: int, space: Dict[str, Any],
          seed: Optional[int]) -> Optional[optuna.Trial]:
     """A new trial of ``study`` with its hyperparameters, or None when another worker filled
     the budget first (the trial asked for is then dropped unrun)."""
-    if seed is not None:  # repeatable draws, a different one for each trial
-        study.sampler = optuna.samplers.RandomSampler(
-            seed=seed + len(study.get_trials(deepcopy=False)))
-    else:
-        study.sampler = optuna.samplers.RandomSampler()
     trial = study.ask()
+    # The sampler is read when the trial draws (suggest), not when it is asked for.
+    bracket = settings.brackets[index]
+    study.sampler = sampler_for(seed, index, point_index(
+        study.get_trials(deepcopy=False), trial.number, SURPLUS))
     if not admitted(study, trial, settings, bracket):
         trial.set_user_attr(SURPLUS, True)
         study.tell(trial, state=optuna.trial.TrialState.FAIL)
@@ -214,8 +213,7 @@ def run_search(plan: Any, storage_url: Optional[str] = None) -> List[Any]:
             if index is None:
                 break
             study = studies[index]
-            asked = _ask(study, settings, settings.brackets[index],
-                         config.raw["hyperparameters"], seed)
+            asked = _ask(study, settings, index, config.raw["hyperparameters"], seed)
             if asked is None:
                 continue
             trial = asked

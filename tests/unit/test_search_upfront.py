@@ -35,7 +35,7 @@ def _study() -> optuna.Study:
 def _run_grid(study: optuna.Study, settings: SearchSettings) -> List[Dict[str, Any]]:
     drawn = []
     while _runner.next_bracket([study], settings) == 0:
-        trial = _runner._ask(study, settings, settings.brackets[0], SPACE, seed=None)
+        trial = _runner._ask(study, settings, 0, SPACE, seed=None)
         if trial is not None:
             drawn.append(trial.user_attrs["hparams"])
             study.tell(trial, 1.0)
@@ -80,7 +80,7 @@ def test_a_trial_asked_after_the_last_grid_point_is_dropped() -> None:
     makes a fresh trial, which must not run."""
     settings = _settings("grid")
     study = _study()
-    trial = _runner._ask(study, settings, settings.brackets[0], SPACE, seed=None)
+    trial = _runner._ask(study, settings, 0, SPACE, seed=None)
     assert trial is None
     (only,) = study.trials
     assert only.user_attrs[_reporter.SURPLUS] and only.state == optuna.trial.TrialState.FAIL
@@ -90,13 +90,13 @@ def test_random_keeps_to_max_trials_when_workers_ask_at_once() -> None:
     settings = _settings("random", max_trials=3)
     assert settings.brackets[0].rung_units == () and settings.brackets[0].max_trials == 3
     study = _study()
-    asked = [_runner._ask(study, settings, settings.brackets[0], SPACE, seed=1) for _ in range(5)]
+    asked = [_runner._ask(study, settings, 0, SPACE, seed=1) for _ in range(5)]
     assert [t is not None for t in asked] == [True, True, True, False, False]
     invalid = asked[1]
     assert invalid is not None
     invalid.set_user_attr(_reporter.INVALID_HP, "too wide")  # dropped for InvalidHP: replaced
     assert _runner.next_bracket([study], settings) == 0
-    assert _runner._ask(study, settings, settings.brackets[0], SPACE, seed=1) is not None
+    assert _runner._ask(study, settings, 0, SPACE, seed=1) is not None
     assert _runner.next_bracket([study], settings) is None
 
 
@@ -106,7 +106,7 @@ def test_random_ints_cover_both_ends_uniformly() -> None:
     study = _study()
     values = []
     for _ in range(600):
-        trial = _runner._ask(study, settings, settings.brackets[0],
+        trial = _runner._ask(study, settings, 0,
                              {"k": {"type": "int", "minval": 0, "maxval": 2}}, seed=5)
         assert trial is not None
         values.append(trial.user_attrs["hparams"]["k"])
@@ -119,8 +119,7 @@ def test_random_draws_repeat_with_the_experiment_seed() -> None:
     def draw(seed: int) -> List[Dict[str, Any]]:
         settings = _settings("random", max_trials=4)
         study = _study()
-        bracket = settings.brackets[0]
-        trials = [_runner._ask(study, settings, bracket, SPACE, seed) for _ in range(4)]
+        trials = [_runner._ask(study, settings, 0, SPACE, seed) for _ in range(4)]
         return [t.user_attrs["hparams"] for t in trials if t is not None]
 
     assert draw(3) == draw(3) and draw(3) != draw(4) and len(draw(3)) == 4
@@ -137,6 +136,43 @@ def test_the_plan_of_grid_and_random_searches() -> None:
                                 "width": 4}
     study = _study()
     enqueue_grid(study, settings.grid[:1])
-    trial = _runner._ask(study, settings, settings.brackets[0], SPACE, seed=None)
+    trial = _runner._ask(study, settings, 0, SPACE, seed=None)
     assert trial is not None and trial.user_attrs["hparams"] == grid_points(SPACE)[-1]
     assert suggest(trial, SPACE) == grid_points(SPACE)[-1]  # read back again: the same
+
+
+def _asha_settings() -> SearchSettings:
+    searcher = {"name": "adaptive_asha", "metric": "loss", "max_trials": 12, "divisor": 2,
+                "max_rungs": 3, "mode": "standard", "time_metric": "batches", "max_time": 8}
+    return SearchSettings.from_searcher(searcher, 8)
+
+
+def test_seeded_draws_differ_across_brackets_and_trials() -> None:
+    settings = _asha_settings()
+    assert len(settings.brackets) > 1
+    drawn = []
+    for index in range(len(settings.brackets)):
+        study = _study()
+        for _ in range(settings.brackets[index].max_trials):
+            trial = _runner._ask(study, settings, index, SPACE, seed=5)
+            assert trial is not None
+            drawn.append(repr(trial.user_attrs["hparams"]))
+    # Before: every bracket's k-th trial drew the same point (seed + k in each study).
+    assert len(set(drawn)) == len(drawn) == sum(b.max_trials for b in settings.brackets)
+
+
+def test_a_seed_gives_the_same_points_whatever_the_order_workers_ask_in() -> None:
+    """Two runs of one seeded random search: in the second, a worker asks once more than the
+    budget (a surplus trial, dropped) before another trial raises InvalidHP and is replaced."""
+    def points(extra_asks: int) -> List[str]:
+        settings = _settings("random", max_trials=3)
+        study = _study()
+        asked = [_runner._ask(study, settings, 0, SPACE, seed=9) for _ in range(3 + extra_asks)]
+        first = asked[0]
+        assert first is not None and asked[3:] == [None] * extra_asks
+        first.set_user_attr(_reporter.INVALID_HP, "no")  # replaced by a new draw
+        assert _runner._ask(study, settings, 0, SPACE, seed=9) is not None
+        return sorted(repr(t.user_attrs["hparams"]) for t in study.get_trials()
+                      if _reporter.counted(t))
+
+    assert points(0) == points(1) == points(2)
