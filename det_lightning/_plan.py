@@ -8,8 +8,10 @@ directory, where checkpoints and TensorBoard files go, the trials known up front
     search = _search_settings(config)        # None for single
     trials = _planned_trials(config, search) # single's one, a grid's points; none for draws
     trial_class, command = _entrypoint_plan(config)
-    if trial_class and not adaptive_asha:    # each configured point's training length must
-        training_lengths(config, hparams)    #   resolve (random: a sample of what it may draw)
+    if trial_class:                          # each configured point's training length must
+        training_lengths(config, hparams)    #   resolve (random: a sample of what it may draw;
+                                             #   adaptive_asha: only the periods, the searcher
+                                             #   sets the length)
     checkpoint_root = checkpoint_dir or checkpoint_storage or $DET_LIGHTNING_CHECKPOINT_DIR
                       or ./checkpoints
     tensorboard_root = $DET_LIGHTNING_TENSORBOARD_DIR or ./tensorboard/<name>-<time>
@@ -22,8 +24,8 @@ import re
 import time
 from typing import Any, Dict, List, Optional, Union
 
-from det_lightning._config import ExperimentConfig
-from det_lightning._harness import parse_command, training_lengths
+from det_lightning._config import ExperimentConfig, random_points
+from det_lightning._harness import parse_command, training_lengths, training_periods
 from det_lightning.pytorch._trainer import CHECKPOINT_DIR_ENV, TENSORBOARD_DIR_ENV
 
 
@@ -143,7 +145,11 @@ def plan_experiment(
     search = _search_settings(config)
     trials = _planned_trials(config, search)
     trial_class, command = _entrypoint_plan(config)
-    if trial_class is not None and (search is None or search.searcher != "adaptive_asha"):
+    if trial_class is not None and search is not None and search.searcher == "adaptive_asha":
+        # The searcher sets the length; the periods must resolve for what it may draw.
+        for hparams in random_points(config.hyperparameters, 4, config.experiment_seed()):
+            training_periods(config, hparams)
+    elif trial_class is not None:
         for hparams in config.trial_hparams():  # random: a sample of what it may draw
             training_lengths(config, hparams)
     root = checkpoint_dir or config.checkpoint_dir() or os.environ.get(CHECKPOINT_DIR_ENV)

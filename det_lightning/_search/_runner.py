@@ -43,7 +43,9 @@ from det_lightning._search._reporter import (
 )
 from det_lightning._search._sample import suggest
 from det_lightning._search._settings import SearchSettings
+from det_lightning._harness import training_periods
 from det_lightning.pytorch import Batch, Epoch
+from det_lightning.pytorch._units import AnyOf
 
 logger = logging.getLogger("det_lightning")
 
@@ -83,22 +85,23 @@ def storage_ref(plan: Any) -> str:
     return str(plan.storage or plan.checkpoint_root / JOURNAL_NAME)
 
 
-def lengths_for(settings: SearchSettings, bracket: Bracket, config: Any) -> Dict[str, Any]:
+def lengths_for(settings: SearchSettings, bracket: Bracket, config: Any,
+                hparams: Dict[str, Any]) -> Dict[str, Any]:
     """``fit()``'s lengths for a trial of ``bracket``: the full length, validating at each rung
-    (and at ``min_validation_period`` when it is in the same unit)."""
+    and at ``min_validation_period``, checkpointing at ``min_checkpoint_period``; both periods
+    as written, in their own unit (records converted to batches), as Determined passes them to
+    ``fit()``.
+
+    Raises:
+        errors.InvalidConfigException: a period in records has no ``global_batch_size``.
+    """
     unit = Batch if settings.time_metric == "batches" else Epoch
-    points = set(bracket.rung_units)
-    (period_unit, period), = config.raw["min_validation_period"].items()
-    if period_unit == settings.time_metric and period > 0:
-        points.update(range(period, settings.max_time + 1, period))
-    (ckpt_unit, ckpt_period), = config.raw["min_checkpoint_period"].items()
-    checkpoint = (unit(ckpt_period) if ckpt_unit == settings.time_metric and ckpt_period > 0
-                  else None)
+    periods = training_periods(config, hparams)
     return {
+        **periods,
         "max_length": unit(settings.max_time),
-        "validation_period": unit(sorted(points)),
-        "checkpoint_period": checkpoint,
-        "reporting_period": Batch(config.raw["scheduling_unit"]),
+        "validation_period": AnyOf(unit(list(bracket.rung_units)),
+                                   periods["validation_period"]),
     }
 
 
@@ -252,7 +255,8 @@ def _run_trial(plan: Any, settings: SearchSettings, bracket: Bracket, study: opt
 
     def attempt(again: bool) -> Any:
         if plan.trial_class is not None:
-            lengths = lengths_for(settings, bracket, plan.config) if bracket.rung_units else None
+            lengths = (lengths_for(settings, bracket, plan.config, hparams)
+                       if bracket.rung_units else None)
             return run_legacy_trial(
                 plan, number, hparams, lengths=lengths,
                 extra_callbacks=reporter, latest_checkpoint="latest" if again else None,
