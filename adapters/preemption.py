@@ -44,6 +44,7 @@ from types import FrameType
 from typing import AbstractSet, Any, Callable, Dict, List, Mapping, Optional
 
 from det_lightning import errors
+from det_lightning._search._interrupt import RESUME_ADVICE_ENV
 from det_lightning.pytorch._units import Boundary, next_agreement_interval, stop_agreement_due
 
 logger = logging.getLogger("det_lightning.core")
@@ -125,10 +126,13 @@ class SignalWatcher:
             return
         name = signal.Signals(signums[0]).name
         saved = f"The last checkpoint is {checkpoint}." if checkpoint else "No checkpoint exists."
+        # det-lightning experiment says how its trials continue (a search: rerun it).
+        advice = os.environ.get(RESUME_ADVICE_ENV) or (
+            f"To continue, run again with the same checkpoint directory ({root}) and "
+            f"Trainer.fit(..., latest_checkpoint='latest'), or set {LATEST_CHECKPOINT_ENV}=latest."
+        )
         message = (
-            f"Stopped by {name}. {saved} To continue, run again with the same checkpoint "
-            f"directory ({root}) and Trainer.fit(..., latest_checkpoint='latest'), or set "
-            f"{LATEST_CHECKPOINT_ENV}=latest. Exiting with status "
+            f"Stopped by {name}. {saved} {advice} Exiting with status "
             f"{errors.TrialPreempted.EXIT_CODE}."
         )
         if self.distributed.rank == 0:

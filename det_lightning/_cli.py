@@ -20,7 +20,8 @@ would re-run the bare script, without the ``determined`` alias.
 
 Exit status: 0 on success; 2 for a usage or configuration error (the message names the config
 key); 1 when a trial fails or the real ``determined`` is already imported; 75 when training was
-stopped by a signal after checkpointing (run again to resume); a script's own status for ``run``
+stopped by a signal after checkpointing (run again to resume; a search prints its summary first,
+the interrupted trial shown INTERRUPTED); a script's own status for ``run``
 (0 when a search's trial raises ``det.InvalidHP``: the search drops the trial and goes on).
 """
 
@@ -37,6 +38,7 @@ from det_lightning import _experiment, compat, errors
 from det_lightning._config import load_config
 from det_lightning._experiment import UsageError
 from det_lightning._search._dashboard import dashboard_beside
+from det_lightning._search._interrupt import SearchInterrupt
 from det_lightning.pytorch import _export
 from det_lightning.pytorch._launch import LAUNCH_ENV, add_launch_arguments
 from det_lightning.pytorch._trainer import SEARCH_ENV
@@ -197,7 +199,7 @@ def _run_plan(plan: Any, args: argparse.Namespace) -> int:
     return _experiment.run_experiment(plan)
 
 
-WORKER_ENV = "DET_LIGHTNING_SEARCH_WORKER"
+WORKER_ENV = _experiment.SEARCH_WORKER_ENV
 
 
 def _search_workers(plan: Any, asked: Optional[int]) -> int:
@@ -228,12 +230,17 @@ def _run_workers(workers: int, plan: Any, argv: Sequence[str]) -> int:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(d) for d in devices)
         children.append(subprocess.Popen([sys.executable, "-m", "det_lightning", *argv], env=env))
     print(f"{PROG}: {workers} workers share this search", file=sys.stderr, flush=True)
-    codes = [child.wait() for child in children]
+    with SearchInterrupt():  # a signal to the process group stops the workers; wait for them
+        codes = [child.wait() for child in children]
     os.environ[WORKER_ENV] = "summary"  # every trial is done: this process only reports
     try:
-        return max([_experiment.run_experiment(plan), *codes])
+        status = _experiment.run_experiment(plan)
     finally:
         del os.environ[WORKER_ENV]
+    preempted = errors.TrialPreempted.EXIT_CODE
+    if preempted in codes and status != preempted:  # stopped between trials: none interrupted
+        print(_experiment.INTERRUPTED_NOTE, file=sys.stderr, flush=True)
+    return max([status, *codes])
 
 
 # ----- checkpoint ----------------------------------------------------------------------------
@@ -323,8 +330,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         _error(args.command, str(e))
         return EXIT_FAILURE
     except errors.TrialPreempted as e:
-        _error(args.command, f"{e} Run the same command with DET_LIGHTNING_LATEST_CHECKPOINT=latest "
-               "to continue from the last checkpoint.")
+        _error(args.command, str(e))  # its message says how to continue
         return errors.TrialPreempted.EXIT_CODE
 
 

@@ -33,6 +33,7 @@ from det_lightning import errors, pytorch
 from det_lightning._harness import load_trial_class, training_lengths
 from det_lightning._import import import_from_path
 from det_lightning._plan import Plan, UsageError, plan_experiment
+from det_lightning._search._interrupt import RESUME_ADVICE_ENV
 from det_lightning.pytorch import _checkpoint as ckpt
 from det_lightning.pytorch._trainer import CHECKPOINT_DIR_ENV, TENSORBOARD_DIR_ENV
 
@@ -53,10 +54,27 @@ class TrialResult:
 
     number: int
     hparams: Dict[str, Any]
-    status: str  # "COMPLETED" or "ERROR"
+    # "COMPLETED", "ERROR"; a search's also "STOPPED_EARLY" (ASHA ranked it out at ``rung``),
+    # "RUNNING" (another worker trains it) and "INTERRUPTED" (a signal stopped it here)
+    status: str
     best_metric: Optional[float] = None
     checkpoint: Optional[pathlib.Path] = None
     batches: Optional[int] = None
+    rung: Optional[int] = None
+
+    def state(self) -> str:
+        """The status as the summary shows it.
+
+        >>> TrialResult(3, {}, "STOPPED_EARLY", rung=1).state()
+        'STOPPED EARLY at rung 1'
+        """
+        if self.status == "STOPPED_EARLY":
+            return "STOPPED EARLY" + (f" at rung {self.rung}" if self.rung is not None else "")
+        return self.status
+
+
+# Trials that ended as they should: ranked, and no reason for a failing exit status.
+FINISHED = ("COMPLETED", "STOPPED_EARLY")
 
 
 # ----- running one trial ---------------------------------------------------------------------
@@ -189,7 +207,7 @@ def _show(value: Any) -> str:
 
 def best_trial(results: Sequence[TrialResult], smaller_is_better: bool) -> Optional[TrialResult]:
     """The completed trial with the best searcher metric, if any reported one."""
-    scored = [r for r in results if r.status == "COMPLETED" and r.best_metric is not None]
+    scored = [r for r in results if r.status in FINISHED and r.best_metric is not None]
     if not scored:
         return None
     sign = 1.0 if smaller_is_better else -1.0
@@ -200,18 +218,20 @@ def format_summary(results: Sequence[TrialResult], metric: str, smaller_is_bette
     """The table printed after an experiment: one row per trial, then the best trial.
 
     >>> rows = [TrialResult(1, {"lr": 0.1}, "COMPLETED", 0.5, None, batches=8),
-    ...         TrialResult(2, {"lr": 0.01}, "COMPLETED", 0.25, None)]
+    ...         TrialResult(2, {"lr": 0.01}, "COMPLETED", 0.25, None),
+    ...         TrialResult(3, {"lr": 1.0}, "STOPPED_EARLY", 0.9, None, batches=2, rung=0)]
     >>> print(format_summary(rows, "loss", True))  # doctest: +NORMALIZE_WHITESPACE
-    trial  status     hyperparameters  batches  best loss  checkpoint
-    1      COMPLETED  lr=0.1           8        0.5        -
-    2      COMPLETED  lr=0.01          -        0.25       -
+    trial  status                   hyperparameters  batches  best loss  checkpoint
+    1      COMPLETED                lr=0.1           8        0.5        -
+    2      COMPLETED                lr=0.01          -        0.25       -
+    3      STOPPED EARLY at rung 0  lr=1             2        0.9        -
     best: trial 2 (loss=0.25), checkpoint -
     """
     header = ["trial", "status", "hyperparameters", "batches", f"best {metric}", "checkpoint"]
     rows = [header] + [
         [
             str(r.number),
-            r.status,
+            r.state(),
             ", ".join(f"{k}={_show(v)}" for k, v in _flat(r.hparams).items()) or "-",
             str(r.batches) if r.batches is not None else "-",
             _show(r.best_metric) if r.best_metric is not None else "-",
@@ -291,24 +311,47 @@ def run_experiment(plan: Plan) -> int:
         f"experiment {config.raw.get('name') or ''!r}: {count} trial(s), searcher "
         f"{config.searcher['name']}; checkpoints under {plan.checkpoint_root}"
     )
+    interrupted_by = None
     if plan.search is not None:
-        from det_lightning._search._runner import run_search
+        from det_lightning._search import _runner
 
-        results = run_search(plan, plan.storage)
+        if os.environ.get(SEARCH_WORKER_ENV) == "summary":  # the workers are done
+            results = _runner.search_summary(plan, plan.storage)
+        else:
+            outcome = _runner.run_search(plan, plan.storage)
+            results, interrupted_by = outcome.trials, outcome.interrupted_by
     else:
+        os.environ.setdefault(RESUME_ADVICE_ENV, SINGLE_ADVICE)
         results = run_trials(plan)
-    if os.environ.get("RANK", "0") == "0" and config.raw.get("checkpoint_storage"):
+    interrupted = interrupted_by is not None or any(r.status == "INTERRUPTED" for r in results)
+    chief = os.environ.get("RANK", "0") == "0"
+    if chief and config.raw.get("checkpoint_storage") and not interrupted:
         _retain_experiment_best(plan, results)
-    worker = os.environ.get("DET_LIGHTNING_SEARCH_WORKER") not in (None, "summary")
-    if os.environ.get("RANK", "0") == "0" and not worker:  # one report: the chief's, the parent's
-        summary = format_summary(results, config.searcher["metric"],
-                                 config.searcher["smaller_is_better"])
-        print(summary, flush=True)
-        running = sum(1 for r in results if r.status == "RUNNING")
-        if running:
-            print(f"{running} trial(s) still running in other workers of this search.", flush=True)
+    worker = os.environ.get(SEARCH_WORKER_ENV) not in (None, "summary")
+    if chief and not worker:  # one report: the chief's, the parent's
+        _report(results, config.searcher, interrupted)
+    if interrupted:
+        return errors.TrialPreempted.EXIT_CODE
     # RUNNING: a trial another worker of the same search is training.
-    return 1 if any(r.status not in ("COMPLETED", "RUNNING") for r in results) else 0
+    return 1 if any(r.status not in (*FINISHED, "RUNNING") for r in results) else 0
+
+
+SEARCH_WORKER_ENV = "DET_LIGHTNING_SEARCH_WORKER"  # a worker's index; "summary": its parent
+SINGLE_ADVICE = ("To continue from it, rerun the same command with "
+                 "DET_LIGHTNING_LATEST_CHECKPOINT=latest.")
+INTERRUPTED_NOTE = ("det-lightning experiment: the search was interrupted by a signal. Rerun "
+                    "the same command to continue it: an interrupted trial resumes from its "
+                    f"latest checkpoint. Exiting with status {errors.TrialPreempted.EXIT_CODE}.")
+
+
+def _report(results: Sequence[TrialResult], searcher: Dict[str, Any], interrupted: bool) -> None:
+    """The summary table on stdout; after a signal, how to continue on stderr."""
+    print(format_summary(results, searcher["metric"], searcher["smaller_is_better"]), flush=True)
+    running = sum(1 for r in results if r.status == "RUNNING")
+    if running:
+        print(f"{running} trial(s) still running in other workers of this search.", flush=True)
+    if interrupted:
+        print(INTERRUPTED_NOTE, file=sys.stderr, flush=True)
 
 
 __all__ = [

@@ -129,13 +129,26 @@ def training_lengths(config: ExperimentConfig, hparams: Dict[str, Any]) -> Dict[
             f"script picks the unit) can use; a 'model_def:TrialClass' entrypoint needs {example}."
         )
     batch_size = hparams.get("global_batch_size")
-    lengths = {"max_length": _to_unit("searcher.max_length", unit, number, batch_size)}
+    return {"max_length": _to_unit("searcher.max_length", unit, number, batch_size),
+            **training_periods(config, hparams)}
+
+
+def training_periods(config: ExperimentConfig, hparams: Dict[str, Any]) -> Dict[str, Any]:
+    """``fit()``'s periods from ``min_validation_period``, ``min_checkpoint_period`` and
+    ``scheduling_unit``, each in its own unit (records converted to batches), as Determined's
+    harness passes them.
+
+    Raises:
+        errors.InvalidConfigException: a period in records has no ``global_batch_size``.
+    """
+    batch_size = hparams.get("global_batch_size")
+    periods = {}
     for key, arg in (("min_validation_period", "validation_period"),
                      ("min_checkpoint_period", "checkpoint_period")):
         (period_unit, period), = config.raw[key].items()
-        lengths[arg] = _to_unit(key, period_unit, period, batch_size)
-    lengths["reporting_period"] = Batch(config.raw["scheduling_unit"])
-    return lengths
+        periods[arg] = _to_unit(key, period_unit, period, batch_size)
+    periods["reporting_period"] = Batch(config.raw["scheduling_unit"])
+    return periods
 
 
 def load_trial_class(spec: str) -> type:
@@ -167,4 +180,4 @@ def load_trial_class(spec: str) -> type:
     return obj
 
 
-__all__ = ["load_trial_class", "parse_command", "training_lengths"]
+__all__ = ["load_trial_class", "parse_command", "training_lengths", "training_periods"]

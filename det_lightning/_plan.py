@@ -8,11 +8,14 @@ directory, where checkpoints and TensorBoard files go, the trials known up front
     search = _search_settings(config)        # None for single
     trials = _planned_trials(config, search) # single's one, a grid's points; none for draws
     trial_class, command = _entrypoint_plan(config)
-    if trial_class and not adaptive_asha:    # each configured point's training length must
-        training_lengths(config, hparams)    #   resolve (random: a sample of what it may draw)
+    if trial_class:                          # each configured point's training length must
+        training_lengths(config, hparams)    #   resolve (random: a sample of what it may draw;
+                                             #   adaptive_asha: only the periods, the searcher
+                                             #   sets the length)
     checkpoint_root = checkpoint_dir or checkpoint_storage or $DET_LIGHTNING_CHECKPOINT_DIR
                       or ./checkpoints
-    tensorboard_root = $DET_LIGHTNING_TENSORBOARD_DIR or ./tensorboard/<name>-<time>
+    tensorboard_root = $DET_LIGHTNING_TENSORBOARD_DIR or ./tensorboard/<name>-<search key>
+                       (single: ./tensorboard/<name>-<time>)
 """
 
 import dataclasses
@@ -22,8 +25,8 @@ import re
 import time
 from typing import Any, Dict, List, Optional, Union
 
-from det_lightning._config import ExperimentConfig
-from det_lightning._harness import parse_command, training_lengths
+from det_lightning._config import ExperimentConfig, random_points
+from det_lightning._harness import parse_command, training_lengths, training_periods
 from det_lightning.pytorch._trainer import CHECKPOINT_DIR_ENV, TENSORBOARD_DIR_ENV
 
 
@@ -118,6 +121,24 @@ def _planned_trials(config: ExperimentConfig, search: Any) -> List[Dict[str, Any
     return []
 
 
+def _run_name(config: ExperimentConfig, search: Any) -> str:
+    """The experiment's TensorBoard folder: a search's is named for the search, so its every
+    worker, machine and rerun writes into one root; a single trial's for when it started.
+
+    >>> from det_lightning._config import load_config
+    >>> conf = {"name": "my exp", "entrypoint": "m:T", "searcher": {"name": "single",
+    ...         "metric": "loss"}}
+    >>> re.fullmatch(r"my-exp-\\d{8}-\\d{6}", _run_name(load_config(conf), None)) is not None
+    True
+    """
+    name = re.sub(r"[^\w.-]+", "-", config.raw.get("name") or "experiment").strip("-")
+    if search is not None:
+        from det_lightning._search._settings import search_key
+
+        return f"{name}-{search_key(config.raw)}"
+    return f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
 def _absolute(path: Union[str, "os.PathLike[str]"]) -> pathlib.Path:
     return pathlib.Path(os.path.abspath(os.path.expanduser(str(path))))
 
@@ -143,13 +164,16 @@ def plan_experiment(
     search = _search_settings(config)
     trials = _planned_trials(config, search)
     trial_class, command = _entrypoint_plan(config)
-    if trial_class is not None and (search is None or search.searcher != "adaptive_asha"):
+    if trial_class is not None and search is not None and search.searcher == "adaptive_asha":
+        # The searcher sets the length; the periods must resolve for what it may draw.
+        for hparams in random_points(config.hyperparameters, 4, config.experiment_seed()):
+            training_periods(config, hparams)
+    elif trial_class is not None:
         for hparams in config.trial_hparams():  # random: a sample of what it may draw
             training_lengths(config, hparams)
     root = checkpoint_dir or config.checkpoint_dir() or os.environ.get(CHECKPOINT_DIR_ENV)
-    name = re.sub(r"[^\w.-]+", "-", config.raw.get("name") or "experiment").strip("-")
-    stamp = f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    tensorboard = os.environ.get(TENSORBOARD_DIR_ENV) or os.path.join("tensorboard", stamp)
+    tensorboard = os.environ.get(TENSORBOARD_DIR_ENV) or os.path.join(
+        "tensorboard", _run_name(config, search))
     return Plan(
         config=config,
         model_dir=directory,

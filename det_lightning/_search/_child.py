@@ -51,8 +51,9 @@ def report_invalid_hp(message: str) -> None:
     _search_trial().set_user_attr(INVALID_HP, message or "InvalidHP")
 
 
-def attach_reporter(trial: Any, context: Any) -> None:
-    """Adds the search's reporter to ``trial``'s callbacks (on the chief: it reports)."""
+def attach_reporter(trial: Any, context: Any, max_length: Any) -> None:
+    """Adds the search's reporter to ``trial``'s callbacks (on the chief: it reports);
+    ``max_length``: what the script's ``fit()`` trains for."""
     from det_lightning._experiment import _add_callbacks
     from det_lightning.pytorch._trainer import SEARCH_ENV
 
@@ -67,4 +68,4 @@ def attach_reporter(trial: Any, context: Any) -> None:
     live = _search_trial()
     study = live.study
     _add_callbacks(trial, {"_det_lightning_search": SearchReporter(
-        study, live, settings, bracket, context)})
+        study, live, settings, bracket, context, max_length)})

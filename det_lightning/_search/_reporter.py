@@ -10,7 +10,7 @@ import optuna
 from det_lightning import errors
 from det_lightning._search._asha import Bracket, decide
 from det_lightning._search._settings import SearchSettings
-from det_lightning.pytorch import PyTorchCallback
+from det_lightning.pytorch import Epoch, PyTorchCallback, TrainUnit
 
 logger = logging.getLogger("det_lightning")
 
@@ -22,9 +22,10 @@ class SearchReporter(PyTorchCallback):
     """Reports each validation to the study and stops the trial where ASHA ranks it out."""
 
     def __init__(self, study: optuna.Study, trial: optuna.Trial, settings: SearchSettings,
-                 bracket: Bracket, context: Any) -> None:
+                 bracket: Bracket, context: Any, max_length: Optional[TrainUnit] = None) -> None:
         self.study, self.trial, self.settings = study, trial, settings
         self.bracket, self.context = bracket, context
+        self.max_length = max_length  # fit()'s: the trial ends there whatever ASHA decides
         attrs = trial.user_attrs
         self.rungs: Dict[str, float] = dict(attrs.get("rungs", {}))
         self.rung = int(attrs.get("rung", 0))
@@ -39,6 +40,19 @@ class SearchReporter(PyTorchCallback):
         if self.settings.time_metric == "epochs":
             return batches // self.context.engine.require_epoch_len()
         return int(batches)
+
+    def _trained_full_length(self) -> bool:
+        """Whether the trial has trained its ``fit()`` length (a script may set its own)."""
+        if self.max_length is None:
+            return False
+        try:
+            batches = self.context.current_train_batch() + 1
+        except errors.InternalException:
+            return False
+        assert isinstance(self.max_length.value, int)
+        if isinstance(self.max_length, Epoch):
+            return batches >= self.max_length.value * self.context.engine.require_epoch_len()
+        return batches >= self.max_length.value
 
     def on_validation_end(self, metrics: Dict[str, Any]) -> None:
         if self.context.distributed.rank != 0:
@@ -63,7 +77,11 @@ class SearchReporter(PyTorchCallback):
         self.trial.report(value, step=self._time())
         self.last_value = value
         last = len(self.bracket.rung_units) - 1
-        if decision.stop and decision.rung < last and not self.stopped:
+        if decision.stop and decision.rung < last and self._trained_full_length():
+            logger.info(f"trial {trial_number(self.trial)}: completed: it trained its full "
+                        f"length, {self.max_length}, reaching rung {decision.rung} of "
+                        f"{list(self.bracket.rung_units)} {self.settings.time_metric}")
+        elif decision.stop and decision.rung < last and not self.stopped:
             # The last rung is the full length: the trial ends there by itself.
             self.stopped = True
             self.trial.set_user_attr("stopped", True)  # a resumed worker must not train it on

@@ -20,20 +20,21 @@ on one machine; ``--storage URL`` for a database several machines share) works o
 search. Rerunning the command continues it.
 """
 
-import hashlib
-import json
+import dataclasses
 import logging
 import os
 import pathlib
 import socket
 import warnings
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import AbstractSet, Any, Dict, List, Optional, Sequence, Tuple
 
 import optuna
 
 from det_lightning import errors
+from det_lightning._harness import training_periods
 from det_lightning._search._asha import EXITED_METRIC, Bracket
 from det_lightning._search._grid import enqueue_grid, has_waiting_point, owns_point
+from det_lightning._search._interrupt import RESUME_ADVICE_ENV, SEARCH_ADVICE, SearchInterrupt
 from det_lightning._search._reporter import (
     INVALID_HP,
     SURPLUS,
@@ -42,8 +43,9 @@ from det_lightning._search._reporter import (
     trial_number,
 )
 from det_lightning._search._sample import point_index, sampler_for, suggest
-from det_lightning._search._settings import SearchSettings
+from det_lightning._search._settings import SearchSettings, search_key
 from det_lightning.pytorch import Batch, Epoch
+from det_lightning.pytorch._units import AnyOf
 
 logger = logging.getLogger("det_lightning")
 
@@ -57,12 +59,6 @@ def admitted(study: optuna.Study, trial: optuna.Trial, settings: SearchSettings,
         return owns_point(trials, trial)
     earlier = sum(1 for t in trials if t.number < trial.number and counted(t))
     return earlier < bracket.max_trials
-
-
-def search_key(raw: Dict[str, Any]) -> str:
-    """Names this search's studies: the same config continues the same search."""
-    relevant = {k: raw.get(k) for k in ("name", "hyperparameters", "searcher", "entrypoint")}
-    return hashlib.sha1(json.dumps(relevant, sort_keys=True, default=str).encode()).hexdigest()[:10]
 
 
 def open_storage(url: Optional[str], checkpoint_root: pathlib.Path) -> Any:
@@ -83,22 +79,23 @@ def storage_ref(plan: Any) -> str:
     return str(plan.storage or plan.checkpoint_root / JOURNAL_NAME)
 
 
-def lengths_for(settings: SearchSettings, bracket: Bracket, config: Any) -> Dict[str, Any]:
+def lengths_for(settings: SearchSettings, bracket: Bracket, config: Any,
+                hparams: Dict[str, Any]) -> Dict[str, Any]:
     """``fit()``'s lengths for a trial of ``bracket``: the full length, validating at each rung
-    (and at ``min_validation_period`` when it is in the same unit)."""
+    and at ``min_validation_period``, checkpointing at ``min_checkpoint_period``; both periods
+    as written, in their own unit (records converted to batches), as Determined passes them to
+    ``fit()``.
+
+    Raises:
+        errors.InvalidConfigException: a period in records has no ``global_batch_size``.
+    """
     unit = Batch if settings.time_metric == "batches" else Epoch
-    points = set(bracket.rung_units)
-    (period_unit, period), = config.raw["min_validation_period"].items()
-    if period_unit == settings.time_metric and period > 0:
-        points.update(range(period, settings.max_time + 1, period))
-    (ckpt_unit, ckpt_period), = config.raw["min_checkpoint_period"].items()
-    checkpoint = (unit(ckpt_period) if ckpt_unit == settings.time_metric and ckpt_period > 0
-                  else None)
+    periods = training_periods(config, hparams)
     return {
+        **periods,
         "max_length": unit(settings.max_time),
-        "validation_period": unit(sorted(points)),
-        "checkpoint_period": checkpoint,
-        "reporting_period": Batch(config.raw["scheduling_unit"]),
+        "validation_period": AnyOf(unit(list(bracket.rung_units)),
+                                   periods["validation_period"]),
     }
 
 
@@ -194,18 +191,48 @@ def _ask(study: optuna.Study, settings: SearchSettings, index: int, space: Dict[
     return trial
 
 
-def run_search(plan: Any, storage_url: Optional[str] = None) -> List[Any]:
-    """Runs (or continues) the plan's search; returns every trial's result."""
+@dataclasses.dataclass(frozen=True)
+class SearchOutcome:
+    """What one worker's run of a search ends with: every trial's result, and the signal that
+    interrupted the run (None: it ran until no trial was left to start)."""
+
+    trials: List[Any]
+    interrupted_by: Optional[str] = None
+
+
+def search_summary(plan: Any, storage_url: Optional[str] = None) -> List[Any]:
+    """Every trial of the plan's search as it stands, training nothing."""
+    from det_lightning._experiment import TrialResult
+
+    storage = open_storage(storage_url, plan.checkpoint_root)
+    studies = open_studies(storage, search_key(plan.config.raw), plan.search)
+    return summarize(studies, plan, plan.search, TrialResult)
+
+
+def run_search(plan: Any, storage_url: Optional[str] = None) -> SearchOutcome:
+    """Runs (or continues) the plan's search until no trial is left to start, or a signal
+    stops it (``_interrupt``)."""
     from det_lightning._experiment import TrialResult
 
     settings: SearchSettings = plan.search
-    config = plan.config
     storage = open_storage(storage_url, plan.checkpoint_root)
-    reference = storage_url or storage_ref(plan)
-    studies = open_studies(storage, search_key(config.raw), settings)
+    studies = open_studies(storage, search_key(plan.config.raw), settings)
+    os.environ[RESUME_ADVICE_ENV] = SEARCH_ADVICE  # a trial's advice after a signal, to rerun
+    with SearchInterrupt() as interrupt:
+        stopped = _work(plan, settings, studies, storage_url or storage_ref(plan), interrupt)
+    interrupted = frozenset() if stopped is None else frozenset({stopped})
+    return SearchOutcome(summarize(studies, plan, settings, TrialResult, interrupted),
+                         interrupt.received)
+
+
+def _work(plan: Any, settings: SearchSettings, studies: Sequence[optuna.Study], reference: str,
+          interrupt: SearchInterrupt) -> Optional[int]:
+    """Trains one trial after another until none is left to start, or a signal arrived;
+    returns the number of the trial a signal stopped, if one did."""
+    config = plan.config
     seed = config.experiment_seed()
     max_restarts = int(config.raw.get("max_restarts") or 0)
-    while True:
+    while interrupt.received is None:
         found = stale_trial(studies)
         resume = found is not None
         if found is None:
@@ -226,9 +253,13 @@ def run_search(plan: Any, storage_url: Optional[str] = None) -> List[Any]:
         where = (f"bracket {index}, rungs at {list(bracket.rung_units)} {settings.time_metric}"
                  if bracket.rung_units else settings.searcher)
         logger.info(f"trial {number} ({where}){' resumed' if resume else ''}: {hparams}")
-        _run_trial(plan, settings, bracket, study, trial, number, hparams, resume,
-                   max_restarts, reference)
-    return summarize(studies, plan, settings, TrialResult)
+        try:
+            _run_trial(plan, settings, bracket, study, trial, number, hparams, resume,
+                       max_restarts, reference)
+        except errors.TrialPreempted:  # it stays RUNNING: rerunning the search resumes it
+            interrupt.note("a signal")
+            return number
+    return None
 
 
 def _run_trial(plan: Any, settings: SearchSettings, bracket: Bracket, study: optuna.Study,
@@ -243,14 +274,15 @@ def _run_trial(plan: Any, settings: SearchSettings, bracket: Bracket, study: opt
 
     write_trial_hparams(plan, number, hparams)
     reporters: List[SearchReporter] = []
+    lengths = lengths_for(settings, bracket, plan.config, hparams) if bracket.rung_units else None
 
     def reporter(context: Any) -> Dict[str, Any]:
-        reporters.append(SearchReporter(study, trial, settings, bracket, context))
+        reporters.append(SearchReporter(study, trial, settings, bracket, context,
+                                        lengths["max_length"] if lengths else None))
         return {"_det_lightning_search": reporters[-1]}
 
     def attempt(again: bool) -> Any:
         if plan.trial_class is not None:
-            lengths = lengths_for(settings, bracket, plan.config) if bracket.rung_units else None
             return run_legacy_trial(
                 plan, number, hparams, lengths=lengths,
                 extra_callbacks=reporter, latest_checkpoint="latest" if again else None,
@@ -340,25 +372,37 @@ def _child_environment(plan: Any, settings: SearchSettings, bracket: Bracket, st
     }
 
 
-def summarize(studies: Sequence[optuna.Study], plan: Any, settings: SearchSettings,
-              result_type: Any) -> List[Any]:
-    """Every trial of the search as the experiment's summary table reads it."""
-    results = []
+def _status(frozen: optuna.trial.FrozenTrial, interrupted: AbstractSet[int]) -> str:
+    """A trial's state in the summary: RUNNING only while a live worker trains it."""
     states = optuna.trial.TrialState
+    if frozen.state == states.RUNNING:
+        attrs = frozen.user_attrs
+        dead = attrs.get("host") == socket.gethostname() and not _alive(int(attrs.get("pid", -1)))
+        return "INTERRUPTED" if dead or trial_number(frozen) in interrupted else "RUNNING"
+    return {states.COMPLETE: "COMPLETED", states.PRUNED: "STOPPED_EARLY",
+            states.FAIL: "ERROR"}.get(frozen.state, frozen.state.name)
+
+
+def summarize(studies: Sequence[optuna.Study], plan: Any, settings: SearchSettings,
+              result_type: Any, interrupted: AbstractSet[int] = frozenset()) -> List[Any]:
+    """Every trial of the search as the experiment's summary table reads it (``interrupted``:
+    trials this process stopped for a signal)."""
+    results = []
     for study in studies:
         for frozen in study.get_trials(deepcopy=False):
             attrs = frozen.user_attrs
-            if not counted(frozen) or frozen.state == states.WAITING:
+            if not counted(frozen) or frozen.state == optuna.trial.TrialState.WAITING:
                 continue
             values = list(frozen.intermediate_values.values())
             best = None
             if values:
                 best = min(values) if settings.smaller_is_better else max(values)
-            status = {states.COMPLETE: "COMPLETED", states.PRUNED: "COMPLETED",
-                      states.FAIL: "ERROR"}.get(frozen.state, frozen.state.name)
+            status = _status(frozen, interrupted)
             checkpoint = attrs.get("checkpoint")
             results.append(result_type(
                 trial_number(frozen), attrs.get("hparams", {}), status, best,
                 pathlib.Path(checkpoint) if checkpoint else None, batches=attrs.get("batches"),
+                rung=int(attrs["rung"]) if status == "STOPPED_EARLY" and "rung" in attrs
+                else None,
             ))
     return sorted(results, key=lambda r: r.number)

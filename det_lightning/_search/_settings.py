@@ -7,12 +7,21 @@ length), holding ``max_trials`` trials, or the grid's points.
 """
 
 import dataclasses
-from typing import Any, Dict, List, Optional, Tuple
+import hashlib
+import json
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from det_lightning import errors
 from det_lightning._search._asha import Bracket, make_brackets
 
 _TIME_UNITS = ("batches", "epochs")
+
+
+def search_key(raw: Dict[str, Any]) -> str:
+    """Names this search's studies and its TensorBoard root: the same config continues the same
+    search, on every worker and machine and in every rerun."""
+    relevant = {k: raw.get(k) for k in ("name", "hyperparameters", "searcher", "entrypoint")}
+    return hashlib.sha1(json.dumps(relevant, sort_keys=True, default=str).encode()).hexdigest()[:10]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,3 +104,37 @@ class SearchSettings:
                 max_concurrent_trials=int(searcher.get("max_concurrent_trials") or 16),
             ),
         )
+
+
+def length_mismatch(fit_length: Any, searcher_length: Any, rung_units: Sequence[int],
+                    time_metric: str) -> str:
+    """The warning for a search's trial whose ``fit(max_length=...)`` is not the searcher's
+    length (Determined logs one too), with what it means for ``adaptive_asha``'s rungs.
+
+    >>> from det_lightning.pytorch import Batch
+    >>> print(length_mismatch(Batch(1), Batch(8), (2, 4, 8), "batches"))  # doctest: +ELLIPSIS
+    fit(max_length=Batch(value=1)) is not the searcher's length, Batch(value=8): the trial trains \
+for Batch(value=1). It ends before the first rung (2 batches): adaptive_asha ranks none ...
+    """
+    head = (f"fit(max_length={fit_length!r}) is not the searcher's length, {searcher_length!r}: "
+            f"the trial trains for {fit_length!r}. ")
+    fix = (" Call fit(max_length=None) to train for the searcher's length, or give the searcher "
+           "the script's length.")
+    if not rung_units:
+        return head + "This may result in unexpected hyperparameter search behavior." + fix
+    rungs = f"{list(rung_units)} {time_metric}"
+    unit = "batches" if type(fit_length).__name__ == "Batch" else "epochs"
+    if unit != time_metric:
+        return (head + f"adaptive_asha's rungs are at {rungs}, counted in {time_metric}: "
+                "where this trial ends among them depends on the epoch length, and a rung it "
+                "does not reach ranks nothing." + fix)
+    reached = [r for r in rung_units if r <= fit_length.value]
+    if not reached:
+        return (head + f"It ends before the first rung ({rung_units[0]} {time_metric}): "
+                "adaptive_asha ranks none of the search's trials and stops none early." + fix)
+    if len(reached) < len(rung_units):
+        missed = list(rung_units[len(reached):])
+        return (head + f"It reaches only the rungs at {reached} {time_metric} of {rungs}: those "
+                f"at {missed} rank nothing, and no trial trains the search's full length." + fix)
+    return (head + f"It trains past adaptive_asha's last rung ({rung_units[-1]} {time_metric}), "
+            "which the search takes as a trial's full length." + fix)

@@ -246,6 +246,8 @@ class Trainer:
         """
         if max_length is None:  # on a cluster (a search's trial) the searcher sets the length
             max_length = _searcher_length()
+        elif self._context.distributed.rank == 0:
+            _warn_if_not_searcher_length(max_length)
         if checkpoint_policy not in CHECKPOINT_POLICIES:
             raise ValueError(
                 f"fit(checkpoint_policy={checkpoint_policy!r}): expected one of "
@@ -271,10 +273,29 @@ class Trainer:
         if os.environ.get(SEARCH_ENV):  # a trial of an adaptive_asha search reports to it
             from det_lightning._search._child import attach_reporter
 
-            attach_reporter(self._trial, self._context)
+            attach_reporter(self._trial, self._context, args.max_length)
         self.result, self._lightning_trainer = run_fit(
             self._trial, self._context, args, self._options
         )
+
+
+def _warn_if_not_searcher_length(max_length: Any) -> None:
+    """A search's trial whose script trains for its own length: warned, as Determined does
+    when ``searcher.time_metric`` is set, and always under ``adaptive_asha`` (its rungs)."""
+    expected = _searcher_length()
+    spec = os.environ.get(SEARCH_ENV)
+    if expected is None or expected == max_length or not spec:
+        return
+    import json
+
+    from det_lightning._search._settings import length_mismatch
+
+    search = json.loads(spec)
+    rungs = search["bracket"]["rung_units"]
+    info = get_cluster_info()
+    searcher = (info.trial.config.get("searcher") or {}) if info is not None else {}
+    if rungs or searcher.get("time_metric"):
+        logger.warning(length_mismatch(max_length, expected, rungs, search["time_metric"]))
 
 
 def _searcher_length() -> Optional[TrainUnit]:

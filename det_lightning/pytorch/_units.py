@@ -98,6 +98,26 @@ class Batch(TrainUnit):
         return Batch(max(records // global_batch_size, 1))
 
 
+class AnyOf(TrainUnit):
+    """Several periods, reached when any of them is: not Determined's API, but what
+    ``det-lightning experiment`` gives an ``adaptive_asha`` trial, which validates at its rungs
+    (in the searcher's unit) and at ``min_validation_period`` (in its own), as Determined does.
+
+    >>> period = AnyOf(Batch([6, 12]), Epoch(1))
+    >>> [n for n in range(1, 17) if unit_reached(period, n, epoch_len=8)]
+    [6, 8, 12, 16]
+    """
+
+    def __init__(self, *periods: TrainUnit) -> None:
+        if not periods or not all(isinstance(p, (Batch, Epoch)) for p in periods):
+            raise TypeError(f"AnyOf{periods!r}: expected Batch(...) and Epoch(...) periods.")
+        super().__init__(tuple(periods))
+        self.periods: Tuple[TrainUnit, ...] = tuple(periods)
+
+    def should_stop(self, step_num: int) -> bool:
+        raise TypeError("AnyOf mixes units: ask unit_reached(period, batches, epoch_len).")
+
+
 class Boundary(enum.Enum):
     """What a reached period asks for, in the order Determined handles them."""
 
@@ -113,6 +133,8 @@ def unit_reached(unit: TrainUnit, batches_trained: int, epoch_len: int) -> bool:
     >>> unit_reached(Epoch(1), 10, 10), unit_reached(Epoch(1), 9, 10), unit_reached(Batch(3), 9, 10)
     (True, False, True)
     """
+    if isinstance(unit, AnyOf):
+        return any(unit_reached(period, batches_trained, epoch_len) for period in unit.periods)
     if isinstance(unit, Batch):
         return unit.should_stop(batches_trained)
     if isinstance(unit, Epoch):
@@ -303,7 +325,7 @@ def check_period(name: str, period: Any) -> Optional[TrainUnit]:
     """``fit()``'s check of a period argument (None means never)."""
     if period is None:
         return None
-    if not isinstance(period, (Batch, Epoch)):
+    if not isinstance(period, (Batch, Epoch, AnyOf)):
         raise TypeError(
             f"fit({name}={period!r}) is not a valid period. Expected det.pytorch.Batch(...) or "
             f"det.pytorch.Epoch(...), e.g. {name}=Batch(100)."

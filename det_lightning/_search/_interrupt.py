@@ -1,0 +1,59 @@
+"""SIGTERM/SIGINT to a search: the trial stops with a checkpoint, the search starts no other,
+prints its summary as it stands and exits with status 75 (``errors.TrialPreempted``); rerunning
+the same command continues it.
+
+::
+
+    search process (or the --workers parent)   with SearchInterrupt():   1st signal: recorded
+        a model_def trial trains in this process: fit() handles the signal itself (checkpoint,
+            TrialPreempted), and this handler is back once fit() returns
+        a command trial, or a worker, is a child in the same process group: a signal sent to
+            the group (Ctrl+C, SLURM, kill -- -PGID) reaches it, and this process waits for it
+    2nd signal: the signal's default action, at once
+"""
+
+import logging
+import os
+import signal
+import threading
+from types import FrameType
+from typing import Any, Dict, Optional
+
+logger = logging.getLogger("det_lightning")
+
+HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+RESUME_ADVICE_ENV = "DET_LIGHTNING_RESUME_ADVICE"  # how a trial of `experiment` continues
+SEARCH_ADVICE = ("To continue, rerun the same det-lightning experiment command: the search "
+                 "resumes this trial from its latest checkpoint.")
+
+
+class SearchInterrupt:
+    """Records the first SIGTERM/SIGINT while a search runs (``received``: its name)."""
+
+    def __init__(self) -> None:
+        self.received: Optional[str] = None
+        self._previous: Dict[int, Any] = {}
+
+    def __enter__(self) -> "SearchInterrupt":
+        if threading.current_thread() is threading.main_thread():  # else: no handlers at all
+            self._previous = {s: signal.signal(s, self._handle) for s in HANDLED_SIGNALS}
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        while self._previous:
+            signum, handler = self._previous.popitem()
+            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+
+    def _handle(self, signum: int, frame: Optional[FrameType]) -> None:
+        name = signal.Signals(signum).name
+        if self.received is None:
+            self.received = name
+            logger.warning(f"Received {name}: the search starts no other trial; a trial "
+                           f"training stops with a checkpoint. Send {name} again to exit at once.")
+            return
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    def note(self, name: str) -> None:
+        """A trial stopped for a signal this handler did not see (fit() had its own)."""
+        self.received = self.received or name
