@@ -7,25 +7,23 @@ lines written to the same terminal meanwhile start wherever the bar's line ended
 
     per batch            moves the count; shows the metrics it showed last, unless something
                          was logged since (our reports log once per reporting period)
-    while training       console log handlers (the root logger's, Lightning's, ours) write
+    while training       console log handlers (the root logger's, Lightning's, any) write
                          through tqdm.write: the bar is cleared, the line printed, the bar
-                         drawn again below it
+                         drawn again below it (console.above_the_bar; no handler is added,
+                         so each line still prints once)
     validation           Lightning's validation bar, below the training bar
 
 A progress bar the user passes in ``callbacks`` is used as given.
 """
 
 import contextlib
-import logging
 from typing import Any, Dict, List, Optional
 
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import ProgressBar, TQDMProgressBar
-from tqdm.contrib.logging import logging_redirect_tqdm
 from typing_extensions import override
 
-# The loggers whose console handlers a trial's output goes through.
-CONSOLE_LOGGERS = ("", "det_lightning", "lightning.pytorch", "lightning.fabric", "lightning")
+from det_lightning.adapters.console import above_the_bar
 
 
 class TrialProgressBar(TQDMProgressBar):
@@ -68,8 +66,7 @@ class TrialProgressBar(TQDMProgressBar):
         if self._redirect is not None or not self.is_enabled:
             return
         stack = contextlib.ExitStack()
-        loggers: List[logging.Logger] = [logging.getLogger(name) for name in CONSOLE_LOGGERS]
-        stack.enter_context(logging_redirect_tqdm(loggers=loggers))
+        stack.enter_context(above_the_bar())
         self._redirect = stack
 
     def _stop_redirect(self) -> None:
