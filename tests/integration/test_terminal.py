@@ -124,7 +124,14 @@ EXPECTED_ONCE = (
     "report_training_metrics(steps_completed=3,", "report_training_metrics(steps_completed=12,",
     "report_validation_metrics(steps_completed=6,", "report_validation_metrics(steps_completed=12,",
     "a line from the script at batch 5",
+    "fit() done: 12 batches, ", "validation_loss: last ", "resume from: ",  # the closing summary
 )
+
+
+def resume_path(lines: List[str]) -> pathlib.Path:
+    """The checkpoint the closing summary says to resume from."""
+    summary = [line for line in lines if "resume from: " in line]
+    return pathlib.Path(summary[-1].split("resume from: ", 1)[1])
 
 
 @pytest.mark.slow
@@ -140,6 +147,7 @@ def test_every_line_once(where: str, tmp_path: pathlib.Path) -> None:
         found = [line for line in lines if message in line]
         assert len(found) == 1 and PREFIX.match(found[0]), (message, "\n".join(lines))
     assert "np.float" not in shown
+    assert (resume_path(lines) / "state_dict.pth").is_file(), "\n".join(lines)
 
 
 @pytest.mark.slow
@@ -168,4 +176,5 @@ def test_every_line_once_with_two_processes(tmp_path: pathlib.Path) -> None:
     for message in ("GLOBAL_RANK: 0, MEMBER: 1/2", "GLOBAL_RANK: 1, MEMBER: 2/2",
                     "Starting with 2 processes", *EXPECTED_ONCE):
         found = [line for line in lines if message in line]
-        assert len(found) == 1, (message, "\n".join(lines))
+        assert len(found) == 1, (message, "\n".join(lines))  # the summary: the chief's only
+    assert (resume_path(lines) / "state_dict.pth").is_file(), "\n".join(lines)
