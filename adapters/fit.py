@@ -49,7 +49,7 @@ from det_lightning.pytorch._result import FitArgs, FitResult, TrainerOptions
 from det_lightning.pytorch._trial import is_overridden
 from det_lightning.pytorch._units import Schedule
 
-logger = logging.getLogger("det_lightning.core")
+logger = logging.getLogger("det_lightning.pytorch")
 
 
 def check_trial(trial: Any, context: Any) -> None:
