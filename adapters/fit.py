@@ -262,6 +262,7 @@ def _lightning_trainer(
         test_mode=args.test_mode,
         epoch_len=epoch_len,
         user_kwargs=dict(options.lightning_kwargs),
+        bar_metrics=(options.searcher_metric,),
     )
     kwargs = apply_precision(context, kwargs)
     with _quiet_lightning_setup():

@@ -142,6 +142,9 @@ def test_every_line_once(where: str, tmp_path: pathlib.Path) -> None:
     assert code == 0, shown[-4000:]
     lines = log_lines(shown)
     assert ("Epoch 0" in shown) == (where == "terminal"), shown[-3000:]
+    # The bar: the loss, and the searcher metric once reported; numbers short.
+    assert (re.search(r"loss=[0-9.]+, validation_loss=[0-9.]+\]", shown) is not None) == (
+        where == "terminal"), shown[-3000:]
     assert not repeated(lines), "\n".join(lines)
     for message in EXPECTED_ONCE:
         found = [line for line in lines if message in line]
