@@ -8,6 +8,11 @@ from det_lightning.adapters.releases import installed_lightning, refuse_withdraw
 
 refuse_withdrawn(installed_lightning())  # before anything below imports lightning
 
+from det_lightning.adapters.console import dedupe_lightning_console  # noqa: E402
 from det_lightning.adapters.lightning_module import LightningTrial  # noqa: E402
+
+# Importing Lightning gave it console handlers; with the user's own (logging.basicConfig) every
+# Lightning line would print twice.
+dedupe_lightning_console()
 
 __all__ = ["LightningTrial"]

@@ -14,6 +14,7 @@ import contextlib
 import dataclasses
 import logging
 import pathlib
+import time
 import warnings
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
@@ -30,6 +31,7 @@ from det_lightning.adapters.data import build_training_view, build_validation_lo
 from det_lightning.adapters.module import TrialModule
 from det_lightning.adapters.precision import apply_precision
 from det_lightning.adapters.profiler import profiling_callbacks
+from det_lightning.adapters.reporting import closing_summary
 from det_lightning.adapters.resume import (
     ResumePlan,
     apply_state,
@@ -47,7 +49,7 @@ from det_lightning.pytorch._result import FitArgs, FitResult, TrainerOptions
 from det_lightning.pytorch._trial import is_overridden
 from det_lightning.pytorch._units import Schedule
 
-logger = logging.getLogger("det_lightning.core")
+logger = logging.getLogger("det_lightning.pytorch")
 
 
 def check_trial(trial: Any, context: Any) -> None:
@@ -106,6 +108,7 @@ def run_fit(
 ) -> Tuple[FitResult, pl.Trainer]:
     """Trains ``trial`` per ``fit()``'s ``args`` with the Trainer's ``options``; returns what
     it did, and the ``lightning.Trainer`` that ran it."""
+    started = time.monotonic()
     check_trial(trial, context)
     callbacks = build_callbacks(trial)
     root = pathlib.Path(options.checkpoint_dir)
@@ -126,7 +129,14 @@ def run_fit(
             callback.on_trial_startup(plan.first_batch, args.latest_checkpoint)
         with _shutdown_after(callbacks):
             result, trainer = _train(trial, context, args, options, signals, callbacks, plan, root)
+    result = dataclasses.replace(result, seconds=time.monotonic() - started)
     newest = result.latest_checkpoint
+    if context.distributed.rank == 0:
+        resume_from = root / newest if newest else plan.path
+        for line in closing_summary(
+            result, options.searcher_metric, options.smaller_is_better, resume_from
+        ):
+            logger.info(line)
     signals.raise_if_received(root / newest if newest else ckpt.latest_checkpoint(root), root)
     return result, trainer
 
@@ -195,6 +205,7 @@ def _train(
             best_checkpoint=manager.best_uuid,
             latest_checkpoint=written[-1] if written else None,
             stopped_early=schedule_cb.stopped_early,
+            epochs_trained=module.progress.epochs_trained,
         ), trainer
     finally:
         view.shutdown()
@@ -251,6 +262,7 @@ def _lightning_trainer(
         test_mode=args.test_mode,
         epoch_len=epoch_len,
         user_kwargs=dict(options.lightning_kwargs),
+        bar_metrics=(options.searcher_metric,),
     )
     kwargs = apply_precision(context, kwargs)
     with _quiet_lightning_setup():

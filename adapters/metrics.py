@@ -4,8 +4,9 @@ Per batch we only keep what ``train_batch`` returned (detached); conversion to n
 once per reporting period, so a GPU run syncs once per period rather than once per batch.
 Numbers follow Determined: a training metric's period value is ``np.mean`` of the per-batch
 float32 values; validation metrics go through the trial's reducers, which reduce every element
-of a per-batch value to one number, as Determined's do. Reports are logged with the values as
-they are (Determined's log lines); only numerical scalars go to Lightning's loggers.
+of a per-batch value to one number, as Determined's do. Reports are logged in Determined's words
+(``report_training_metrics(steps_completed=..., metrics={...})``) with the numbers short
+(``format_metrics``); only numerical scalars go to Lightning's loggers.
 """
 
 import json
@@ -270,20 +271,41 @@ def jsonable(metrics: Dict[str, Any]) -> Dict[str, Any]:
     return out
 
 
+def format_metrics(metrics: Dict[str, Any]) -> str:
+    """``metrics`` as a log line shows them: a dict of plain numbers, floats to 4 significant
+    digits (numpy scalars and tensors as the numbers they hold); one that could not be
+    reported raises.
+
+    >>> format_metrics({"validation_loss": np.float64(0.26050577498972416), "batches": 32,
+    ...                 "per_class": [np.float32(0.5), 1e-7], "note": None})
+    "{'validation_loss': 0.2605, 'batches': 32, 'per_class': [0.5, 1e-07], 'note': None}"
+    """
+    return _short(jsonable(metrics))
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k!r}: {_short(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_short(v) for v in value) + "]"
+    return repr(value)
+
+
 def log_training(steps_completed: int, metrics: Dict[str, Any]) -> None:
-    """Reports the period's training metrics as Determined logs them: the values themselves
-    (numpy values and 0-d arrays as they are); one that could not be reported raises."""
-    jsonable(metrics)
+    """Reports the period's training metrics in Determined's words, the numbers short."""
     logger.info(
-        f"report_training_metrics(steps_completed={steps_completed}, metrics={metrics})"
+        f"report_training_metrics(steps_completed={steps_completed}, "
+        f"metrics={format_metrics(metrics)})"
     )
 
 
 def log_validation(steps_completed: int, metrics: Dict[str, Any]) -> None:
-    """Reports validation metrics as Determined logs them (see ``log_training``)."""
-    jsonable(metrics)
+    """Reports validation metrics in Determined's words (see ``log_training``)."""
     logger.info(
-        f"report_validation_metrics(steps_completed={steps_completed}, metrics={metrics})"
+        f"report_validation_metrics(steps_completed={steps_completed}, "
+        f"metrics={format_metrics(metrics)})"
     )
 
 

@@ -7,32 +7,36 @@ lines written to the same terminal meanwhile start wherever the bar's line ended
 
     per batch            moves the count; shows the metrics it showed last, unless something
                          was logged since (our reports log once per reporting period)
-    while training       console log handlers (the root logger's, Lightning's, ours) write
+    while training       console log handlers (the root logger's, Lightning's, any) write
                          through tqdm.write: the bar is cleared, the line printed, the bar
-                         drawn again below it
+                         drawn again below it (console.above_the_bar; no handler is added,
+                         so each line still prints once)
     validation           Lightning's validation bar, below the training bar
 
 A progress bar the user passes in ``callbacks`` is used as given.
 """
 
 import contextlib
-import logging
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import ProgressBar, TQDMProgressBar
-from tqdm.contrib.logging import logging_redirect_tqdm
 from typing_extensions import override
 
-# The loggers whose console handlers a trial's output goes through.
-CONSOLE_LOGGERS = ("", "det_lightning", "lightning.pytorch", "lightning.fabric", "lightning")
+from det_lightning.adapters.console import above_the_bar
 
 
 class TrialProgressBar(TQDMProgressBar):
-    """Lightning's TQDM bar, with metrics refreshed when logged and log lines above it."""
+    """Lightning's TQDM bar, with metrics refreshed when logged and log lines above it.
 
-    def __init__(self, refresh_rate: int = 1) -> None:
+    Args:
+        refresh_rate: redraw every this many batches.
+        validation_metrics: validation metrics to show once reported (the searcher metric).
+    """
+
+    def __init__(self, refresh_rate: int = 1, validation_metrics: Tuple[str, ...] = ()) -> None:
         super().__init__(refresh_rate=refresh_rate)
+        self.validation_metrics = validation_metrics
         self._shown: Dict[str, Any] = {}
         self._shown_after: Optional[int] = None
         self._redirect: Optional[contextlib.ExitStack] = None
@@ -42,6 +46,10 @@ class TrialProgressBar(TQDMProgressBar):
         logged = getattr(pl_module, "log_calls", None)
         if logged is None or logged != self._shown_after:
             self._shown = super().get_metrics(trainer, pl_module)
+            reported = trainer.callback_metrics
+            for name in self.validation_metrics:
+                if name in reported and name not in self._shown:
+                    self._shown[name] = float(reported[name])  # once per log, not per batch
             self._shown_after = logged
         return self._shown
 
@@ -68,8 +76,7 @@ class TrialProgressBar(TQDMProgressBar):
         if self._redirect is not None or not self.is_enabled:
             return
         stack = contextlib.ExitStack()
-        loggers: List[logging.Logger] = [logging.getLogger(name) for name in CONSOLE_LOGGERS]
-        stack.enter_context(logging_redirect_tqdm(loggers=loggers))
+        stack.enter_context(above_the_bar())
         self._redirect = stack
 
     def _stop_redirect(self) -> None:
@@ -78,8 +85,10 @@ class TrialProgressBar(TQDMProgressBar):
             stack.close()
 
 
-def with_progress_bar(callbacks: List[Any], enabled: bool) -> List[Any]:
+def with_progress_bar(
+    callbacks: List[Any], enabled: bool, validation_metrics: Tuple[str, ...] = ()
+) -> List[Any]:
     """``callbacks`` plus a ``TrialProgressBar`` when the bar is on and none is given."""
     if not enabled or any(isinstance(c, ProgressBar) for c in callbacks):
         return callbacks
-    return [*callbacks, TrialProgressBar()]
+    return [*callbacks, TrialProgressBar(validation_metrics=validation_metrics)]

@@ -12,13 +12,19 @@
                                     evaluate_full_dataset's dict, broadcast from the chief), plus
                                     the reducers
       log_validation(trainer, ...)  Determined/val_<name> to the loggers (rank 0)
+
+    fit() ends
+      closing_summary(result, ...)  a few lines for the chief's log: what was trained, the
+                                    searcher metric, the checkpoint to resume from
 """
 
-from typing import Any, Dict, List, Set
+import pathlib
+from typing import Any, Dict, List, Optional, Set
 
 import lightning.pytorch as pl
 
 from det_lightning.adapters import metrics as metric_utils
+from det_lightning.pytorch._result import FitResult
 
 # Determined's counters: added to reported dicts, kept by Lightning itself, never self.log'ged.
 COUNTERS = ("batches", "epochs")
@@ -108,3 +114,37 @@ def _log_per_batch(
     rest = {k: v for k, v in averages.items() if k not in seen and k not in COUNTERS}
     for lg in trainer.loggers:
         lg.log_metrics(metric_utils.scalars(rest, "Determined/"), step=first_idx + len(batch_metrics))
+
+
+def closing_summary(
+    result: FitResult, metric: str, smaller_is_better: bool, resume_from: Optional[pathlib.Path]
+) -> List[str]:
+    """The lines that close a ``fit()``: what was trained, ``metric`` (the searcher metric), and
+    the checkpoint to resume from.
+
+    >>> done = FitResult(64, ({"validation_loss": 0.31}, {"validation_loss": 0.26050577}),
+    ...                  pathlib.Path("ck"), epochs_trained=1, seconds=7.84)
+    >>> print("\\n".join(closing_summary(done, "validation_loss", True, pathlib.Path("ck/a1"))))
+    fit() done: 64 batches, 1 epoch, in 7.8 s
+    validation_loss: last 0.2605, best 0.2605 (smaller is better)
+    resume from: ck/a1
+    >>> early = FitResult(1, (), pathlib.Path("ck"), stopped_early=True, seconds=0.5)
+    >>> print("\\n".join(closing_summary(early, "accuracy", False, None)))
+    fit() stopped early: 1 batch, 0 epochs, in 0.5 s
+    accuracy: not reported (larger is better)
+    resume from: no checkpoint
+    """
+    ended = "stopped early" if result.stopped_early else "done"
+    last, best = result.last_metric(metric), result.best_metric(metric, smaller_is_better)
+    direction = "smaller" if smaller_is_better else "larger"
+    values = "not reported" if last is None else f"last {last:.4g}, best {best:.4g}"
+    return [
+        f"fit() {ended}: {_count(result.batches_trained, 'batch', 'batches')}, "
+        f"{_count(result.epochs_trained, 'epoch', 'epochs')}, in {result.seconds:.1f} s",
+        f"{metric}: {values} ({direction} is better)",
+        f"resume from: {resume_from if resume_from is not None else 'no checkpoint'}",
+    ]
+
+
+def _count(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"

@@ -31,7 +31,7 @@ from det_lightning.pytorch._state_dicts import (
     restore_rng_state,
 )
 
-logger = logging.getLogger("det_lightning.core")
+logger = logging.getLogger("det_lightning.pytorch")
 
 
 class Stateful(Protocol):

@@ -2,7 +2,7 @@
 
 import os
 import sys
-from typing import Any, Dict, List, Mapping, Optional, TextIO
+from typing import Any, Dict, List, Mapping, Optional, TextIO, Tuple
 
 from det_lightning.adapters.progress import with_progress_bar
 
@@ -17,8 +17,11 @@ def lightning_trainer_kwargs(
     test_mode: bool,
     epoch_len: int = 1 << 30,
     user_kwargs: Optional[Dict[str, Any]] = None,
+    bar_metrics: Tuple[str, ...] = (),
 ) -> Dict[str, Any]:
     """Keyword arguments for the ``lightning.Trainer`` that runs a trial.
+
+    ``bar_metrics``: validation metrics the progress bar shows once reported.
 
     The loop limits are infinite: the schedule stops training itself (Determined counts batches
     across epochs, with periods Lightning cannot express), and it decides when to validate.
@@ -55,7 +58,9 @@ def lightning_trainer_kwargs(
         kwargs["limit_val_batches"] = 1
     kwargs.update({k: v for k, v in launch.items() if v is not None})
     kwargs.update(user_kwargs or {})
-    kwargs["callbacks"] = with_progress_bar(list(kwargs["callbacks"]), kwargs["enable_progress_bar"])
+    kwargs["callbacks"] = with_progress_bar(
+        list(kwargs["callbacks"]), kwargs["enable_progress_bar"], bar_metrics
+    )
     return kwargs
 
 

@@ -5,7 +5,7 @@ digging in the engine's objects."""
 
 import dataclasses
 import pathlib
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from det_lightning.pytorch._launch import LaunchOptions
 from det_lightning.pytorch._units import TrainUnit
@@ -86,6 +86,8 @@ class FitResult:
         best_checkpoint: the UUID of the checkpoint with the best searcher metric, if any.
         latest_checkpoint: the UUID of this run's newest checkpoint, if any.
         stopped_early: training ended before ``max_length`` (a stop request or a callback).
+        epochs_trained: epochs completed in total, counting those before a resume.
+        seconds: the wall time of the ``fit()`` call.
     """
 
     batches_trained: int
@@ -94,6 +96,17 @@ class FitResult:
     best_checkpoint: Optional[str] = None
     latest_checkpoint: Optional[str] = None
     stopped_early: bool = False
+    epochs_trained: int = 0
+    seconds: float = 0.0
+
+    def last_metric(self, metric: str) -> Optional[float]:
+        """The value ``metric`` took in this run's newest validation that reported it, or None.
+
+        >>> FitResult(3, ({"loss": 2.0}, {"loss": 1.0}, {}), pathlib.Path("c")).last_metric("loss")
+        1.0
+        """
+        values = self._values(metric)
+        return values[-1] if values else None
 
     def best_metric(self, metric: str, smaller_is_better: bool) -> Optional[float]:
         """The best value ``metric`` took in this run's validations, or None.
@@ -102,10 +115,13 @@ class FitResult:
         >>> r.best_metric("loss", True), r.best_metric("loss", False), r.best_metric("x", True)
         (1.0, 2.0, None)
         """
-        values = [float(v[metric]) for v in self.validations if metric in v]
+        values = self._values(metric)
         if not values:
             return None
         return min(values) if smaller_is_better else max(values)
+
+    def _values(self, metric: str) -> List[float]:
+        return [float(v[metric]) for v in self.validations if metric in v]
 
     def reported_checkpoint(self) -> Optional[pathlib.Path]:
         """The checkpoint to report for this run: the best one, else the newest one."""

@@ -224,7 +224,7 @@ def test_fit_latest_on_a_first_run_starts_fresh_and_says_so(
     checkpoint_dir: pathlib.Path, straight: Dict[str, torch.Tensor],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    with caplog.at_level(logging.INFO, logger="det_lightning.core"):
+    with caplog.at_level(logging.INFO, logger="det_lightning.pytorch"):
         first = fit(MLPTrial, checkpoint_dir, latest_checkpoint="latest")
     assert len(first.seen) == BATCHES
     assert "no complete checkpoint under" in caplog.text and "starting from the beginning" in (

@@ -84,7 +84,7 @@ def test_missing_optimizer_state_is_a_mismatch_and_missing_rng_a_warning(
     context = _context(torch.amp.GradScaler("cpu"))
     state = stateful.save(stateful.trial_slots(context, {}))
     without_rng = {k: v for k, v in state.items() if k not in (ckpt.RNG_STATE, ckpt.SCALER)}
-    with caplog.at_level(logging.WARNING, logger="det_lightning.core"):
+    with caplog.at_level(logging.WARNING, logger="det_lightning.pytorch"):
         stateful.restore(stateful.trial_slots(context, {}), without_rng)
     assert "no random state" in caplog.text and "no scaler state" in caplog.text
     caplog.clear()
