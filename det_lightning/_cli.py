@@ -176,6 +176,7 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
             config, args.model_dir, _launch_options(args), args.checkpoint_dir
         )
         plan.storage = args.storage
+        plan.heartbeat_timeout = args.heartbeat_timeout
         # One dashboard: this command's, not its workers' nor its torchrun processes'.
         wanted = (args.dashboard and os.environ.get(WORKER_ENV) is None
                   and not _already_launched(os.environ))
@@ -200,6 +201,16 @@ def _run_plan(plan: Any, args: argparse.Namespace) -> int:
 
 
 WORKER_ENV = _experiment.SEARCH_WORKER_ENV
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds > 0")
+    return value
 
 
 def _search_workers(plan: Any, asked: Optional[int]) -> int:
@@ -290,6 +301,12 @@ def build_parser() -> argparse.ArgumentParser:
                             "of the search "
                             "shares (a database URL, or a journal file path; default: "
                             "<checkpoint dir>/search.journal). Rerun to continue a search.")
+    experiment.add_argument("--heartbeat-timeout", type=_positive_seconds, default=120.0,
+                            metavar="SECONDS",
+                            help="grid, random, adaptive_asha: a trial whose worker has not "
+                            "renewed its lease for this long (its machine died) is taken over "
+                            "by another worker and resumed from its latest checkpoint "
+                            "(default: 120)")
     experiment.add_argument("--workers", type=int, default=None,
                             help="a search: how many trials run at once on this machine, "
                             "each in a worker process (default: one per slots_per_trial GPUs, "

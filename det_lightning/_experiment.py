@@ -27,6 +27,7 @@ import pathlib
 import shlex
 import subprocess
 import sys
+import threading
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
 from det_lightning import errors, pytorch
@@ -164,12 +165,15 @@ def launch_flags(options: Dict[str, Any]) -> List[str]:
 
 
 def run_command_trial(plan: Plan, number: int, hparams: Dict[str, Any],
-                      extra_env: Optional[Dict[str, str]] = None) -> TrialResult:
+                      extra_env: Optional[Dict[str, str]] = None,
+                      lost: Optional[threading.Event] = None) -> TrialResult:
     """A command entrypoint: ``det-lightning run`` in a child process, in the model directory
-    (``extra_env``: what a search tells the trial, see ``_search``).
+    (``extra_env``: what a search tells the trial, see ``_search``; ``lost``: set when another
+    worker took the trial over, which ends the child at once).
 
     Raises:
         errors.TrialPreempted: the script stopped for a signal after checkpointing.
+        LeaseLost: ``lost`` was set while the child ran.
     """
     assert plan.command is not None
     directory = plan.checkpoint_root / f"trial-{number}"
@@ -179,13 +183,34 @@ def run_command_trial(plan: Plan, number: int, hparams: Dict[str, Any],
     env[TENSORBOARD_DIR_ENV] = str(plan.tensorboard_root / f"trial-{number}")
     env.update(extra_env or {})
     logger.info(f"trial {number}: det-lightning {shlex.join(argv[3:])} in {plan.model_dir}")
-    code = subprocess.call(argv, cwd=plan.model_dir, env=env)
+    child = subprocess.Popen(argv, cwd=plan.model_dir, env=env)
+    code = _wait_unless_lost(child, lost)
+    if code is None:
+        from det_lightning._search._lease import LeaseLost
+
+        raise LeaseLost(f"trial {number} was taken over by another worker")
     if code == errors.TrialPreempted.EXIT_CODE:
         raise errors.TrialPreempted(f"trial {number} was stopped by a signal.")
     status = "COMPLETED" if code == 0 else "ERROR"
     if code != 0:
         logger.error(f"trial {number}: the command exited with status {code}")
     return TrialResult(number, hparams, status, None, ckpt.latest_checkpoint(directory))
+
+
+def _wait_unless_lost(child: "subprocess.Popen[bytes]",
+                      lost: Optional[threading.Event]) -> Optional[int]:
+    """The child's exit status; None, with the child killed, once ``lost`` is set."""
+    while True:
+        try:
+            return child.wait(timeout=0.5)
+        except subprocess.TimeoutExpired:
+            if lost is not None and lost.is_set():
+                child.kill()
+                child.wait()
+                return None
+        except BaseException:  # Ctrl+C reached the child too; wait for it to checkpoint
+            child.wait()
+            raise
 
 
 # ----- the whole experiment ------------------------------------------------------------------

@@ -59,6 +59,7 @@ class Plan:
     launch: Dict[str, Any]
     search: Any = None  # grid, random, adaptive_asha: the searcher's settings (SearchSettings)
     storage: Optional[str] = None  # a search's Optuna storage (None: a journal file)
+    heartbeat_timeout: float = 120.0  # seconds a trial's lease lasts without renewal (_lease)
 
 
 # ----- planning ------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from typing import Any, Dict, List, Sequence
 import optuna
 
 from det_lightning._config import grid_choices
+from det_lightning._search._lease import origin, trial_number
 
 GRID_POINT = "grid_point"
 
@@ -46,11 +47,13 @@ def has_waiting_point(study: optuna.Study) -> bool:
     return bool(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)))
 
 
-def owns_point(trials: Sequence[optuna.trial.FrozenTrial], trial: optuna.Trial) -> bool:
+def owns_point(trials: Sequence[optuna.trial.FrozenTrial], trial: optuna.trial.FrozenTrial
+               ) -> bool:
     """Whether ``trial`` (from ``study.ask()``) runs its grid point: it has one (ask() made a
-    fresh trial when another worker took the last point first) and no lower-numbered trial
-    has the same point."""
+    fresh trial when another worker took the last point first) and no trial asked for before
+    it has the same point (its own earlier runs, when it was taken over, aside)."""
     point = trial.user_attrs.get(GRID_POINT)
     if point is None:
         return False
-    return all(t.number >= trial.number for t in trials if t.user_attrs.get(GRID_POINT) == point)
+    return all(origin(t) >= origin(trial) or trial_number(t) == trial_number(trial)
+               for t in trials if t.user_attrs.get(GRID_POINT) == point)

@@ -44,6 +44,7 @@ LEASE = "lease"  # {"host", "pid", "token", "renewed"}: who trains the trial, re
 SUPERSEDED = "superseded"  # set on a trial another worker took over (then FAIL)
 CONTINUES = "continues"  # on a continuation: the Optuna trial id it takes over
 TRIAL_NUMBER = "trial_number"  # the experiment's trial number, kept by its continuations
+ORIGIN = "origin"  # on a continuation: the study's number of the trial first asked for
 HOST_ID_ENV = "DET_LIGHTNING_HOST_ID"  # names this machine (default: its host name)
 DEFAULT_TIMEOUT_S = 120.0
 # Attributes of the worker, not of the trial: a continuation starts without them.
@@ -111,8 +112,8 @@ def expired(attrs: Dict[str, Any], started: Optional[datetime.datetime], now: fl
     return now - float(lease.get("renewed", 0.0)) > timeout
 
 
-def take_over(study: optuna.Study, frozen: optuna.trial.FrozenTrial,
-              trial_number: int) -> Optional[optuna.Trial]:
+def take_over(study: optuna.Study, frozen: optuna.trial.FrozenTrial
+              ) -> Optional[optuna.Trial]:
     """Takes the expired trial ``frozen`` over: its continuation, RUNNING for this worker, or
     None when another worker won it (or its own worker finished it meanwhile)."""
     storage = study._storage
@@ -122,7 +123,8 @@ def take_over(study: optuna.Study, frozen: optuna.trial.FrozenTrial,
     except UpdateFinishedTrialError:
         return None  # finished already: by another worker's takeover, or by its own worker
     attrs = {k: v for k, v in frozen.user_attrs.items() if k not in _WORKER_ATTRS}
-    attrs.update({CONTINUES: frozen._trial_id, TRIAL_NUMBER: trial_number})
+    attrs.update({CONTINUES: frozen._trial_id, TRIAL_NUMBER: trial_number(frozen),
+                  ORIGIN: origin(frozen)})
     study.enqueue_trial(dict(frozen.params), user_attrs=attrs, skip_if_exists=False)
     for waiting in study.get_trials(deepcopy=False,
                                     states=(optuna.trial.TrialState.WAITING,)):
@@ -131,6 +133,20 @@ def take_over(study: optuna.Study, frozen: optuna.trial.FrozenTrial,
                                               optuna.trial.TrialState.RUNNING):
                 return optuna.trial.Trial(study, waiting._trial_id)
     return None  # another worker's study.ask() popped it first: that worker resumes it
+
+
+def trial_number(trial: Any) -> int:
+    """The trial's number in the experiment: unique across the storage's studies, and kept by
+    the continuation of a trial another worker took over."""
+    number = trial.user_attrs.get(TRIAL_NUMBER)
+    return int(number) if number is not None else int(trial._trial_id) + 1
+
+
+def origin(trial: Any) -> int:
+    """The study's number of the trial as first asked for: a continuation's place in the
+    order the search admits trials in is its first ask's."""
+    place = trial.user_attrs.get(ORIGIN)
+    return int(place) if place is not None else int(trial.number)
 
 
 def is_superseded(frozen: optuna.trial.FrozenTrial) -> bool:

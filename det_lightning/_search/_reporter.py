@@ -3,12 +3,14 @@ Optuna trial and applies Determined's ASHA rule at the rungs; and how the search
 trials back (the trial's number, each rung's metrics, which trials count)."""
 
 import logging
+import threading
 from typing import Any, Dict, List, Optional
 
 import optuna
 
 from det_lightning import errors
 from det_lightning._search._asha import Bracket, decide
+from det_lightning._search._lease import LeaseLost, is_superseded, trial_number
 from det_lightning._search._settings import SearchSettings
 from det_lightning.pytorch import Epoch, PyTorchCallback, TrainUnit
 
@@ -22,15 +24,33 @@ class SearchReporter(PyTorchCallback):
     """Reports each validation to the study and stops the trial where ASHA ranks it out."""
 
     def __init__(self, study: optuna.Study, trial: optuna.Trial, settings: SearchSettings,
-                 bracket: Bracket, context: Any, max_length: Optional[TrainUnit] = None) -> None:
+                 bracket: Bracket, context: Any, max_length: Optional[TrainUnit] = None,
+                 lost: Optional[threading.Event] = None) -> None:
         self.study, self.trial, self.settings = study, trial, settings
         self.bracket, self.context = bracket, context
+        self.lost = lost  # set by the worker's LeaseKeeper when another worker took over
         self.max_length = max_length  # fit()'s: the trial ends there whatever ASHA decides
         attrs = trial.user_attrs
         self.rungs: Dict[str, float] = dict(attrs.get("rungs", {}))
         self.rung = int(attrs.get("rung", 0))
         self.stopped = False
         self.last_value: Optional[float] = None
+
+    def raise_if_lost(self) -> None:
+        """Raises ``LeaseLost`` once another worker has taken this trial over: before a
+        validation is recorded and before a checkpoint is written, so a worker that lost its
+        lease writes nothing more of the trial. (A command trial's process has no lease
+        keeper: it asks the storage.)"""
+        if self.lost is not None:
+            lost = self.lost.is_set()
+        else:
+            lost = self.study._storage.get_trial(self.trial._trial_id).state.is_finished()
+        if lost:
+            raise LeaseLost(f"trial {trial_number(self.trial)} was taken over by another worker")
+
+    def on_checkpoint_save_start(self, checkpoint: Dict[str, Any]) -> None:
+        if self.context.distributed.rank == 0:
+            self.raise_if_lost()
 
     def _time(self) -> int:
         try:
@@ -66,7 +86,9 @@ class SearchReporter(PyTorchCallback):
             )
         value = float(metrics[name])
         signed = value if self.settings.smaller_is_better else -value
-        others = rung_metrics(self.study, len(self.bracket.rung_units), exclude=self.trial.number)
+        self.raise_if_lost()
+        others = rung_metrics(self.study, len(self.bracket.rung_units),
+                              exclude=trial_number(self.trial))
         decision = decide(self.bracket.rung_units, others, self.rung, self._time(), signed,
                           self.settings.divisor)
         for index, recorded in decision.entered:
@@ -90,16 +112,13 @@ class SearchReporter(PyTorchCallback):
             self.context.set_stop_requested(True)
 
 
-def trial_number(trial: Any) -> int:
-    """The trial's number in the experiment: unique across the storage's studies."""
-    return int(trial._trial_id) + 1
-
-
 def rung_metrics(study: optuna.Study, rungs: int, exclude: int = -1) -> List[List[float]]:
-    """What the study's trials recorded at each rung (InvalidHP trials left out)."""
+    """What the study's trials recorded at each rung (InvalidHP trials left out; a trial taken
+    over counts once, through its continuation, which carries its results); ``exclude``: a
+    trial number."""
     found: List[List[float]] = [[] for _ in range(rungs)]
     for other in study.get_trials(deepcopy=False):
-        if other.number == exclude or not counted(other):
+        if not counted(other) or is_superseded(other) or trial_number(other) == exclude:
             continue
         for index, value in other.user_attrs.get("rungs", {}).items():
             if int(index) < rungs:

@@ -2,7 +2,8 @@
 
 One worker (one ``det-lightning experiment`` process) loops::
 
-    resume a trial this machine's dead worker left running, if any   (from its latest checkpoint)
+    take over a trial whose lease expired, if any (its worker died, on any machine; ``_lease``):
+         its continuation resumes from the trial's latest checkpoint
     else pick the bracket furthest from its share of max_trials; study.ask() a trial there,
          its hyperparameters drawn through the trial (Optuna's RandomSampler), or for a grid
          the next waiting point (``_grid``); a trial past the budget (two workers asked at
@@ -12,6 +13,11 @@ One worker (one ``det-lightning experiment`` process) loops::
          against what the other trials recorded there; a trial ranked out stops through
          context.set_stop_requested (a checkpoint, on_trial_shutdown)
     study.tell(): COMPLETE, PRUNED (stopped at a rung), or FAIL (an error; InvalidHP: not counted)
+    no trial left to start, but some still RUNNING elsewhere: wait, renewing nothing, until they
+         finish or their leases expire (then take them over); none left: exit
+
+While a worker trains a trial it renews the trial's lease every few seconds; a worker that
+finds its lease lost (another worker took the trial over) stops training it at once.
 
 ``grid`` and ``random`` are one bracket without rungs: a trial trains its full length, and its
 validations are recorded for the summary. Each bracket is one Optuna study; every worker given
@@ -24,7 +30,8 @@ import dataclasses
 import logging
 import os
 import pathlib
-import socket
+import threading
+import time
 import warnings
 from typing import AbstractSet, Any, Dict, List, Optional, Sequence, Tuple
 
@@ -35,6 +42,17 @@ from det_lightning._harness import training_periods
 from det_lightning._search._asha import EXITED_METRIC, Bracket
 from det_lightning._search._grid import enqueue_grid, has_waiting_point, owns_point
 from det_lightning._search._interrupt import RESUME_ADVICE_ENV, SEARCH_ADVICE, SearchInterrupt
+from det_lightning._search._lease import (
+    CONTINUES,
+    LeaseKeeper,
+    LeaseLost,
+    LeaseSettings,
+    expired,
+    host_id,
+    is_superseded,
+    origin,
+    take_over,
+)
 from det_lightning._search._reporter import (
     INVALID_HP,
     SURPLUS,
@@ -53,12 +71,15 @@ JOURNAL_NAME = "search.journal"
 def admitted(study: optuna.Study, trial: optuna.Trial, settings: SearchSettings,
              bracket: Bracket) -> bool:
     """Whether a trial ``study.ask()`` just gave is within the search: its own grid point, or
-    fewer than the bracket's max_trials counted trials before it."""
+    fewer than the bracket's max_trials counted trials asked for before it."""
     trials = study.get_trials(deepcopy=False)
+    me = next(t for t in trials if t._trial_id == trial._trial_id)
     if settings.grid:
-        return owns_point(trials, trial)
-    earlier = sum(1 for t in trials if t.number < trial.number and counted(t))
-    return earlier < bracket.max_trials
+        return owns_point(trials, me)
+    place, number = origin(me), trial_number(me)
+    earlier = {trial_number(t) for t in trials
+               if origin(t) < place and counted(t) and trial_number(t) != number}
+    return len(earlier) < bracket.max_trials
 
 
 def open_storage(url: Optional[str], checkpoint_root: pathlib.Path) -> Any:
@@ -99,16 +120,6 @@ def lengths_for(settings: SearchSettings, bracket: Bracket, config: Any,
     }
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def open_studies(storage: Any, key: str, settings: SearchSettings) -> List[optuna.Study]:
     """One study per bracket (a grid's with its points enqueued)."""
     direction = (optuna.study.StudyDirection.MINIMIZE if settings.smaller_is_better
@@ -124,33 +135,26 @@ def open_studies(storage: Any, key: str, settings: SearchSettings) -> List[optun
     return studies
 
 
-def stale_trial(studies: Sequence[optuna.Study]) -> Optional[Tuple[int, optuna.Trial]]:
-    """A trial a dead worker on this machine left RUNNING, to resume from its checkpoint."""
-    host = socket.gethostname()
+def expired_trial(studies: Sequence[optuna.Study], leases: LeaseSettings
+                  ) -> Optional[Tuple[int, optuna.Trial]]:
+    """Takes over a RUNNING trial whose lease expired (its worker died, on this machine or
+    another, or never took the lease): its continuation, RUNNING for this worker."""
+    host, now = host_id(), time.time()
     for index, study in enumerate(studies):
         for frozen in study.get_trials(deepcopy=False,
                                        states=(optuna.trial.TrialState.RUNNING,)):
-            attrs = frozen.user_attrs
-            if attrs.get("host") == host and not _alive(int(attrs.get("pid", -1))):
-                trial = optuna.trial.Trial(study, frozen._trial_id)
-                if _claim(study, trial):
-                    return index, trial
+            if not expired(frozen.user_attrs, frozen.datetime_start, now, leases.timeout, host):
+                continue
+            trial = take_over(study, frozen)
+            if trial is not None:
+                return index, trial
     return None
 
 
-def _claim(study: optuna.Study, trial: optuna.Trial) -> bool:
-    """Takes over a dead worker's trial, unless another worker restarted at the same moment
-    claims it too: the last claim written wins, and the others look for other work."""
-    import time
-    import uuid
-
-    token = uuid.uuid4().hex
-    trial.set_user_attr("claim", token)
-    time.sleep(0.5)  # let a competing claim land in the storage before reading back
-    if _current_attrs(study, trial).get("claim") != token:
-        return False
-    trial.set_user_attr("pid", os.getpid())
-    return True
+def _others_running(studies: Sequence[optuna.Study]) -> bool:
+    """Whether a trial is still RUNNING or waiting (another worker's, or a continuation)."""
+    states = (optuna.trial.TrialState.RUNNING, optuna.trial.TrialState.WAITING)
+    return any(study.get_trials(deepcopy=False, states=states) for study in studies)
 
 
 def next_bracket(studies: Sequence[optuna.Study], settings: SearchSettings) -> Optional[int]:
@@ -159,9 +163,12 @@ def next_bracket(studies: Sequence[optuna.Study], settings: SearchSettings) -> O
     trial raised InvalidHP is done, as in Determined)."""
     if settings.grid:
         return 0 if has_waiting_point(studies[0]) else None
+    for index, study in enumerate(studies):  # a taken-over trial's continuation goes first
+        if study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)):
+            return index
     best: Optional[Tuple[float, int]] = None
     for index, (study, bracket) in enumerate(zip(studies, settings.brackets)):
-        started = sum(1 for t in study.get_trials(deepcopy=False) if counted(t))
+        started = len({trial_number(t) for t in study.get_trials(deepcopy=False) if counted(t)})
         if started < bracket.max_trials:
             share = started / bracket.max_trials
             if best is None or share < best[0]:
@@ -172,23 +179,37 @@ def next_bracket(studies: Sequence[optuna.Study], settings: SearchSettings) -> O
 def _ask(study: optuna.Study, settings: SearchSettings, index: int, space: Dict[str, Any],
          seed: Optional[int]) -> Optional[optuna.Trial]:
     """A new trial of ``study`` with its hyperparameters, or None when another worker filled
-    the budget first (the trial asked for is then dropped unrun)."""
-    trial = study.ask()
+    the budget first (the trial asked for is then dropped unrun); or the continuation of a
+    trial another worker took over, if one was waiting."""
+    return _admit(study, settings, index, study.ask(), space, seed)
+
+
+def _admit(study: optuna.Study, settings: SearchSettings, index: int, trial: optuna.Trial,
+           space: Dict[str, Any], seed: Optional[int]) -> Optional[optuna.Trial]:
+    """``trial`` with its hyperparameters drawn, or None (told FAIL as surplus) when it is
+    past the budget. A continuation of a trial that had drawn them keeps them."""
+    if "hparams" in trial.user_attrs:  # a continuation
+        _suggest(trial, space)  # its own point again (fixed), so the study records it
+        return trial
     # The sampler is read when the trial draws (suggest), not when it is asked for.
-    bracket = settings.brackets[index]
-    study.sampler = sampler_for(seed, index, point_index(
-        study.get_trials(deepcopy=False), trial.number, SURPLUS))
-    if not admitted(study, trial, settings, bracket):
+    trials = study.get_trials(deepcopy=False)
+    me = next(t for t in trials if t._trial_id == trial._trial_id)
+    study.sampler = sampler_for(seed, index, point_index(trials, origin(me), SURPLUS))
+    if not admitted(study, trial, settings, settings.brackets[index]):
         trial.set_user_attr(SURPLUS, True)
         study.tell(trial, state=optuna.trial.TrialState.FAIL)
         return None
+    trial.set_user_attr("hparams", _suggest(trial, space))
+    trial.set_user_attr("host", host_id())
+    trial.set_user_attr("pid", os.getpid())
+    return trial
+
+
+def _suggest(trial: optuna.Trial, space: Dict[str, Any]) -> Dict[str, Any]:
     with warnings.catch_warnings():
         # A grid's last double can be one ulp past maxval, as in Determined (``_config._search``).
         warnings.filterwarnings("ignore", message="Fixed parameter .* is out of range")
-        trial.set_user_attr("hparams", suggest(trial, space))
-    trial.set_user_attr("host", socket.gethostname())
-    trial.set_user_attr("pid", os.getpid())
-    return trial
+        return suggest(trial, space)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -227,44 +248,74 @@ def run_search(plan: Any, storage_url: Optional[str] = None) -> SearchOutcome:
 
 def _work(plan: Any, settings: SearchSettings, studies: Sequence[optuna.Study], reference: str,
           interrupt: SearchInterrupt) -> Optional[int]:
-    """Trains one trial after another until none is left to start, or a signal arrived;
-    returns the number of the trial a signal stopped, if one did."""
+    """Trains one trial after another until none is left to start or to take over, or a
+    signal arrived; returns the number of the trial a signal stopped, if one did."""
     config = plan.config
     seed = config.experiment_seed()
     max_restarts = int(config.raw.get("max_restarts") or 0)
+    leases = LeaseSettings(plan.heartbeat_timeout)
     while interrupt.received is None:
-        found = stale_trial(studies)
-        resume = found is not None
+        found = expired_trial(studies, leases)
         if found is None:
             index = next_bracket(studies, settings)
             if index is None:
-                break
-            study = studies[index]
-            asked = _ask(study, settings, index, config.raw["hyperparameters"], seed)
+                if not _others_running(studies):
+                    break
+                _wait(leases.interval, interrupt)  # until they finish or their leases expire
+                continue
+            asked = _ask(studies[index], settings, index, config.raw["hyperparameters"], seed)
             if asked is None:
                 continue
-            trial = asked
-        else:
-            index, trial = found
-            study = studies[index]
+            found = (index, asked)
+        elif _admit(studies[found[0]], settings, found[0], found[1],
+                    config.raw["hyperparameters"], seed) is None:
+            continue  # taken over before it had drawn its point: past the budget after all
+        index, trial = found
+        study, bracket = studies[index], settings.brackets[index]
+        resume = CONTINUES in trial.user_attrs
         hparams = trial.user_attrs["hparams"]
-        bracket = settings.brackets[index]
         number = trial_number(trial)
         where = (f"bracket {index}, rungs at {list(bracket.rung_units)} {settings.time_metric}"
                  if bracket.rung_units else settings.searcher)
-        logger.info(f"trial {number} ({where}){' resumed' if resume else ''}: {hparams}")
-        try:
-            _run_trial(plan, settings, bracket, study, trial, number, hparams, resume,
-                       max_restarts, reference)
-        except errors.TrialPreempted:  # it stays RUNNING: rerunning the search resumes it
-            interrupt.note("a signal")
-            return number
+        taken = " resumed (its worker's lease expired)" if resume else ""
+        logger.info(f"trial {number} ({where}){taken}: {hparams}")
+        with LeaseKeeper(study, trial._trial_id, leases) as keeper:
+            try:
+                _run_trial(plan, settings, bracket, study, trial, number, hparams, resume,
+                           max_restarts, reference, keeper.lost)
+            except errors.TrialPreempted:  # it stays RUNNING: rerunning the search resumes it
+                keeper.release()  # any worker may take it over at once
+                interrupt.note("a signal")
+                return number
+            except LeaseLost:
+                logger.warning(f"trial {number}: another worker took it over (this worker's "
+                               "lease had expired); stopped training it here")
     return None
+
+
+def _wait(seconds: float, interrupt: SearchInterrupt) -> None:
+    deadline = time.monotonic() + seconds
+    while interrupt.received is None and time.monotonic() < deadline:
+        time.sleep(min(0.2, max(deadline - time.monotonic(), 0.0)))
 
 
 def _run_trial(plan: Any, settings: SearchSettings, bracket: Bracket, study: optuna.Study,
                trial: optuna.Trial, number: int, hparams: Dict[str, Any], resume: bool,
-               max_restarts: int, storage_ref: str) -> None:
+               max_restarts: int, storage_ref: str, lost: threading.Event) -> None:
+    """Trains the trial (retrying errors ``max_restarts`` times) and tells the study how it
+    ended. Raises ``LeaseLost`` when ``lost`` is set: another worker took the trial over."""
+    try:
+        _train_and_tell(plan, settings, bracket, study, trial, number, hparams, resume,
+                        max_restarts, storage_ref, lost)
+    except Exception as e:
+        if lost.is_set() or isinstance(e, LeaseLost):
+            raise LeaseLost(str(e)) from e  # whatever the trial was doing when it noticed
+        raise
+
+
+def _train_and_tell(plan: Any, settings: SearchSettings, bracket: Bracket, study: optuna.Study,
+                    trial: optuna.Trial, number: int, hparams: Dict[str, Any], resume: bool,
+                    max_restarts: int, storage_ref: str, lost: threading.Event) -> None:
     if trial.user_attrs.get("stopped"):
         # Its worker died after ASHA stopped it (and after its checkpoint, or while writing it).
         logger.info(f"trial {number}: was stopped at rung {trial.user_attrs.get('rung')}")
@@ -278,7 +329,7 @@ def _run_trial(plan: Any, settings: SearchSettings, bracket: Bracket, study: opt
 
     def reporter(context: Any) -> Dict[str, Any]:
         reporters.append(SearchReporter(study, trial, settings, bracket, context,
-                                        lengths["max_length"] if lengths else None))
+                                        lengths["max_length"] if lengths else None, lost))
         return {"_det_lightning_search": reporters[-1]}
 
     def attempt(again: bool) -> Any:
@@ -288,7 +339,8 @@ def _run_trial(plan: Any, settings: SearchSettings, bracket: Bracket, study: opt
                 extra_callbacks=reporter, latest_checkpoint="latest" if again else None,
             )
         result = run_command_trial(plan, number, hparams, extra_env=_child_environment(
-            plan, settings, bracket, study, trial, number, hparams, again, storage_ref))
+            plan, settings, bracket, study, trial, number, hparams, again, storage_ref),
+            lost=lost)
         invalid = _current_attrs(study, trial).get(INVALID_HP)
         if invalid:  # the script raised InvalidHP (_child.report_invalid_hp)
             raise errors.InvalidHP(str(invalid))
@@ -309,9 +361,11 @@ def _run_trial(plan: Any, settings: SearchSettings, bracket: Bracket, study: opt
         except errors.InvalidExperimentException:
             study.tell(trial, state=optuna.trial.TrialState.FAIL)
             raise  # the trial cannot be ranked (e.g. no searcher metric): Determined stops too
-        except errors.TrialPreempted:
+        except (errors.TrialPreempted, LeaseLost):
             raise  # the trial stays RUNNING: rerunning the search resumes it
         except Exception:
+            if lost.is_set():
+                raise  # not the trial's error: another worker took it over
             attempts += 1
             if attempts <= max_restarts:
                 logger.exception(f"trial {number} failed; restart {attempts} of {max_restarts} "
@@ -372,13 +426,13 @@ def _child_environment(plan: Any, settings: SearchSettings, bracket: Bracket, st
     }
 
 
-def _status(frozen: optuna.trial.FrozenTrial, interrupted: AbstractSet[int]) -> str:
-    """A trial's state in the summary: RUNNING only while a live worker trains it."""
+def _status(frozen: optuna.trial.FrozenTrial, interrupted: AbstractSet[int],
+            timeout: float) -> str:
+    """A trial's state in the summary: RUNNING only while a live worker holds its lease."""
     states = optuna.trial.TrialState
     if frozen.state == states.RUNNING:
-        attrs = frozen.user_attrs
-        dead = attrs.get("host") == socket.gethostname() and not _alive(int(attrs.get("pid", -1)))
-        return "INTERRUPTED" if dead or trial_number(frozen) in interrupted else "RUNNING"
+        gone = expired(frozen.user_attrs, frozen.datetime_start, time.time(), timeout, host_id())
+        return "INTERRUPTED" if gone or trial_number(frozen) in interrupted else "RUNNING"
     return {states.COMPLETE: "COMPLETED", states.PRUNED: "STOPPED_EARLY",
             states.FAIL: "ERROR"}.get(frozen.state, frozen.state.name)
 
@@ -391,13 +445,14 @@ def summarize(studies: Sequence[optuna.Study], plan: Any, settings: SearchSettin
     for study in studies:
         for frozen in study.get_trials(deepcopy=False):
             attrs = frozen.user_attrs
-            if not counted(frozen) or frozen.state == optuna.trial.TrialState.WAITING:
+            if (not counted(frozen) or is_superseded(frozen)
+                    or frozen.state == optuna.trial.TrialState.WAITING):
                 continue
             values = list(frozen.intermediate_values.values())
             best = None
             if values:
                 best = min(values) if settings.smaller_is_better else max(values)
-            status = _status(frozen, interrupted)
+            status = _status(frozen, interrupted, plan.heartbeat_timeout)
             checkpoint = attrs.get("checkpoint")
             results.append(result_type(
                 trial_number(frozen), attrs.get("hparams", {}), status, best,

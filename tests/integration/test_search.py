@@ -20,6 +20,7 @@ import pytest
 from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
 
+from det_lightning._search._lease import CONTINUES, TRIAL_NUMBER, is_superseded
 from det_lightning._search._reporter import SURPLUS
 from det_lightning._search._runner import JOURNAL_NAME
 from tests.integration.cli_support import (
@@ -63,6 +64,9 @@ class SlowTrial(RegressionTrial):
             (directory / str(os.getpid())).touch()
             count = int(os.environ["TEST_BARRIER_COUNT"])
             wait_for(lambda: len(list(directory.iterdir())) >= count, "the other workers")
+        after = os.environ.get("TEST_WAIT_FOR")
+        if after and batch_idx == 0:  # starts once another worker's trial is held
+            wait_for(pathlib.Path(after).exists, after)
         hold = os.environ.get("TEST_HOLD_AT_BATCH")
         if hold and batch_idx == int(hold):
             # Checkpointed up to here: the test kills the search now.
@@ -76,7 +80,8 @@ class SlowTrial(RegressionTrial):
 @pytest.fixture
 def slow_project(tmp_path: pathlib.Path) -> pathlib.Path:
     """The fixture project plus a trial that takes 0.15 s a batch and checkpoints every 2;
-    ``TEST_BARRIER_*`` and ``TEST_HOLD_*`` in its environment make it wait for events."""
+    ``TEST_BARRIER_*``, ``TEST_WAIT_FOR`` and ``TEST_HOLD_*`` in its environment make it wait
+    for events."""
     project = tmp_path / "slow_project"
     project.mkdir()
     for name in ("model_def.py", "data.py"):
@@ -100,8 +105,15 @@ def _trials(journal: pathlib.Path) -> List[optuna.trial.FrozenTrial]:
         if trial.user_attrs.get(SURPLUS):
             assert trial.state == optuna.trial.TrialState.FAIL and "hparams" not in trial.user_attrs
             assert not (journal.parent / f"trial-{trial._trial_id + 1}").exists()
-    found = [t for t in found if not t.user_attrs.get(SURPLUS)]
+        if is_superseded(trial):  # taken over: exactly one continuation carries it on
+            assert [t for t in found if t.user_attrs.get(CONTINUES) == trial._trial_id]
+    found = [t for t in found if not t.user_attrs.get(SURPLUS) and not is_superseded(t)]
     return sorted(found, key=lambda t: t.datetime_start)
+
+
+def _number(trial: optuna.trial.FrozenTrial) -> int:
+    """The experiment's trial number (a continuation keeps the one of the trial it took over)."""
+    return int(trial.user_attrs.get(TRIAL_NUMBER, trial._trial_id + 1))
 
 
 def _steps(checkpoint: pathlib.Path) -> int:
@@ -136,7 +148,7 @@ def _check_search(checkpoint_dir: pathlib.Path, trials: List[optuna.trial.Frozen
         expected_state = (optuna.trial.TrialState.COMPLETE if stop_rung == 2
                           else optuna.trial.TrialState.PRUNED)
         assert trial.state == expected_state, (trial.number, recorded)
-        number = trial._trial_id + 1
+        number = _number(trial)
         newest = max((p for p in (checkpoint_dir / f"trial-{number}").iterdir()
                       if not p.name.startswith(".")), key=_steps)
         assert _steps(newest) == UNITS[stop_rung]  # trained exactly to its last rung
@@ -208,7 +220,7 @@ def test_a_search_killed_mid_trial_continues_when_rerun(
     rerun = _start(isolated_run, slow_project)
     out = rerun.communicate(timeout=240)[0]
     assert rerun.returncode == 0, out
-    assert "trial 1 (bracket 0, rungs at [2, 4, 8] batches) resumed" in out, out
+    assert "trial 1 (bracket 0, rungs at [2, 4, 8] batches) resumed (its worker's lease" in out, out
     assert "resuming from" in out  # from trial 3's checkpoint, not from batch 0
     _check_search(checkpoint_dir, _trials(journal))
 
@@ -424,14 +436,14 @@ def test_a_random_search_killed_mid_trial_resumes_it_and_runs_each_trial_once(
     rerun = _start(isolated_run, slow_project)
     out = rerun.communicate(timeout=240)[0]
     assert rerun.returncode == 0, out
-    assert f"trial 1 (random) resumed: {drawn}" in out, out
+    assert f"trial 1 (random) resumed (its worker's lease expired): {drawn}" in out, out
     assert "resuming from" in out
     trials = _trials(journal)
     assert len(trials) == 3 and all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
     for trial in trials:
         assert -3 <= math.log10(trial.user_attrs["hparams"]["learning_rate"]) <= -0.5
         assert max(trial.intermediate_values) == 8
-        newest = max((p for p in (checkpoint_dir / f"trial-{trial._trial_id + 1}").iterdir()
+        newest = max((p for p in (checkpoint_dir / f"trial-{_number(trial)}").iterdir()
                       if not p.name.startswith(".")), key=_steps)
         assert _steps(newest) == 8
 

@@ -39,7 +39,7 @@ def test_of_workers_racing_to_take_a_trial_over_exactly_one_wins(tmp_path: pathl
 
     def contend(index: int) -> None:
         start.wait()
-        won[index] = take_over(studies[index], frozen, trial_number=1)
+        won[index] = take_over(studies[index], frozen)
 
     threads = [threading.Thread(target=contend, args=(i,)) for i in range(len(studies))]
     for thread in threads:
@@ -70,7 +70,7 @@ def test_a_finished_trial_cannot_be_taken_over(tmp_path: pathlib.Path) -> None:
     journal = tmp_path / "search.journal"
     frozen = _running_trial(journal)
     _study(journal).tell(frozen._trial_id, 0.25)  # its worker finished it meanwhile
-    assert take_over(_study(journal), frozen, trial_number=1) is None
+    assert take_over(_study(journal), frozen) is None
     assert [t.state for t in _study(journal).get_trials()] == [optuna.trial.TrialState.COMPLETE]
 
 
@@ -89,7 +89,7 @@ def test_the_keeper_renews_and_notices_when_another_worker_takes_over(
                 "renewed"]:
             assert time.monotonic() < deadline, "the lease was never renewed"
             time.sleep(0.01)
-        assert take_over(_study(journal), frozen, trial_number=1) is not None
+        assert take_over(_study(journal), frozen) is not None
         assert lost.wait(60) and keeper.lost.is_set()
 
 

@@ -1,0 +1,104 @@
+"""Leases: a trial whose worker is gone is taken over, on any machine, and resumed from its
+checkpoint; the search never waits forever and never trains a trial twice.
+
+"Machines" are worker processes with different ``DET_LIGHTNING_HOST_ID``s sharing the
+search's journal file and checkpoint directory (``test_search_postgres.py`` and the object
+store tests do the same with a database and a bucket).
+"""
+
+import os
+import pathlib
+import re
+import signal
+import time
+
+import optuna
+import pytest
+
+from det_lightning._search._lease import CONTINUES, HOST_ID_ENV, is_superseded
+from det_lightning._search._runner import JOURNAL_NAME
+from tests.integration.test_search import (
+    RANDOM_SEARCHER,
+    _check_search,
+    _slow_config,
+    _start,
+    _steps,
+    _trials,
+    slow_project,  # noqa: F401 (a fixture)
+)
+
+pytestmark = pytest.mark.slow
+
+HEARTBEAT = ["--heartbeat-timeout", "4"]
+
+
+def _held(workdir: pathlib.Path, name: str, batch: int) -> "dict[str, str]":
+    """A worker's environment that holds its first trial at ``batch`` (checkpointed there)."""
+    return {"TEST_HOLD_AT_BATCH": str(batch), "TEST_HOLD_MARKER": str(workdir / name),
+            HOST_ID_ENV: name}
+
+
+def _wait_for(path: pathlib.Path, process: "object", timeout: float = 240) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert process.poll() is None, process.communicate()[0]  # type: ignore[attr-defined]
+        assert time.monotonic() < deadline, f"{path.name} never appeared"
+        time.sleep(0.05)
+
+
+def test_a_trial_of_a_machine_that_never_returns_is_taken_over_by_the_other(
+    isolated_run: pathlib.Path, checkpoint_dir: pathlib.Path, slow_project: pathlib.Path
+) -> None:
+    # Machine B's trials start once A's first trial is held at batch 4 (past rung 1, with its
+    # checkpoint there): A's trial is the first at each rung, so ASHA never stops it before.
+    doomed = _start(isolated_run, slow_project, *HEARTBEAT,
+                    env=_held(isolated_run, "machine-a", 4))
+    survivor = _start(isolated_run, slow_project, *HEARTBEAT,
+                      env={"TEST_WAIT_FOR": str(isolated_run / "machine-a"),
+                           HOST_ID_ENV: "machine-b"})
+    _wait_for(isolated_run / "machine-a", doomed)
+    os.killpg(doomed.pid, signal.SIGKILL)  # machine A is gone for good
+    doomed.communicate(timeout=60)
+    out = survivor.communicate(timeout=400)[0]
+    assert survivor.returncode == 0, out
+
+    trials = _trials(checkpoint_dir / JOURNAL_NAME)
+    _check_search(checkpoint_dir, trials, replay=False)  # every trial once, to its last rung
+    (taken,) = [t for t in trials if CONTINUES in t.user_attrs]
+    number = taken.user_attrs["trial_number"]
+    assert f"trial {number} (bracket 0, rungs at [2, 4, 8] batches) resumed" in out, out
+    resumed_from = re.search(rf"resuming from (\S*trial-{number}/\S+) at batch (\d+)", out)
+    assert resumed_from and int(resumed_from.group(2)) == 4, out  # from its checkpoint
+    assert "still running" not in out
+
+
+def test_a_trial_killed_between_ask_and_lease_is_not_left_running_forever(
+    isolated_run: pathlib.Path, checkpoint_dir: pathlib.Path, slow_project: pathlib.Path
+) -> None:
+    """The worker died right after study.ask(): no lease, no hyperparameters' owner. A rerun
+    on another machine takes the trial over once its heartbeat timeout has passed."""
+    _slow_config(slow_project, RANDOM_SEARCHER)
+    journal = checkpoint_dir / JOURNAL_NAME
+    journal.parent.mkdir(parents=True)
+    storage = optuna.storages.JournalStorage(
+        optuna.storages.journal.JournalFileBackend(str(journal)))
+    from det_lightning._config import load_config
+    from det_lightning._search._runner import open_studies
+    from det_lightning._search._settings import SearchSettings, search_key
+
+    config = load_config(str(slow_project / "asha.yaml"))
+    settings = SearchSettings.from_upfront(config.searcher, config.raw["hyperparameters"])
+    (study,) = open_studies(storage, search_key(config.raw), settings)
+    orphan = study.ask()  # what a worker killed at that moment leaves behind
+    rerun = _start(isolated_run, slow_project, *HEARTBEAT, env={HOST_ID_ENV: "machine-b"})
+    out = rerun.communicate(timeout=400)[0]
+    assert rerun.returncode == 0, out
+    trials = _trials(journal)
+    assert len(trials) == 3 and all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
+    (before,) = [t for t in optuna.load_study(study_name=study.study_name, storage=storage)
+                 .get_trials() if t._trial_id == orphan._trial_id]
+    assert is_superseded(before)
+    assert "still running" not in out
+    for trial in trials:
+        newest = max(p for p in (checkpoint_dir / f"trial-{trial.user_attrs.get('trial_number', trial._trial_id + 1)}").iterdir() if not p.name.startswith("."))
+        assert _steps(newest) == 8
