@@ -472,7 +472,7 @@ def test_invalid_hp_from_a_command_entrypoint_drops_the_trial_and_replaces_it(
     """``entrypoint: python3 train.py`` whose script raises ``det.InvalidHP`` for hidden_size 8
     (inside ``pytorch.init()``, as Determined's examples do): the trial's process records it
     and exits 0; the search drops the trial and draws another. Experiment seed 2 draws
-    hidden_size 8, 2, 8, 2: two trials dropped, two run."""
+    hidden_size 8, 8, 8, 2, 2: three trials dropped, two run."""
     project = isolated_run / "project"
     project.mkdir()
     for name in ("model_def.py", "data.py", "const.yaml"):
@@ -490,13 +490,14 @@ def test_invalid_hp_from_a_command_entrypoint_drops_the_trial_and_replaces_it(
     result = run_cli("experiment", str(path), str(project), cwd=isolated_run)
     assert result.returncode == 0, output(result)
     trials = sorted(_trials(checkpoint_dir / JOURNAL_NAME), key=lambda t: t._trial_id)
-    assert [t.user_attrs["hparams"]["hidden_size"] for t in trials] == [8, 2, 8, 2]
+    sizes = [t.user_attrs["hparams"]["hidden_size"] for t in trials]
+    assert sizes == [8, 8, 8, 2, 2]  # seed 2's draws: three dropped, two replacing them run
     assert [t.user_attrs.get("invalid_hp") for t in trials] == [
-        "hidden_size 8 is not allowed", None, "hidden_size 8 is not allowed", None]
-    assert [t.state.name for t in trials] == ["FAIL", "COMPLETE", "FAIL", "COMPLETE"]
+        "hidden_size 8 is not allowed" if size == 8 else None for size in sizes]
+    assert [t.state.name for t in trials] == ["FAIL" if size == 8 else "COMPLETE" for size in sizes]
     assert "trial 1: InvalidHP (hidden_size 8 is not allowed)" in result.stderr
     rows = re.findall(r"^(\d+)\s+COMPLETED\s", result.stdout, re.M)
-    assert rows == ["2", "4"], output(result)  # dropped trials are not listed
+    assert rows == ["4", "5"], output(result)  # dropped trials are not listed
 
 
 def test_a_searcher_metric_no_validation_returns_ends_the_search_naming_it(
