@@ -34,6 +34,7 @@ from det_lightning._harness import load_trial_class, training_lengths
 from det_lightning._import import import_from_path
 from det_lightning._plan import Plan, UsageError, plan_experiment
 from det_lightning.pytorch import _checkpoint as ckpt
+from det_lightning.pytorch._remote import CheckpointRoot
 from det_lightning.pytorch._trainer import CHECKPOINT_DIR_ENV, TENSORBOARD_DIR_ENV
 
 logger = logging.getLogger("det_lightning")
@@ -55,7 +56,7 @@ class TrialResult:
     hparams: Dict[str, Any]
     status: str  # "COMPLETED" or "ERROR"
     best_metric: Optional[float] = None
-    checkpoint: Optional[pathlib.Path] = None
+    checkpoint: Optional[CheckpointRoot] = None  # a path, or a URL (s3://...)
     batches: Optional[int] = None
 
 
@@ -268,7 +269,7 @@ def _retain_experiment_best(plan: Plan, results: Sequence[TrialResult]) -> None:
     from det_lightning.adapters.retention import retain_experiment_best
 
     trial_dirs = [plan.checkpoint_root / f"trial-{r.number}" for r in results]
-    deleted = retain_experiment_best([d for d in trial_dirs if d.is_dir()], plan.config.raw)
+    deleted = retain_experiment_best(trial_dirs, plan.config.raw)
     if deleted:
         logger.info(f"checkpoint_storage retention deleted {len(deleted)} checkpoint(s)")
 

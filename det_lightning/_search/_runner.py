@@ -44,6 +44,7 @@ from det_lightning._search._reporter import (
 from det_lightning._search._sample import suggest
 from det_lightning._search._settings import SearchSettings
 from det_lightning.pytorch import Batch, Epoch
+from det_lightning.pytorch._remote import checkpoint_location, local_dir
 
 logger = logging.getLogger("det_lightning")
 
@@ -65,22 +66,23 @@ def search_key(raw: Dict[str, Any]) -> str:
     return hashlib.sha1(json.dumps(relevant, sort_keys=True, default=str).encode()).hexdigest()[:10]
 
 
-def open_storage(url: Optional[str], checkpoint_root: pathlib.Path) -> Any:
+def open_storage(url: Optional[str], checkpoint_root: Any) -> Any:
     """The Optuna storage: ``url`` (a database URL, or a journal file path), else a journal file
-    beside the checkpoints."""
+    beside the checkpoints (beside their local copies for a URL root: give several machines
+    ``--storage``)."""
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
 
     if url and "://" in url:
         return url
-    path = pathlib.Path(url) if url else checkpoint_root / JOURNAL_NAME
+    path = pathlib.Path(url) if url else local_dir(checkpoint_root) / JOURNAL_NAME
     path.parent.mkdir(parents=True, exist_ok=True)
     return JournalStorage(JournalFileBackend(str(path)))
 
 
 def storage_ref(plan: Any) -> str:
     """The plan's storage as other processes are told it: the URL or journal file path."""
-    return str(plan.storage or plan.checkpoint_root / JOURNAL_NAME)
+    return str(plan.storage or local_dir(plan.checkpoint_root) / JOURNAL_NAME)
 
 
 def lengths_for(settings: SearchSettings, bracket: Bracket, config: Any) -> Dict[str, Any]:
@@ -361,6 +363,6 @@ def summarize(studies: Sequence[optuna.Study], plan: Any, settings: SearchSettin
             checkpoint = attrs.get("checkpoint")
             results.append(result_type(
                 trial_number(frozen), attrs.get("hparams", {}), status, best,
-                pathlib.Path(checkpoint) if checkpoint else None, batches=attrs.get("batches"),
+                checkpoint_location(checkpoint) if checkpoint else None, batches=attrs.get("batches"),
             ))
     return sorted(results, key=lambda r: r.number)
