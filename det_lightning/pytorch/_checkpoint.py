@@ -26,7 +26,7 @@ import json
 import pathlib
 import pickle
 import uuid as uuid_lib
-from typing import TYPE_CHECKING, Any, Dict, Optional, Union
+from typing import TYPE_CHECKING, Any, Dict, Optional, Union, overload
 
 import torch
 
@@ -222,6 +222,14 @@ def is_complete(path: pathlib.Path) -> bool:
     return path.is_dir() and has_state and (path / METADATA_FILE).is_file()
 
 
+@overload
+def latest_checkpoint(root: pathlib.Path) -> Optional[pathlib.Path]: ...
+@overload
+def latest_checkpoint(root: "RemoteRoot") -> Optional["RemoteRoot"]: ...
+@overload
+def latest_checkpoint(
+    root: Union[pathlib.Path, "RemoteRoot"]
+) -> Optional[Union[pathlib.Path, "RemoteRoot"]]: ...
 def latest_checkpoint(
     root: Union[pathlib.Path, "RemoteRoot"]
 ) -> Optional[Union[pathlib.Path, "RemoteRoot"]]:
