@@ -27,6 +27,8 @@ import logging
 import os
 import pathlib
 import re
+import shutil
+import tempfile
 import uuid as uuid_lib
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple, Union
 
@@ -36,13 +38,13 @@ from det_lightning.pytorch._checkpoint_write import (
     delete_atomically,
     remove_deletions,
     remove_partials,
-    write_atomically,
 )
 
 logger = logging.getLogger("det_lightning.pytorch")
 
 MARKER = ".complete"  # <uuid>/.complete: written last; a checkpoint without it does not exist
 CACHE_DIR_ENV = "DET_LIGHTNING_CACHE_DIR"
+DOWNLOADING = ".downloading"  # .<uuid>.<random>.downloading: a download in progress
 # URL scheme: (fsspec protocol, package, det_lightning extra, checkpoint_storage type)
 SCHEMES = {
     "s3": ("s3", "s3fs", "s3", "s3"),
@@ -115,14 +117,15 @@ class RemoteRoot:
         Raises:
             CheckpointStorageError: the store's package (an extra of det_lightning) is missing.
         """
-        cache_key = (self.scheme, self.options)
+        options = self.effective_options()
+        cache_key = (self.scheme, options)
         if cache_key not in _FILESYSTEMS:
             protocol, package, extra, _ = SCHEMES[self.scheme]
             try:
                 import fsspec
 
                 # No listing cache: other processes (another machine) change the root.
-                fs = fsspec.filesystem(protocol, use_listings_cache=False, **dict(self.options))
+                fs = fsspec.filesystem(protocol, use_listings_cache=False, **dict(options))
             except ImportError as e:
                 raise errors.CheckpointStorageError(
                     f"Checkpoints at {self} need {package} (and fsspec), which are not installed "
@@ -131,6 +134,15 @@ class RemoteRoot:
                 ) from e
             _FILESYSTEMS[cache_key] = fs
         return _FILESYSTEMS[cache_key]
+
+    def effective_options(self) -> Tuple[Tuple[str, str], ...]:
+        """``options``, plus the S3 endpoint boto's environment names (``AWS_ENDPOINT_URL_S3``,
+        ``AWS_ENDPOINT_URL``) when the configuration gives none, read now."""
+        options = dict(self.options)
+        endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+        if self.scheme == "s3" and "endpoint_url" not in options and endpoint:
+            options["endpoint_url"] = endpoint
+        return tuple(sorted(options.items()))
 
     def staging(self) -> pathlib.Path:
         """The local directory holding copies of this root's checkpoints (written here first,
@@ -186,15 +198,24 @@ class RemoteRoot:
             return local
         fs = self.filesystem()
         keys = [k for k in fs.find(self.key) if k != f"{self.key}/{MARKER}"]
-
-        def fetch(directory: pathlib.Path) -> None:
+        logger.info(f"downloading checkpoint {self} to {local}")
+        cache.mkdir(parents=True, exist_ok=True)
+        # A directory of this process's own, renamed when complete: several ranks of one
+        # machine may download the same checkpoint at once, and the first rename wins.
+        download = pathlib.Path(tempfile.mkdtemp(prefix=f".{self.name}.", suffix=DOWNLOADING,
+                                                 dir=cache))
+        try:
             for key in keys:
-                target = directory / key[len(self.key) + 1:]
+                target = download / key[len(self.key) + 1:]
                 target.parent.mkdir(parents=True, exist_ok=True)
                 fs.get_file(key, str(target))
-
-        logger.info(f"downloading checkpoint {self} to {local}")
-        return write_atomically(cache, self.name, fetch)
+            os.replace(download, local)
+        except OSError:
+            if not ckpt.is_complete(local):
+                raise
+        finally:
+            shutil.rmtree(download, ignore_errors=True)
+        return local
 
     # ----- writing and deleting -----------------------------------------------------------
     def upload(self, uuid: str, local: pathlib.Path) -> "RemoteRoot":
@@ -285,7 +306,7 @@ class RemoteRoot:
 
     def credentials_note(self) -> str:
         """Which endpoint and credentials were used, for error messages (no secrets)."""
-        options = dict(self.options)
+        options = dict(self.effective_options())
         if self.scheme != "s3":
             return (f"Credentials: {'checkpoint_storage' if options else 'the default chain'} "
                     f"of {SCHEMES[self.scheme][1]}.")
@@ -377,10 +398,8 @@ def _options(scheme: str, storage: Dict[str, Any]) -> Tuple[Tuple[str, str], ...
     """The fsspec keyword arguments for ``checkpoint_storage`` (Determined's keys)."""
     options: Dict[str, str] = {}
     if scheme == "s3":
-        endpoint = (storage.get("endpoint_url") or os.environ.get("AWS_ENDPOINT_URL_S3")
-                    or os.environ.get("AWS_ENDPOINT_URL"))
-        if endpoint:
-            options["endpoint_url"] = endpoint
+        if storage.get("endpoint_url"):
+            options["endpoint_url"] = storage["endpoint_url"]
         if storage.get("access_key") and storage.get("secret_key"):
             options["key"], options["secret"] = storage["access_key"], storage["secret_key"]
     elif SCHEMES[scheme][3] == "azure":

@@ -93,7 +93,7 @@ def test_retention_deletes_in_the_bucket(s3_server: S3, tmp_path: pathlib.Path) 
 
 
 def test_an_unmarked_prefix_is_invisible_and_swept_when_a_run_starts(
-    s3_server: S3, tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture
+    s3_server: S3, tmp_path: pathlib.Path
 ) -> None:
     url = s3_server.url("killed")
     fit(stop_at(2, None), url)  # type: ignore[arg-type]
