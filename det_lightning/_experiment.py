@@ -34,7 +34,7 @@ from det_lightning._harness import load_trial_class, training_lengths
 from det_lightning._import import import_from_path
 from det_lightning._plan import Plan, UsageError, plan_experiment
 from det_lightning.pytorch import _checkpoint as ckpt
-from det_lightning.pytorch._remote import CheckpointRoot
+from det_lightning.pytorch._remote import CheckpointRoot, RemoteRoot
 from det_lightning.pytorch._trainer import CHECKPOINT_DIR_ENV, TENSORBOARD_DIR_ENV
 
 logger = logging.getLogger("det_lightning")
@@ -159,6 +159,8 @@ def run_command_trial(plan: Plan, number: int, hparams: Dict[str, Any],
     argv = [sys.executable, "-m", "det_lightning", "run", *launch_flags(plan.launch), *plan.command]
     env = dict(os.environ)
     env[CHECKPOINT_DIR_ENV] = str(directory)
+    if isinstance(directory, RemoteRoot):  # checkpoint_storage's endpoint and keys
+        env.update(directory.environment())
     env[TENSORBOARD_DIR_ENV] = str(plan.tensorboard_root / f"trial-{number}")
     env.update(extra_env or {})
     logger.info(f"trial {number}: det-lightning {shlex.join(argv[3:])} in {plan.model_dir}")

@@ -144,6 +144,14 @@ class RemoteRoot:
             options["endpoint_url"] = endpoint
         return tuple(sorted(options.items()))
 
+    def environment(self) -> Dict[str, str]:
+        """The environment variables that give a child process this root's endpoint and keys
+        (a command trial, which has no experiment config of its own)."""
+        names = {"endpoint_url": "AWS_ENDPOINT_URL_S3", "key": "AWS_ACCESS_KEY_ID",
+                 "secret": "AWS_SECRET_ACCESS_KEY",
+                 "connection_string": "AZURE_STORAGE_CONNECTION_STRING"}
+        return {names[k]: v for k, v in self.options if k in names}
+
     def staging(self) -> pathlib.Path:
         """The local directory holding copies of this root's checkpoints (written here first,
         downloaded here to be read)."""

@@ -194,6 +194,16 @@ def test_experiment_with_s3_checkpoint_storage_writes_to_the_bucket(
     assert len(written) == 1 and FILES <= next(iter(written.values())), s3_server.keys("exp")
     assert f"s3://{s3_server.bucket}/exp/a/trial-1/{next(iter(written))}" in result.stdout
     assert not (isolated_run / "s3:").exists() and not (tmp_path / "checkpoints").exists()
+    # A command entrypoint's child process gets the config's endpoint too.
+    script = (PROJECT / "script.yaml").read_text() + (
+        f"checkpoint_storage:\n  type: s3\n  bucket: {s3_server.bucket}\n  prefix: exp/b\n"
+        f"  endpoint_url: {s3_server.endpoint}\n"
+    )
+    (tmp_path / "script-s3.yaml").write_text(script)
+    result = run_cli("experiment", str(tmp_path / "script-s3.yaml"), str(PROJECT),
+                     cwd=isolated_run)
+    assert result.returncode == 0, output(result)
+    assert len(checkpoints(s3_server, "exp/b/trial-1")) == 1, s3_server.keys("exp")
     state = torch.load(str(RemoteRoot(s3_server.url(f"exp/a/trial-1/{next(iter(written))}"),
                                       (("endpoint_url", s3_server.endpoint),)).download()
                            / "state_dict.pth"), weights_only=True)
