@@ -8,7 +8,8 @@ no atomic rename, so a checkpoint under a URL is visible only once its marker ob
     write_atomically(root.staging(), uuid, write)   # the local copy, in the cache directory
     root.upload(uuid, local copy)                    # every file, then <uuid>/.complete LAST
     root.complete()                                  # checkpoints with a marker, nothing else
-    (root / uuid).download()                         # into the cache; reused when already there
+    (root / uuid).download()                         # into the cache (via .<uuid>.*.downloading);
+                                                     #   reused when already there
     root.delete(uuid)                                # the marker FIRST, then the other objects
     root.sweep()                                     # <uuid>/ prefixes without a marker: what a
                                                      #   killed upload or deletion left
