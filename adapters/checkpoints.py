@@ -13,6 +13,11 @@ One save, as Determined orders its callbacks::
     on_checkpoint_upload_end(uuid)              # every rank
     retention: delete this trial's checkpoints checkpoint_storage no longer keeps (rank 0)
 
+Under a URL root (``_remote``: S3, GCS, Azure) the directory is written into the local cache
+the same way, the hooks above get that local directory, and then its files are uploaded with the
+marker ``<uuid>/.complete`` last, before ``on_checkpoint_upload_end``, as Determined uploads
+after ``on_checkpoint_write_end``.
+
 As with Determined's local (shared_fs) storage, ``on_checkpoint_write_end`` gets the
 checkpoint's final directory, which stays there, so a callback can keep the path to copy or
 upload it later. The directory is complete before the hooks run: a directory named ``<uuid>``
@@ -43,7 +48,8 @@ from det_lightning.adapters.retention import (
 )
 from det_lightning.adapters.storage import raise_if_storage_error
 from det_lightning.pytorch import _checkpoint as ckpt
-from det_lightning.pytorch._checkpoint_write import delete_atomically, make_load_data, write_files
+from det_lightning.pytorch._checkpoint_write import make_load_data, write_files
+from det_lightning.pytorch._remote import CheckpointRoot, RemoteRoot, delete_checkpoint, local_dir
 from det_lightning.pytorch._code import code_sources
 
 logger = logging.getLogger("det_lightning.core")
@@ -53,7 +59,7 @@ class CheckpointManager:
     """Saves checkpoints of one ``fit()`` and applies the checkpoint policy.
 
     Args:
-        root: the checkpoint directory.
+        root: the checkpoint directory, or a URL (written locally first, then uploaded).
         module: the ``TrialModule`` being trained.
         policy: ``"best"``, ``"all"`` or ``"none"``.
         metric: the searcher metric ``"best"`` compares.
@@ -65,7 +71,7 @@ class CheckpointManager:
 
     def __init__(
         self,
-        root: pathlib.Path,
+        root: CheckpointRoot,
         module: Any,
         policy: str,
         metric: str,
@@ -75,6 +81,7 @@ class CheckpointManager:
         skip_dirs: List[pathlib.Path],
     ) -> None:
         self.root = root
+        self.local_root = local_dir(root)  # where checkpoints are written on this machine
         self.module = module
         self.policy = policy
         self.metric = metric
@@ -175,22 +182,25 @@ class CheckpointManager:
         module.progress.last_ckpt = module.progress.batches_trained
         dist = module.context.distributed
         uuid = dist.broadcast(ckpt.new_uuid())
-        request = DeterminedSave(self.root, uuid, self._write_files)
+        request = DeterminedSave(self.local_root, uuid, self._write_files)
         try:
             trainer.save_checkpoint(
-                str(self.root / uuid), weights_only=False, storage_options=request
+                str(self.local_root / uuid), weights_only=False, storage_options=request
             )
         except Exception as e:
-            raise_if_storage_error(e, self.root / uuid)  # with the path and the cause
+            raise_if_storage_error(e, self.local_root / uuid)  # with the path and the cause
             raise
+        where: Any = request.path
         if request.path is not None:  # the chief, which wrote it
             for callback in module.det_callbacks.values():
                 callback.on_checkpoint_end(str(request.path))
                 callback.on_checkpoint_write_end(str(request.path))
+            if isinstance(self.root, RemoteRoot):  # with what the callbacks added; marker last
+                where = self.root.upload(uuid, request.path)
         for callback in module.det_callbacks.values():
             callback.on_checkpoint_upload_end(uuid=uuid)
         if dist.rank == 0:
-            logger.info(f"saved checkpoint {uuid} at {request.path}")
+            logger.info(f"saved checkpoint {uuid} at {where}")
             self._record(uuid)
         return uuid
 
@@ -218,7 +228,7 @@ class CheckpointManager:
         (earlier runs' after a resume, and ours); never touches any other checkpoint."""
         keep = choose_kept(self.entries, self.retention, self.smaller_is_better)
         for entry in [e for e in self.entries if e.uuid not in keep]:
-            if not delete_atomically(self.root, entry.uuid):
+            if not delete_checkpoint(self.root, entry.uuid):
                 continue  # logged; weighed again after the next checkpoint
             self.entries.remove(entry)
             if entry.uuid in self.written:
@@ -236,7 +246,7 @@ class CheckpointManager:
             module.progress.trial_state(),
             self._load_data(),
             code_sources(type(module.trial)),
-            [self.root, *self.skip_dirs],
+            [self.local_root, *self.skip_dirs],
             lightning_checkpoint.get("callbacks"),
             {RUN_KEY: self.run_id, VALIDATION_KEY: self._validation_record()},
         )

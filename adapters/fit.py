@@ -44,7 +44,7 @@ from det_lightning.adapters.trainer_args import lightning_trainer_kwargs
 from det_lightning.adapters.trial_state import TrialProgress
 from det_lightning.pytorch import _checkpoint as ckpt
 from det_lightning.pytorch._callback import PyTorchCallback
-from det_lightning.pytorch._checkpoint_write import remove_deletions
+from det_lightning.pytorch._remote import CheckpointRoot, sweep
 from det_lightning.pytorch._result import FitArgs, FitResult, TrainerOptions
 from det_lightning.pytorch._trial import is_overridden
 from det_lightning.pytorch._units import Schedule
@@ -111,13 +111,13 @@ def run_fit(
     started = time.monotonic()
     check_trial(trial, context)
     callbacks = build_callbacks(trial)
-    root = pathlib.Path(options.checkpoint_dir)
+    root = options.checkpoint_dir  # a directory or a URL (_remote.RemoteRoot)
     check_checkpoint_dir(root, context.distributed, context.models)
     plan = plan_resume(args.latest_checkpoint, root)
     args = dataclasses.replace(args, latest_checkpoint=plan.name)
     context.engine.steps_completed = plan.first_batch
     if context.distributed.rank == 0:
-        for leftover in remove_deletions(root):
+        for leftover in sweep(root):
             logger.info(f"Finished deleting {leftover}, which a stopped run had begun to delete.")
         logger.info(
             f"checkpoints go to {root}; TensorBoard files to {options.tensorboard_dir}"
@@ -144,7 +144,7 @@ def run_fit(
 def _train(
     trial: Any, context: Any, args: FitArgs, options: TrainerOptions,
     stop_signal: Callable[[bool], bool], callbacks: Dict[str, PyTorchCallback],
-    plan: ResumePlan, root: pathlib.Path,
+    plan: ResumePlan, root: CheckpointRoot,
 ) -> Tuple[FitResult, pl.Trainer]:
     module = TrialModule(trial, context, callbacks, TrialProgress.from_trial_state(plan.trial_state))
     module.stop_on_nonfinite_loss = metric_utils.stop_on_non_finite(options.stop_on_nonfinite_loss)

@@ -31,6 +31,14 @@ from det_lightning.adapters.preemption import LATEST_CHECKPOINT_ENV
 from det_lightning.adapters.retention import steps_from_metadata
 from det_lightning.pytorch import _checkpoint as ckpt
 from det_lightning.pytorch._checkpoint_write import remove_partials
+from det_lightning.pytorch._remote import (
+    CheckpointRoot,
+    RemoteRoot,
+    checkpoint_location,
+    is_url,
+    local_copy,
+    local_dir,
+)
 
 logger = logging.getLogger("det_lightning.pytorch")
 
@@ -70,7 +78,7 @@ class ResumePlan:
         return (self.state or {}).get(ckpt.EXTRA, {}).get("data", {})
 
 
-def plan_resume(latest_checkpoint: Optional[str], root: pathlib.Path) -> ResumePlan:
+def plan_resume(latest_checkpoint: Optional[str], root: CheckpointRoot) -> ResumePlan:
     """Resolves ``fit(latest_checkpoint=...)``, or ``$DET_LIGHTNING_LATEST_CHECKPOINT`` when
     it is None, and reads the checkpoint. ``"latest"`` with no complete checkpoint under
     ``root`` is a fresh start, so one command serves the first run and every requeue.
@@ -99,9 +107,10 @@ def plan_resume(latest_checkpoint: Optional[str], root: pathlib.Path) -> ResumeP
 
 
 def _locate(
-    requested: Optional[str], root: pathlib.Path
+    requested: Optional[str], root: CheckpointRoot
 ) -> Tuple[Optional[pathlib.Path], bool, Optional[str]]:
-    """The checkpoint directory to resume from, whether it is trusted, and its name."""
+    """The (local) checkpoint directory to resume from, whether it is trusted, and its name.
+    A checkpoint under a URL is downloaded into the cache first."""
     source = "fit(latest_checkpoint='latest')"
     if requested is None:
         requested = os.environ.get(LATEST_CHECKPOINT_ENV, "").strip() or None
@@ -112,7 +121,7 @@ def _locate(
         return None, False, None
     if requested != "latest":
         return resolve_checkpoint(requested, root), True, requested
-    for partial in remove_partials(root):
+    for partial in remove_partials(local_dir(root)):
         logger.info(f"Deleted the unfinished checkpoint {partial}.")
     found = ckpt.latest_checkpoint(root)
     if found is None:
@@ -121,18 +130,25 @@ def _locate(
         )
         return None, False, None
     logger.info(f"{source}: resuming from {found}.")
-    return found, False, str(found)
+    return local_copy(found), False, str(found)
 
 
-def resolve_checkpoint(latest_checkpoint: str, root: pathlib.Path) -> pathlib.Path:
-    """A checkpoint path, or a UUID under ``root``.
+def resolve_checkpoint(latest_checkpoint: str, root: CheckpointRoot) -> pathlib.Path:
+    """A checkpoint path or URL, or a UUID under ``root``; a URL's checkpoint is downloaded.
 
     Raises:
         InvalidCheckpointException: nothing of that name exists.
     """
+    if is_url(latest_checkpoint):
+        named = checkpoint_location(latest_checkpoint)
+        if isinstance(named, RemoteRoot) and isinstance(root, RemoteRoot):
+            named = RemoteRoot(named.url, root.options if named.scheme == root.scheme else ())
+        return local_copy(named)
     path = pathlib.Path(latest_checkpoint).expanduser()
     if path.is_dir():
         return path
+    if isinstance(root, RemoteRoot):
+        return (root / latest_checkpoint).download()  # a UUID under the URL root
     under_root = root / latest_checkpoint
     if under_root.is_dir():
         return under_root

@@ -17,7 +17,7 @@ from typing import Any, Dict, List, NamedTuple, Optional, Set
 
 from det_lightning import errors
 from det_lightning.pytorch import _checkpoint as ckpt
-from det_lightning.pytorch._checkpoint_write import delete_atomically
+from det_lightning.pytorch._remote import CheckpointRoot, Listed, delete_checkpoint, list_complete
 
 RUN_KEY = "det_lightning_run"  # metadata.json: one id for every run (resume) of a trial
 VALIDATION_KEY = "det_lightning_validation"  # metadata.json: {"metric", "value"} or null
@@ -95,29 +95,27 @@ def choose_kept(
     return keep
 
 
-def run_entries(root: pathlib.Path, run_id: str, metric: str) -> List[Entry]:
-    """The complete checkpoints under ``root`` of the trial run ``run_id``, oldest first, with
-    their recorded ``metric`` (None when recorded for another metric or not at all)."""
+def run_entries(
+    root: CheckpointRoot, run_id: str, metric: str, listed: Optional[List[Listed]] = None
+) -> List[Entry]:
+    """The complete checkpoints under ``root`` (a directory or a URL) of the trial run
+    ``run_id``, oldest first, with their recorded ``metric`` (None when recorded for another
+    metric or not at all). ``listed``: ``list_complete(root)``, when already read."""
     found = []
-    if not root.is_dir():
-        return []
-    for path in root.iterdir():
-        if path.name.startswith(".") or not ckpt.is_complete(path):
-            continue
-        metadata = ckpt.read_metadata(path)
+    for item in list_complete(root) if listed is None else listed:
+        metadata = item.metadata
         if metadata.get(RUN_KEY) != run_id:
             continue
         validation = metadata.get(VALIDATION_KEY) or {}
         value = validation.get("value") if validation.get("metric") == metric else None
-        entry = Entry(path.name, steps_from_metadata(path),
-                      None if value is None else float(value))
-        found.append((entry.steps, path.stat().st_mtime, entry))
+        entry = Entry(item.name, _steps(metadata), None if value is None else float(value))
+        found.append((entry.steps, item.mtime, entry))
     return [entry for _, _, entry in sorted(found, key=lambda t: t[:2])]
 
 
 def retain_experiment_best(
-    trial_dirs: List[pathlib.Path], exp_conf: Dict[str, Any]
-) -> List[pathlib.Path]:
+    trial_dirs: List[CheckpointRoot], exp_conf: Dict[str, Any]
+) -> List[CheckpointRoot]:
     """Determined's garbage collection at the end of an experiment: in each trial's checkpoint
     directory (its newest run), keeps the ``save_trial_latest`` newest and ``save_trial_best``
     best checkpoints, plus the ``save_experiment_best`` best across all trials; deletes the rest.
@@ -127,12 +125,13 @@ def retain_experiment_best(
     searcher = exp_conf.get("searcher") or {}
     metric = searcher.get("metric", "validation_loss")
     smaller = bool(searcher.get("smaller_is_better", True))
-    per_trial: Dict[pathlib.Path, List[Entry]] = {}
+    per_trial: Dict[CheckpointRoot, List[Entry]] = {}
     for directory in trial_dirs:
-        newest = ckpt.latest_checkpoint(directory)
-        run_id = ckpt.read_metadata(newest).get(RUN_KEY) if newest is not None else None
+        listed = list_complete(directory)
+        newest = max(listed, key=lambda c: (_steps(c.metadata), c.mtime), default=None)
+        run_id = newest.metadata.get(RUN_KEY) if newest is not None else None
         if isinstance(run_id, str):
-            per_trial[directory] = run_entries(directory, run_id, metric)
+            per_trial[directory] = run_entries(directory, run_id, metric, listed)
     ranked = [(d, e) for d, entries in per_trial.items() for e in entries if e.value is not None]
     ranked.sort(key=lambda de: de[1].value if smaller else -de[1].value)  # type: ignore
     experiment_best = {(d, e.uuid) for d, e in ranked[:retention.experiment_best]}
@@ -142,14 +141,18 @@ def retain_experiment_best(
         keep = choose_kept(entries, own, smaller)
         for entry in entries:
             if entry.uuid not in keep and (directory, entry.uuid) not in experiment_best:
-                if delete_atomically(directory, entry.uuid):
+                if delete_checkpoint(directory, entry.uuid):
                     deleted.append(directory / entry.uuid)
     return deleted
 
 
 def steps_from_metadata(path: pathlib.Path) -> int:
     """``steps_completed`` of the checkpoint ``path`` (0 when unrecorded)."""
+    return _steps(ckpt.read_metadata(path))
+
+
+def _steps(metadata: Dict[str, Any]) -> int:
     try:
-        return int(ckpt.read_metadata(path).get("steps_completed", 0))
+        return int(metadata.get("steps_completed", 0))
     except (TypeError, ValueError):
         return 0

@@ -2,7 +2,8 @@
 
 Before training, ``check_checkpoint_dir`` creates the directory and a probe file in it (and
 deletes the probe), so a missing, read-only or full directory fails the run before any batch is
-trained. A write that fails later (the disk filled up) becomes a ``CheckpointStorageError``;
+trained; a URL root (``_remote``) gets a probe object first (a missing package, bucket or
+credentials). A write that fails later (the disk filled up) becomes a ``CheckpointStorageError``;
 the checkpoint being written is discarded (``write_atomically``), earlier ones stay, and
 superseded checkpoints are only deleted after a new one is complete.
 """
@@ -18,6 +19,7 @@ from typing import Any, Iterable, Optional
 import torch
 
 from det_lightning import errors
+from det_lightning.pytorch._remote import CheckpointRoot, RemoteRoot, local_dir
 
 logger = logging.getLogger("det_lightning.core")
 
@@ -26,14 +28,18 @@ PROBE_BYTES = 4096
 _TORCH_WRITE_FAILURES = ("inline_container", "PytorchStreamWriter", "file write failed")
 
 
-def check_checkpoint_dir(root: pathlib.Path, distributed: Any, models: Iterable[Any]) -> None:
+def check_checkpoint_dir(root: CheckpointRoot, distributed: Any, models: Iterable[Any]) -> None:
     """Raises ``CheckpointStorageError`` if checkpoints cannot be written under ``root``.
 
-    The chief (which writes checkpoints) probes; every rank gets the verdict.
+    The chief (which writes checkpoints) probes; every rank gets the verdict. A URL root is
+    probed with an object written and deleted there (the package, the bucket, the
+    credentials) before its local copies' directory is touched.
     """
     problem = None
     if distributed.rank == 0:
-        problem = probe(root) or space_problem(root, _state_bytes(models))
+        remote = root.problem() if isinstance(root, RemoteRoot) else None
+        local = local_dir(root)
+        problem = remote or probe(local) or space_problem(local, _state_bytes(models))
     if distributed.size > 1:
         problem = distributed.broadcast(problem)
     if problem is not None:

@@ -36,6 +36,7 @@ from det_lightning._import import import_from_path
 from det_lightning._plan import Plan, UsageError, plan_experiment
 from det_lightning._search._interrupt import RESUME_ADVICE_ENV
 from det_lightning.pytorch import _checkpoint as ckpt
+from det_lightning.pytorch._remote import CheckpointRoot, RemoteRoot
 from det_lightning.pytorch._trainer import CHECKPOINT_DIR_ENV, TENSORBOARD_DIR_ENV
 
 logger = logging.getLogger("det_lightning")
@@ -59,7 +60,7 @@ class TrialResult:
     # "RUNNING" (another worker trains it) and "INTERRUPTED" (a signal stopped it here)
     status: str
     best_metric: Optional[float] = None
-    checkpoint: Optional[pathlib.Path] = None
+    checkpoint: Optional[CheckpointRoot] = None  # a path, or a URL (s3://...)
     batches: Optional[int] = None
     rung: Optional[int] = None
 
@@ -180,6 +181,8 @@ def run_command_trial(plan: Plan, number: int, hparams: Dict[str, Any],
     argv = [sys.executable, "-m", "det_lightning", "run", *launch_flags(plan.launch), *plan.command]
     env = dict(os.environ)
     env[CHECKPOINT_DIR_ENV] = str(directory)
+    if isinstance(directory, RemoteRoot):  # checkpoint_storage's endpoint and keys
+        env.update(directory.environment())
     env[TENSORBOARD_DIR_ENV] = str(plan.tensorboard_root / f"trial-{number}")
     env.update(extra_env or {})
     logger.info(f"trial {number}: det-lightning {shlex.join(argv[3:])} in {plan.model_dir}")
@@ -313,7 +316,7 @@ def _retain_experiment_best(plan: Plan, results: Sequence[TrialResult]) -> None:
     from det_lightning.adapters.retention import retain_experiment_best
 
     trial_dirs = [plan.checkpoint_root / f"trial-{r.number}" for r in results]
-    deleted = retain_experiment_best([d for d in trial_dirs if d.is_dir()], plan.config.raw)
+    deleted = retain_experiment_best(trial_dirs, plan.config.raw)
     if deleted:
         logger.info(f"checkpoint_storage retention deleted {len(deleted)} checkpoint(s)")
 

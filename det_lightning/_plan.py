@@ -13,7 +13,7 @@ directory, where checkpoints and TensorBoard files go, the trials known up front
                                              #   adaptive_asha: only the periods, the searcher
                                              #   sets the length)
     checkpoint_root = checkpoint_dir or checkpoint_storage or $DET_LIGHTNING_CHECKPOINT_DIR
-                      or ./checkpoints
+                      or ./checkpoints            # a directory, or a URL (s3://bucket/prefix)
     tensorboard_root = $DET_LIGHTNING_TENSORBOARD_DIR or ./tensorboard/<name>-<search key>
                        (single: ./tensorboard/<name>-<time>)
 """
@@ -27,6 +27,7 @@ from typing import Any, Dict, List, Optional, Union
 
 from det_lightning._config import ExperimentConfig, random_points
 from det_lightning._harness import parse_command, training_lengths, training_periods
+from det_lightning.pytorch._remote import CheckpointRoot, checkpoint_location
 from det_lightning.pytorch._trainer import CHECKPOINT_DIR_ENV, TENSORBOARD_DIR_ENV
 
 
@@ -41,7 +42,8 @@ class Plan:
     Attributes:
         config: the validated experiment config.
         model_dir: the model definition directory (absolute).
-        checkpoint_root: trial ``n`` checkpoints to ``checkpoint_root / f"trial-{n}"``.
+        checkpoint_root: trial ``n`` checkpoints to ``checkpoint_root / f"trial-{n}"``: an
+            absolute path, or a URL (``_remote.RemoteRoot``, which supports ``/`` too).
         tensorboard_root: likewise for TensorBoard files.
         trials: the hyperparameter values of each trial.
         trial_class: ``module:Class`` for a legacy entrypoint, else None.
@@ -51,7 +53,7 @@ class Plan:
 
     config: ExperimentConfig
     model_dir: pathlib.Path
-    checkpoint_root: pathlib.Path
+    checkpoint_root: CheckpointRoot
     tensorboard_root: pathlib.Path
     trials: List[Dict[str, Any]]
     trial_class: Optional[str]
@@ -153,7 +155,8 @@ def plan_experiment(
     """Checks everything that can be checked before training, and settles the directories.
 
     Checkpoints go to ``checkpoint_dir``, else ``checkpoint_storage`` (``host_path`` /
-    ``storage_path``), else ``$DET_LIGHTNING_CHECKPOINT_DIR``, else ``./checkpoints``.
+    ``storage_path``, or an s3/gcs/azure bucket and prefix), else
+    ``$DET_LIGHTNING_CHECKPOINT_DIR``, else ``./checkpoints``; any of them may be a URL.
 
     Raises:
         errors.InvalidConfigException: the config cannot run locally (the message names the key).
@@ -178,7 +181,7 @@ def plan_experiment(
     return Plan(
         config=config,
         model_dir=directory,
-        checkpoint_root=_absolute(root or "checkpoints"),
+        checkpoint_root=checkpoint_location(root or "checkpoints", config.raw),
         tensorboard_root=_absolute(tensorboard),
         trials=trials,
         trial_class=trial_class,

@@ -7,6 +7,7 @@ from typing import Iterator
 import pytest
 import torch
 
+from tests.fixtures.object_store import S3, s3_endpoint
 from tests.fixtures.writers import close_open_writers
 
 
@@ -36,6 +37,13 @@ def isolated_run(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> Ite
 @pytest.fixture
 def checkpoint_dir(tmp_path: pathlib.Path) -> pathlib.Path:
     return tmp_path / "checkpoints"
+
+
+@pytest.fixture
+def s3_server(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[S3]:
+    """moto's S3 server on loopback with a fresh bucket (``tests/fixtures/object_store.py``)."""
+    with s3_endpoint(monkeypatch, tmp_path) as server:
+        yield server
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:

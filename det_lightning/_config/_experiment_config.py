@@ -102,7 +102,8 @@ class ExperimentConfig:
 
         Returns:
             ``host_path`` joined with ``storage_path`` for ``shared_fs``, ``container_path``
-            for ``directory``, or None (unset, or a cloud type, which is ignored locally).
+            for ``directory``, ``s3://bucket/prefix`` (``gs://``, ``az://container/prefix``)
+            for ``s3`` (``gcs``, ``azure``), or None when unset.
         """
         storage = self.raw.get("checkpoint_storage")
         if not storage:
@@ -111,7 +112,9 @@ class ExperimentConfig:
             return os.path.join(storage["host_path"], storage.get("storage_path") or "")
         if storage["type"] == "directory":
             return str(storage["container_path"])
-        return None
+        from det_lightning.pytorch._remote import storage_url
+
+        return storage_url(storage)
 
     def slots_per_trial(self) -> int:
         """``resources.slots_per_trial`` (default 1)."""

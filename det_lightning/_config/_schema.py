@@ -64,11 +64,26 @@ _SAVE_COUNTS = {
     "save_trial_latest": _Value(("integer",), minimum=0, default=1),
 }
 
-_CLOUD_STORAGE = _Section(
-    {key: _Value(("any",)) for key in (
-        "type", "bucket", "prefix", "access_key", "secret_key", "endpoint_url", "container",
-        "connection_string", "account_url", "credential", *_SAVE_COUNTS)},
-    ignored=True,
+# Object stores, with Determined's keys; checkpoints go there through fsspec (README).
+_S3_STORAGE = _Section(
+    {"type": _Value(("string",)), "bucket": _Value(("string",)),
+     "prefix": _Value(("string",), default=None), "endpoint_url": _Value(("string",), default=None),
+     "access_key": _Value(("string",), default=None),
+     "secret_key": _Value(("string",), default=None), **_SAVE_COUNTS},
+    required=("type", "bucket"),
+)
+_GCS_STORAGE = _Section(
+    {"type": _Value(("string",)), "bucket": _Value(("string",)),
+     "prefix": _Value(("string",), default=None), **_SAVE_COUNTS},
+    required=("type", "bucket"),
+)
+_AZURE_STORAGE = _Section(
+    {"type": _Value(("string",)), "container": _Value(("string",)),
+     "prefix": _Value(("string",), default=None),
+     "connection_string": _Value(("string",), default=None),
+     "account_url": _Value(("string",), default=None),
+     "credential": _Value(("string",), default=None), **_SAVE_COUNTS},
+    required=("type", "container"),
 )
 
 _CHECKPOINT_STORAGE = _Tagged(
@@ -88,9 +103,9 @@ _CHECKPOINT_STORAGE = _Tagged(
              **_SAVE_COUNTS},
             required=("type", "container_path"),
         ),
-        "s3": _CLOUD_STORAGE,
-        "gcs": _CLOUD_STORAGE,
-        "azure": _CLOUD_STORAGE,
+        "s3": _S3_STORAGE,
+        "gcs": _GCS_STORAGE,
+        "azure": _AZURE_STORAGE,
     },
 )
 

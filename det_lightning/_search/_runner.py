@@ -63,6 +63,7 @@ from det_lightning._search._reporter import (
 from det_lightning._search._sample import point_index, sampler_for, suggest
 from det_lightning._search._settings import SearchSettings, search_key
 from det_lightning.pytorch import Batch, Epoch
+from det_lightning.pytorch._remote import checkpoint_location, local_dir
 from det_lightning.pytorch._units import AnyOf
 
 logger = logging.getLogger("det_lightning")
@@ -82,22 +83,23 @@ def admitted(study: optuna.Study, trial: optuna.Trial, settings: SearchSettings,
     return len(earlier) < bracket.max_trials
 
 
-def open_storage(url: Optional[str], checkpoint_root: pathlib.Path) -> Any:
+def open_storage(url: Optional[str], checkpoint_root: Any) -> Any:
     """The Optuna storage: ``url`` (a database URL, or a journal file path), else a journal file
-    beside the checkpoints."""
+    beside the checkpoints (beside their local copies for a URL root: give several machines
+    ``--storage``)."""
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
 
     if url and "://" in url:
         return url
-    path = pathlib.Path(url) if url else checkpoint_root / JOURNAL_NAME
+    path = pathlib.Path(url) if url else local_dir(checkpoint_root) / JOURNAL_NAME
     path.parent.mkdir(parents=True, exist_ok=True)
     return JournalStorage(JournalFileBackend(str(path)))
 
 
 def storage_ref(plan: Any) -> str:
     """The plan's storage as other processes are told it: the URL or journal file path."""
-    return str(plan.storage or plan.checkpoint_root / JOURNAL_NAME)
+    return str(plan.storage or local_dir(plan.checkpoint_root) / JOURNAL_NAME)
 
 
 def lengths_for(settings: SearchSettings, bracket: Bracket, config: Any,
@@ -456,7 +458,8 @@ def summarize(studies: Sequence[optuna.Study], plan: Any, settings: SearchSettin
             checkpoint = attrs.get("checkpoint")
             results.append(result_type(
                 trial_number(frozen), attrs.get("hparams", {}), status, best,
-                pathlib.Path(checkpoint) if checkpoint else None, batches=attrs.get("batches"),
+                checkpoint_location(checkpoint) if checkpoint else None,
+                batches=attrs.get("batches"),
                 rung=int(attrs["rung"]) if status == "STOPPED_EARLY" and "rung" in attrs
                 else None,
             ))

@@ -26,11 +26,14 @@ import json
 import pathlib
 import pickle
 import uuid as uuid_lib
-from typing import Any, Dict, Optional
+from typing import TYPE_CHECKING, Any, Dict, Optional, Union, overload
 
 import torch
 
 from det_lightning import errors
+
+if TYPE_CHECKING:
+    from det_lightning.pytorch._remote import RemoteRoot
 
 STATE_DICT_FILE = "state_dict.pth"
 STATE_DICT_FILE_DOCS = "state-dict.pth"  # the name Determined's guide uses; accepted on read
@@ -219,8 +222,21 @@ def is_complete(path: pathlib.Path) -> bool:
     return path.is_dir() and has_state and (path / METADATA_FILE).is_file()
 
 
-def latest_checkpoint(root: pathlib.Path) -> Optional[pathlib.Path]:
-    """The complete checkpoint under ``root`` with the most batches trained (newest on ties)."""
+@overload
+def latest_checkpoint(root: pathlib.Path) -> Optional[pathlib.Path]: ...
+@overload
+def latest_checkpoint(root: "RemoteRoot") -> Optional["RemoteRoot"]: ...
+@overload
+def latest_checkpoint(
+    root: Union[pathlib.Path, "RemoteRoot"]
+) -> Optional[Union[pathlib.Path, "RemoteRoot"]]: ...
+def latest_checkpoint(
+    root: Union[pathlib.Path, "RemoteRoot"]
+) -> Optional[Union[pathlib.Path, "RemoteRoot"]]:
+    """The complete checkpoint under ``root`` with the most batches trained (newest on ties);
+    under a URL root (``_remote.RemoteRoot``) only checkpoints with their marker count."""
+    if not isinstance(root, pathlib.Path):
+        return _latest_remote(root)
     best: Optional[pathlib.Path] = None
     best_key = (-1, -1.0)
     if not root.is_dir():
@@ -236,3 +252,17 @@ def latest_checkpoint(root: pathlib.Path) -> Optional[pathlib.Path]:
         if key > best_key:
             best, best_key = entry, key
     return best
+
+
+def _latest_remote(root: "RemoteRoot") -> Optional["RemoteRoot"]:
+    from det_lightning.pytorch._remote import list_complete
+
+    best, best_key = None, (-1, -1.0)
+    for listed in list_complete(root):
+        try:
+            key = (int(listed.metadata["steps_completed"]), listed.mtime)
+        except (ValueError, KeyError, TypeError):
+            continue
+        if key > best_key:
+            best, best_key = listed.name, key
+    return None if best is None else root / best

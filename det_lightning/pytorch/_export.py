@@ -39,6 +39,7 @@ from det_lightning.pytorch import _checkpoint as ckpt
 from det_lightning.pytorch._checkpoint_write import write_atomically, write_files
 from det_lightning.pytorch._state_dicts import safe_rng_state
 from det_lightning.pytorch._load import read_load_data
+from det_lightning.pytorch._remote import is_url
 from det_lightning.pytorch._trainer import CHECKPOINT_DIR_ENV
 
 _Path = Union[str, "os.PathLike[str]"]
@@ -65,12 +66,20 @@ def export_lightning_checkpoint(
 
     Raises:
         InvalidCheckpointException: ``ckpt_file`` is missing, damaged, or not a trial's.
+        NotImplementedError: ``checkpoint_dir`` (or the environment variable) is a URL.
     """
+    location = checkpoint_dir or os.environ.get(CHECKPOINT_DIR_ENV) or "checkpoints"
+    if is_url(location):
+        raise NotImplementedError(
+            f"Exporting to {location!s} is not supported: export to a local directory "
+            "(checkpoint_dir=..., or `det-lightning checkpoint export FILE.ckpt DIR`) and copy "
+            "the <uuid> directory to the bucket, adding the marker <uuid>/.complete last."
+        )
     content = _torch_load(pathlib.Path(ckpt_file), trust)
     state = content.get(ckpt.LIGHTNING_STATE_KEY) or _state_from_lightning(content, ckpt_file)
     trial_state = _trial_state(content)
     load_data = content.get(ckpt.LIGHTNING_LOAD_DATA_KEY) or _unknown_load_data(content)
-    root = pathlib.Path(checkpoint_dir or os.environ.get(CHECKPOINT_DIR_ENV) or "checkpoints")
+    root = pathlib.Path(location)
     code = [(pathlib.Path(code_dir), "")] if code_dir is not None else []
     callbacks = content.get("callbacks")
     return write_atomically(

@@ -17,6 +17,7 @@ from typing import Any, Dict, Optional, Type
 from det_lightning import errors
 from det_lightning._import import import_from_path
 from det_lightning.pytorch import _checkpoint as ckpt
+from det_lightning.pytorch._remote import checkpoint_location, is_url, local_copy
 from det_lightning.pytorch._state_dicts import load_models
 from det_lightning.pytorch._context import PyTorchTrialContext
 from det_lightning.pytorch._trial import PyTorchTrial
@@ -137,7 +138,8 @@ def load_trial_from_checkpoint_path(
     """Rebuilds the trial and loads its models' weights from a checkpoint directory.
 
     Args:
-        path: the checkpoint directory.
+        path: the checkpoint directory, or its URL (``s3://bucket/prefix/<uuid>``; downloaded
+            into the cache, see ``_remote``).
         trial_class: the trial class. When omitted it is imported from the checkpoint's
             ``code/``, which runs that code: pass ``trust_code=True`` (or set
             ``DET_LIGHTNING_TRUST_CHECKPOINT_CODE=1``) to allow it.
@@ -161,7 +163,7 @@ def load_trial_from_checkpoint_path(
             stacklevel=2,
         )
         torch_load_kwargs = kwargs
-    ckpt_dir = pathlib.Path(path)
+    ckpt_dir = local_copy(checkpoint_location(path)) if is_url(path) else pathlib.Path(path)
     load_data = read_load_data(ckpt_dir)
     state = ckpt.read_state_dict(ckpt_dir, **(torch_load_kwargs or {}))
     if trial_class is None:

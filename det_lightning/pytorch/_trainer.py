@@ -19,6 +19,7 @@ from det_lightning._info import get_cluster_info
 from det_lightning.core import DistributedContext
 from det_lightning.pytorch import _launch
 from det_lightning.pytorch._context import PyTorchTrialContext
+from det_lightning.pytorch._remote import checkpoint_location
 from det_lightning.pytorch._result import FitArgs, FitResult, ProfilerConfig, TrainerOptions
 from det_lightning.pytorch._trial import PyTorchTrial
 from det_lightning.pytorch._units import Batch, Epoch, TrainUnit, check_max_length, check_period
@@ -135,7 +136,8 @@ class Trainer:
         logger: Lightning logger(s); None means TensorBoard in ``tensorboard_dir``, False none.
         plugins: Lightning plugins.
         checkpoint_dir: where checkpoints go (default ``$DET_LIGHTNING_CHECKPOINT_DIR`` or
-            ``./checkpoints``).
+            ``./checkpoints``): a directory, or a URL (``s3://bucket/prefix``, ``gs://...``,
+            ``az://...``; README, "Checkpoints in S3, GCS or Azure").
         tensorboard_dir: where TensorBoard files go (default ``$DET_LIGHTNING_TENSORBOARD_DIR``
             or ``./tensorboard/<timestamp>``).
         stop_on_nonfinite_loss: stop (``errors.NonFiniteLossError``) at the reporting period in
@@ -178,9 +180,10 @@ class Trainer:
         self.result: Optional[FitResult] = None  # set by fit()
         self._lightning_trainer: Any = None  # the lightning.Trainer of the last fit()
         self._options = TrainerOptions(
-            checkpoint_dir=pathlib.Path(
-                checkpoint_dir or os.environ.get(CHECKPOINT_DIR_ENV) or "checkpoints"
-            ).absolute(),
+            checkpoint_dir=checkpoint_location(
+                checkpoint_dir or os.environ.get(CHECKPOINT_DIR_ENV) or "checkpoints",
+                context.engine.exp_conf,
+            ),
             tensorboard_dir=context.engine.tensorboard_path or _default_tensorboard_dir(),
             default_root_dir=pathlib.Path.cwd(),
             callbacks=tuple(callbacks or ()),

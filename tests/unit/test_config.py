@@ -234,11 +234,24 @@ def test_no_warning_without_ignored_keys(caplog: pytest.LogCaptureFixture) -> No
     assert not caplog.records
 
 
-def test_cloud_checkpoint_storage_is_ignored() -> None:
-    config = _with(checkpoint_storage={"type": "s3", "bucket": "b", "save_trial_best": 2})
+def test_cloud_checkpoint_storage_is_a_url() -> None:
+    config = _with(checkpoint_storage={"type": "s3", "bucket": "b", "prefix": "runs/a/",
+                                       "endpoint_url": "http://127.0.0.1:1", "save_trial_best": 2})
     cfg = _config.load_config(config)
-    assert cfg.ignored_keys == ["checkpoint_storage"]
-    assert cfg.checkpoint_dir() is None
+    assert cfg.ignored_keys == []
+    assert cfg.checkpoint_dir() == "s3://b/runs/a"
+    gcs = _config.load_config(_with(checkpoint_storage={"type": "gcs", "bucket": "g"}))
+    assert gcs.checkpoint_dir() == "gs://g"
+    azure = _with(checkpoint_storage={"type": "azure", "container": "c", "prefix": "p"})
+    assert _config.load_config(azure).checkpoint_dir() == "az://c/p"
+
+
+def test_cloud_checkpoint_storage_keys_are_checked() -> None:
+    with pytest.raises(InvalidConfigException, match="bucket"):
+        _config.load_config(_with(checkpoint_storage={"type": "s3", "prefix": "p"}))
+    with pytest.raises(InvalidConfigException, match="endpoint"):
+        _config.load_config(_with(checkpoint_storage={"type": "s3", "bucket": "b",
+                                                      "endpont_url": "http://x"}))
 
 
 def test_grid_two_by_two() -> None:

@@ -1,0 +1,477 @@
+"""Checkpoint roots on object stores (S3, GCS, Azure), through fsspec.
+
+A checkpoint root is a local directory (a ``pathlib.Path``) or a URL (``RemoteRoot``); both
+hold one ``<uuid>`` directory (prefix) per checkpoint with the same files. An object store has
+no atomic rename, so a checkpoint under a URL is visible only once its marker object,
+``<uuid>/.complete`` (a copy of ``metadata.json``), exists::
+
+    write_atomically(root.staging(), uuid, write)   # the local copy, in the cache directory
+    root.upload(uuid, local copy)                    # every file, then <uuid>/.complete LAST
+    root.complete()                                  # checkpoints with a marker, nothing else
+    (root / uuid).download()                         # into the cache (via .<uuid>.*.downloading);
+                                                     #   reused when already there
+    root.delete(uuid)                                # the marker FIRST, then the other objects
+    root.sweep()                                     # <uuid>/ prefixes without a marker: what a
+                                                     #   killed upload or deletion left
+
+The local copies live in ``$DET_LIGHTNING_CACHE_DIR`` (default ``~/.cache/det_lightning``)
+under ``checkpoints/<hash of the root URL>/``. fsspec and the store's package (``s3fs``,
+``gcsfs``, ``adlfs``: the extras ``s3``, ``gcs``, ``azure``) are imported only when a URL root
+is used. The functions at the end take either kind of root.
+"""
+
+import dataclasses
+import datetime
+import hashlib
+import json
+import logging
+import os
+import pathlib
+import re
+import shutil
+import tempfile
+import uuid as uuid_lib
+from typing import Any, Dict, List, NamedTuple, Optional, Tuple, Union
+
+from det_lightning import errors
+from det_lightning.pytorch import _checkpoint as ckpt
+from det_lightning.pytorch._checkpoint_write import (
+    delete_atomically,
+    remove_deletions,
+    remove_partials,
+)
+
+logger = logging.getLogger("det_lightning.pytorch")
+
+MARKER = ".complete"  # <uuid>/.complete: written last; a checkpoint without it does not exist
+CACHE_DIR_ENV = "DET_LIGHTNING_CACHE_DIR"
+DOWNLOADING = ".downloading"  # .<uuid>.<random>.downloading: a download in progress
+# URL scheme: (fsspec protocol, package, det_lightning extra, checkpoint_storage type)
+SCHEMES = {
+    "s3": ("s3", "s3fs", "s3", "s3"),
+    "gs": ("gcs", "gcsfs", "gcs", "gcs"),
+    "gcs": ("gcs", "gcsfs", "gcs", "gcs"),
+    "az": ("az", "adlfs", "azure", "azure"),
+    "abfs": ("abfs", "adlfs", "azure", "azure"),
+    "abfss": ("abfs", "adlfs", "azure", "azure"),
+}
+_URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://(.*)$")
+_UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+_FILESYSTEMS: Dict[Tuple[str, Tuple[Tuple[str, str], ...]], Any] = {}
+
+
+class Listed(NamedTuple):
+    """A complete checkpoint under a root: its name (UUID), ``metadata.json``, modified time."""
+
+    name: str
+    metadata: Dict[str, Any]
+    mtime: float
+
+
+@dataclasses.dataclass(frozen=True)
+class RemoteRoot:
+    """A checkpoint root (or one checkpoint) at a URL such as ``s3://bucket/prefix``.
+
+    Args:
+        url: ``scheme://bucket/path``, without a trailing slash.
+        options: the filesystem's keyword arguments (``endpoint_url``, ``key``, ...).
+
+    >>> root = RemoteRoot("s3://ckpts/run") / "trial-1"
+    >>> str(root), root.name, str(root.parent), root.bucket
+    ('s3://ckpts/run/trial-1', 'trial-1', 's3://ckpts/run', 'ckpts')
+    """
+
+    url: str
+    options: Tuple[Tuple[str, str], ...] = ()
+
+    def __truediv__(self, name: str) -> "RemoteRoot":
+        return RemoteRoot(f"{self.url}/{str(name).strip('/')}", self.options)
+
+    def __str__(self) -> str:
+        return self.url
+
+    @property
+    def scheme(self) -> str:
+        return self.url.split("://", 1)[0]
+
+    @property
+    def key(self) -> str:
+        """The path fsspec takes: ``bucket/prefix``."""
+        return self.url.split("://", 1)[1]
+
+    @property
+    def bucket(self) -> str:
+        return self.key.split("/", 1)[0]
+
+    @property
+    def name(self) -> str:
+        return self.key.rsplit("/", 1)[-1]
+
+    @property
+    def parent(self) -> "RemoteRoot":
+        return RemoteRoot(self.url.rsplit("/", 1)[0], self.options)
+
+    # ----- the filesystem -----------------------------------------------------------------
+    def filesystem(self) -> Any:
+        """The fsspec filesystem (one per scheme and options in this process).
+
+        Raises:
+            CheckpointStorageError: the store's package (an extra of det_lightning) is missing.
+        """
+        options = self.effective_options()
+        cache_key = (self.scheme, options)
+        if cache_key not in _FILESYSTEMS:
+            protocol, package, extra, _ = SCHEMES[self.scheme]
+            try:
+                import fsspec
+
+                # No listing cache: other processes (another machine) change the root.
+                fs = fsspec.filesystem(protocol, use_listings_cache=False, **dict(options))
+            except ImportError as e:
+                raise errors.CheckpointStorageError(
+                    f"Checkpoints at {self} need {package} (and fsspec), which are not installed "
+                    f"({e}). Install them with: pip install 'det_lightning[{extra}]'. Nothing "
+                    "was written."
+                ) from e
+            _FILESYSTEMS[cache_key] = fs
+        return _FILESYSTEMS[cache_key]
+
+    def effective_options(self) -> Tuple[Tuple[str, str], ...]:
+        """``options``, plus the S3 endpoint boto's environment names (``AWS_ENDPOINT_URL_S3``,
+        ``AWS_ENDPOINT_URL``) when the configuration gives none, read now."""
+        options = dict(self.options)
+        endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+        if self.scheme == "s3" and "endpoint_url" not in options and endpoint:
+            options["endpoint_url"] = endpoint
+        return tuple(sorted(options.items()))
+
+    def environment(self) -> Dict[str, str]:
+        """The environment variables that give a child process this root's endpoint and keys
+        (a command trial, which has no experiment config of its own)."""
+        names = {"endpoint_url": "AWS_ENDPOINT_URL_S3", "key": "AWS_ACCESS_KEY_ID",
+                 "secret": "AWS_SECRET_ACCESS_KEY",
+                 "connection_string": "AZURE_STORAGE_CONNECTION_STRING"}
+        return {names[k]: v for k, v in self.options if k in names}
+
+    def staging(self) -> pathlib.Path:
+        """The local directory holding copies of this root's checkpoints (written here first,
+        downloaded here to be read)."""
+        digest = hashlib.sha256(self.url.encode()).hexdigest()[:16]
+        return cache_dir() / "checkpoints" / f"{self.bucket}-{digest}"
+
+    # ----- reading ------------------------------------------------------------------------
+    def _children(self) -> Dict[str, Dict[str, Dict[str, Any]]]:
+        """The objects under this root, by first path component, as ``{rel_path: info}``."""
+        base = self.key + "/"
+        groups: Dict[str, Dict[str, Dict[str, Any]]] = {}
+        for path, info in self.filesystem().find(self.key, detail=True).items():
+            if path.startswith(base):
+                child, _, rest = path[len(base):].partition("/")
+                if rest:
+                    groups.setdefault(child, {})[rest] = info
+        return groups
+
+    def complete(self) -> List[Listed]:
+        """The checkpoints under this root that have their marker."""
+        fs = self.filesystem()
+        found = []
+        for child, files in self._children().items():
+            if MARKER not in files:
+                continue
+            try:
+                metadata = json.loads(fs.cat_file(f"{self.key}/{child}/{MARKER}"))
+            except (OSError, ValueError):
+                continue  # deleted meanwhile, or not ours
+            if isinstance(metadata, dict):
+                found.append(Listed(child, metadata, _mtime(files[MARKER])))
+        return found
+
+    def is_complete(self) -> bool:
+        """Whether this URL is a checkpoint with its marker."""
+        return bool(self.filesystem().exists(f"{self.key}/{MARKER}"))
+
+    def download(self) -> pathlib.Path:
+        """This checkpoint's local copy, downloaded into the cache unless already there.
+
+        Raises:
+            InvalidCheckpointException: there is no complete checkpoint at this URL.
+        """
+        if not self.is_complete():
+            raise errors.InvalidCheckpointException(
+                f"{self} is no complete checkpoint: it has no {MARKER} marker (missing, being "
+                "written, or being deleted). Pass the URL of a checkpoint, <root>/<uuid>."
+            )
+        cache = self.parent.staging()
+        local = cache / self.name
+        if ckpt.is_complete(local):
+            return local
+        fs = self.filesystem()
+        keys = [k for k in fs.find(self.key) if k != f"{self.key}/{MARKER}"]
+        logger.info(f"downloading checkpoint {self} to {local}")
+        cache.mkdir(parents=True, exist_ok=True)
+        # A directory of this process's own, renamed when complete: several ranks of one
+        # machine may download the same checkpoint at once, and the first rename wins.
+        download = pathlib.Path(tempfile.mkdtemp(prefix=f".{self.name}.", suffix=DOWNLOADING,
+                                                 dir=cache))
+        try:
+            for key in keys:
+                target = download / key[len(self.key) + 1:]
+                target.parent.mkdir(parents=True, exist_ok=True)
+                fs.get_file(key, str(target))
+            os.replace(download, local)
+        except OSError:
+            if not ckpt.is_complete(local):
+                raise
+        finally:
+            shutil.rmtree(download, ignore_errors=True)
+        return local
+
+    # ----- writing and deleting -----------------------------------------------------------
+    def upload(self, uuid: str, local: pathlib.Path) -> "RemoteRoot":
+        """Uploads the finished checkpoint directory ``local`` as ``<uuid>/``, marker last.
+
+        Raises:
+            CheckpointStorageError: an upload failed (the unmarked objects are swept later).
+        """
+        fs = self.filesystem()
+        target = self / uuid
+        try:
+            for file in sorted(p for p in local.rglob("*") if p.is_file()):
+                fs.put_file(str(file), f"{target.key}/{file.relative_to(local).as_posix()}")
+            fs.pipe_file(f"{target.key}/{MARKER}", (local / ckpt.METADATA_FILE).read_bytes())
+        except Exception as e:
+            raise errors.CheckpointStorageError(
+                f"Uploading checkpoint {local} to {target} failed: {type(e).__name__}: {e}. "
+                f"Training stopped; earlier checkpoints under {self} are kept. "
+                f"{self.credentials_note()}"
+            ) from e
+        return target
+
+    def delete(self, uuid: str) -> bool:
+        """Deletes checkpoint ``uuid``: its marker first (it vanishes for every reader at
+        once), then its objects and the local copy. Failures are logged, never raised."""
+        target = self / uuid
+        try:
+            self.filesystem().rm_file(f"{target.key}/{MARKER}")
+        except FileNotFoundError:
+            pass
+        except Exception as e:
+            logger.warning(f"Could not delete checkpoint {target}: {e}")
+            return False
+        self._remove_prefix(uuid)
+        if (self.staging() / uuid).exists():
+            delete_atomically(self.staging(), uuid)
+        return True
+
+    def _remove_prefix(self, name: str) -> bool:
+        try:
+            self.filesystem().rm(f"{self.key}/{name}", recursive=True)
+        except FileNotFoundError:
+            pass
+        except Exception as e:
+            logger.warning(
+                f"Could not remove {self / name} ({e}); it has no marker, so it is no "
+                "checkpoint, and the next run under this root removes it again."
+            )
+            return False
+        return True
+
+    def sweep(self) -> List[str]:
+        """Removes ``<uuid>/`` prefixes without a marker (a killed upload or deletion) and the
+        local copies' leftovers; returns what it removed. Only UUID-named prefixes directly
+        under this root are touched (never ``trial-<n>/`` or anything else)."""
+        removed = []
+        for child, files in self._children().items():
+            if MARKER not in files and _UUID.match(child) and self._remove_prefix(child):
+                removed.append(str(self / child))
+        remove_partials(self.staging())
+        remove_deletions(self.staging())
+        return removed
+
+    # ----- checks -------------------------------------------------------------------------
+    def problem(self) -> Optional[str]:
+        """Why checkpoints cannot be written here (a probe object is written and deleted), or
+        None. Nothing is created locally."""
+        try:
+            fs = self.filesystem()
+        except errors.CheckpointStorageError as e:
+            return str(e)
+        probe = f"{self.key}/.det_lightning_probe_{uuid_lib.uuid4().hex}"
+        try:
+            fs.pipe_file(probe, b"probe")
+            fs.rm_file(probe)
+        except FileNotFoundError as e:
+            return (
+                f"Cannot write checkpoints to {self}: the bucket {self.bucket!r} does not exist "
+                f"({e}). Nothing was trained. Create the bucket, or fix checkpoint_storage's "
+                f"bucket / the checkpoint URL. {self.credentials_note()}"
+            )
+        except Exception as e:
+            return (
+                f"Cannot write checkpoints to {self}: {type(e).__name__}: {e}. Nothing was "
+                f"trained. {self.credentials_note()}"
+            )
+        return None
+
+    def credentials_note(self) -> str:
+        """Which endpoint and credentials were used, for error messages (no secrets)."""
+        options = dict(self.effective_options())
+        if self.scheme != "s3":
+            return (f"Credentials: {'checkpoint_storage' if options else 'the default chain'} "
+                    f"of {SCHEMES[self.scheme][1]}.")
+        endpoint = options.get("endpoint_url") or "AWS's default endpoint"
+        if "key" in options:
+            tried = "checkpoint_storage's access_key/secret_key"
+        elif os.environ.get("AWS_ACCESS_KEY_ID"):
+            tried = "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY from the environment"
+        else:
+            tried = ("boto's default chain (AWS_PROFILE, ~/.aws/credentials, instance role); "
+                     "AWS_ACCESS_KEY_ID is not set")
+        return f"Endpoint: {endpoint}; credentials tried: {tried}."
+
+
+def _mtime(info: Dict[str, Any]) -> float:
+    """An object's modification time from fsspec's info (its key varies by store)."""
+    for key in ("LastModified", "last_modified", "updated", "mtime"):
+        value = info.get(key)
+        if isinstance(value, datetime.datetime):
+            return value.timestamp()
+        if isinstance(value, (int, float)):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return datetime.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+            except ValueError:
+                continue
+    return 0.0
+
+
+def cache_dir() -> pathlib.Path:
+    """``$DET_LIGHTNING_CACHE_DIR``, else ``$XDG_CACHE_HOME/det_lightning`` or
+    ``~/.cache/det_lightning``."""
+    configured = os.environ.get(CACHE_DIR_ENV)
+    if configured:
+        return pathlib.Path(configured).expanduser().absolute()
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join("~", ".cache")
+    return pathlib.Path(base).expanduser().absolute() / "det_lightning"
+
+
+# ----- either kind of root ------------------------------------------------------------------
+CheckpointRoot = Union[pathlib.Path, RemoteRoot]
+
+
+def is_url(location: Any) -> bool:
+    """Whether ``location`` is a URL (``s3://...``) rather than a local path.
+
+    >>> is_url("s3://b/p"), is_url("/tmp/c"), is_url("gs://b")
+    (True, False, True)
+    """
+    return isinstance(location, RemoteRoot) or bool(_URL.match(str(location)))
+
+
+def checkpoint_location(
+    location: Union[str, "os.PathLike[str]", RemoteRoot],
+    exp_conf: Optional[Dict[str, Any]] = None,
+) -> CheckpointRoot:
+    """A local path (made absolute) or a ``RemoteRoot``; a URL gets its endpoint and keys from
+    ``exp_conf["checkpoint_storage"]`` when that is of the URL's type.
+
+    Raises:
+        CheckpointStorageError: a URL of a scheme no object store here supports.
+
+    >>> checkpoint_location("s3://b/p/", {"checkpoint_storage": {"type": "s3",
+    ...     "bucket": "b", "endpoint_url": "http://127.0.0.1:9000"}})
+    RemoteRoot(url='s3://b/p', options=(('endpoint_url', 'http://127.0.0.1:9000'),))
+    """
+    if isinstance(location, RemoteRoot):
+        return location
+    match = _URL.match(str(location))
+    if match is None:
+        return pathlib.Path(os.path.abspath(os.path.expanduser(str(location))))
+    scheme, rest = match.group(1).lower(), match.group(2).strip("/")
+    if scheme not in SCHEMES:
+        raise errors.CheckpointStorageError(
+            f"Checkpoint location {location!s}: the scheme {scheme}:// is not supported. Use a "
+            "local directory, s3://bucket/prefix, gs://bucket/prefix or az://container/prefix."
+        )
+    if not rest:
+        raise errors.CheckpointStorageError(
+            f"Checkpoint location {location!s} names no bucket; use {scheme}://bucket/prefix."
+        )
+    storage = (exp_conf or {}).get("checkpoint_storage") or {}
+    same_type = storage.get("type") == SCHEMES[scheme][3]
+    return RemoteRoot(f"{scheme}://{rest}", _options(scheme, storage if same_type else {}))
+
+
+def _options(scheme: str, storage: Dict[str, Any]) -> Tuple[Tuple[str, str], ...]:
+    """The fsspec keyword arguments for ``checkpoint_storage`` (Determined's keys)."""
+    options: Dict[str, str] = {}
+    if scheme == "s3":
+        if storage.get("endpoint_url"):
+            options["endpoint_url"] = storage["endpoint_url"]
+        if storage.get("access_key") and storage.get("secret_key"):
+            options["key"], options["secret"] = storage["access_key"], storage["secret_key"]
+    elif SCHEMES[scheme][3] == "azure":
+        for key in ("connection_string", "credential"):
+            if storage.get(key):
+                options[key] = storage[key]
+        if storage.get("account_url"):
+            options["account_name"] = storage["account_url"].split("//")[-1].split(".")[0]
+    return tuple(sorted(options.items()))
+
+
+def storage_url(storage: Dict[str, Any]) -> Optional[str]:
+    """The URL of a ``checkpoint_storage`` section of type s3, gcs or azure (else None).
+
+    >>> storage_url({"type": "s3", "bucket": "ckpts", "prefix": "runs/a"})
+    's3://ckpts/runs/a'
+    """
+    scheme = {"s3": "s3", "gcs": "gs", "azure": "az"}.get(storage.get("type", ""))
+    if scheme is None:
+        return None
+    bucket = storage.get("container") if scheme == "az" else storage.get("bucket")
+    prefix = os.path.normpath(storage.get("prefix") or "").lstrip("/")
+    if prefix.split("/")[0] == "..":
+        raise errors.InvalidConfigException(
+            f"checkpoint_storage.prefix {storage.get('prefix')!r} must not leave the bucket."
+        )
+    return f"{scheme}://{bucket}" + ("" if prefix in ("", ".") else f"/{prefix}")
+
+
+def local_dir(root: CheckpointRoot) -> pathlib.Path:
+    """Where checkpoints of ``root`` are written on this machine: the root itself, or its
+    local copies' directory for a URL."""
+    return root.staging() if isinstance(root, RemoteRoot) else root
+
+
+def list_complete(root: CheckpointRoot) -> List[Listed]:
+    """The complete checkpoints under ``root``, either kind."""
+    if isinstance(root, RemoteRoot):
+        return root.complete()
+    found = []
+    if root.is_dir():
+        for path in root.iterdir():
+            if not path.name.startswith(".") and ckpt.is_complete(path):
+                found.append(Listed(path.name, ckpt.read_metadata(path), path.stat().st_mtime))
+    return found
+
+
+def delete_checkpoint(root: CheckpointRoot, uuid: str) -> bool:
+    """Deletes checkpoint ``uuid`` under ``root`` (see ``delete_atomically`` and
+    ``RemoteRoot.delete``); failures are logged. Returns whether it is gone from its name."""
+    if isinstance(root, RemoteRoot):
+        return root.delete(uuid)
+    return delete_atomically(root, uuid)
+
+
+def sweep(root: CheckpointRoot) -> List[str]:
+    """What stopped runs left under ``root``: unfinished deletions (locally), unmarked
+    checkpoint prefixes (a URL). Always safe when no other process writes this root."""
+    if isinstance(root, RemoteRoot):
+        return root.sweep()
+    return [str(p) for p in remove_deletions(root)]
+
+
+def local_copy(location: CheckpointRoot) -> pathlib.Path:
+    """A checkpoint's local directory: the path itself, or its download."""
+    return location.download() if isinstance(location, RemoteRoot) else location

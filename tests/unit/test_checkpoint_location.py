@@ -1,0 +1,50 @@
+"""Where checkpoints go: a local path or a URL, settled before anything is written."""
+
+import pathlib
+
+import pytest
+
+from det_lightning import _config, errors
+from det_lightning._config._yaml import load_yaml12
+from det_lightning._plan import plan_experiment
+from det_lightning.pytorch._export import export_lightning_checkpoint
+from det_lightning.pytorch._remote import RemoteRoot, checkpoint_location
+from tests.integration.cli_support import PROJECT
+
+
+def test_urls_become_remote_roots_with_the_configs_endpoint_and_keys() -> None:
+    conf = {"checkpoint_storage": {"type": "s3", "bucket": "b", "endpoint_url": "http://e:1",
+                                   "access_key": "A", "secret_key": "S"}}
+    root = checkpoint_location("s3://b/run/", conf)
+    assert root == RemoteRoot("s3://b/run", (("endpoint_url", "http://e:1"), ("key", "A"),
+                                             ("secret", "S")))
+    assert str(root / "trial-3") == "s3://b/run/trial-3"
+    assert checkpoint_location("gs://g/p", conf) == RemoteRoot("gs://g/p")  # not of its type
+    assert checkpoint_location("rel/dir") == pathlib.Path.cwd() / "rel" / "dir"
+
+
+def test_an_unknown_scheme_or_no_bucket_is_refused() -> None:
+    with pytest.raises(errors.CheckpointStorageError, match="ftp://"):
+        checkpoint_location("ftp://host/x")
+    with pytest.raises(errors.CheckpointStorageError, match="names no bucket"):
+        checkpoint_location("s3://")
+
+
+def test_experiment_checkpoint_dir_and_storage_may_be_urls(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    raw = load_yaml12((PROJECT / "const.yaml").read_text())
+    config = _config.load_config({**raw, "checkpoint_storage": {
+        "type": "s3", "bucket": "ckpts", "prefix": "exp", "endpoint_url": "http://e:1"}})
+    plan = plan_experiment(config, PROJECT)
+    assert plan.checkpoint_root == RemoteRoot("s3://ckpts/exp", (("endpoint_url", "http://e:1"),))
+    given = plan_experiment(config, PROJECT, checkpoint_dir="s3://other/run")
+    assert str(given.checkpoint_root / "trial-1") == "s3://other/run/trial-1"
+
+
+def test_export_refuses_a_url(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DET_LIGHTNING_CHECKPOINT_DIR", "s3://b/run")
+    (tmp_path / "x.ckpt").write_bytes(b"")
+    with pytest.raises(NotImplementedError, match="copy the <uuid> directory"):
+        export_lightning_checkpoint(tmp_path / "x.ckpt")
+    assert not pathlib.Path("s3:").exists()
