@@ -7,6 +7,7 @@ from typing import Iterator
 import pytest
 import torch
 
+from tests.fixtures.postgres import postgres_server, postgres_url  # fixtures
 from tests.fixtures.writers import close_open_writers
 
 

@@ -1,0 +1,88 @@
+"""Searches on a real PostgreSQL server (``--storage postgresql+psycopg://...``), as several
+machines share one: the server is started by the tests (``tests/fixtures/postgres.py``), each
+test gets a new database."""
+
+import pathlib
+
+import optuna
+import pytest
+
+from tests.integration.cli_support import (
+    PROJECT,
+    VALIDATION_LOG_ENV,
+    output,
+    read_validation_log,
+    run_cli,
+)
+from tests.integration.search_support import (
+    GRID,
+    GRID_ORDER,
+    barrier,
+    check_search,
+    grid_points,
+    read_trials,
+    slow_project,  # a fixture
+    start_and_kill_at_batch,
+    start_search,
+)
+
+pytestmark = pytest.mark.slow
+
+COMPLETE = optuna.trial.TrialState.COMPLETE
+
+
+def test_a_grid_search_on_postgresql_runs_each_point_once_and_reruns_as_done(
+    isolated_run: pathlib.Path, checkpoint_dir: pathlib.Path, postgres_url: str
+) -> None:
+    log = isolated_run / "validations.jsonl"
+    command = ("experiment", "--storage", postgres_url, GRID, str(PROJECT))
+    result = run_cli(*command, cwd=isolated_run, env={VALIDATION_LOG_ENV: str(log)})
+    assert result.returncode == 0, output(result)
+    trials = read_trials(postgres_url, checkpoint_dir)
+    assert grid_points(trials) == GRID_ORDER
+    assert all(t.state == COMPLETE for t in trials)
+    assert [v["batches"] for v in read_validation_log(log)] == [4, 8] * 4
+    for trial in trials:
+        assert (checkpoint_dir / f"trial-{trial._trial_id + 1}").is_dir()
+
+    again = run_cli(*command, cwd=isolated_run, env={VALIDATION_LOG_ENV: str(log)})
+    assert again.returncode == 0, output(again)
+    assert len(read_trials(postgres_url, checkpoint_dir)) == 4
+    assert len(read_validation_log(log)) == 8  # finished: nothing trained again
+    assert again.stdout.count(" COMPLETED ") == 4, output(again)
+
+
+def test_two_workers_share_an_adaptive_asha_search_on_postgresql(
+    isolated_run: pathlib.Path, checkpoint_dir: pathlib.Path, slow_project: pathlib.Path,
+    postgres_url: str,
+) -> None:
+    """Two worker processes, one database: each trial runs once, in one worker, to the rung
+    Determined's rule stops it at; both workers train (each one's first trial waits for the
+    other's)."""
+    env = barrier(isolated_run, 2)
+    workers = [start_search(isolated_run, slow_project, "--storage", postgres_url, env=env)
+               for _ in range(2)]
+    outputs = [w.communicate(timeout=400)[0] for w in workers]
+    assert [w.returncode for w in workers] == [0, 0], outputs
+    trials = read_trials(postgres_url, checkpoint_dir)
+    check_search(checkpoint_dir, trials, replay=False)
+    assert len({t.user_attrs["pid"] for t in trials}) == 2
+
+
+def test_a_search_on_postgresql_killed_mid_trial_resumes_it_from_its_checkpoint(
+    isolated_run: pathlib.Path, checkpoint_dir: pathlib.Path, slow_project: pathlib.Path,
+    postgres_url: str,
+) -> None:
+    """SIGKILL while the first trial trains past its second rung; the rerun on the same
+    database takes that trial over from its checkpoint and finishes the search."""
+    start_and_kill_at_batch(isolated_run, slow_project, 4, "--storage", postgres_url)
+    running = [t for t in read_trials(postgres_url, checkpoint_dir)
+               if t.state == optuna.trial.TrialState.RUNNING]
+    assert len(running) == 1, "not killed inside a trial"
+    number = running[0]._trial_id + 1
+    rerun = start_search(isolated_run, slow_project, "--storage", postgres_url)
+    out = rerun.communicate(timeout=400)[0]
+    assert rerun.returncode == 0, out
+    assert f"trial {number} (bracket 0, rungs at [2, 4, 8] batches) resumed" in out, out
+    assert "resuming from" in out
+    check_search(checkpoint_dir, read_trials(postgres_url, checkpoint_dir))
