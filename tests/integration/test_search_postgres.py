@@ -3,9 +3,13 @@ machines share one: the server is started by the tests (``tests/fixtures/postgre
 test gets a new database."""
 
 import pathlib
+import threading
+from typing import Any, List
 
 import optuna
 import pytest
+
+from det_lightning._search._runner import open_storage
 
 from tests.integration.cli_support import (
     PROJECT,
@@ -29,6 +33,39 @@ from tests.integration.search_support import (
 pytestmark = pytest.mark.slow
 
 COMPLETE = optuna.trial.TrialState.COMPLETE
+
+
+def test_workers_opening_a_new_database_at_once_all_get_the_storage(
+    postgres_url: str, tmp_path: pathlib.Path
+) -> None:
+    """Several workers starting together on an empty database all create Optuna's tables;
+    PostgreSQL fails all but the first ("type studydirection already exists"), and each opens
+    the database again instead of ending."""
+    workers = 8
+    together = threading.Barrier(workers)
+    opened: List[Any] = []
+    failures: List[BaseException] = []
+
+    def worker() -> None:
+        together.wait()
+        try:
+            opened.append(open_storage(postgres_url, tmp_path))
+        except BaseException as error:  # reported by the test, not lost in the thread
+            failures.append(error)
+
+    threads = [threading.Thread(target=worker) for _ in range(workers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    try:
+        assert not failures, failures
+        assert len(opened) == workers
+        opened[0].create_new_study([optuna.study.StudyDirection.MINIMIZE], "one")
+        assert [s.study_name for s in opened[-1].get_all_studies()] == ["one"]
+    finally:
+        for storage in opened:  # closes their pooled connections now, not in the GC
+            storage._backend.engine.dispose()
 
 
 def test_a_grid_search_on_postgresql_runs_each_point_once_and_reruns_as_done(
