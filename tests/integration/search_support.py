@@ -142,7 +142,7 @@ def check_search(checkpoint_dir: pathlib.Path, trials: List[optuna.trial.FrozenT
 
 
 def start_search(workdir: pathlib.Path, project: pathlib.Path, *extra: str,
-           env: Optional[Dict[str, str]] = None) -> subprocess.Popen:
+                 env: Optional[Dict[str, str]] = None) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "det_lightning", "experiment", *extra,
          str(project / "asha.yaml"), str(project)],
@@ -187,3 +187,20 @@ def grid_points(trials: List[optuna.trial.FrozenTrial]) -> List[tuple]:
     by_number = sorted(trials, key=lambda t: t._trial_id)
     return [(t.user_attrs["hparams"]["hidden_size"],
              round(t.user_attrs["hparams"]["learning_rate"], 6)) for t in by_number]
+
+
+def slow_config(project: pathlib.Path, searcher: str, space: str = "") -> None:
+    """The slow project's config with another searcher section (and hyperparameters)."""
+    head, _ = (project / "asha.yaml").read_text().split("searcher:")
+    if space:
+        head = head.split("hyperparameters:")[0] + space
+    (project / "asha.yaml").write_text(
+        head + searcher + "min_validation_period:\n  batches: 4\nmin_checkpoint_period:\n"
+        "  batches: 2\nreproducibility:\n  experiment_seed: 7\n")
+
+
+def slow_grid_config(project: pathlib.Path) -> None:
+    """The slow project with the fixture project's grid (``search.yaml``: ``GRID_ORDER``)."""
+    grid = (PROJECT / "search.yaml").read_text()
+    space = "hyperparameters:" + grid.split("hyperparameters:")[1].split("searcher:")[0]
+    slow_config(project, "searcher:" + grid.split("searcher:")[1].split("min_")[0], space)

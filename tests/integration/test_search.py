@@ -28,6 +28,8 @@ from tests.integration.search_support import (
     checkpoint_steps,
     grid_points,
     read_trials,
+    slow_config,
+    slow_grid_config,
     slow_project,  # a fixture
     start_and_kill_at_batch,
     start_search,
@@ -151,7 +153,7 @@ def test_workers_flag_runs_trials_at_once_and_prints_one_summary(
     isolated_run: pathlib.Path, checkpoint_dir: pathlib.Path, slow_project: pathlib.Path
 ) -> None:
     process = start_search(isolated_run, slow_project, "--workers", "2",
-                     env=barrier(isolated_run, 2))
+                           env=barrier(isolated_run, 2))
     out = process.communicate(timeout=240)[0]
     assert process.returncode == 0, out
     assert "2 workers share this search" in out
@@ -240,16 +242,6 @@ def test_a_grid_search_runs_determineds_points_in_its_order_and_reruns_as_done(
     assert len(re.findall(r"^[1-4]\s+COMPLETED", again.stdout, re.M)) == 4
 
 
-def _slow_config(project: pathlib.Path, searcher: str, space: str = "") -> None:
-    """The slow project's config with another searcher section (and hyperparameters)."""
-    head, _ = (project / "asha.yaml").read_text().split("searcher:")
-    if space:
-        head = head.split("hyperparameters:")[0] + space
-    (project / "asha.yaml").write_text(
-        head + searcher + "min_validation_period:\n  batches: 4\nmin_checkpoint_period:\n"
-        "  batches: 2\nreproducibility:\n  experiment_seed: 7\n")
-
-
 RANDOM_SEARCHER = """searcher:
   name: random
   metric: validation_loss
@@ -262,7 +254,7 @@ RANDOM_SEARCHER = """searcher:
 def test_a_random_search_killed_mid_trial_resumes_it_and_runs_each_trial_once(
     isolated_run: pathlib.Path, checkpoint_dir: pathlib.Path, slow_project: pathlib.Path
 ) -> None:
-    _slow_config(slow_project, RANDOM_SEARCHER)
+    slow_config(slow_project, RANDOM_SEARCHER)
     start_and_kill_at_batch(isolated_run, slow_project, 4)
     journal = checkpoint_dir / JOURNAL_NAME
     (running,) = [t for t in read_trials(journal) if t.state == optuna.trial.TrialState.RUNNING]
@@ -285,11 +277,9 @@ def test_a_random_search_killed_mid_trial_resumes_it_and_runs_each_trial_once(
 def test_two_workers_share_a_grid_search_each_point_once(
     isolated_run: pathlib.Path, checkpoint_dir: pathlib.Path, slow_project: pathlib.Path
 ) -> None:
-    grid = (PROJECT / "search.yaml").read_text()
-    space = "hyperparameters:" + grid.split("hyperparameters:")[1].split("searcher:")[0]
-    _slow_config(slow_project, "searcher:" + grid.split("searcher:")[1].split("min_")[0], space)
+    slow_grid_config(slow_project)
     process = start_search(isolated_run, slow_project, "--workers", "2",
-                     env=barrier(isolated_run, 2))
+                           env=barrier(isolated_run, 2))
     out = process.communicate(timeout=240)[0]
     assert process.returncode == 0, out
     trials = read_trials(checkpoint_dir / JOURNAL_NAME)

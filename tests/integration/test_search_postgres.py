@@ -25,6 +25,7 @@ from tests.integration.search_support import (
     check_search,
     grid_points,
     read_trials,
+    slow_grid_config,
     slow_project,  # a fixture
     start_and_kill_at_batch,
     start_search,
@@ -96,13 +97,33 @@ def test_two_workers_share_an_adaptive_asha_search_on_postgresql(
     """Two worker processes, one database: each trial runs once, in one worker, to the rung
     Determined's rule stops it at; both workers train (each one's first trial waits for the
     other's)."""
-    env = barrier(isolated_run, 2)
-    workers = [start_search(isolated_run, slow_project, "--storage", postgres_url, env=env)
-               for _ in range(2)]
-    outputs = [w.communicate(timeout=400)[0] for w in workers]
-    assert [w.returncode for w in workers] == [0, 0], outputs
+    _two_workers(isolated_run, slow_project, postgres_url)
     trials = read_trials(postgres_url, checkpoint_dir)
     check_search(checkpoint_dir, trials, replay=False)
+    assert len({t.user_attrs["pid"] for t in trials}) == 2
+
+
+def _two_workers(workdir: pathlib.Path, project: pathlib.Path, url: str) -> None:
+    """Two ``det-lightning experiment --storage URL`` processes (as on two machines), each
+    one's first trial waiting for the other's; both must succeed."""
+    env = barrier(workdir, 2)
+    workers = [start_search(workdir, project, "--storage", url, env=env) for _ in range(2)]
+    outputs = [w.communicate(timeout=400)[0] for w in workers]
+    assert [w.returncode for w in workers] == [0, 0], "\n\n".join(outputs)
+
+
+def test_two_workers_share_a_grid_search_on_postgresql_each_point_once(
+    isolated_run: pathlib.Path, checkpoint_dir: pathlib.Path, slow_project: pathlib.Path,
+    postgres_url: str,
+) -> None:
+    """Both workers enqueue the grid's points into the new database at once; each point is
+    trained once, and a point enqueued twice is dropped unrun."""
+    slow_grid_config(slow_project)
+    _two_workers(isolated_run, slow_project, postgres_url)
+    trials = read_trials(postgres_url, checkpoint_dir)
+    assert sorted(grid_points(trials)) == sorted(GRID_ORDER)
+    assert sorted(t.user_attrs["grid_point"] for t in trials) == [0, 1, 2, 3]
+    assert all(t.state == COMPLETE for t in trials)
     assert len({t.user_attrs["pid"] for t in trials}) == 2
 
 
