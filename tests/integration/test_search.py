@@ -78,8 +78,8 @@ def test_two_workers_share_one_search(
     isolated_run: pathlib.Path, checkpoint_dir: pathlib.Path, slow_project: pathlib.Path
 ) -> None:
     journal = isolated_run / "shared.journal"
-    barrier = barrier(isolated_run, 2)
-    workers = [start_search(isolated_run, slow_project, "--storage", str(journal), env=barrier)
+    env = barrier(isolated_run, 2)
+    workers = [start_search(isolated_run, slow_project, "--storage", str(journal), env=env)
                for _ in range(2)]
     outputs = [w.communicate(timeout=240)[0] for w in workers]
     assert [w.returncode for w in workers] == [0, 0], outputs

@@ -10,7 +10,6 @@ import optuna
 import pytest
 
 from det_lightning._search._runner import open_storage
-
 from tests.integration.cli_support import (
     PROJECT,
     VALIDATION_LOG_ENV,
