@@ -8,6 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh test
+bash scripts/ensure-postgres.sh  # the search tests start a PostgreSQL server
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 pytest=(.venv/bin/python -m pytest -q)
 if [ $# -gt 0 ]; then

@@ -91,10 +91,33 @@ def open_storage(url: Optional[str], checkpoint_root: Any) -> Any:
     from optuna.storages.journal import JournalFileBackend
 
     if url and "://" in url:
-        return url
+        return _open_database(url)
     path = pathlib.Path(url) if url else local_dir(checkpoint_root) / JOURNAL_NAME
     path.parent.mkdir(parents=True, exist_ok=True)
     return JournalStorage(JournalFileBackend(str(path)))
+
+
+def _open_database(url: str, attempts: int = 5) -> Any:
+    """Optuna's RDB storage for ``url``, one for all the studies of this worker.
+
+    Opening it creates Optuna's tables in a new database. Workers starting together on an empty
+    database all try to: PostgreSQL makes the others wait for the first one's transaction, then
+    fails them ("type studydirection already exists"; likewise for the schema version records
+    written next). Each failure means another worker's transaction at that step committed, so
+    trying again finds what it wrote and gets further. The tables are made through a storage
+    without a connection pool, so a failed try leaves no connection open.
+    """
+    from sqlalchemy import exc, pool
+
+    for attempt in range(attempts):
+        try:
+            optuna.storages.RDBStorage(url, engine_kwargs={"poolclass": pool.NullPool})
+            break
+        except (exc.IntegrityError, exc.ProgrammingError, exc.OperationalError):
+            if attempt == attempts - 1:
+                raise
+            logger.info("another worker is creating the search's tables; trying again")
+    return optuna.storages.get_storage(url)
 
 
 def storage_ref(plan: Any) -> str:

@@ -9,7 +9,7 @@ gradient is that batch's gradient.
 
 import json
 import pathlib
-from typing import List
+from typing import Callable, Dict, List, Optional
 
 import numpy as np
 import pytest
@@ -182,21 +182,25 @@ def test_determined_recipe_with_a_strategy_object_and_evaluate_full_dataset(
         assert exit_record == {"process_group": True}
 
 
+def _run_nodes(workdir: pathlib.Path, args_of: Callable[[int], List[str]], timeout: float,
+               env_of: Callable[[int], Dict[str, str]] = lambda node: {}) -> jobs.Job:
+    """Two "nodes" on this machine sharing ``workdir`` (as a shared file system): node ``n``
+    runs ``python *args_of(n)`` in its own session, with ``env_of(n)``."""
+    started = jobs.time.monotonic()
+    procs = [jobs.start(args_of(node), workdir, env_of(node), log_name=f"node{node}.txt")
+             for node in (0, 1)]
+    return jobs.finish(procs, workdir, started, timeout, log_names=("node0.txt", "node1.txt"))
+
+
 def test_two_nodes_of_two_processes_train_like_one(
     tmp_path: pathlib.Path, one_proc: jobs.Job
 ) -> None:
     """``--num-nodes 2``, each node's script started with NODE_RANK/MASTER_ADDR/MASTER_PORT (as
     a cluster scheduler would); node-local collectives stay within each node."""
-    workdir = tmp_path / "nodes"
     port = str(jobs.free_port())
     args = [PROBE, "--out", "out", "--devices", "2", "--num-nodes", "2", *COMMON, "--batches", "8"]
-    started = jobs.time.monotonic()
-    procs = [
-        jobs.start(args, workdir, {"NODE_RANK": str(node), "MASTER_ADDR": "127.0.0.1",
-                                   "MASTER_PORT": port}, log_name=f"node{node}.txt")
-        for node in (0, 1)
-    ]
-    job = jobs.finish(procs, workdir, started, timeout=240, log_names=("node0.txt", "node1.txt"))
+    job = _run_nodes(tmp_path / "nodes", lambda node: args, timeout=240, env_of=lambda node: {
+        "NODE_RANK": str(node), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port})
     (single,) = one_proc.ranks(1)
     for rank, record in enumerate(job.ranks(4)):
         init = record["init"]
@@ -210,6 +214,58 @@ def test_two_nodes_of_two_processes_train_like_one(
         assert init.get("node0_only") == ([0, 1] if rank == 0 else None)
         assert _close(record["weights"], single["weights_at_validation"][1])
     assert len(job.checkpoints()) == 1
+
+
+def _torchrun_nodes(workdir: pathlib.Path, *args: str,
+                    checkpoints: Optional[pathlib.Path] = None) -> jobs.Job:
+    """``torchrun --nnodes 2 --node_rank N --nproc_per_node 1 probe.py`` as each of two "nodes",
+    meeting at a free port on loopback (what ``srun torchrun ... --node_rank $SLURM_NODEID``
+    starts on a cluster); ``checkpoints``: another run's checkpoint folder."""
+    port = str(jobs.free_port())
+
+    def args_of(node: int) -> List[str]:
+        return ["-m", "torch.distributed.run", "--nnodes", "2", "--node_rank", str(node),
+                "--nproc_per_node", "1", "--master_addr", "127.0.0.1", "--master_port", port,
+                PROBE, "--out", "out", "--num-nodes", "2", *COMMON, *args]
+
+    env = {"DET_LIGHTNING_CHECKPOINT_DIR": str(checkpoints)} if checkpoints else {}
+    job = _run_nodes(workdir, args_of, timeout=900, env_of=lambda node: env)
+    assert not job.hung, f"the nodes hung until killed:\n{job.output[-4000:]}"
+    return job
+
+
+def _steps(checkpoint: pathlib.Path) -> int:
+    return int(json.loads((checkpoint / "metadata.json").read_text())["steps_completed"])
+
+
+def test_two_torchrun_nodes_checkpoint_once_and_resume_like_a_straight_run(
+    tmp_path: pathlib.Path,
+) -> None:
+    """Two torchrun "nodes" of one process each: every checkpoint is written once, by the
+    global chief (node 1's process, its node's local chief, writes none), and a rerun with
+    ``latest_checkpoint="latest"`` resumes the newest one and ends with the weights and losses
+    of a run that never stopped, bit for bit."""
+    first = _torchrun_nodes(tmp_path / "first", "--batches", "8", "--checkpoint-period", "4")
+    chief, other = first.ranks(2)
+    assert [(r["init"]["rank"], r["init"]["cross_rank"], r["init"]["local_rank"])
+            for r in (chief, other)] == [(0, 0, 0), (1, 1, 0)]
+    assert [e for e, _ in chief["events"]] == [
+        "startup", "checkpoint_save", "checkpoint_upload_end", "checkpoint_save",
+        "checkpoint_upload_end", "shutdown"]
+    assert [e for e, _ in other["events"]] == [
+        "startup", "checkpoint_upload_end", "checkpoint_upload_end", "shutdown"]
+    kept = sorted(_steps(c) for c in first.checkpoints())
+    assert kept in ([8], [4, 8]), kept  # retention may have deleted the first; none twice
+
+    straight = _torchrun_nodes(tmp_path / "straight", "--batches", "12", "--checkpoint-period", "4")
+    resumed = _torchrun_nodes(tmp_path / "resumed", "--batches", "12", "--checkpoint-period", "4",
+                              "--resume", "latest", checkpoints=first.workdir / "checkpoints")
+    for mine, oracle in zip(resumed.ranks(2), straight.ranks(2)):
+        assert mine["events"][:2] == [["startup", 8], ["checkpoint_load", 0]]
+        assert mine["weights"] == oracle["weights"]
+        assert mine["losses"] == oracle["losses"][8:]
+        assert mine["batches_trained"] == 12
+    assert sorted(_steps(c) for c in first.checkpoints())[-1] == 12
 
 
 @pytest.mark.parametrize("crashing_rank", [1, 0])

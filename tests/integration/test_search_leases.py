@@ -17,15 +17,16 @@ import pytest
 
 from det_lightning._search._lease import CONTINUES, HOST_ID_ENV, is_superseded
 from det_lightning._search._runner import JOURNAL_NAME
-from tests.integration.test_search import (
-    RANDOM_SEARCHER,
-    _check_search,
-    _slow_config,
-    _start,
-    _steps,
-    _trials,
+from tests.integration.search_support import (
+    check_search,
+    checkpoint_steps,
+    number_of,
+    read_trials,
+    slow_config,
     slow_project,  # noqa: F401 (a fixture)
+    start_search,
 )
+from tests.integration.test_search import RANDOM_SEARCHER
 
 pytestmark = pytest.mark.slow
 
@@ -51,9 +52,9 @@ def test_a_trial_of_a_machine_that_never_returns_is_taken_over_by_the_other(
 ) -> None:
     # Machine B's trials start once A's first trial is held at batch 4 (past rung 1, with its
     # checkpoint there): A's trial is the first at each rung, so ASHA never stops it before.
-    doomed = _start(isolated_run, slow_project, *HEARTBEAT,
+    doomed = start_search(isolated_run, slow_project, *HEARTBEAT,
                     env=_held(isolated_run, "machine-a", 4))
-    survivor = _start(isolated_run, slow_project, *HEARTBEAT,
+    survivor = start_search(isolated_run, slow_project, *HEARTBEAT,
                       env={"TEST_WAIT_FOR": str(isolated_run / "machine-a"),
                            HOST_ID_ENV: "machine-b"})
     _wait_for(isolated_run / "machine-a", doomed)
@@ -62,8 +63,8 @@ def test_a_trial_of_a_machine_that_never_returns_is_taken_over_by_the_other(
     out = survivor.communicate(timeout=400)[0]
     assert survivor.returncode == 0, out
 
-    trials = _trials(checkpoint_dir / JOURNAL_NAME)
-    _check_search(checkpoint_dir, trials, replay=False)  # every trial once, to its last rung
+    trials = read_trials(checkpoint_dir / JOURNAL_NAME)
+    check_search(checkpoint_dir, trials, replay=False)  # every trial once, to its last rung
     (taken,) = [t for t in trials if CONTINUES in t.user_attrs]
     number = taken.user_attrs["trial_number"]
     assert f"trial {number} (bracket 0, rungs at [2, 4, 8] batches) resumed" in out, out
@@ -77,7 +78,7 @@ def test_a_trial_killed_between_ask_and_lease_is_not_left_running_forever(
 ) -> None:
     """The worker died right after study.ask(): no lease, no hyperparameters' owner. A rerun
     on another machine takes the trial over once its heartbeat timeout has passed."""
-    _slow_config(slow_project, RANDOM_SEARCHER)
+    slow_config(slow_project, RANDOM_SEARCHER)
     journal = checkpoint_dir / JOURNAL_NAME
     journal.parent.mkdir(parents=True)
     storage = optuna.storages.JournalStorage(
@@ -90,15 +91,16 @@ def test_a_trial_killed_between_ask_and_lease_is_not_left_running_forever(
     settings = SearchSettings.from_upfront(config.searcher, config.raw["hyperparameters"])
     (study,) = open_studies(storage, search_key(config.raw), settings)
     orphan = study.ask()  # what a worker killed at that moment leaves behind
-    rerun = _start(isolated_run, slow_project, *HEARTBEAT, env={HOST_ID_ENV: "machine-b"})
+    rerun = start_search(isolated_run, slow_project, *HEARTBEAT, env={HOST_ID_ENV: "machine-b"})
     out = rerun.communicate(timeout=400)[0]
     assert rerun.returncode == 0, out
-    trials = _trials(journal)
+    trials = read_trials(journal)
     assert len(trials) == 3 and all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
     (before,) = [t for t in optuna.load_study(study_name=study.study_name, storage=storage)
-                 .get_trials() if t._trial_id == orphan._trial_id]
+                 .getread_trials() if t._trial_id == orphan._trial_id]
     assert is_superseded(before)
     assert "still running" not in out
     for trial in trials:
-        newest = max(p for p in (checkpoint_dir / f"trial-{trial.user_attrs.get('trial_number', trial._trial_id + 1)}").iterdir() if not p.name.startswith("."))
-        assert _steps(newest) == 8
+        newest = max(p for p in (checkpoint_dir / f"trial-{number_of(trial)}").iterdir()
+                     if not p.name.startswith("."))
+        assert checkpoint_steps(newest) == 8

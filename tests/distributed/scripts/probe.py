@@ -1,6 +1,6 @@
 """A small trial that records what each rank saw, for the distributed tests.
 
-    python probe.py --out DIR [--devices 2 --accelerator cpu] [--batches 8] ...
+    python probe.py --out DIR [--devices 2 --accelerator cpu] [--batches 8] [--resume latest] ...
     torchrun --nproc_per_node=2 probe.py --out DIR ...
 
 Each rank writes ``DIR/rank<r>.json``: the ranks seen in the trial's ``__init__``, every
@@ -296,6 +296,8 @@ def main() -> None:
     parser.add_argument("--stop-batch", type=int, default=-1)
     parser.add_argument("--validation-period", type=int, default=4)
     parser.add_argument("--reporting-period", type=int, default=2)
+    parser.add_argument("--checkpoint-period", type=int, default=0,
+                        help="checkpoint every so many batches (default: only at the end)")
     parser.add_argument("--count-collectives", action="store_true")
     parser.add_argument("--full-dataset", action="store_true")
     parser.add_argument("--unused-parameter", action="store_true")
@@ -329,6 +331,8 @@ def main() -> None:
             max_length=pytorch.Batch(args.batches),
             validation_period=pytorch.Batch(args.validation_period),
             reporting_period=pytorch.Batch(args.reporting_period),
+            checkpoint_period=(pytorch.Batch(args.checkpoint_period) if args.checkpoint_period
+                               else None),
             checkpoint_policy="none",
             latest_checkpoint=args.resume,
         )

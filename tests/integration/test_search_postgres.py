@@ -1,0 +1,145 @@
+"""Searches on a real PostgreSQL server (``--storage postgresql+psycopg://...``), as several
+machines share one: the server is started by the tests (``tests/fixtures/postgres.py``), each
+test gets a new database."""
+
+import pathlib
+import threading
+from typing import Any, List
+
+import optuna
+import pytest
+
+from det_lightning._search._runner import open_storage
+from tests.integration.cli_support import (
+    PROJECT,
+    VALIDATION_LOG_ENV,
+    output,
+    read_validation_log,
+    run_cli,
+)
+from tests.integration.search_support import (
+    GRID,
+    GRID_ORDER,
+    barrier,
+    check_search,
+    grid_points,
+    read_trials,
+    slow_grid_config,
+    slow_project,  # a fixture
+    start_and_kill_at_batch,
+    start_search,
+)
+
+pytestmark = pytest.mark.slow
+
+COMPLETE = optuna.trial.TrialState.COMPLETE
+
+
+def test_workers_opening_a_new_database_at_once_all_get_the_storage(
+    postgres_url: str, tmp_path: pathlib.Path
+) -> None:
+    """Several workers starting together on an empty database all create Optuna's tables;
+    PostgreSQL fails all but the first ("type studydirection already exists"), and each opens
+    the database again instead of ending."""
+    workers = 8
+    together = threading.Barrier(workers)
+    opened: List[Any] = []
+    failures: List[BaseException] = []
+
+    def worker() -> None:
+        together.wait()
+        try:
+            opened.append(open_storage(postgres_url, tmp_path))
+        except BaseException as error:  # reported by the test, not lost in the thread
+            failures.append(error)
+
+    threads = [threading.Thread(target=worker) for _ in range(workers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    try:
+        assert not failures, failures
+        assert len(opened) == workers
+        opened[0].create_new_study([optuna.study.StudyDirection.MINIMIZE], "one")
+        assert [s.study_name for s in opened[-1].get_all_studies()] == ["one"]
+    finally:
+        for storage in opened:  # closes their pooled connections now, not in the GC
+            storage._backend.engine.dispose()
+
+
+def test_a_grid_search_on_postgresql_runs_each_point_once_and_reruns_as_done(
+    isolated_run: pathlib.Path, checkpoint_dir: pathlib.Path, postgres_url: str
+) -> None:
+    log = isolated_run / "validations.jsonl"
+    command = ("experiment", "--storage", postgres_url, GRID, str(PROJECT))
+    result = run_cli(*command, cwd=isolated_run, env={VALIDATION_LOG_ENV: str(log)})
+    assert result.returncode == 0, output(result)
+    trials = read_trials(postgres_url, checkpoint_dir)
+    assert grid_points(trials) == GRID_ORDER
+    assert all(t.state == COMPLETE for t in trials)
+    assert [v["batches"] for v in read_validation_log(log)] == [4, 8] * 4
+    for trial in trials:
+        assert (checkpoint_dir / f"trial-{trial._trial_id + 1}").is_dir()
+
+    again = run_cli(*command, cwd=isolated_run, env={VALIDATION_LOG_ENV: str(log)})
+    assert again.returncode == 0, output(again)
+    assert len(read_trials(postgres_url, checkpoint_dir)) == 4
+    assert len(read_validation_log(log)) == 8  # finished: nothing trained again
+    assert again.stdout.count(" COMPLETED ") == 4, output(again)
+
+
+def test_two_workers_share_an_adaptive_asha_search_on_postgresql(
+    isolated_run: pathlib.Path, checkpoint_dir: pathlib.Path, slow_project: pathlib.Path,
+    postgres_url: str,
+) -> None:
+    """Two worker processes, one database: each trial runs once, in one worker, to the rung
+    Determined's rule stops it at; both workers train (each one's first trial waits for the
+    other's)."""
+    _two_workers(isolated_run, slow_project, postgres_url)
+    trials = read_trials(postgres_url, checkpoint_dir)
+    check_search(checkpoint_dir, trials, replay=False)
+    assert len({t.user_attrs["pid"] for t in trials}) == 2
+
+
+def _two_workers(workdir: pathlib.Path, project: pathlib.Path, url: str) -> None:
+    """Two ``det-lightning experiment --storage URL`` processes (as on two machines), each
+    one's first trial waiting for the other's; both must succeed."""
+    env = barrier(workdir, 2)
+    workers = [start_search(workdir, project, "--storage", url, env=env) for _ in range(2)]
+    outputs = [w.communicate(timeout=400)[0] for w in workers]
+    assert [w.returncode for w in workers] == [0, 0], "\n\n".join(outputs)
+
+
+def test_two_workers_share_a_grid_search_on_postgresql_each_point_once(
+    isolated_run: pathlib.Path, checkpoint_dir: pathlib.Path, slow_project: pathlib.Path,
+    postgres_url: str,
+) -> None:
+    """Both workers enqueue the grid's points into the new database at once; each point is
+    trained once, and a point enqueued twice is dropped unrun."""
+    slow_grid_config(slow_project)
+    _two_workers(isolated_run, slow_project, postgres_url)
+    trials = read_trials(postgres_url, checkpoint_dir)
+    assert sorted(grid_points(trials)) == sorted(GRID_ORDER)
+    assert sorted(t.user_attrs["grid_point"] for t in trials) == [0, 1, 2, 3]
+    assert all(t.state == COMPLETE for t in trials)
+    assert len({t.user_attrs["pid"] for t in trials}) == 2
+
+
+def test_a_search_on_postgresql_killed_mid_trial_resumes_it_from_its_checkpoint(
+    isolated_run: pathlib.Path, checkpoint_dir: pathlib.Path, slow_project: pathlib.Path,
+    postgres_url: str,
+) -> None:
+    """SIGKILL while the first trial trains past its second rung; the rerun on the same
+    database takes that trial over from its checkpoint and finishes the search."""
+    start_and_kill_at_batch(isolated_run, slow_project, 4, "--storage", postgres_url)
+    running = [t for t in read_trials(postgres_url, checkpoint_dir)
+               if t.state == optuna.trial.TrialState.RUNNING]
+    assert len(running) == 1, "not killed inside a trial"
+    number = running[0]._trial_id + 1
+    rerun = start_search(isolated_run, slow_project, "--storage", postgres_url)
+    out = rerun.communicate(timeout=400)[0]
+    assert rerun.returncode == 0, out
+    assert f"trial {number} (bracket 0, rungs at [2, 4, 8] batches) resumed" in out, out
+    assert "resuming from" in out
+    check_search(checkpoint_dir, read_trials(postgres_url, checkpoint_dir))
