@@ -6,6 +6,7 @@ search's journal file and checkpoint directory (``test_search_postgres.py`` and 
 store tests do the same with a database and a bucket).
 """
 
+import json
 import os
 import pathlib
 import re
@@ -17,6 +18,7 @@ import pytest
 
 from det_lightning._search._lease import CONTINUES, HOST_ID_ENV, is_superseded
 from det_lightning._search._runner import JOURNAL_NAME
+from tests.fixtures.object_store import S3
 from tests.integration.search_support import (
     check_search,
     checkpoint_steps,
@@ -97,10 +99,56 @@ def test_a_trial_killed_between_ask_and_lease_is_not_left_running_forever(
     trials = read_trials(journal)
     assert len(trials) == 3 and all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
     (before,) = [t for t in optuna.load_study(study_name=study.study_name, storage=storage)
-                 .getread_trials() if t._trial_id == orphan._trial_id]
+                 .get_trials() if t._trial_id == orphan._trial_id]
     assert is_superseded(before)
     assert "still running" not in out
     for trial in trials:
         newest = max(p for p in (checkpoint_dir / f"trial-{number_of(trial)}").iterdir()
                      if not p.name.startswith("."))
         assert checkpoint_steps(newest) == 8
+
+
+UNITS = [2, 4, 8]  # asha.yaml's rungs, in batches
+
+
+def test_the_drill_two_machines_share_only_a_database_and_a_bucket(
+    postgres_url: str, s3_server: S3, tmp_path: pathlib.Path, slow_project: pathlib.Path
+) -> None:
+    """Issue 19's drill: machine A trains a trial, checkpoints it into the bucket and dies
+    (SIGKILL, never restarted); machine B, sharing nothing with A but the PostgreSQL database
+    and the bucket (its own working and cache directories), takes the trial over once A's
+    lease expires, resumes it from A's checkpoint in the bucket, and finishes the search."""
+    shared = ["--storage", postgres_url, "--checkpoint-dir", s3_server.url("search"), *HEARTBEAT]
+    work = {name: tmp_path / name for name in ("machine-a", "machine-b")}
+    for directory in work.values():
+        directory.mkdir()
+    held = tmp_path / "machine-a-held"
+    doomed = start_search(work["machine-a"], slow_project, *shared, env={
+        "TEST_HOLD_AT_BATCH": "4", "TEST_HOLD_MARKER": str(held), HOST_ID_ENV: "machine-a",
+        "DET_LIGHTNING_CACHE_DIR": str(work["machine-a"] / "cache")})
+    survivor = start_search(work["machine-b"], slow_project, *shared, env={
+        "TEST_WAIT_FOR": str(held), HOST_ID_ENV: "machine-b",
+        "DET_LIGHTNING_CACHE_DIR": str(work["machine-b"] / "cache")})
+    _wait_for(held, doomed)
+    os.killpg(doomed.pid, signal.SIGKILL)
+    doomed.communicate(timeout=60)
+    out = survivor.communicate(timeout=600)[0]
+    assert survivor.returncode == 0, out
+
+    trials = read_trials(postgres_url, checkpoint_dir=tmp_path / "no-local-checkpoints")
+    assert len(trials) == 6 and len({number_of(t) for t in trials}) == 6, out
+    (taken,) = [t for t in trials if CONTINUES in t.user_attrs]
+    number = number_of(taken)
+    resumed = re.search(rf"resuming from (\S*trial-{number}\S*) at batch (\d+)", out)
+    assert resumed and int(resumed.group(2)) == 4, out  # A's checkpoint, from the bucket
+    for trial in trials:  # each trained to the last rung it reached, its checkpoint in the bucket
+        rungs = trial.user_attrs["rungs"]
+        expected = (optuna.trial.TrialState.COMPLETE if len(rungs) == 3
+                    else optuna.trial.TrialState.PRUNED)
+        assert trial.state == expected and max(trial.intermediate_values) == UNITS[len(rungs) - 1]
+        prefix = f"search/trial-{number_of(trial)}"
+        markers = [k for k in s3_server.keys(prefix) if k.endswith("/.complete")]
+        steps = [json.loads(s3_server.fs.cat(f"{s3_server.bucket}/{prefix}/{k}"))[
+            "steps_completed"] for k in markers]
+        assert max(steps) == UNITS[len(rungs) - 1], (number_of(trial), steps)
+    assert not (work["machine-b"] / "checkpoints").exists()  # nothing on B's disk but its cache
