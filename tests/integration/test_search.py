@@ -50,7 +50,11 @@ def test_an_adaptive_asha_search_stops_trials_by_determineds_rule_and_reruns_as_
     assert result.returncode == 0, output(result)
     check_search(checkpoint_dir, read_trials(checkpoint_dir / JOURNAL_NAME))
     rows = [line for line in result.stdout.splitlines() if line[:1].isdigit()]
-    assert len(rows) == 6 and all("COMPLETED" in row for row in rows)
+    states = {number_of(t): ("COMPLETED" if t.state == optuna.trial.TrialState.COMPLETE
+                             else f"STOPPED EARLY at rung {t.user_attrs['rung']}")
+              for t in read_trials(checkpoint_dir / JOURNAL_NAME)}
+    assert [re.split(r"\s{2,}", row)[:2] for row in rows] == [
+        [str(n), states[n]] for n in sorted(states)], output(result)
 
     again = run_cli("experiment", CONFIG, str(PROJECT), cwd=isolated_run)
     assert again.returncode == 0, output(again)
@@ -120,7 +124,8 @@ def test_invalid_hp_trials_are_dropped_and_replaced(
     assert all(t.state == optuna.trial.TrialState.FAIL for t in invalid)
     assert len(valid) == 6 and all(t.user_attrs["hparams"]["hidden_size"] == 2 for t in valid)
     assert "InvalidHP (hidden_size 8 is not allowed)" in out
-    summary = [line for line in out.splitlines() if line[:1].isdigit() and "COMPLETED" in line]
+    summary = [line for line in out.splitlines() if line[:1].isdigit()
+               and re.match(r"\d+\s+(COMPLETED|STOPPED EARLY at rung \d)\s", line)]
     assert len(summary) == 6  # dropped trials are not listed
 
 

@@ -139,8 +139,10 @@ def test_the_drill_two_machines_share_only_a_database_and_a_bucket(
     assert len(trials) == 6 and len({number_of(t) for t in trials}) == 6, out
     (taken,) = [t for t in trials if CONTINUES in t.user_attrs]
     number = number_of(taken)
-    resumed = re.search(rf"resuming from (\S*trial-{number}\S*) at batch (\d+)", out)
-    assert resumed and int(resumed.group(2)) == 4, out  # A's checkpoint, from the bucket
+    resumed = re.search(rf"checkpoints go to (\S+/trial-{number});.* resuming from .* at batch "
+                        r"(\d+)", out)
+    assert resumed and resumed.group(1) == s3_server.url(f"search/trial-{number}"), out
+    assert int(resumed.group(2)) == 4, out  # A's checkpoint, downloaded from the bucket
     for trial in trials:  # each trained to the last rung it reached, its checkpoint in the bucket
         rungs = trial.user_attrs["rungs"]
         expected = (optuna.trial.TrialState.COMPLETE if len(rungs) == 3
