@@ -19,6 +19,7 @@ rejoin), and its strategy wraps the whole ``TrialModule`` as usual.
 
 import atexit
 import copy
+import gc
 from typing import Any, Dict, Optional
 
 from det_lightning.adapters.fit import _quiet_lightning_setup
@@ -98,6 +99,11 @@ def _close_process_group() -> None:
 
     if _process_group_exists():
         dist.destroy_process_group()
+        # destroy_process_group() only forgets the groups; each one's gloo threads (and rank 0's
+        # store server) stop when its last reference goes. One still referenced from a reference
+        # cycle (a trial's attribute; the trainer and the trial refer to each other) would go
+        # in the interpreter's teardown, and abort there: collect such cycles while Python runs.
+        gc.collect()
 
 
 def _distributed_context(strategy: Any) -> DistributedContext:
