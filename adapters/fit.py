@@ -193,10 +193,10 @@ def _train(
             stopped_early=schedule_cb.stopped_early,
         ), trainer
     finally:
-        if stops is not None:
-            stops.close()
         view.shutdown()
         context.engine.close_tensorboard_writer()
+        if stops is not None:
+            stops.close()
 
 
 @contextlib.contextmanager
