@@ -99,10 +99,11 @@ def _close_process_group() -> None:
 
     if _process_group_exists():
         dist.destroy_process_group()
-        # destroy_process_group() only forgets the groups; each one's gloo threads (and rank 0's
-        # store server) stop when its last reference goes. One still referenced from a reference
-        # cycle (a trial's attribute; the trainer and the trial refer to each other) would go
-        # in the interpreter's teardown, and abort there: collect such cycles while Python runs.
+        # destroy_process_group() only forgets the groups; each one's gloo threads stop when its
+        # last reference goes. A group still referenced from a reference cycle (a trial's
+        # attribute: the trainer and the trial refer to each other) would keep them into the
+        # interpreter's finalization, where a worker releasing its last tensors aborts the
+        # process (StopAgreement.close says how): collect such cycles while Python runs.
         gc.collect()
 
 

@@ -216,11 +216,12 @@ class StopAgreement:
     def close(self) -> None:
         """Destroys the gloo side group, if the agreement made one; call it when ``fit()`` ends.
 
-        ``destroy_process_group()`` only forgets a group: its gloo threads (and on rank 0 the
-        store's) run until the last reference to it goes. One left here, inside the Lightning
-        trainer's reference cycles, lives into the interpreter's teardown, where destroying it
-        can end a finished process with SIGABRT ("terminate called without an active
-        exception").
+        ``destroy_process_group()`` only forgets a group: its gloo worker threads run until the
+        last reference to it goes. One left here, inside the Lightning trainer's reference
+        cycles, lives into the interpreter's finalization. A worker still releasing its last
+        collective's tensors then needs the GIL; Python ends such a thread with pthread_exit,
+        whose unwinding through a noexcept destructor calls std::terminate: SIGABRT ("terminate
+        called without an active exception") in a process that had finished its work.
         """
         group, self._side_group = self._side_group, None
         self._group_chosen = False
