@@ -185,6 +185,8 @@ class PyTorchCallbackBridge(Callback):
             callback.on_trial_startup(first_batch_idx, checkpoint)
 
     def _shutdown(self) -> None:
+        if self.stops is not None:
+            self.stops.close()
         if not self.started:
             return
         self.started = False

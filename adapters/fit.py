@@ -159,6 +159,7 @@ def _train(
     context.engine.epoch_len = view.epoch_len
     module.val_loader = build_validation_loader(trial, context, module._evaluate_batch)
     view.start()
+    stops: Optional[preemption.StopAgreement] = None
     try:
         if plan.state is not None:
             logger.info(f"Restoring trial from checkpoint {plan.path}")
@@ -175,10 +176,8 @@ def _train(
         manager.metric_configured = options.searcher_metric_configured
         manager.continue_run(plan)  # best and retention span the trial's earlier runs
         trial_hooks = TrialHooks(module, determined_logging=True)
-        schedule_cb = ScheduleCallback(
-            module, schedule, manager, args.step_zero_validation,
-            preemption.StopAgreement(context.distributed, stop_signal),
-        )
+        stops = preemption.StopAgreement(context.distributed, stop_signal)
+        schedule_cb = ScheduleCallback(module, schedule, manager, args.step_zero_validation, stops)
         # len(view): a run resumed mid-epoch starts with a shorter epoch, and Lightning warns
         # when an epoch is shorter than log_every_n_steps.
         trainer = _lightning_trainer(
@@ -210,6 +209,8 @@ def _train(
     finally:
         view.shutdown()
         context.engine.close_tensorboard_writer()
+        if stops is not None:
+            stops.close()
 
 
 @contextlib.contextmanager

@@ -19,6 +19,7 @@ rejoin), and its strategy wraps the whole ``TrialModule`` as usual.
 
 import atexit
 import copy
+import gc
 from typing import Any, Dict, Optional
 
 from det_lightning.adapters.fit import _quiet_lightning_setup
@@ -98,6 +99,12 @@ def _close_process_group() -> None:
 
     if _process_group_exists():
         dist.destroy_process_group()
+        # destroy_process_group() only forgets the groups; each one's gloo threads stop when its
+        # last reference goes. A group still referenced from a reference cycle (a trial's
+        # attribute: the trainer and the trial refer to each other) would keep them into the
+        # interpreter's finalization, where a worker releasing its last tensors aborts the
+        # process (StopAgreement.close says how): collect such cycles while Python runs.
+        gc.collect()
 
 
 def _distributed_context(strategy: Any) -> DistributedContext:

@@ -165,7 +165,8 @@ class StopAgreement:
         self.fixed = _fixed_interval((os.environ if environ is None else environ))
         self.next_at = self.fixed or FIRST_AGREEMENT
         self.agreements = 0
-        self._group: Any = None
+        self._side_group: Any = None  # a gloo group of our own, when training is not on gloo
+        self._group_chosen = False
         self._last = (0, time.perf_counter())  # batches trained, time: at the last agreement
         self._cost = 0.0  # seconds the last agreement took
 
@@ -205,14 +206,38 @@ class StopAgreement:
         import torch
         import torch.distributed as dist
 
-        if self._group is None:
+        if not self._group_chosen:
             # On the CPU, whatever the training backend: no GPU sync. Every rank gets here at
-            # the same agreement, as new_group requires.
-            gloo = dist.get_backend() == "gloo"
-            self._group = dist.group.WORLD if gloo else dist.new_group(backend="gloo")
+            # the same agreement, as new_group requires. On gloo the default group serves, by
+            # None: a group object kept here would outlive destroy_process_group() (see close).
+            if dist.get_backend() != "gloo":
+                self._side_group = dist.new_group(backend="gloo")
+            self._group_chosen = True
         tensor = torch.tensor(values, dtype=torch.int64)
-        dist.all_reduce(tensor, op=dist.ReduceOp.MAX, group=self._group)
+        dist.all_reduce(tensor, op=dist.ReduceOp.MAX, group=self._side_group)
         return [int(v) for v in tensor.tolist()]
+
+    def close(self) -> None:
+        """Destroys the gloo side group, if the agreement made one; call it when ``fit()`` ends.
+
+        ``destroy_process_group()`` only forgets a group: its gloo worker threads run until the
+        last reference to it goes. One left here, inside the Lightning trainer's reference
+        cycles, lives into the interpreter's finalization. A worker still releasing its last
+        collective's tensors then needs the GIL; Python ends such a thread with pthread_exit,
+        whose unwinding through a noexcept destructor calls std::terminate: SIGABRT ("terminate
+        called without an active exception") in a process that had finished its work.
+        """
+        group, self._side_group = self._side_group, None
+        self._group_chosen = False
+        if group is None:
+            return
+        import torch.distributed as dist
+
+        if dist.is_initialized():  # else it went with the default group
+            try:
+                dist.destroy_process_group(group)
+            except ValueError:  # the default group was replaced since: it went with the old one
+                pass
 
 
 def _fixed_interval(environ: Mapping[str, str]) -> Optional[int]:

@@ -5,6 +5,7 @@ Determined runs its own ZMQ sockets for these; we use the process group that Lig
 """
 
 import os
+import weakref
 from typing import Any, List, Optional
 
 
@@ -66,7 +67,9 @@ class DistributedContext:
         self.cross_rank = cross_rank
         self.cross_size = cross_size
         self._chief_ip = chief_ip
-        self._node_group: Any = None
+        # Weak: torch's registry owns the group, and destroy_process_group() must be able to end
+        # it (a group kept alive past that runs gloo's threads into the interpreter's teardown).
+        self._node_group: Optional["weakref.ref[Any]"] = None
 
     # ----- constructors -------------------------------------------------------------------
     @classmethod
@@ -171,12 +174,13 @@ class DistributedContext:
         self._group_ready()
         if self.cross_size == 1:
             return None
-        group = self._node_group
+        group = self._node_group() if self._node_group is not None else None
         if group is None:
             raise RuntimeError(
                 f"{self!r} has no per-node process group for allgather_local()/gather_local()/"
                 "broadcast_local(). Pass the context to det_lightning.pytorch.init("
-                "distributed=...), which creates it on every rank."
+                "distributed=...), which creates it on every rank (and "
+                "torch.distributed.destroy_process_group() ends it)."
             )
         return group
 
@@ -223,7 +227,8 @@ def init_local_groups(distributed: DistributedContext) -> None:
     ranks_per_node = [
         [rank for rank, node in enumerate(nodes) if node == this] for this in sorted(set(nodes))
     ]
-    distributed._node_group, _ = dist.new_subgroups_by_enumeration(ranks_per_node)
+    node_group, _ = dist.new_subgroups_by_enumeration(ranks_per_node)
+    distributed._node_group = weakref.ref(node_group)
 
 
 class DummyDistributedContext(DistributedContext):

@@ -14,6 +14,7 @@ def test_mnist_example_trains_on_two_processes(tmp_path_factory: pytest.TempPath
     workdir = tmp_path_factory.mktemp("mnist")
     job = jobs.run([str(script), "--devices", "2", "--accelerator", "cpu"], workdir, timeout=400)
     assert job.returncode == 0, job.output[-6000:]
+    assert "terminate called" not in job.output, job.output[-6000:]  # no rank aborted at exit
     assert "Starting with 2 processes" in job.output
     # One epoch of 4096 images at a global batch of 64: 64 batches, of 32 images per process.
     validations = re.findall(

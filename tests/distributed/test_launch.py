@@ -81,7 +81,7 @@ def test_the_process_group_init_started_is_closed_before_python_tears_down(
     two_procs.ranks(2)
     for rank in (0, 1):
         exit_record = json.loads((two_procs.workdir / "out" / f"rank{rank}-exit.json").read_text())
-        assert exit_record == {"process_group": False}
+        assert exit_record == {"process_group": False, "c10d_threads": []}
 
 
 def test_the_lean_path_is_invisible_with_two_processes(
@@ -177,9 +177,13 @@ def test_determined_recipe_with_a_strategy_object_and_evaluate_full_dataset(
     assert len(chief["validations"]) == 1
     assert worker["validations"] == chief["validations"]
     assert worker["init"]["size"] == 2 and worker["init"]["process_group"]
-    for rank in (0, 1):  # the script made the process group; closing it is the script's call
+    for rank in (0, 1):
         exit_record = json.loads((tmp_path / "recipe" / "out" / f"rank{rank}-exit.json").read_text())
-        assert exit_record == {"process_group": True}
+        # The script made the process group, so closing it is the script's call; once it has,
+        # nothing of ours keeps the group's threads running into the interpreter's teardown.
+        assert exit_record == {
+            "open_after_init": True, "process_group": False, "c10d_threads": []
+        }
 
 
 def _run_nodes(workdir: pathlib.Path, args_of: Callable[[int], List[str]], timeout: float,
@@ -213,6 +217,9 @@ def test_two_nodes_of_two_processes_train_like_one(
         assert init["local_chief"] == 2 * node
         assert init.get("node0_only") == ([0, 1] if rank == 0 else None)
         assert _close(record["weights"], single["weights_at_validation"][1])
+        # The per-node groups went with the world group init() closed, threads and all.
+        exit_record = json.loads((workdir / "out" / f"rank{rank}-exit.json").read_text())
+        assert exit_record == {"process_group": False, "c10d_threads": []}
     assert len(job.checkpoints()) == 1
 
 

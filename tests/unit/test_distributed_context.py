@@ -22,11 +22,16 @@ def ctx(rank: int, size: int, local_size: int, **kw: Any) -> DistributedContext:
     )
 
 
+class FakeGroup(list):
+    """A process group: its ranks. Like torch's groups, weakly referenceable."""
+
+
 class FakeWorld:
     """``torch.distributed``'s object collectives for ranks that are threads of one process."""
 
     def __init__(self, size: int) -> None:
         self.size = size
+        self.groups: List[FakeGroup] = []  # as torch's registry, the owner of every group
         self.local = threading.local()
         self.slots: Dict[Any, Dict[int, Any]] = {}
         self.lock = threading.Lock()
@@ -54,8 +59,14 @@ class FakeWorld:
         box[0] = table[src]
 
     def new_subgroups_by_enumeration(self, ranks_per_subgroup: List[List[int]]) -> Any:
-        mine = next(ranks for ranks in ranks_per_subgroup if self.local.rank in ranks)
-        return mine, ranks_per_subgroup
+        groups = [FakeGroup(ranks) for ranks in ranks_per_subgroup]
+        with self.lock:
+            self.groups.extend(groups)
+        mine = next(group for group in groups if self.local.rank in group)
+        return mine, groups
+
+    def destroy_process_group(self) -> None:
+        self.groups.clear()
 
     def run(self, fn: Callable[[int], Any]) -> List[Any]:
         results: List[Any] = [None] * self.size
@@ -188,6 +199,18 @@ def test_node_collectives_stay_within_the_node(world: Callable[[int], FakeWorld]
     assert [r[2] for r in results] == ["chief 0", "chief 0", "chief 2", "chief 2"]
     assert [r[3:] for r in results] == [[], [], [["node 1 only"] * 2], [["node 1 only"] * 2]]
     assert {c for c in fake.calls if c != "world"} == {"group[0, 1]", "group[2, 3]"}
+
+
+def test_node_groups_end_with_destroy_process_group(world: Callable[[int], FakeWorld]) -> None:
+    """The context holds its node's group weakly: ``destroy_process_group()`` must end the group
+    (a group kept alive runs gloo's threads into the interpreter's teardown, which can abort
+    a process that finished its work)."""
+    fake = world(4)
+    contexts = [ctx(rank=rank, size=4, local_size=2) for rank in range(4)]
+    fake.run(lambda rank: init_local_groups(contexts[rank]))
+    fake.destroy_process_group()
+    with pytest.raises(RuntimeError, match=r"destroy_process_group\(\) ends it"):
+        contexts[0].allgather_local(0)
 
 
 def test_node_collectives_without_node_groups_point_to_init(

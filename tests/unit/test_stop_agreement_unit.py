@@ -5,6 +5,8 @@ one rank returns this rank's values), so the bookkeeping around it is exercised 
 spawning processes; ``tests/distributed/test_stop_agreement.py`` runs the real two-rank case."""
 
 import dataclasses
+import gc
+import weakref
 from typing import Iterator
 
 import pytest
@@ -78,3 +80,40 @@ def test_the_interval_adapts_to_the_measured_times(
 def test_a_bad_fixed_interval_names_the_fix() -> None:
     with pytest.raises(ValueError, match="whole number of batches >= 1"):
         StopAgreement(Ranks(), lambda local: local, environ={STOP_AGREEMENT_ENV: "0"})
+
+
+def test_the_agreement_keeps_no_process_group_alive_after_destroy_process_group() -> None:
+    """A group object kept past ``destroy_process_group()`` (the agreement lives in the trainer's
+    reference cycles) would run gloo's threads into the interpreter's teardown, which can abort
+    a finished process; on gloo the agreement uses the default group without holding it."""
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    stops = StopAgreement(Ranks(), lambda local: local, environ={})
+    assert stops.agree(FIRST_AGREEMENT, local=True) is True
+    world = weakref.ref(dist.group.WORLD)
+    dist.destroy_process_group()
+    gc.disable()  # only references, not a collection, may end it
+    try:
+        assert world() is None
+    finally:
+        gc.enable()
+    stops.close()
+
+
+def test_a_side_group_of_its_own_is_destroyed_by_close(
+    world: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Training on another backend (NCCL), the agreement makes a gloo group of its own; fit()
+    ends by closing it."""
+    monkeypatch.setattr(dist, "get_backend", lambda group=None: "nccl")
+    made = []
+    new_group = dist.new_group
+    monkeypatch.setattr(dist, "new_group", lambda **kw: made.append(new_group(**kw)) or made[-1])
+    stops = StopAgreement(Ranks(), lambda local: local, environ={})
+    assert stops.agree(FIRST_AGREEMENT, local=False) is False
+    assert stops.agree(2 * FIRST_AGREEMENT, local=True) is True
+    assert len(made) == 1  # once, at the first agreement
+    side = weakref.ref(made.pop())
+    stops.close()
+    assert side() is None
+    assert stops.agree(3 * FIRST_AGREEMENT, local=False) is False  # a later fit() makes another
+    stops.close()

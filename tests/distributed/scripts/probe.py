@@ -270,12 +270,27 @@ class FullDatasetProbe(ProbeTrial):
         return {"validation_loss": sum(losses) / len(losses)}
 
 
+# Thread names c10d and gloo give their threads: a process group's workers and transport loop,
+# and the TCPStore server on rank 0. Any still running lives into the interpreter's teardown.
+C10D_THREADS = ("gloo", "tcpstore", "c10d")
+
+
+def _c10d_threads() -> List[str]:
+    tasks = pathlib.Path("/proc/self/task")
+    names = [(task / "comm").read_text().strip() for task in tasks.iterdir()]
+    return sorted(name for name in names if any(tag in name for tag in C10D_THREADS))
+
+
 def _record_process_group_at_exit(out: pathlib.Path) -> None:
-    """Whether a process group is still open when Python's own teardown is about to begin."""
+    """Whether a process group is still open, or its threads still run, when Python's own
+    teardown is about to begin."""
     if "init" in RECORD:
         rank = RECORD["init"]["rank"]
-        open_now = torch.distributed.is_initialized()
-        (out / f"rank{rank}-exit.json").write_text(json.dumps({"process_group": open_now}))
+        record = {"process_group": torch.distributed.is_initialized(),
+                  "c10d_threads": _c10d_threads()}
+        if "open_after_init" in RECORD:
+            record["open_after_init"] = RECORD["open_after_init"]
+        (out / f"rank{rank}-exit.json").write_text(json.dumps(record))
 
 
 def main() -> None:
@@ -344,6 +359,10 @@ def main() -> None:
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / f"rank{RECORD['init']['rank']}.json").write_text(json.dumps(RECORD))
+    if args.torch_distributed:
+        # The recipe's last step: the script closes the group it made; init() left it open.
+        RECORD["open_after_init"] = torch.distributed.is_initialized()
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
