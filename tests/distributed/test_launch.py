@@ -202,8 +202,9 @@ def test_two_nodes_of_two_processes_train_like_one(
     """``--num-nodes 2``, each node's script started with NODE_RANK/MASTER_ADDR/MASTER_PORT (as
     a cluster scheduler would); node-local collectives stay within each node."""
     port = str(jobs.free_port())
+    workdir = tmp_path / "nodes"
     args = [PROBE, "--out", "out", "--devices", "2", "--num-nodes", "2", *COMMON, "--batches", "8"]
-    job = _run_nodes(tmp_path / "nodes", lambda node: args, timeout=240, env_of=lambda node: {
+    job = _run_nodes(workdir, lambda node: args, timeout=240, env_of=lambda node: {
         "NODE_RANK": str(node), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port})
     (single,) = one_proc.ranks(1)
     for rank, record in enumerate(job.ranks(4)):
