@@ -43,6 +43,15 @@ from det_lightning import pytorch  # noqa: E402
 from tests.fixtures.trials import make_trials, regression_data, seed_everything  # noqa: E402
 
 
+def announce(path: Any, text: str) -> None:
+    """Writes a marker file the test waits for, whole: the test sees it only once its content
+    is there (a plain write_text is visible, empty, from the moment it is opened)."""
+    target = pathlib.Path(path)
+    partial = target.with_name(f".{target.name}.{os.getpid()}")
+    partial.write_text(text)
+    os.replace(partial, target)
+
+
 class Harness(pytorch.PyTorchCallback):
     """Blocks a checkpoint write, limits file sizes, and records shutdown, as asked."""
 
@@ -56,7 +65,7 @@ class Harness(pytorch.PyTorchCallback):
         if self.checkpoints == self.args.get("block_write"):
             root = pathlib.Path(os.environ.get("DET_LIGHTNING_CHECKPOINT_DIR", "checkpoints"))
             (partial,) = root.glob(".*.partial")
-            pathlib.Path(self.args["marker"]).write_text(str(partial.resolve()))
+            announce(self.args["marker"], str(partial.resolve()))
             deadline = time.monotonic() + 120
             while time.monotonic() < deadline:  # the parent signals or kills us meanwhile
                 time.sleep(0.05)
@@ -70,7 +79,7 @@ class Harness(pytorch.PyTorchCallback):
 
     def on_trial_shutdown(self) -> None:
         if self.args.get("shutdown"):
-            pathlib.Path(self.args["shutdown"]).write_text("shutdown")
+            announce(self.args["shutdown"], "shutdown")
 
 
 def block_deletions(root: pathlib.Path, marker: pathlib.Path) -> None:
@@ -84,7 +93,7 @@ def block_deletions(root: pathlib.Path, marker: pathlib.Path) -> None:
                              else os.path.dirname(os.path.abspath(path)))
         inside = where != root.resolve() and root.resolve() in where.parents
         if inside and not where.name.endswith(".partial") and not marker.exists():
-            marker.write_text(str(where))
+            announce(marker, str(where))
             time.sleep(120)  # the parent kills us meanwhile
             raise RuntimeError("nobody killed the blocked deletion")
 
@@ -114,7 +123,7 @@ def main(args: Dict[str, Any]) -> None:
 
         def train_batch(self, batch: Any, epoch_idx: int, batch_idx: int) -> Any:
             if batch_idx == 0 and args.get("started"):
-                pathlib.Path(args["started"]).write_text("started")
+                announce(args["started"], "started")
             at_rank = args.get("signal_rank", self.context.distributed.rank)
             if batch_idx == args.get("signal_at") and self.context.distributed.rank == at_rank:
                 os.kill(os.getpid(), signum)
