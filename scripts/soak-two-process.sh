@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Runs two-process jobs again and again and counts the ones that abort at exit.
 #
-#   scripts/soak-two-process.sh [--example N] [--tests N] [--keep DIR]
+#   scripts/soak-two-process.sh [--example N] [--tests N] [--select TESTS] [--keep DIR]
 #
-#   --example N   run `examples/mnist/train.py --devices 2 --accelerator cpu` N times (default 20)
-#   --tests N     run `pytest -m distributed tests/distributed` N times (default 0)
+#   --example N     run `examples/mnist/train.py --devices 2 --accelerator cpu` N times (default 20)
+#   --tests N       run `pytest -m distributed TESTS` N times (default 0)
+#   --select TESTS  which tests: a path or node id, e.g. one test that once aborted
+#                   (default tests/distributed, all 21)
 #   --keep DIR    where each run's output goes (default: a new temporary directory)
 #
 # A run counts as an abort when any process of it (rank 0, or a rank Lightning started, whose
@@ -15,13 +17,15 @@ set -uo pipefail
 
 examples=20
 tests=0
+select="tests/distributed"
 keep=""
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --example) examples="$2"; shift 2 ;;
         --tests) tests="$2"; shift 2 ;;
+        --select) select="$2"; shift 2 ;;
         --keep) keep="$2"; shift 2 ;;
-        *) echo "usage: $0 [--example N] [--tests N] [--keep DIR]" >&2; exit 2 ;;
+        *) echo "usage: $0 [--example N] [--tests N] [--select TESTS] [--keep DIR]" >&2; exit 2 ;;
     esac
 done
 
@@ -73,7 +77,7 @@ for ((i = 1; i <= tests; i++)); do
     dir="$keep/tests-$i"
     mkdir -p "$dir"
     # --basetemp keeps every job's output.txt (each rank's output) where the grep looks.
-    (cd "$repo" && "$python" -m pytest -q -m distributed tests/distributed \
+    (cd "$repo" && "$python" -m pytest -q -m distributed $select \
         --basetemp "$dir/tmp" 2>&1 | cat >"$dir/pytest.log"
         exit "${PIPESTATUS[0]}")
     record "$?" "$dir"
