@@ -94,7 +94,7 @@ def read_trials(storage: Union[pathlib.Path, str],
     for trial in found:
         if trial.user_attrs.get(SURPLUS):
             assert trial.state == optuna.trial.TrialState.FAIL and "hparams" not in trial.user_attrs
-            assert not (checkpoint_dir / f"trial-{trial._trial_id + 1}").exists()
+            assert not (checkpoint_dir / f"trial-{trial_number(trial)}").exists()
         if is_superseded(trial):  # taken over: exactly one continuation carries it on
             assert len([t for t in found if t.user_attrs.get(CONTINUES) == trial._trial_id]) == 1
     found = [t for t in found if not t.user_attrs.get(SURPLUS) and not is_superseded(t)]

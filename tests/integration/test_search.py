@@ -88,7 +88,7 @@ def test_two_workers_share_one_search(
                for _ in range(2)]
     outputs = [w.communicate(timeout=240)[0] for w in workers]
     assert [w.returncode for w in workers] == [0, 0], outputs
-    trials = read_trials(journal)
+    trials = read_trials(journal, checkpoint_dir)  # a surplus trial has no folder there
     check_search(checkpoint_dir, trials, replay=False)
     pids = {t.user_attrs["pid"] for t in trials}
     assert len(pids) == 2  # both workers trained trials of the one search
