@@ -10,6 +10,7 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh test
 bash scripts/ensure-postgres.sh  # the search tests start a PostgreSQL server
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
+export DET_LIGHTNING_REQUIRE_INTEROP=1  # the parity tests run, never skip (tests/compat/conftest.py)
 pytest=(.venv/bin/python -m pytest -q)
 if [ $# -gt 0 ]; then
   exec "${pytest[@]}" -m "not gpu" "$@"
