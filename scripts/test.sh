@@ -2,7 +2,7 @@
 # Installs everything the tests need into .venv, then runs the whole suite (all but `gpu`).
 #
 #   scripts/test.sh                  everything: fast tests on both cores, then the slow and
-#                                    distributed ones (they start processes of their own) in turn,
+#                                    distributed ones (they start processes of their own), two at a time,
 #                                    then the fast tests again on Lightning 2.4.0 (.venv-low)
 #   scripts/test.sh tests/unit -x    just what you name, in one run
 set -euo pipefail
@@ -16,7 +16,9 @@ if [ $# -gt 0 ]; then
   exec "${pytest[@]}" -m "not gpu" "$@"
 fi
 "${pytest[@]}" -m "not gpu and not slow and not distributed" -n 2
-"${pytest[@]}" -m "not gpu and (slow or distributed)"
+# Two at a time as well: most of these wait on processes of their own (imports, servers,
+# leases expiring), and every one waits for events, not durations (the README's "under load").
+"${pytest[@]}" -m "not gpu and (slow or distributed)" -n 2 --dist worksteal
 # The lowest Lightning pyproject.toml allows: the fast suite again, in its own environment.
 VENV=.venv-low LIGHTNING_SPEC="lightning==2.4.0" bash scripts/setup.sh test
 .venv-low/bin/python -m pytest -q -m "not gpu and not slow and not distributed" -n 2

@@ -14,8 +14,8 @@ from tests.fixtures.writers import close_open_writers
 
 @pytest.fixture(autouse=True)
 def isolated_run(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[pathlib.Path]:
-    """A fresh working directory; checkpoints, TensorBoard files and the real Determined's
-    storage (``$XDG_DATA_HOME/determined``) all go to separate folders under ``tmp_path``.
+    """A fresh working directory; checkpoints, TensorBoard files, object-store caches and the
+    real Determined's storage (``$XDG_DATA_HOME/determined``) all go to separate folders under ``tmp_path``.
 
     The real Determined copies the working directory into each checkpoint's ``code/``, so its
     storage must not lie inside the working directory (it would copy itself recursively).
@@ -26,6 +26,8 @@ def isolated_run(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> Ite
     monkeypatch.setenv("DET_LIGHTNING_CHECKPOINT_DIR", str(tmp_path / "checkpoints"))
     monkeypatch.setenv("DET_LIGHTNING_TENSORBOARD_DIR", str(tmp_path / "tensorboard"))
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "determined-storage"))
+    # Local copies of object-store checkpoints: the test's own, never ~/.cache.
+    monkeypatch.setenv("DET_LIGHTNING_CACHE_DIR", str(tmp_path / "cache"))
     # Under torch >= 2.6 the real Determined cannot read its own checkpoints otherwise.
     monkeypatch.setenv("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")
     torch.set_num_threads(1)
