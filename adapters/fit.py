@@ -250,9 +250,9 @@ def _lightning_trainer(
     (which acts on the validation they reported), profiling, then the user's."""
     loggers: List[Any] = list(options.loggers) if options.loggers is not None else []
     if options.loggers is None and context.get_enable_tensorboard_logging():
-        from lightning.pytorch.loggers import TensorBoardLogger
+        from det_lightning.adapters.tensorboard import DeterminedTensorBoardLogger
 
-        loggers = [TensorBoardLogger(save_dir=str(options.tensorboard_dir), name="", version="")]
+        loggers = [DeterminedTensorBoardLogger(save_dir=str(options.tensorboard_dir))]
     profiling = profiling_callbacks(schedule_cb.module, args.profiling_enabled, options.profiler)
     kwargs = lightning_trainer_kwargs(
         launch=options.launch.trainer_kwargs(),

@@ -103,16 +103,17 @@ def _log_per_batch(
     first_idx: int,
 ) -> None:
     """Per-batch training metrics at their own steps, named as Determined names them."""
-    if not trainer.loggers:
+    loggers = trainer.loggers
+    if not loggers:
         return
     seen: Set[str] = set()
     for offset, metrics in enumerate(batch_metrics):
         values = metric_utils.scalars(metrics, prefix="Determined/")
         seen.update(metrics)
-        for lg in trainer.loggers:
+        for lg in loggers:
             lg.log_metrics(values, step=first_idx + offset)
     rest = {k: v for k, v in averages.items() if k not in seen and k not in COUNTERS}
-    for lg in trainer.loggers:
+    for lg in loggers:
         lg.log_metrics(metric_utils.scalars(rest, "Determined/"), step=first_idx + len(batch_metrics))
 
 

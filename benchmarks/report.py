@@ -13,6 +13,7 @@ LABELS = {
     "det_lightning": "det_lightning",
     "det_lightning+tb": "det_lightning, TensorBoard on",
     "determined": "Determined 0.38.1 Trainer",
+    "determined+tb": "Determined 0.38.1, TensorBoard on",
 }
 
 
@@ -235,6 +236,9 @@ class Report:
                      med("cnn", "lightning", "cpu_per_step_s"), 1.01)
         ratio_target("MLP: det_lightning / Determined < 1", med("mlp", "det_lightning", "cpu_per_step_s"),
                      med("mlp", "determined", "cpu_per_step_s"), 1.0, strict_less=True)
+        ratio_target("MLP, TensorBoard on: det_lightning / Determined ≤ 1",
+                     med("mlp", "det_lightning+tb", "cpu_per_step_s"),
+                     med("mlp", "determined+tb", "cpu_per_step_s"), 1.0)
         ratio_target("validation: det_lightning / Determined < 1",
                      med("validation", "det_lightning", "cpu_per_step_s"),
                      med("validation", "determined", "cpu_per_step_s"), 1.0, strict_less=True)
@@ -252,6 +256,9 @@ class Report:
             ratio_target("MLP: det_lightning / Determined < 1 (instructions)",
                          med("mlp#instructions", "det_lightning", counted),
                          med("mlp#instructions", "determined", counted), 1.0, strict_less=True)
+            ratio_target("MLP, TensorBoard on: det_lightning / Determined ≤ 1 (instructions)",
+                         med("mlp#instructions", "det_lightning+tb", counted),
+                         med("mlp#instructions", "determined+tb", counted), 1.0)
         if ("validation#instructions", "det_lightning") in self.runs:
             ratio_target("validation: det_lightning / Determined < 1 (instructions)",
                          med("validation#instructions", "det_lightning", counted),

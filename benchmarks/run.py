@@ -30,7 +30,8 @@ sys.path.insert(0, str(HERE))
 import workloads  # noqa: E402
 from report import Report, Runs  # noqa: E402
 
-ALL_SYSTEMS = ["raw", "lightning", "det_lightning", "det_lightning+tb", "determined"]
+ALL_SYSTEMS = ["raw", "lightning", "det_lightning", "det_lightning+tb", "determined",
+               "determined+tb"]
 
 
 def systems_for(name: str, have_determined: bool) -> List[str]:
@@ -39,6 +40,8 @@ def systems_for(name: str, have_determined: bool) -> List[str]:
         systems.append("det_lightning+tb")
     if have_determined:
         systems.append("determined")
+        if name == "mlp":  # TensorBoard on, as Determined's examples run (its default)
+            systems.append("determined+tb")
     return systems
 
 
@@ -50,7 +53,7 @@ def _env(scratch: pathlib.Path, system: str) -> Dict[str, str]:
         DET_LIGHTNING_TENSORBOARD_DIR=str(scratch / "tensorboard"),
         XDG_DATA_HOME=str(scratch / "determined-storage"),
     )
-    if system == "determined":
+    if system.startswith("determined"):
         # Under torch >= 2.6 the real Determined cannot read its own checkpoints otherwise.
         env["TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"] = "1"
         # What Determined's own launcher sets for torch.distributed training.

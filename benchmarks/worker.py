@@ -17,7 +17,7 @@ import sys
 import time
 from typing import Any, Dict, List
 
-SYSTEMS = ("raw", "lightning", "det_lightning", "det_lightning+tb", "determined")
+SYSTEMS = ("raw", "lightning", "det_lightning", "det_lightning+tb", "determined", "determined+tb")
 
 
 def _measure(system: str, workload: Any, work: pathlib.Path) -> Dict[str, Any]:
