@@ -30,6 +30,7 @@ import atexit
 import ctypes
 import dataclasses
 import importlib
+import importlib.util
 import logging
 import os
 import pickle
@@ -47,8 +48,13 @@ from typing import Any, Dict, List, Optional, Tuple
 logger = logging.getLogger("det_lightning")
 
 WARM_START_ENV = "DET_LIGHTNING_WARM_START"  # "0": each trial a new interpreter
+# What every trial would import again: torch, Lightning, det_lightning, the search's reporter,
+# TensorBoard's writer (Lightning's logger imports it in fit()), and the object-store libraries
+# Lightning imports to tell a checkpoint URL from a path, where installed.
 PRELOAD = ("torch", "lightning", "optuna", "det_lightning.pytorch", "det_lightning.adapters",
-           "det_lightning._cli", "det_lightning._search._jobs")
+           "det_lightning._cli", "det_lightning._search._jobs", "det_lightning._search._child",
+           "torch.utils.tensorboard")
+PRELOAD_IF_INSTALLED = ("s3fs", "gcsfs", "adlfs")
 _PR_SET_PDEATHSIG = 1
 
 
@@ -219,6 +225,9 @@ def main(argv: List[str]) -> None:
         signal.signal(signum, signal.SIG_IGN)
     for name in PRELOAD:
         importlib.import_module(name)
+    for name in PRELOAD_IF_INSTALLED:
+        if importlib.util.find_spec(name) is not None:
+            importlib.import_module(name)
     sock = socket.socket(fileno=fd)
     _send(sock, ("ready", sorted(t.name for t in threading.enumerate())))
     _serve(sock)
