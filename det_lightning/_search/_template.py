@@ -311,6 +311,10 @@ class TrialStarter:
         self._sock, self._ready = ours, False
 
     def _stop(self) -> None:
+        """Ends the template: one still importing (no trial was started) is killed, one that
+        serves exits when its socket closes."""
+        if self._template is not None and not self._ready:
+            self._template.kill()
         if self._sock is not None:
             self._sock.close()
             self._sock = None
