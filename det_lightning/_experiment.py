@@ -6,7 +6,8 @@ What Determined's master and harness do for an experiment::
     plan = plan_experiment(config, MODEL_DIR)     # _plan.py: every check that can fail before
                                                   #   training
     grid, random, adaptive_asha: _search.run_search(plan)   # on Optuna, trials shared through
-                                                  #   its storage; each runs one of these:
+                                                  #   its storage; each runs one of these, in
+                                                  #   a process of its own (_search._template)
     single: for the one trial:
         'model_def:Trial' entrypoint: run_legacy_trial    # the harness: init(), Trial(context),
                                                           #   Trainer.fit(periods from the config)

@@ -8,7 +8,8 @@ One worker (one ``det-lightning experiment`` process) loops::
          its hyperparameters drawn through the trial (Optuna's RandomSampler), or for a grid
          the next waiting point (``_grid``); a trial past the budget (two workers asked at
          once) is dropped unrun
-    train it; at each validation the SearchReporter records the searcher metric at the rungs it
+    train it, in a process of its own forked from the worker's warm template (``_template``);
+         at each validation the SearchReporter records the searcher metric at the rungs it
          reaches (trial user attribute "rungs") and applies Determined's rule (``_asha.decide``)
          against what the other trials recorded there; a trial ranked out stops through
          context.set_stop_requested (a checkpoint, on_trial_shutdown)
