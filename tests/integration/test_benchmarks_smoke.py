@@ -55,8 +55,9 @@ def test_search_benchmark_quick_writes_every_section(tmp_path: pathlib.Path) -> 
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     [report] = out.glob("search-quick_cpu-*core_*.md")
-    sections = {part.split("\n")[0]: [line for line in part.splitlines() if line.startswith("| ")][2:]
-                for part in report.read_text().split("## ")[1:]}
+    sections = {  # each section's table rows, without the header
+        part.split("\n")[0]: [line for line in part.splitlines() if line.startswith("| ")][1:]
+        for part in report.read_text().split("## ")[1:]}
     asha = sections["adaptive_asha against a sequential search"]
     assert [row.split(" | ")[0] for row in asha] == [
         "| sequential (random, full length)", "| asha, 1 worker", "| asha, 2 workers"]
