@@ -6,7 +6,8 @@ What Determined's master and harness do for an experiment::
     plan = plan_experiment(config, MODEL_DIR)     # _plan.py: every check that can fail before
                                                   #   training
     grid, random, adaptive_asha: _search.run_search(plan)   # on Optuna, trials shared through
-                                                  #   its storage; each runs one of these:
+                                                  #   its storage; each runs one of these, in
+                                                  #   a process of its own (_search._template)
     single: for the one trial:
         'model_def:Trial' entrypoint: run_legacy_trial    # the harness: init(), Trial(context),
                                                           #   Trainer.fit(periods from the config)
@@ -167,10 +168,12 @@ def launch_flags(options: Dict[str, Any]) -> List[str]:
 
 def run_command_trial(plan: Plan, number: int, hparams: Dict[str, Any],
                       extra_env: Optional[Dict[str, str]] = None,
-                      lost: Optional[threading.Event] = None) -> TrialResult:
+                      lost: Optional[threading.Event] = None,
+                      launch: Optional[Callable[..., Optional[int]]] = None) -> TrialResult:
     """A command entrypoint: ``det-lightning run`` in a child process, in the model directory
     (``extra_env``: what a search tells the trial, see ``_search``; ``lost``: set when another
-    worker took the trial over, which ends the child at once).
+    worker took the trial over, which ends the child at once; ``launch``: a search's way to
+    start it, ``_search._jobs.run_trial``, else a new interpreter).
 
     Raises:
         errors.TrialPreempted: the script stopped for a signal after checkpointing.
@@ -178,16 +181,23 @@ def run_command_trial(plan: Plan, number: int, hparams: Dict[str, Any],
     """
     assert plan.command is not None
     directory = plan.checkpoint_root / f"trial-{number}"
-    argv = [sys.executable, "-m", "det_lightning", "run", *launch_flags(plan.launch), *plan.command]
+    argv = ["run", *launch_flags(plan.launch), *plan.command]
     env = dict(os.environ)
     env[CHECKPOINT_DIR_ENV] = str(directory)
     if isinstance(directory, RemoteRoot):  # checkpoint_storage's endpoint and keys
         env.update(directory.environment())
     env[TENSORBOARD_DIR_ENV] = str(plan.tensorboard_root / f"trial-{number}")
     env.update(extra_env or {})
-    logger.info(f"trial {number}: det-lightning {shlex.join(argv[3:])} in {plan.model_dir}")
-    child = subprocess.Popen(argv, cwd=plan.model_dir, env=env)
-    code = _wait_unless_lost(child, lost)
+    logger.info(f"trial {number}: det-lightning {shlex.join(argv)} in {plan.model_dir}")
+    if launch is not None:
+        from det_lightning._search._template import TrialRequest
+
+        code = launch(TrialRequest("det_lightning._search._jobs:command_job", (argv,),
+                                   str(plan.model_dir), env, [sys.argv[0]]), lost)
+    else:
+        child = subprocess.Popen([sys.executable, "-m", "det_lightning", *argv],
+                                 cwd=plan.model_dir, env=env)
+        code = _wait_unless_lost(child, lost)
     if code is None:
         from det_lightning._search._lease import LeaseLost
 

@@ -2,7 +2,8 @@
 
 ``det-lightning experiment`` starts a command entrypoint (``python3 train.py``) as a child
 process with ``$DET_LIGHTNING_SEARCH`` naming the storage, the study, the trial and its
-bracket; ``pytorch.Trainer.fit`` then adds the same ``SearchReporter`` a model_def trial gets.
+bracket; ``pytorch.Trainer.fit`` then adds the ``SearchReporter``. A model_def trial's process
+(``_jobs.legacy_job``) is given the same variable and reports the same way.
 A script that raises ``det.InvalidHP`` records it on its trial (``report_invalid_hp``) and
 exits 0, as Determined's harness reports the early exit to the master: the search then drops
 the trial and starts another, as for a model_def trial.

@@ -5,19 +5,20 @@ the same command continues it.
 ::
 
     search process (or the --workers parent)   with SearchInterrupt():   1st signal: recorded
-        a model_def trial trains in this process: fit() handles the signal itself (checkpoint,
-            TrialPreempted), and this handler is back once fit() returns
-        a command trial, or a worker, is a child in the same process group: a signal sent to
-            the group (Ctrl+C, SLURM, kill -- -PGID) reaches it, and this process waits for it
-    2nd signal: the signal's default action, at once
+        a worker is a child in the same process group: a signal sent to the group (Ctrl+C,
+            SLURM, kill -- -PGID) reaches it, and this process waits for it
+        a trial runs in a process group of its own (``_template``): the worker passes the
+            signal on to it, once (``forwarding``); its fit() checkpoints and exits with 75
+    2nd signal: the signal's default action, at once (the trial's process dies with it)
 """
 
+import contextlib
 import logging
 import os
 import signal
 import threading
 from types import FrameType
-from typing import Any, Dict, Optional
+from typing import Any, Callable, Dict, Iterator, Optional
 
 logger = logging.getLogger("det_lightning")
 
@@ -33,6 +34,7 @@ class SearchInterrupt:
     def __init__(self) -> None:
         self.received: Optional[str] = None
         self._previous: Dict[int, Any] = {}
+        self._forward: Optional[Callable[[int], None]] = None
 
     def __enter__(self) -> "SearchInterrupt":
         if threading.current_thread() is threading.main_thread():  # else: no handlers at all
@@ -50,9 +52,23 @@ class SearchInterrupt:
             self.received = name
             logger.warning(f"Received {name}: the search starts no other trial; a trial "
                            f"training stops with a checkpoint. Send {name} again to exit at once.")
+            if self._forward is not None:
+                self._forward(signum)
             return
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
+
+    @contextlib.contextmanager
+    def forwarding(self, send: Callable[[int], None]) -> Iterator[None]:
+        """While inside, the first signal is also passed on with ``send(signum)`` (to a trial's
+        process group); one that came before is passed on now."""
+        self._forward = send
+        if self.received is not None:
+            send(signal.Signals[self.received])
+        try:
+            yield
+        finally:
+            self._forward = None
 
     def note(self, name: str) -> None:
         """A trial stopped for a signal this handler did not see (fit() had its own)."""

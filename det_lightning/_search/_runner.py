@@ -8,7 +8,8 @@ One worker (one ``det-lightning experiment`` process) loops::
          its hyperparameters drawn through the trial (Optuna's RandomSampler), or for a grid
          the next waiting point (``_grid``); a trial past the budget (two workers asked at
          once) is dropped unrun
-    train it; at each validation the SearchReporter records the searcher metric at the rungs it
+    train it, in a process of its own forked from the worker's warm template (``_template``);
+         at each validation the SearchReporter records the searcher metric at the rungs it
          reaches (trial user attribute "rungs") and applies Determined's rule (``_asha.decide``)
          against what the other trials recorded there; a trial ranked out stops through
          context.set_stop_requested (a checkpoint, on_trial_shutdown)
@@ -27,13 +28,14 @@ search. Rerunning the command continues it.
 """
 
 import dataclasses
+import functools
 import logging
 import os
 import pathlib
 import threading
 import time
 import warnings
-from typing import AbstractSet, Any, Dict, List, Optional, Sequence, Tuple
+from typing import AbstractSet, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import optuna
 
@@ -42,6 +44,7 @@ from det_lightning._harness import training_periods
 from det_lightning._search._asha import EXITED_METRIC, Bracket
 from det_lightning._search._grid import enqueue_grid, has_waiting_point, owns_point
 from det_lightning._search._interrupt import RESUME_ADVICE_ENV, SEARCH_ADVICE, SearchInterrupt
+from det_lightning._search._jobs import run_legacy_process, run_trial
 from det_lightning._search._lease import (
     CONTINUES,
     LeaseKeeper,
@@ -56,12 +59,12 @@ from det_lightning._search._lease import (
 from det_lightning._search._reporter import (
     INVALID_HP,
     SURPLUS,
-    SearchReporter,
     counted,
     trial_number,
 )
 from det_lightning._search._sample import point_index, sampler_for, suggest
 from det_lightning._search._settings import SearchSettings, search_key
+from det_lightning._search._template import TrialStarter
 from det_lightning.pytorch import Batch, Epoch
 from det_lightning.pytorch._remote import checkpoint_location, local_dir
 from det_lightning.pytorch._units import AnyOf
@@ -69,6 +72,11 @@ from det_lightning.pytorch._units import AnyOf
 logger = logging.getLogger("det_lightning")
 
 JOURNAL_NAME = "search.journal"
+# Runs a trial's request in a process of its own (``_jobs.run_trial`` bound to this worker's
+# starter and interrupt): the exit status, or None when the trial's lease was lost.
+Launch = Callable[[Any, threading.Event], Optional[int]]
+
+
 def admitted(study: optuna.Study, trial: optuna.Trial, settings: SearchSettings,
              bracket: Bracket) -> bool:
     """Whether a trial ``study.ask()`` just gave is within the search: its own grid point, or
@@ -275,10 +283,17 @@ def _work(plan: Any, settings: SearchSettings, studies: Sequence[optuna.Study], 
           interrupt: SearchInterrupt) -> Optional[int]:
     """Trains one trial after another until none is left to start or to take over, or a
     signal arrived; returns the number of the trial a signal stopped, if one did."""
+    leases = LeaseSettings(plan.heartbeat_timeout)
+    with TrialStarter() as starter:  # each trial in its own process, forked from a warm one
+        return _loop(plan, settings, studies, reference, interrupt, leases,
+                     functools.partial(run_trial, starter, interrupt))
+
+
+def _loop(plan: Any, settings: SearchSettings, studies: Sequence[optuna.Study], reference: str,
+          interrupt: SearchInterrupt, leases: LeaseSettings, launch: Launch) -> Optional[int]:
     config = plan.config
     seed = config.experiment_seed()
     max_restarts = int(config.raw.get("max_restarts") or 0)
-    leases = LeaseSettings(plan.heartbeat_timeout)
     while interrupt.received is None:
         found = expired_trial(studies, leases)
         if found is None:
@@ -307,7 +322,7 @@ def _work(plan: Any, settings: SearchSettings, studies: Sequence[optuna.Study], 
         with LeaseKeeper(study, trial._trial_id, leases) as keeper:
             try:
                 _run_trial(plan, settings, bracket, study, trial, number, hparams, resume,
-                           max_restarts, reference, keeper.lost)
+                           max_restarts, reference, keeper.lost, launch)
             except errors.TrialPreempted:  # it stays RUNNING: rerunning the search resumes it
                 keeper.release()  # any worker may take it over at once
                 interrupt.note("a signal")
@@ -326,12 +341,14 @@ def _wait(seconds: float, interrupt: SearchInterrupt) -> None:
 
 def _run_trial(plan: Any, settings: SearchSettings, bracket: Bracket, study: optuna.Study,
                trial: optuna.Trial, number: int, hparams: Dict[str, Any], resume: bool,
-               max_restarts: int, storage_ref: str, lost: threading.Event) -> None:
-    """Trains the trial (retrying errors ``max_restarts`` times) and tells the study how it
-    ended. Raises ``LeaseLost`` when ``lost`` is set: another worker took the trial over."""
+               max_restarts: int, storage_ref: str, lost: threading.Event,
+               launch: Launch) -> None:
+    """Trains the trial in a process of its own (``launch``; retrying errors ``max_restarts``
+    times) and tells the study how it ended. Raises ``LeaseLost`` when ``lost`` is set:
+    another worker took the trial over."""
     try:
         _train_and_tell(plan, settings, bracket, study, trial, number, hparams, resume,
-                        max_restarts, storage_ref, lost)
+                        max_restarts, storage_ref, lost, launch)
     except Exception as e:
         if lost.is_set() or isinstance(e, LeaseLost):
             raise LeaseLost(str(e)) from e  # whatever the trial was doing when it noticed
@@ -340,32 +357,26 @@ def _run_trial(plan: Any, settings: SearchSettings, bracket: Bracket, study: opt
 
 def _train_and_tell(plan: Any, settings: SearchSettings, bracket: Bracket, study: optuna.Study,
                     trial: optuna.Trial, number: int, hparams: Dict[str, Any], resume: bool,
-                    max_restarts: int, storage_ref: str, lost: threading.Event) -> None:
+                    max_restarts: int, storage_ref: str, lost: threading.Event,
+                    launch: Launch) -> None:
     if trial.user_attrs.get("stopped"):
         # Its worker died after ASHA stopped it (and after its checkpoint, or while writing it).
         logger.info(f"trial {number}: was stopped at rung {trial.user_attrs.get('rung')}")
         study.tell(trial, state=optuna.trial.TrialState.PRUNED)
         return
-    from det_lightning._experiment import run_command_trial, run_legacy_trial, write_trial_hparams
+    from det_lightning._experiment import run_command_trial, write_trial_hparams
 
     write_trial_hparams(plan, number, hparams)
-    reporters: List[SearchReporter] = []
     lengths = lengths_for(settings, bracket, plan.config, hparams) if bracket.rung_units else None
 
-    def reporter(context: Any) -> Dict[str, Any]:
-        reporters.append(SearchReporter(study, trial, settings, bracket, context,
-                                        lengths["max_length"] if lengths else None, lost))
-        return {"_det_lightning_search": reporters[-1]}
-
     def attempt(again: bool) -> Any:
-        if plan.trial_class is not None:
-            return run_legacy_trial(
-                plan, number, hparams, lengths=lengths,
-                extra_callbacks=reporter, latest_checkpoint="latest" if again else None,
-            )
-        result = run_command_trial(plan, number, hparams, extra_env=_child_environment(
-            plan, settings, bracket, study, trial, number, hparams, again, storage_ref),
-            lost=lost)
+        env = _child_environment(plan, settings, bracket, study, trial, number, hparams, again,
+                                 storage_ref)
+        if plan.trial_class is not None:  # fit() adds the search's reporter ($SEARCH_ENV)
+            return run_legacy_process(launch, plan, number, hparams, lengths,
+                                      "latest" if again else None, env, lost)
+        result = run_command_trial(plan, number, hparams, extra_env=env, lost=lost,
+                                   launch=launch)
         invalid = _current_attrs(study, trial).get(INVALID_HP)
         if invalid:  # the script raised InvalidHP (_child.report_invalid_hp)
             raise errors.InvalidHP(str(invalid))
@@ -434,21 +445,22 @@ def _current_values(study: optuna.Study, trial: optuna.Trial) -> Dict[int, float
 def _child_environment(plan: Any, settings: SearchSettings, bracket: Bracket, study: optuna.Study,
                        trial: optuna.Trial, number: int, hparams: Dict[str, Any], again: bool,
                        storage_ref: str) -> Dict[str, str]:
-    """What a command trial is told: its hyperparameters and checkpoint (as Determined's
-    cluster info) and where to report (the search)."""
+    """What a trial is told: where to report (the search); a command trial also its
+    hyperparameters and checkpoint (as Determined's cluster info); a model_def trial's process
+    gets the worker's whole environment with it."""
     from det_lightning._info import TRIAL_INFO_ENV, ClusterInfo, TrialInfo
     from det_lightning._search._child import search_environment
     from det_lightning.pytorch import _checkpoint as ckpt
     from det_lightning.pytorch._trainer import SEARCH_ENV
 
+    search = {SEARCH_ENV: search_environment(storage_ref, study.study_name, trial._trial_id,
+                                             settings, bracket)}
+    if plan.trial_class is not None:  # the harness passes hparams and lengths to init()/fit()
+        return {**os.environ, **search}
     latest = ckpt.latest_checkpoint(plan.checkpoint_root / f"trial-{number}") if again else None
     info = ClusterInfo(TrialInfo(number, 0, hparams, plan.config.raw),
                        latest_checkpoint=str(latest) if latest else None)
-    return {
-        TRIAL_INFO_ENV: info.to_environment(),
-        SEARCH_ENV: search_environment(storage_ref, study.study_name, trial._trial_id, settings,
-                                       bracket),
-    }
+    return {TRIAL_INFO_ENV: info.to_environment(), **search}
 
 
 def _status(frozen: optuna.trial.FrozenTrial, interrupted: AbstractSet[int],

@@ -47,16 +47,30 @@ def test_quick_benchmark_writes_a_report_with_every_row(tmp_path: pathlib.Path) 
 
 
 @pytest.mark.slow
-def test_search_benchmark_writes_its_table(tmp_path: pathlib.Path) -> None:
+def test_search_benchmark_quick_writes_every_section(tmp_path: pathlib.Path) -> None:
     out = tmp_path / "results"
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "search.py"), "--trials", "2",
-         "--max-time", "4", "--out", str(out)],
-        capture_output=True, text=True, timeout=600,
+        [sys.executable, str(ROOT / "benchmarks" / "search.py"), "--quick", "--out", str(out)],
+        capture_output=True, text=True, timeout=1500,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    [report] = out.glob("search_cpu-*core_*.md")
-    rows = [line for line in report.read_text().splitlines() if line.startswith("| ")][1:]
-    assert [row.split(" | ")[0] for row in rows] == [
+    [report] = out.glob("search-quick_cpu-*core_*.md")
+    sections = {  # each section's table rows, without the header
+        part.split("\n")[0]: [line for line in part.splitlines() if line.startswith("| ")][1:]
+        for part in report.read_text().split("## ")[1:]}
+    asha = sections["adaptive_asha against a sequential search"]
+    assert [row.split(" | ")[0] for row in asha] == [
         "| sequential (random, full length)", "| asha, 1 worker", "| asha, 2 workers"]
-    assert all(int(row.split(" | ")[2]) > 0 for row in rows)  # batches were trained
+    assert all(int(row.split(" | ")[2]) > 0 for row in asha)  # batches were trained
+    workers = [row.split(" | ")[:2] for row in sections["Workers and storages"]]
+    assert workers == [["| journal file", "1"], ["| journal file", "2"],
+                       ["| PostgreSQL", "1"], ["| PostgreSQL", "2"]], report.read_text()
+    assert [row.split(" | ")[0] for row in sections["Storage cost per trial"]] == [
+        "| journal file", "| PostgreSQL"]
+    [takeover] = sections["Takeover after a worker's death"]
+    assert all(float(cell) > 0 for cell in takeover.strip("| ").split(" | "))
+    startup = [row.split(" | ")[:2] for row in sections["Trial start-up"]]
+    assert startup == [["| model_def", "forked from the warm template"],
+                       ["| model_def", "new interpreter"],
+                       ["| command", "forked from the warm template"],
+                       ["| command", "new interpreter"]]

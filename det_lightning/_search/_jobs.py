@@ -1,0 +1,174 @@
+"""What a search's trial runs in its own process (``_template``), and how the worker reads
+how it ended::
+
+    model_def trial:  legacy_job(plan, number, hparams, lengths, latest, result_path)
+        run_legacy_trial; fit() adds the search's reporter ($DET_LIGHTNING_SEARCH, as for a
+        command trial); writes result_path (JSON): {"best", "checkpoint", "batches"}, or
+        {"error": the exception's kind, "message", "traceback"}
+        worker: read_legacy_result -> TrialResult, or raises what the trial raised
+                (InvalidHP, InvalidExperimentException, LeaseLost; any other: TrialProcessError)
+    command trial:    command_job(argv): ``det-lightning run ARGV``, as `python -m det_lightning`
+
+The worker waits with ``run_trial``: it passes a SIGTERM/SIGINT on to the trial once, kills it
+at once when its lease is lost, and a trial that ends after a signal is preempted (it stays
+RUNNING; rerunning the search resumes it).
+"""
+
+import json
+import logging
+import os
+import pathlib
+import signal
+import sys
+import tempfile
+import threading
+import traceback
+from typing import Any, Dict, List, Optional
+
+from det_lightning import errors
+from det_lightning._search._interrupt import SearchInterrupt
+from det_lightning._search._template import TrialRequest, TrialStarter
+
+logger = logging.getLogger("det_lightning")
+
+# Exceptions of a trial the search handles by kind; any other makes the trial an ERROR.
+PASSED_ON = ("InvalidHP", "InvalidExperimentException", "LeaseLost")
+
+
+class TrialProcessError(RuntimeError):
+    """A trial's process failed: its exception (with the trial's traceback), or how it died."""
+
+
+def command_job(argv: List[str]) -> int:
+    """In the trial's process: ``det-lightning ARGV`` (``run ...``)."""
+    from det_lightning._cli import main
+
+    return main(argv)
+
+
+def legacy_job(plan: Any, number: int, hparams: Dict[str, Any], lengths: Optional[Dict[str, Any]],
+               latest: Optional[str], result_path: str) -> int:
+    """In the trial's process: one ``model_def:Trial`` trial; how it ended goes to
+    ``result_path``."""
+    import det_lightning
+    from det_lightning import compat
+    from det_lightning._experiment import run_legacy_trial
+    from det_lightning._search._lease import LeaseLost
+
+    logging.basicConfig(level=logging.INFO, format=det_lightning.LOG_FORMAT)
+    compat.install()  # model_def.py imports determined
+    try:
+        result = run_legacy_trial(plan, number, hparams, lengths=lengths, latest_checkpoint=latest)
+    except (errors.InvalidHP, errors.InvalidExperimentException, LeaseLost) as e:
+        message = e.msg if isinstance(e, errors.InvalidHP) else str(e)
+        kind = next(k for k in PASSED_ON if any(c.__name__ == k for c in type(e).__mro__))
+        _write(result_path, {"error": kind, "message": message})
+        return 1
+    except Exception as e:
+        _write(result_path, {"error": type(e).__name__, "message": f"{type(e).__name__}: {e}",
+                             "traceback": traceback.format_exc()})
+        return 1
+    checkpoint = str(result.checkpoint) if result.checkpoint else None
+    _write(result_path, {"best": result.best_metric, "checkpoint": checkpoint,
+                         "batches": result.batches})
+    return 0
+
+
+def _write(path: str, data: Dict[str, Any]) -> None:
+    partial = f"{path}.partial"
+    pathlib.Path(partial).write_text(json.dumps(data))
+    os.replace(partial, path)
+
+
+def describe(status: int) -> str:
+    """How a process ended, from its exit status (negative: the signal that killed it).
+
+    >>> describe(-9), describe(3)
+    ('was killed by SIGKILL', 'exited with status 3')
+    """
+    if status < 0:
+        return f"was killed by {signal.Signals(-status).name}"
+    return f"exited with status {status}"
+
+
+def read_legacy_result(number: int, hparams: Dict[str, Any], status: int,
+                       result_path: str) -> Any:
+    """The ``TrialResult`` a model_def trial's process left.
+
+    Raises:
+        errors.InvalidHP, errors.InvalidExperimentException, LeaseLost: the trial raised it.
+        TrialProcessError: it raised anything else, or its process died.
+    """
+    from det_lightning._experiment import TrialResult
+    from det_lightning._search._lease import LeaseLost
+    from det_lightning.pytorch._remote import checkpoint_location
+
+    path = pathlib.Path(result_path)
+    data = json.loads(path.read_text()) if path.exists() else {}
+    error, message = data.get("error"), data.get("message", "")
+    if error == "InvalidHP":
+        raise errors.InvalidHP(message)
+    if error == "InvalidExperimentException":
+        raise errors.InvalidExperimentException(message)
+    if error == "LeaseLost":
+        raise LeaseLost(message)
+    if error:
+        raise TrialProcessError(f"trial {number}: {message}\n\nThe trial's traceback:\n"
+                                f"{data.get('traceback', '')}")
+    if status != 0 or "best" not in data:
+        raise TrialProcessError(f"trial {number}: its process {describe(status)}")
+    checkpoint = data["checkpoint"]
+    return TrialResult(number, hparams, "COMPLETED", data["best"],
+                       checkpoint_location(checkpoint) if checkpoint else None,
+                       batches=data["batches"])
+
+
+def run_trial(starter: TrialStarter, interrupt: SearchInterrupt, request: TrialRequest,
+              lost: Optional[threading.Event]) -> Optional[int]:
+    """Runs ``request`` in a process of its own and returns its exit status; None, with the
+    process killed, once ``lost`` is set (another worker took the trial over).
+
+    Raises:
+        errors.TrialPreempted: a signal stopped the trial (or came before it started).
+    """
+    if interrupt.received is not None:
+        raise errors.TrialPreempted("the search was stopped by a signal before this trial began.")
+    process = starter.start(request)
+    try:
+        with interrupt.forwarding(process.signal):
+            status = None
+            while status is None:
+                status = process.wait(0.5)
+                if status is None and lost is not None and lost.is_set():
+                    process.signal(signal.SIGKILL)
+                    process.wait()
+                    return None
+    finally:
+        if process.returncode is None:  # the worker failed: the trial goes with it
+            process.signal(signal.SIGKILL)
+            process.wait()
+    if status == errors.TrialPreempted.EXIT_CODE or (interrupt.received and status != 0):
+        raise errors.TrialPreempted("the trial was stopped by a signal.")
+    return status
+
+
+def run_legacy_process(launch: Any, plan: Any, number: int, hparams: Dict[str, Any],
+                       lengths: Optional[Dict[str, Any]], latest: Optional[str],
+                       env: Dict[str, str], lost: threading.Event) -> Any:
+    """One ``model_def:Trial`` trial in a process of its own (``launch``: ``run_trial`` bound
+    to the worker's starter and interrupt): its ``TrialResult``, or what it raised."""
+    from det_lightning._search._lease import LeaseLost
+
+    fd, result_path = tempfile.mkstemp(prefix=f"det-lightning-trial-{number}-", suffix=".json")
+    os.close(fd)
+    os.unlink(result_path)  # the trial's process writes it whole, at its end
+    request = TrialRequest("det_lightning._search._jobs:legacy_job",
+                           (plan, number, hparams, lengths, latest, result_path),
+                           str(plan.model_dir), env, [sys.argv[0]])
+    try:
+        status = launch(request, lost)
+        if status is None:
+            raise LeaseLost(f"trial {number} was taken over by another worker")
+        return read_legacy_result(number, hparams, status, result_path)
+    finally:
+        pathlib.Path(result_path).unlink(missing_ok=True)

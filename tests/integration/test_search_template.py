@@ -1,0 +1,52 @@
+"""The warm template process (``det_lightning/_search/_template.py``) on its own: each job in a
+fresh process (module state never carries over), output never lost, the exit status read
+(an exception, ``sys.exit``, a death by signal), and the same through a new interpreter."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from det_lightning._search._template import WARM_START_ENV
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+DRIVER = """
+import logging
+import sys
+from det_lightning._search._template import TrialRequest, TrialStarter
+
+logging.basicConfig(level=logging.INFO)
+jobs = [("mutate", ()), ("mutate", ()), ("exit_with", (3,)), ("fail", ()), ("kill_self", ()),
+        ("describe", ())]
+with TrialStarter() as starter:
+    for name, args in jobs:
+        request = TrialRequest("tests.integration.template_jobs:" + name, args, sys.argv[1],
+                               {"PYTHONPATH": sys.argv[2], "TEMPLATE_VAR": "given"},
+                               ["job.py", "--flag"])
+        process = starter.start(request)
+        print(f"\\n{name} status {process.wait()}", flush=True)
+"""
+
+
+@pytest.mark.parametrize("warm", [True, False], ids=["forked", "new-interpreter"])
+def test_each_job_runs_fresh_and_its_end_is_read(tmp_path: pathlib.Path, warm: bool) -> None:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1",
+               **({} if warm else {WARM_START_ENV: "0"}))
+    result = subprocess.run([sys.executable, "-c", DRIVER, str(tmp_path), str(ROOT)],
+                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    assert lines.count("seen=False") == 2 and "seen=True" not in result.stdout, result.stdout
+    statuses = [line for line in lines if " status " in line]
+    assert statuses == ["mutate status 0", "mutate status 0", "exit_with status 3",
+                        "fail status 1", "kill_self status -9", "describe status 0"], lines
+    assert "ValueError: raised in the trial's process" in result.stderr
+    [described] = [json.loads(line) for line in lines if line.startswith("{")]
+    assert described == {"cwd": str(tmp_path), "argv": ["job.py", "--flag"], "var": "given",
+                         "own_group": True, "lightning": warm}, described
+    note = "each trial starts as a new Python interpreter"
+    assert (note in result.stderr) is not warm
