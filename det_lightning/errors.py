@@ -110,6 +110,16 @@ class InvalidHP(Exception):
         self.msg = msg
 
 
+class NotProvidedError(ModuleNotFoundError, NotImplementedError):
+    """A Determined name det_lightning deliberately does not provide (a cluster or harness
+    feature with no local meaning); the message says why and what to use instead.
+
+    A ``ModuleNotFoundError`` (an ``ImportError``), so ``from determined.core import init``
+    fails as an import does and ``try: ... except ImportError`` fallbacks for optional parts
+    (``determined.pytorch.deepspeed``) work; and a ``NotImplementedError``.
+    """
+
+
 class TrialPreempted(SystemExit):
     """``Trainer.fit()`` stopped on SIGTERM/SIGINT after saving a checkpoint.
 
@@ -152,4 +162,5 @@ __all__ = [
     "NonFiniteLossError",
     "CheckpointStorageError",
     "TrialPreempted",
+    "NotProvidedError",
 ]
