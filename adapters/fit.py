@@ -46,13 +46,23 @@ from det_lightning.pytorch import _checkpoint as ckpt
 from det_lightning.pytorch._callback import PyTorchCallback
 from det_lightning.pytorch._remote import CheckpointRoot, sweep
 from det_lightning.pytorch._result import FitArgs, FitResult, TrainerOptions
-from det_lightning.pytorch._trial import is_overridden
+from det_lightning.pytorch._trial import is_overridden, pre_012_api
 from det_lightning.pytorch._units import Schedule
 
 logger = logging.getLogger("det_lightning.pytorch")
 
 
 def check_trial(trial: Any, context: Any) -> None:
+    legacy = pre_012_api(type(trial))
+    if legacy:
+        raise errors.InvalidExperimentException(
+            f"{type(trial).__name__} is written for Determined's PyTorchTrial API before 0.12 "
+            f"({', '.join(legacy)}). Since 0.12 the trial builds its objects in "
+            "__init__(self, context): self.model = context.wrap_model(...), self.opt = "
+            "context.wrap_optimizer(...); train_batch(self, batch, epoch_idx, batch_idx) calls "
+            "context.backward(loss) and context.step_optimizer(self.opt) and returns its "
+            "metrics; evaluate_batch(self, batch) uses self.model."
+        )
     if not context.models:
         raise errors.InvalidExperimentException(
             "Must have at least one model. This might be caused by not wrapping your model with "
