@@ -144,7 +144,8 @@ def _write(tmp_path: pathlib.Path, text: str) -> pathlib.Path:
          "entrypoint: required key is missing"),
         ("entrypoint: model_def:RegressionTrial\n"
          "searcher: {name: single, metric: validation_loss, max_length: {steps: 4}}\n",
-         "searcher.max_length.steps: unknown training unit 'steps'"),
+         # steps (of batches_per_step batches) are from configs before Determined 0.12
+         "searcher.max_length.steps: this key is from Determined's experiment configs before 0.12"),
         ("entrypoint: model_def:RegressionTrial\n"
          "searcher: {name: single, metric: validation_loss, max_length: 4}\n",
          "searcher.max_length: 4 has no unit"),
