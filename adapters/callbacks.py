@@ -19,8 +19,11 @@ Lightning's hook (and who forwards it) on the left, the ``PyTorchCallback`` call
         on_train_batch_end (Schedule...)  on_training_workload_end(avg_metrics, batch_metrics)
                                           when a period is reached; then, if due:
         [validation, Lightning's loop; TrialHooks forwards]
-          on_validation_start             on_validation_start()
-          on_validation_epoch_start       on_validation_epoch_start()      # evaluate_batch
+          iter(val loader) (HooksFirst)   model.eval(); on_validation_start()
+                                          on_validation_epoch_start()      # evaluate_batch
+                                          then the loader's iterator (a torch draw), as in
+                                          Determined; Lightning makes it before its hooks
+          on_validation_start, on_validation_epoch_start: already forwarded
           validation_step                 evaluate_batch(...) per batch (or evaluate_full_dataset)
           on_validation_epoch_end         on_validation_epoch_end(outputs) # evaluate_batch
           on_validation_end               on_validation_end(metrics)
@@ -82,6 +85,7 @@ class TrialHooks(Callback):
         self.module = module
         self.determined_logging = determined_logging
         self.history: List[Dict[str, Any]] = []  # every validation's metrics, oldest first
+        self._validating = False  # begin_validation ran for the current pass
 
     def _forward(self, hook: str, *args: Any) -> None:
         for callback in self.module.det_callbacks.values():
@@ -91,20 +95,31 @@ class TrialHooks(Callback):
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._forward("on_training_start")
 
-    @override
-    def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if trainer.sanity_checking:
+    def begin_validation(self) -> None:
+        """Determined's start of a validation: models to eval mode, reducers reset, then
+        ``on_validation_start`` and (for ``evaluate_batch``) ``on_validation_epoch_start``.
+
+        ``HooksFirst`` calls it before the validation iterator exists, as Determined does (a
+        callback's random draws there come before the iterator's); without it (``LightningTrial``)
+        Lightning's validation hooks call it, after Lightning made the iterator.
+        """
+        if self._validating:
             return
+        self._validating = True
         module = self.module
+        for model in module.context.models:
+            model.eval()
         module.context.reset_reducers()
         module.val_outputs, module.val_keys, module.val_records = [], None, 0
         module.val_metrics = {}
         self._forward("on_validation_start")
+        if module._evaluate_batch:
+            self._forward("on_validation_epoch_start")
 
     @override
-    def on_validation_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if self.module._evaluate_batch and not trainer.sanity_checking:
-            self._forward("on_validation_epoch_start")
+    def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if not trainer.sanity_checking:
+            self.begin_validation()
 
     @override
     def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -128,6 +143,7 @@ class TrialHooks(Callback):
         module = self.module
         state = module.progress
         metrics: Dict[str, Any] = module.val_metrics
+        self._validating = False
         self._forward("on_validation_end", metrics)
         state.last_val = state.batches_trained
         reported = metrics if self.determined_logging else dict(metrics)
@@ -146,10 +162,6 @@ class TrialHooks(Callback):
     @override
     def on_test_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.on_validation_start(trainer, pl_module)
-
-    @override
-    def on_test_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self.on_validation_epoch_start(trainer, pl_module)
 
     @override
     def on_test_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

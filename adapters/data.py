@@ -11,7 +11,7 @@ sampler injection is off (``use_distributed_sampler=False``): our batch sampler 
 import itertools
 import logging
 import sys
-from typing import Any, Dict, Iterator, Optional
+from typing import Any, Callable, Dict, Iterator, Optional
 
 from torch.utils import data
 
@@ -146,6 +146,30 @@ def build_validation_loader(trial: Any, context: Any, evaluate_batch: bool) -> A
         )
     # evaluate_full_dataset gets the loader itself, once per validation.
     return torch_loader if evaluate_batch else WholeLoader(torch_loader)
+
+
+class HooksFirst:
+    """A validation loader whose iterator is made only after ``begin()`` ran.
+
+    Determined calls ``on_validation_start`` and ``on_validation_epoch_start`` before
+    ``iter(validation_loader)``, which draws a seed from the global torch generator; Lightning's
+    evaluation loop makes the iterator (and fetches a first batch) before its hooks. Iterating
+    this runs ``begin`` (``TrialHooks.begin_validation``) first, so a callback's random draws
+    come where Determined makes them.
+    """
+
+    def __init__(self, loader: Any, begin: Callable[[], None]) -> None:
+        self.loader = loader
+        self.begin = begin
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __iter__(self) -> Iterator:
+        # A generator: Lightning calls iter() once while setting up, only to check the loader
+        # is iterable, and never takes a batch from that one.
+        self.begin()
+        yield from self.loader
 
 
 class WholeLoader:

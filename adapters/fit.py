@@ -27,7 +27,7 @@ from det_lightning.adapters import hooks, internals, lean, preemption
 from det_lightning.adapters.callbacks import TrialHooks
 from det_lightning.adapters.checkpoint_io import DeterminedCheckpointIO
 from det_lightning.adapters.checkpoints import CheckpointManager
-from det_lightning.adapters.data import build_training_view, build_validation_loader
+from det_lightning.adapters.data import HooksFirst, build_training_view, build_validation_loader
 from det_lightning.adapters.module import TrialModule
 from det_lightning.adapters.precision import apply_precision
 from det_lightning.adapters.profiler import profiling_callbacks
@@ -46,13 +46,23 @@ from det_lightning.pytorch import _checkpoint as ckpt
 from det_lightning.pytorch._callback import PyTorchCallback
 from det_lightning.pytorch._remote import CheckpointRoot, sweep
 from det_lightning.pytorch._result import FitArgs, FitResult, TrainerOptions
-from det_lightning.pytorch._trial import is_overridden
+from det_lightning.pytorch._trial import is_overridden, pre_012_api
 from det_lightning.pytorch._units import Schedule
 
 logger = logging.getLogger("det_lightning.pytorch")
 
 
 def check_trial(trial: Any, context: Any) -> None:
+    legacy = pre_012_api(type(trial))
+    if legacy:
+        raise errors.InvalidExperimentException(
+            f"{type(trial).__name__} is written for Determined's PyTorchTrial API before 0.12 "
+            f"({', '.join(legacy)}). Since 0.12 the trial builds its objects in "
+            "__init__(self, context): self.model = context.wrap_model(...), self.opt = "
+            "context.wrap_optimizer(...); train_batch(self, batch, epoch_idx, batch_idx) calls "
+            "context.backward(loss) and context.step_optimizer(self.opt) and returns its "
+            "metrics; evaluate_batch(self, batch) uses self.model."
+        )
     if not context.models:
         raise errors.InvalidExperimentException(
             "Must have at least one model. This might be caused by not wrapping your model with "
@@ -176,6 +186,7 @@ def _train(
         manager.metric_configured = options.searcher_metric_configured
         manager.continue_run(plan)  # best and retention span the trial's earlier runs
         trial_hooks = TrialHooks(module, determined_logging=True)
+        module.val_loader = HooksFirst(module.val_loader, trial_hooks.begin_validation)
         stops = preemption.StopAgreement(context.distributed, stop_signal)
         schedule_cb = ScheduleCallback(module, schedule, manager, args.step_zero_validation, stops)
         # len(view): a run resumed mid-epoch starts with a shorter epoch, and Lightning warns
@@ -195,6 +206,8 @@ def _train(
                 warnings.filterwarnings("ignore", message=r".*LeafSpec.*", category=FutureWarning)
                 # The metrics we self.log() are reduced across ranks already.
                 warnings.filterwarnings("ignore", message=r".*sync_dist=True.*")
+                # A shuffled validation loader is the trial's choice; Determined runs it as is.
+                warnings.filterwarnings("ignore", message=r".*sampler has shuffling enabled.*")
                 trainer.fit(module)
         written = manager.written
         return FitResult(

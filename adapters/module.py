@@ -18,8 +18,11 @@ What Lightning does between two ``train_batch`` calls, against what Determined d
       on_validation_model_train      restores the modes      Determined calls model.train() when
                                      captured before         training restarts; so does
                                                              training_step (and on_fit_start)
-      val dataloader iterator        one torch draw (seed)   the same draw in Determined's
-                                                             iter(validation_loader)
+      val dataloader iterator        one torch draw (seed),  the same draw in Determined's
+                                     made before Lightning's iter(validation_loader), after
+                                     validation hooks        on_validation_(epoch_)start: the
+                                                             loader is data.HooksFirst, which
+                                                             runs those hooks first
       sanity check                   validates before fit    off (num_sanity_val_steps=0)
     optimizers and LR schedulers     manual optimization: Lightning steps, zeroes and schedules
                                      nothing itself (configure_optimizers returns no scheduler)

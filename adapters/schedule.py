@@ -25,6 +25,7 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 from typing_extensions import override
 
+from det_lightning import errors
 from det_lightning.adapters import internals
 from det_lightning.adapters.checkpoints import CheckpointManager
 from det_lightning.adapters.preemption import StopAgreement
@@ -125,6 +126,19 @@ class ScheduleCallback(Callback):
             self.checkpoints.save(trainer)
         waiting, self.waiting = self.waiting, ()
         self._run(trainer, after_validation(waiting, self._agree_on_stopping()))
+
+    @override
+    def on_exception(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
+    ) -> None:
+        # Determined checkpoints the batches trained since the last checkpoint before a trial
+        # that raised InvalidHP exits (_pytorch_trial.py). Saving is collective: with several
+        # processes the other ranks never raised, so only a single process saves.
+        state = self.module.progress
+        if (isinstance(exception, errors.InvalidHP) and state.batches_trained > 0
+                and not state.checkpoint_is_current()
+                and self.module.context.distributed.size == 1):
+            self.checkpoints.save(trainer)
 
     @override
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

@@ -127,6 +127,8 @@ def run_script(target: str, script_args: List[str], as_module: bool = False) -> 
     """
     compat.install()
     if as_module:
+        # runpy needs a real module spec: `-m determined.launch.torch_distributed` runs ours.
+        target = compat.module_name(target)
         sys.argv = [target, *script_args]
         sys.path[0:1] = [os.getcwd()]
         runpy.run_module(target, run_name="__main__", alter_sys=True)

@@ -57,8 +57,9 @@ class TrialResult:
 
     number: int
     hparams: Dict[str, Any]
-    # "COMPLETED", "ERROR"; a search's also "STOPPED_EARLY" (ASHA ranked it out at ``rung``),
-    # "RUNNING" (another worker trains it) and "INTERRUPTED" (a signal stopped it here)
+    # "COMPLETED", "ERROR", "INVALID_HP" (it raised det.InvalidHP); a search's also "STOPPED_EARLY"
+    # (ASHA ranked it out at ``rung``), "RUNNING" (another worker trains it) and "INTERRUPTED"
+    # (a signal stopped it here)
     status: str
     best_metric: Optional[float] = None
     checkpoint: Optional[CheckpointRoot] = None  # a path, or a URL (s3://...)
@@ -73,11 +74,12 @@ class TrialResult:
         """
         if self.status == "STOPPED_EARLY":
             return "STOPPED EARLY" + (f" at rung {self.rung}" if self.rung is not None else "")
-        return self.status
+        return self.status.replace("_", " ")
 
 
 # Trials that ended as they should: ranked, and no reason for a failing exit status.
 FINISHED = ("COMPLETED", "STOPPED_EARLY")
+INVALID_HP = "INVALID_HP"  # the trial rejected its hyperparameters: it exited early, no error
 
 
 # ----- running one trial ---------------------------------------------------------------------
@@ -313,6 +315,9 @@ def run_trials(plan: Plan) -> List[TrialResult]:
                 results.append(run_command_trial(plan, number, hparams))
         except errors.InvalidConfigException:
             raise  # the entrypoint cannot be loaded: every trial would fail alike
+        except errors.InvalidHP as e:  # Determined's single searcher: an early exit, no error
+            logger.info(f"trial {number}: InvalidHP ({e.msg}); the trial exited early")
+            results.append(TrialResult(number, hparams, INVALID_HP))
         except Exception:
             logger.exception(f"trial {number} failed")
             results.append(TrialResult(number, hparams, "ERROR"))
@@ -371,7 +376,7 @@ def run_experiment(plan: Plan) -> int:
     if interrupted:
         return errors.TrialPreempted.EXIT_CODE
     # RUNNING: a trial another worker of the same search is training.
-    return 1 if any(r.status not in (*FINISHED, "RUNNING") for r in results) else 0
+    return 1 if any(r.status not in (*FINISHED, "RUNNING", INVALID_HP) for r in results) else 0
 
 
 SEARCH_WORKER_ENV = "DET_LIGHTNING_SEARCH_WORKER"  # a worker's index; "summary": its parent

@@ -5,7 +5,7 @@ import os
 import pathlib
 import sys
 import types
-from typing import Dict, Iterator, Union
+from typing import Dict, Iterator, List, Set, Union
 
 
 def _modules_from_dir(path: str) -> Dict[str, types.ModuleType]:
@@ -33,6 +33,43 @@ def _shadowed_names(path: str) -> set:
     return names
 
 
+_PROJECT_DIRS: List[str] = []  # the directories import_from_path blocks put on sys.path now
+
+
+def _project_dirs() -> Set[str]:
+    """The running project's own directories: the main script's, the working directory, and
+    the ones ``import_from_path`` added."""
+    dirs = {os.getcwd(), *_PROJECT_DIRS}
+    main_file = getattr(sys.modules.get("__main__"), "__file__", None)
+    if main_file:
+        dirs.add(os.path.dirname(os.path.abspath(main_file)))
+    return dirs
+
+
+@contextlib.contextmanager
+def without_project_modules() -> Iterator[None]:
+    """Inside the block, imports see neither the project's directories on ``sys.path`` nor the
+    modules already loaded from them (det_lightning's own aside).
+
+    Installed packages probe for their optional dependencies while they import (torchmetrics
+    asks ``find_spec("torchvision")``, ``import matplotlib.axes``); a project folder with its
+    own ``torchvision/`` package or ``matplotlib.py`` shim must not answer them. Afterwards
+    ``sys.path`` and the project's modules are as before.
+    """
+    dirs = _project_dirs()
+    saved_path = list(sys.path)
+    stashed = {name: module for path in dirs for name, module in _modules_from_dir(path).items()
+               if name.split(".")[0] != "det_lightning"}
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) not in dirs]
+    for name in stashed:
+        del sys.modules[name]
+    try:
+        yield
+    finally:
+        sys.path[:] = saved_path
+        sys.modules.update(stashed)
+
+
 @contextlib.contextmanager
 def import_from_path(path: Union[str, "os.PathLike[str]"]) -> Iterator[None]:
     """Imports inside the block resolve against ``path`` first, even for names already imported
@@ -52,9 +89,11 @@ def import_from_path(path: Union[str, "os.PathLike[str]"]) -> Iterator[None]:
     for name in stashed:
         del sys.modules[name]
     sys.path.insert(0, path)
+    _PROJECT_DIRS.append(path)
     try:
         yield
     finally:
+        _PROJECT_DIRS.remove(path)
         with contextlib.suppress(ValueError):
             sys.path.remove(path)
         for name in _modules_from_dir(path):

@@ -32,6 +32,8 @@ import sys
 import types
 from typing import Iterator, List, Optional, Sequence
 
+from det_lightning import _refused
+
 _ALIAS = "determined"
 _TARGET = "det_lightning"
 
@@ -68,6 +70,11 @@ def _missing_module_error(alias_name: str, as_module: bool = True) -> ModuleNotF
     """
     target = _alias_to_target(alias_name)
     lead = "No module named" if as_module else "cannot import"
+    why = _refused.reason(alias_name)
+    if why is not None:  # a module det_lightning refuses on purpose: say why, and what to use
+        return ModuleNotFoundError(
+            f"{lead} {alias_name!r}: not provided by det_lightning: {why}.", name=alias_name
+        )
     message = (
         f"{lead} {alias_name!r}: det_lightning runs PyTorchTrial code only; "
         f"{alias_name} has no equivalent (det_lightning does not provide {target!r}). "
@@ -212,6 +219,15 @@ def _check_real_determined_absent() -> None:
     )
 
 
+def module_name(name: str) -> str:
+    """The det_lightning module that ``name`` resolves to under the alias (else ``name``).
+
+    >>> module_name("determined.launch.torch_distributed"), module_name("pkg.train")
+    ('det_lightning.launch.torch_distributed', 'pkg.train')
+    """
+    return _alias_to_target(name) if _is_under(name, _ALIAS) else name
+
+
 def is_installed() -> bool:
     """Whether the ``determined`` -> ``det_lightning`` alias is active.
 
@@ -271,5 +287,6 @@ __all__ = [
     "aliased",
     "install",
     "is_installed",
+    "module_name",
     "uninstall",
 ]

@@ -96,8 +96,10 @@ class CheckpointStorageError(OSError):
 class InvalidHP(Exception):
     """Raised by a trial to reject its hyperparameters (``det.InvalidHP`` in Determined).
 
-    A search drops such a trial and starts another in its place; it does not count toward
-    ``max_trials``. Outside a search it ends the run like any other error.
+    A search drops such a trial (random and adaptive_asha start another in its place; it does
+    not count toward ``max_trials``). Raised inside ``with pytorch.init()``, it ends the process
+    with status 0 (:class:`InvalidHPExit`), as Determined's ``core.init()`` does: rejecting
+    hyperparameters is not an error.
     """
 
     def __init__(self, msg: str = "...") -> None:
@@ -108,6 +110,33 @@ class InvalidHP(Exception):
             )
         super().__init__(msg)
         self.msg = msg
+
+
+class NotProvidedError(ModuleNotFoundError, NotImplementedError):
+    """A Determined name det_lightning deliberately does not provide (a cluster or harness
+    feature with no local meaning); the message says why and what to use instead.
+
+    A ``ModuleNotFoundError`` (an ``ImportError``), so ``from determined.core import init``
+    fails as an import does and ``try: ... except ImportError`` fallbacks for optional parts
+    (``determined.pytorch.deepspeed``) work; and a ``NotImplementedError``.
+    """
+
+
+class InvalidHPExit(SystemExit, InvalidHP):
+    """``pytorch.init()``'s exit when its block raised :class:`InvalidHP`: status 0, as in
+    Determined ("InvalidHP detected during Trial init, converting InvalidHP to exit(0)"), after
+    the trainer saved a checkpoint of the batches trained since the last one.
+
+    Also an ``InvalidHP``, so ``except det.InvalidHP`` still catches it (a search drops the
+    trial); left uncaught, the process exits with status 0.
+    """
+
+    def __init__(self, msg: str) -> None:
+        SystemExit.__init__(self, 0)
+        self.msg = msg
+
+    def __str__(self) -> str:
+        return self.msg
 
 
 class TrialPreempted(SystemExit):
@@ -152,4 +181,6 @@ __all__ = [
     "NonFiniteLossError",
     "CheckpointStorageError",
     "TrialPreempted",
+    "NotProvidedError",
+    "InvalidHPExit",
 ]

@@ -20,6 +20,7 @@ from det_lightning._config._nodes import (
     _type_error,
     _validate_section,
     _Value,
+    legacy_key_error,
 )
 
 _UNITS = ("batches", "epochs", "records")
@@ -37,6 +38,9 @@ def _length_check(minimum: int, allow_int: bool) -> _Custom:
             kinds = ("integer", "mapping") if allow_int else ("mapping",)
             raise _type_error(path, kinds, value, f"Use {example}.")
         for key in value:
+            legacy = legacy_key_error(_join(path, key))  # {steps: N}, before Determined 0.12
+            if legacy is not None:
+                raise legacy
             if key not in _UNITS:
                 message = f"unknown training unit {key!r}.{_suggest(str(key), _UNITS)}"
                 usage = f"{path} takes exactly one of {', '.join(_UNITS)} ({example})."

@@ -125,8 +125,41 @@ def _nested_keys(node: _Section) -> List[str]:
     ]
 
 
+# Keys of Determined's configs before 0.12 (training counted in steps of batches_per_step
+# batches, trials with build_model/optimizer(model)), and what replaced them.
+_PRE_012 = {
+    "batches_per_step": "set scheduling_unit: N (batches between training metric reports) and "
+                        "give every length in batches, records or epochs",
+    "max_steps": "use searcher.max_length: {batches: STEPS * batches_per_step}",
+    "steps": "use {batches: STEPS * batches_per_step}",
+    "target_trial_steps": "use searcher.max_length: {batches: STEPS * batches_per_step}",
+    "step_budget": "use searcher.max_trials and searcher.max_length",
+}
+
+
+def legacy_key_error(path: str) -> Optional[InvalidConfigException]:
+    """The error for a key of a pre-0.12 config at ``path``, saying what replaced it; else None.
+
+    >>> str(legacy_key_error("searcher.max_steps")).split(":")[0]
+    'searcher.max_steps'
+    """
+    replacement = _PRE_012.get(path.rsplit(".", 1)[-1])
+    if replacement is None:
+        return None
+    return _fail(path, (
+        "this key is from Determined's experiment configs before 0.12 (training counted in "
+        "steps; trials with build_model() and optimizer(model)), which det_lightning does not "
+        f"read: {replacement}. A trial of that era also needs the PyTorchTrial API of "
+        "Determined 0.12 and later (wrap_model/wrap_optimizer in __init__, "
+        "train_batch(batch, epoch_idx, batch_idx))."
+    ))
+
+
 def _unknown_key_error(path: str, key: Any, node: _Section) -> Exception:
     """The exception for a key the schema does not know, with the closest valid key."""
+    legacy = legacy_key_error(_join(path, key))
+    if legacy is not None:
+        return legacy
     valid = list(node.fields)
     suggestion = _suggest(str(key), valid)
     if not suggestion:  # a key one level too high, e.g. max_length outside searcher

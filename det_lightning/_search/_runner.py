@@ -355,6 +355,19 @@ def _run_trial(plan: Any, settings: SearchSettings, bracket: Bracket, study: opt
         raise
 
 
+def invalid_hp_outcome(searcher: str) -> str:
+    """What a search does with a trial that raised InvalidHP, as Determined's searchers do.
+
+    >>> invalid_hp_outcome("grid")
+    'the trial is dropped: a grid does not replace its point'
+    >>> invalid_hp_outcome("random")
+    'another trial replaces it'
+    """
+    if searcher == "grid":
+        return "the trial is dropped: a grid does not replace its point"
+    return "another trial replaces it"
+
+
 def _train_and_tell(plan: Any, settings: SearchSettings, bracket: Bracket, study: optuna.Study,
                     trial: optuna.Trial, number: int, hparams: Dict[str, Any], resume: bool,
                     max_restarts: int, storage_ref: str, lost: threading.Event,
@@ -390,7 +403,8 @@ def _train_and_tell(plan: Any, settings: SearchSettings, bracket: Bracket, study
             result = attempt(resume or attempts > 0)
             break
         except errors.InvalidHP as invalid:
-            logger.info(f"trial {number}: InvalidHP ({invalid.msg}); another trial replaces it")
+            outcome = invalid_hp_outcome(settings.searcher)
+            logger.info(f"trial {number}: InvalidHP ({invalid.msg}); {outcome}")
             trial.set_user_attr(INVALID_HP, invalid.msg or True)
             study.tell(trial, state=optuna.trial.TrialState.FAIL)
             return

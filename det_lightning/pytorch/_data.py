@@ -23,6 +23,8 @@ import numpy as np
 import torch
 from torch.utils import data
 
+from det_lightning.pytorch import samplers
+
 logger = logging.getLogger("det_lightning.pytorch")
 
 _Array = Union[np.ndarray, torch.Tensor]
@@ -322,6 +324,26 @@ def _find_random_sampler(batch_sampler: Any) -> Optional[data.RandomSampler]:
     if type(batch_sampler) is data.BatchSampler and type(sampler) is data.RandomSampler:
         return sampler
     return None
+
+
+def adapt_batch_sampler(
+    batch_sampler: Any, repeat: bool = False, skip: int = 0, num_replicas: int = 1, rank: int = 0
+) -> Any:
+    """Determined's wrapping of a batch sampler: repeated forever (``repeat``), sharded across
+    ``num_replicas`` ranks, then the first ``skip`` (sharded) batches skipped.
+
+    >>> from torch.utils.data import BatchSampler, SequentialSampler
+    >>> base = BatchSampler(SequentialSampler(range(8)), 2, drop_last=False)
+    >>> list(adapt_batch_sampler(base, skip=1, num_replicas=2, rank=1))
+    [[6, 7]]
+    """
+    if repeat:
+        batch_sampler = samplers.RepeatBatchSampler(batch_sampler)
+    if num_replicas > 1:
+        batch_sampler = samplers.DistributedBatchSampler(batch_sampler, num_replicas, rank)
+    if skip > 0:  # counted in the batches this rank sees, so after sharding
+        batch_sampler = samplers.SkipBatchSampler(batch_sampler, skip)
+    return batch_sampler
 
 
 def data_length(data: _Data) -> int:

@@ -15,6 +15,7 @@ from typing import Any, Dict, Iterator, List, Optional
 import numpy as np
 import torch
 
+from det_lightning import errors
 from det_lightning._info import get_cluster_info
 from det_lightning.core import DistributedContext
 from det_lightning.pytorch import _launch
@@ -25,6 +26,7 @@ from det_lightning.pytorch._trial import PyTorchTrial
 from det_lightning.pytorch._units import Batch, Epoch, TrainUnit, check_max_length, check_period
 
 logger = logging.getLogger("det_lightning.pytorch")
+core_logger = logging.getLogger("det_lightning.core")  # what Determined's core logs
 
 CHECKPOINT_DIR_ENV = "DET_LIGHTNING_CHECKPOINT_DIR"
 TENSORBOARD_DIR_ENV = "DET_LIGHTNING_TENSORBOARD_DIR"
@@ -109,6 +111,13 @@ def init(
     _ACTIVE_CONTEXTS.append(context)
     try:
         yield context
+    except errors.InvalidHP as e:
+        if isinstance(e, errors.InvalidHPExit):
+            raise  # a nested init() already reported it
+        # Determined's core.init() reports the early exit and exits 0 (core/_context.py).
+        core_logger.info("report_early_exit(EarlyExitReason.INVALID_HP)")
+        core_logger.info("InvalidHP detected during Trial init, converting InvalidHP to exit(0)")
+        raise errors.InvalidHPExit(e.msg) from e
     finally:
         _ACTIVE_CONTEXTS.remove(context)
         context.engine.close_tensorboard_writer()

@@ -64,3 +64,27 @@ class PyTorchTrial(metaclass=abc.ABCMeta):
 def is_overridden(trial: PyTorchTrial, name: str) -> bool:
     """Whether the trial's class defines ``name`` itself rather than inheriting our default."""
     return getattr(type(trial), name) is not getattr(PyTorchTrial, name)
+
+
+def pre_012_api(trial_class: type) -> "list[str]":
+    """What marks ``trial_class`` as written for Determined's PyTorchTrial API before 0.12:
+    ``build_model()``, ``optimizer(model)``, a ``model`` parameter of ``train_batch`` or
+    ``evaluate_batch``.
+
+    >>> class Old(PyTorchTrial):
+    ...     def build_model(self): ...
+    ...     def optimizer(self, model): ...
+    ...     def train_batch(self, batch, model, epoch_idx, batch_idx): ...
+    >>> pre_012_api(Old)
+    ['build_model()', 'optimizer(model)', 'train_batch(batch, model, ...)']
+    """
+    import inspect
+
+    def takes_model(name: str) -> bool:
+        method = getattr(trial_class, name, None)
+        return callable(method) and "model" in inspect.signature(method).parameters
+
+    found = ["build_model()"] if callable(getattr(trial_class, "build_model", None)) else []
+    found += ["optimizer(model)"] if takes_model("optimizer") else []
+    return found + [f"{name}(batch, model, ...)" for name in ("train_batch", "evaluate_batch")
+                    if takes_model(name)]

@@ -16,6 +16,19 @@ PROJECT = REPO_ROOT / "tests" / "fixtures" / "determined_project"
 VALIDATION_LOG_ENV = "FIXTURE_VALIDATION_LOG"
 TIMEOUT_S = 300  # a loaded machine imports torch and Lightning slowly
 
+# picky_def.py beside the fixture project's model_def.py: a trial rejecting hidden_size 8.
+INVALID_TRIAL = """
+import determined as det
+from model_def import RegressionTrial
+
+
+class PickyTrial(RegressionTrial):
+    def __init__(self, context):
+        if context.get_hparam("hidden_size") == 8:
+            raise det.InvalidHP("hidden_size 8 is not allowed")
+        super().__init__(context)
+"""
+
 
 def run_cli(
     *args: str, cwd: pathlib.Path, env: Optional[Dict[str, str]] = None,

@@ -14,6 +14,7 @@ from det_lightning import _cli, _experiment, _harness, _plan, compat, errors
 from det_lightning._config import load_config
 from det_lightning.pytorch import Batch, Epoch
 from tests.integration.cli_support import (
+    INVALID_TRIAL,
     PROJECT,
     VALIDATION_LOG_ENV,
     load_checkpoint,
@@ -143,7 +144,8 @@ def _write(tmp_path: pathlib.Path, text: str) -> pathlib.Path:
          "entrypoint: required key is missing"),
         ("entrypoint: model_def:RegressionTrial\n"
          "searcher: {name: single, metric: validation_loss, max_length: {steps: 4}}\n",
-         "searcher.max_length.steps: unknown training unit 'steps'"),
+         # steps (of batches_per_step batches) are from configs before Determined 0.12
+         "searcher.max_length.steps: this key is from Determined's experiment configs before 0.12"),
         ("entrypoint: model_def:RegressionTrial\n"
          "searcher: {name: single, metric: validation_loss, max_length: 4}\n",
          "searcher.max_length: 4 has no unit"),
@@ -353,3 +355,37 @@ def test_save_experiment_best_keeps_the_best_checkpoint_of_all_trials(
             metadata = json.loads((checkpoint / "metadata.json").read_text())
             left[(n, metadata["steps_completed"])] = checkpoint
     assert set(left) == {(1, 8), (2, 8), (best_trial, best_batches)}
+
+
+@pytest.mark.parametrize("searcher", ["single", "grid"])
+def test_invalid_hp_is_an_early_exit_not_an_error(
+    isolated_run: pathlib.Path, searcher: str
+) -> None:
+    """``single`` (Determined: the trial exits early, the experiment completes, exit 0) and
+    ``grid`` (the point is dropped, not replaced; the log says so)."""
+    import shutil
+
+    import yaml
+
+    project = isolated_run / "project"
+    shutil.copytree(PROJECT, project)
+    (project / "picky_def.py").write_text(INVALID_TRIAL)
+    sizes: object = 8 if searcher == "single" else {"type": "categorical", "vals": [2, 8]}
+    config = _config(entrypoint="picky_def:PickyTrial",
+                     hyperparameters={"global_batch_size": 8, "learning_rate": 0.05,
+                                      "hidden_size": sizes},
+                     searcher={"name": searcher, "metric": "validation_loss",
+                               "max_length": {"batches": 2}})
+    path = isolated_run / "exp.yaml"
+    path.write_text(yaml.safe_dump(config))
+    result = run_cli("experiment", str(path), str(project), cwd=isolated_run)
+    assert result.returncode == 0, output(result)
+    assert "InvalidHP (hidden_size 8 is not allowed)" in result.stderr
+    assert "another trial replaces it" not in result.stderr
+    if searcher == "single":
+        assert re.search(r"^1\s+INVALID HP\s+", result.stdout, re.M), output(result)
+        assert "InvalidHP detected during Trial init, converting InvalidHP to exit(0)" in (
+            result.stderr)
+    else:
+        assert "the trial is dropped: a grid does not replace its point" in result.stderr
+        assert re.findall(r"^(\d+)\s+COMPLETED\s", result.stdout, re.M) == ["2"], output(result)

@@ -14,6 +14,7 @@ import pytest
 
 from det_lightning._search._runner import JOURNAL_NAME
 from tests.integration.cli_support import (
+    INVALID_TRIAL,
     PROJECT,
     VALIDATION_LOG_ENV,
     output,
@@ -92,19 +93,6 @@ def test_two_workers_share_one_search(
     check_search(checkpoint_dir, trials, replay=False)
     pids = {t.user_attrs["pid"] for t in trials}
     assert len(pids) == 2  # both workers trained trials of the one search
-
-
-INVALID_TRIAL = """
-import determined as det
-from model_def import RegressionTrial
-
-
-class PickyTrial(RegressionTrial):
-    def __init__(self, context):
-        if context.get_hparam("hidden_size") == 8:
-            raise det.InvalidHP("hidden_size 8 is not allowed")
-        super().__init__(context)
-"""
 
 
 def test_invalid_hp_trials_are_dropped_and_replaced(

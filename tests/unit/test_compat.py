@@ -131,17 +131,25 @@ def test_install_after_real_import_refuses(tmp_path: pathlib.Path) -> None:
 
 
 _MISSING_CASES = [
-    ("import determined.keras", "determined.keras", "No module named"),
-    ("from determined import keras", "determined.keras", "cannot import"),
-    ("from determined.keras import callbacks", "determined.keras", "No module named"),
-    ("import determined.pytorch.deepspeed", "determined.pytorch.deepspeed", "No module named"),
+    ("import determined.nosuch", "determined.nosuch", "No module named"),
+    ("from determined.nosuch import callbacks", "determined.nosuch", "No module named"),
+    ("import determined.pytorch.nosuch", "determined.pytorch.nosuch", "No module named"),
     ("from determined.pytorch import NoSuchTrial", "determined.pytorch.NoSuchTrial", "cannot"),
+]
+# Modules Determined has and det_lightning refuses on purpose: the message says why.
+_REFUSED_CASES = [
+    ("import determined.keras", "determined.keras"),
+    ("from determined import keras", "determined.keras"),
+    ("from determined.keras import callbacks", "determined.keras"),
+    ("import determined.pytorch.deepspeed", "determined.pytorch.deepspeed"),
+    ("from determined.pytorch import deepspeed", "determined.pytorch.deepspeed"),
 ]
 
 
-def test_missing_submodule_names_both_modules(tmp_path: pathlib.Path) -> None:
-    # One interpreter for the whole table: each child start imports torch and lightning.
-    statements = [statement for statement, _, _ in _MISSING_CASES]
+def _not_found(statements: list, tmp_path: pathlib.Path) -> list:
+    """``[exc.name, str(exc)]`` of the ModuleNotFoundError each statement raises (None when it
+    raises none), under the alias; one interpreter for the whole table (each child start
+    imports torch and lightning)."""
     out = _run(
         f"""
         import json
@@ -159,7 +167,12 @@ def test_missing_submodule_names_both_modules(tmp_path: pathlib.Path) -> None:
         """,
         tmp_path,
     )
-    for (statement, missing, lead), got in zip(_MISSING_CASES, json.loads(out)):
+    return json.loads(out)
+
+
+def test_missing_submodule_names_both_modules(tmp_path: pathlib.Path) -> None:
+    got_all = _not_found([statement for statement, _, _ in _MISSING_CASES], tmp_path)
+    for (statement, missing, lead), got in zip(_MISSING_CASES, got_all):
         assert got is not None, f"{statement!r} did not raise ModuleNotFoundError"
         name, message = got
         target = "det_lightning" + missing[len("determined") :]
@@ -168,6 +181,17 @@ def test_missing_submodule_names_both_modules(tmp_path: pathlib.Path) -> None:
         assert missing in message and repr(target) in message, message
         assert "det_lightning runs PyTorchTrial code only" in message, message
         assert "has no equivalent" in message, message
+
+
+def test_refused_submodule_says_why(tmp_path: pathlib.Path) -> None:
+    from det_lightning import _refused
+
+    got_all = _not_found([statement for statement, _ in _REFUSED_CASES], tmp_path)
+    for (statement, missing), got in zip(_REFUSED_CASES, got_all):
+        assert got is not None, f"{statement!r} did not raise ModuleNotFoundError"
+        assert got[0] == missing, statement
+        assert "not provided by det_lightning" in got[1], got
+        assert _refused.REFUSED[missing] in got[1], got
 
 
 def test_uninstall_restores(tmp_path: pathlib.Path) -> None:

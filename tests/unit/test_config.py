@@ -399,3 +399,20 @@ def test_a_random_int_includes_both_ends() -> None:
     space = {"n": {"type": "int", "minval": 1, "maxval": 3}}
     drawn = {p["n"] for p in _config.random_points(space, 200, seed=5)}
     assert drawn == {1, 2, 3}
+
+
+@pytest.mark.parametrize("config,path,replacement", [
+    (_with(batches_per_step=100), "batches_per_step", "scheduling_unit"),
+    (_searcher(max_steps=10, max_length=None), "searcher.max_steps", "searcher.max_length"),
+    (_with(min_validation_period={"steps": 5}), "min_validation_period.steps",
+     "{batches: STEPS * batches_per_step}"),
+    (_searcher(name="adaptive_asha", target_trial_steps=10), "searcher.target_trial_steps",
+     "searcher.max_length"),
+])
+def test_pre_012_keys_say_what_replaced_them(config: Any, path: str, replacement: str) -> None:
+    """Determined 0.38.1's schema (schemas/expconf/v0) has none of these keys either; instead of
+    "unknown key", the message says the config predates 0.12 and what to write now."""
+    message = _message(config)
+    assert message.startswith(f"{path}: ")
+    assert "before 0.12" in message and replacement in message and "unknown key" not in message
+    assert "wrap_model" in message  # the trial of that era needs the newer API too

@@ -1,0 +1,189 @@
+"""The Determined 0.38.1 names det_lightning deliberately does not provide, and why.
+
+Every public name of the ``determined`` modules a trial imports is either provided (the same
+path under ``det_lightning``, and under ``determined`` through ``compat.install()``) or listed
+here with the reason and what to use instead (``tests/compat/test_public_names_parity.py``
+walks Determined's modules and fails on a name in neither). A refused attribute raises
+:class:`errors.NotProvidedError` from the module's ``__getattr__`` (:func:`module_getattr`); a
+refused submodule fails to import with the same message (``compat``).
+"""
+
+from typing import Callable, Dict, Iterable, NoReturn
+
+from det_lightning.errors import NotProvidedError
+
+_CLUSTER = "it belongs to Determined's cluster harness (a master, an agent, a task container)"
+_CORE = (
+    "det_lightning has no Core API (determined.core's contexts talk to a Determined master); "
+    "a PyTorchTrial gets this through pytorch.init() and pytorch.Trainer"
+)
+_OTHER_FRAMEWORK = "det_lightning runs determined.pytorch.PyTorchTrial code only"
+_TB_SYNC = (
+    "TensorBoard files are not synced to a master: they are written under Trainer("
+    "tensorboard_dir=...) (or $DET_LIGHTNING_TENSORBOARD_DIR); write your own through "
+    "context.get_tensorboard_writer()"
+)
+_LAUNCHER = (
+    "launch several processes with `det-lightning run --devices N train.py`, torchrun, or "
+    "pytorch.init(strategy=...) (Lightning's strategies: ddp, fsdp, deepspeed)"
+)
+
+
+def _same(reason: str, names: Iterable[str]) -> Dict[str, str]:
+    return {name: reason for name in names}
+
+
+REFUSED: Dict[str, str] = {
+    # ----- determined ------------------------------------------------------------------------
+    "determined.EnvContext": f"{_CLUSTER}; read settings from context.get_experiment_config()",
+    "determined.ExperimentConfig": (
+        "the config is a plain dict here: context.get_experiment_config() (det-lightning "
+        "experiment checks it against Determined's schema)"
+    ),
+    "determined.LegacyTrial": "subclass determined.pytorch.PyTorchTrial",
+    "determined.TrialController": f"{_CLUSTER}; pytorch.Trainer(trial, context).fit() runs it",
+    "determined.RendezvousInfo": (
+        f"{_CLUSTER}; ranks and addresses come from torchrun's environment: "
+        "context.distributed (core.DistributedContext)"
+    ),
+    "determined.ResourcesInfo": (
+        f"{_CLUSTER}; the devices are Lightning's: pytorch.init(devices=..., accelerator=...)"
+    ),
+    **_same(
+        f"{_CLUSTER}; the local command is det-lightning (run, experiment, checkpoint)",
+        ["determined.cli", "determined.common", "determined.deploy", "determined.exec",
+         "determined.ipc", "determined.load", "determined.workload", "determined.gpu",
+         "determined.constants"],
+    ),
+    **_same(
+        f"{_OTHER_FRAMEWORK}; for Lightning or Hugging Face code use Lightning directly",
+        ["determined.keras", "determined.layers", "determined.horovod",
+         "determined.lightning", "determined.transformers"],
+    ),
+    # ----- determined.pytorch ----------------------------------------------------------------
+    "determined.pytorch.deepspeed": (
+        "DeepSpeedTrial is not supported; train a PyTorchTrial with "
+        "pytorch.init(strategy='deepspeed') (Lightning's DeepSpeed strategy)"
+    ),
+    "determined.pytorch.experimental": (
+        "torch_batch_process (batch inference on a cluster) is not supported; run inference "
+        "with det_lightning.adapters.LightningTrial and lightning.Trainer.predict"
+    ),
+    # ----- determined.util -------------------------------------------------------------------
+    **_same(
+        f"{_CLUSTER}; Determined's harness uses it internally",
+        ["determined.util.check_sshd", "determined.util.write_user_code",
+         "determined.util.make_metrics", "determined.util.validate_batch_metrics",
+         "determined.util.make_timing_log", "determined.util.mask_checkpoint_storage",
+         "determined.util.mask_config_dict", "determined.util.signal_process_tree",
+         "determined.util.json_encode"],
+    ),
+    **_same(
+        "legacy `--trial model_def:Trial` entrypoints are handled by det-lightning experiment "
+        "(entrypoint: model_def:Trial)",
+        ["determined.util.legacy_trial_entrypoint_to_script",
+         "determined.util.match_legacy_trial_class"],
+    ),
+    # ----- determined.core -------------------------------------------------------------------
+    "determined.core.init": f"{_CORE}: use pytorch.init()",
+    "determined.core.Context": f"{_CORE}: use the PyTorchTrialContext from pytorch.init()",
+    **_same(
+        f"{_CORE}: Trainer.fit(checkpoint_period=...) saves, "
+        "pytorch.load_trial_from_checkpoint_path() loads",
+        ["determined.core.CheckpointContext", "determined.core.DummyCheckpointContext",
+         "determined.core.DownloadMode"],
+    ),
+    **_same(
+        f"{_CORE}: SIGTERM checkpoints and stops; context.set_stop_requested(True) stops",
+        ["determined.core.PreemptContext", "determined.core.DummyPreemptContext",
+         "determined.core.PreemptMode"],
+    ),
+    **_same(
+        f"{_CORE}: searches run with det-lightning experiment (grid, random, adaptive_asha); "
+        "lengths are pytorch.Batch/pytorch.Epoch",
+        ["determined.core.SearcherContext", "determined.core.DummySearcherContext",
+         "determined.core.SearcherOperation", "determined.core.DummySearcherOperation",
+         "determined.core.SearcherContextMissing", "determined.core.SearcherMode",
+         "determined.core.Unit"],
+    ),
+    **_same(
+        f"{_CORE}: Trainer.fit reports training and validation metrics; raise det.InvalidHP "
+        "to reject hyperparameters",
+        ["determined.core.TrainContext", "determined.core.DummyTrainContext",
+         "determined.core.EarlyExitReason"],
+    ),
+    **_same(
+        f"{_CORE}: profile with Trainer(trial, context, profiler='simple') (Lightning's "
+        "profilers)",
+        ["determined.core.ProfilerContext", "determined.core.DummyProfilerContext"],
+    ),
+    **_same(
+        f"{_CORE}: {_TB_SYNC}",
+        ["determined.core.TensorboardMode", "determined.core.ExperimentalCoreContext",
+         "determined.core.DummyExperimentalCoreContext"],
+    ),
+    # ----- determined.launch -----------------------------------------------------------------
+    **_same(
+        f"{_OTHER_FRAMEWORK}; {_LAUNCHER}",
+        ["determined.launch.horovod", "determined.launch.tensorflow"],
+    ),
+    "determined.launch.deepspeed": _LAUNCHER,
+    "determined.launch.wrap_rank": (
+        f"{_CLUSTER}; Lightning prefixes nothing: log det.LOG_FORMAT's %(process)s"
+    ),
+    **_same(
+        f"{_CLUSTER} (the commands a cluster node runs); {_LAUNCHER}",
+        ["determined.launch.torch_distributed.C10D_PORT",
+         "determined.launch.torch_distributed.create_launch_cmd",
+         "determined.launch.torch_distributed.create_log_redirect_cmd",
+         "determined.launch.torch_distributed.create_pid_server_cmd",
+         "determined.launch.torch_distributed.create_pid_client_cmd"],
+    ),
+    # ----- determined.tensorboard ------------------------------------------------------------
+    **_same(
+        _TB_SYNC,
+        [f"determined.tensorboard.{name}" for name in (
+            "TensorboardManager", "S3TensorboardManager", "SharedFSTensorboardManager",
+            "AzureTensorboardManager", "build", "get_base_path", "get_sync_path",
+            "get_experiment_sync_path", "get_metric_writer", "MetricWriter",
+            "BatchMetricWriter", "azure", "base", "directory", "fetchers", "gcs", "s3",
+            "shared", "util",
+        )] + [f"determined.tensorboard.metric_writers.{name}" for name in (
+            "MetricWriter", "BatchMetricWriter", "callback",
+        )],
+    ),
+    "determined.tensorboard.metric_writers.tensorflow": _OTHER_FRAMEWORK,
+}
+
+
+def reason(determined_name: str) -> "str | None":
+    """Why ``determined_name`` (a ``determined.*`` dotted name) is not provided, or None."""
+    return REFUSED.get(determined_name)
+
+
+def refusal(determined_name: str) -> NotProvidedError:
+    """The error for a refused name, naming the reason and what to use."""
+    why = REFUSED[determined_name]
+    return NotProvidedError(
+        f"{determined_name} is not provided by det_lightning: {why}.", name=determined_name
+    )
+
+
+def module_getattr(module_name: str) -> Callable[[str], NoReturn]:
+    """A PEP 562 ``__getattr__`` for ``det_lightning.X`` raising the refusal of ``determined.X.name``.
+
+    Names not refused (dunders that the import system probes, typos) raise ``AttributeError``
+    as usual.
+    """
+    alias = "determined" + module_name[len("det_lightning"):]
+
+    def __getattr__(name: str) -> NoReturn:
+        full = f"{alias}.{name}"
+        if full in REFUSED:
+            raise refusal(full)
+        raise AttributeError(f"module {module_name!r} has no attribute {name!r}")
+
+    return __getattr__
+
+
+__all__ = ["REFUSED", "module_getattr", "reason", "refusal"]
