@@ -23,7 +23,8 @@ import torch
 
 from det_lightning import errors
 from det_lightning.adapters import metrics as metric_utils
-from det_lightning.adapters import hooks, internals, lean, preemption
+from det_lightning.adapters import preemption
+from det_lightning.adapters.lightning import hooks, internals, lean
 from det_lightning.adapters.callbacks import TrialHooks
 from det_lightning.adapters.checkpoint_io import DeterminedCheckpointIO
 from det_lightning.adapters.checkpoints import CheckpointManager
