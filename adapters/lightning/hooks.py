@@ -20,7 +20,7 @@ from lightning.pytorch.profilers import PassThroughProfiler
 from lightning.pytorch.trainer import call
 
 from det_lightning.adapters.lightning import versions
-from det_lightning.adapters.lightning.lean import set_fx_name
+from det_lightning.adapters.lightning.calls import set_fx_name
 
 LEAN_HOOKS_ENV = "DET_LIGHTNING_LEAN_HOOKS"
 

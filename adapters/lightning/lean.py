@@ -57,12 +57,18 @@ from lightning.pytorch.core.optimizer import LightningOptimizer, do_nothing_clos
 from lightning.pytorch.loops.fetchers import _PrefetchDataFetcher
 from lightning.pytorch.loops.training_epoch_loop import _TrainingEpochLoop
 from lightning.pytorch.plugins.precision import Precision
-from lightning.pytorch.profilers import PassThroughProfiler
 from lightning.pytorch.strategies import DDPStrategy, SingleDeviceStrategy, Strategy
 from lightning.pytorch.strategies.ddp import _DDPForwardRedirection
 from lightning.pytorch.trainer import call
 
 from det_lightning.adapters.lightning import versions
+from det_lightning.adapters.lightning.calls import (
+    batch_stays,
+    call_hook,
+    overrides,
+    plain_run,
+    set_fx_name,
+)
 
 LEAN_ENV = versions.LEAN_ENV
 
@@ -78,39 +84,6 @@ def install(trainer: pl.Trainer) -> None:
     loop = trainer.fit_loop.epoch_loop
     if enabled() and type(loop) is _TrainingEpochLoop:
         loop.__class__ = LeanTrainingEpochLoop
-
-
-def _overrides(obj: Any, base: type, name: str) -> bool:
-    return getattr(type(obj), name) is not getattr(base, name) or name in vars(obj)
-
-
-def set_fx_name(module: pl.LightningModule, name: Optional[str]) -> None:
-    """Sets ``module._current_fx_name`` without ``nn.Module.__setattr__``'s search of the
-    parameter, buffer and submodule tables (it is a plain attribute; Lightning sets it around
-    every hook, a third of what a dispatch of nothing cost)."""
-    module.__dict__["_current_fx_name"] = name
-
-
-def _call_hook(owner: Any, module: pl.LightningModule, name: str, *args: Any, **kwargs: Any
-               ) -> Any:
-    """``owner.<name>(...)`` with ``module._current_fx_name`` set meanwhile: Lightning's
-    ``_call_lightning_module_hook`` (owner: the module) or ``_call_strategy_hook`` (owner: the
-    strategy) under the pass-through profiler.
-
-    Follows ``lightning.pytorch.trainer.call._call_lightning_module_hook`` and
-    ``_call_strategy_hook``, the same in every release of ``versions.TABLE`` (2.4.0 to 2.6.6)."""
-    previous = module._current_fx_name
-    set_fx_name(module, name)
-    output = getattr(owner, name)(*args, **kwargs)
-    set_fx_name(module, previous)
-    return output
-
-
-def _plain_run(trainer: pl.Trainer) -> bool:
-    """The setting both lean pieces assume: manual optimization, no real profiler."""
-    module = trainer.lightning_module
-    return (module is not None and not module.automatic_optimization
-            and type(getattr(trainer, "profiler", None)) is PassThroughProfiler)
 
 
 class _Plan(NamedTuple):
@@ -130,13 +103,13 @@ class _Plan(NamedTuple):
 def _plan(trainer: pl.Trainer) -> _Plan:
     module, strategy = trainer.lightning_module, trainer.strategy
     return _Plan(
-        lean=_plain_run(trainer),
-        before_transfer=_overrides(module, pl.LightningModule, "on_before_batch_transfer"),
-        to_device=not _batch_stays(module, strategy),
-        module_batch_start=_overrides(module, pl.LightningModule, "on_train_batch_start"),
-        strategy_batch_start=_overrides(strategy, Strategy, "on_train_batch_start"),
+        lean=plain_run(trainer),
+        before_transfer=overrides(module, pl.LightningModule, "on_before_batch_transfer"),
+        to_device=not batch_stays(module, strategy),
+        module_batch_start=overrides(module, pl.LightningModule, "on_train_batch_start"),
+        strategy_batch_start=overrides(strategy, Strategy, "on_train_batch_start"),
         step=_step_kind(module, strategy, trainer),
-        module_batch_end=_overrides(module, pl.LightningModule, "on_train_batch_end"),
+        module_batch_end=overrides(module, pl.LightningModule, "on_train_batch_end"),
         marks_last_batch=versions.SHAPE is not None and versions.SHAPE.marks_last_batch,
     )
 
@@ -172,7 +145,7 @@ class LeanTrainingEpochLoop(_TrainingEpochLoop):
         if plan.before_transfer:
             batch = module._on_before_batch_transfer(batch, dataloader_idx=0)
         if plan.to_device:
-            batch = _call_hook(strategy, module, "batch_to_device", batch, dataloader_idx=0)
+            batch = call_hook(strategy, module, "batch_to_device", batch, dataloader_idx=0)
         progress.increment_ready()
         connector = trainer._logger_connector
         connector.on_batch_start(batch)
@@ -187,9 +160,9 @@ class LeanTrainingEpochLoop(_TrainingEpochLoop):
             call._call_callback_hooks(trainer, "on_train_batch_start", batch, batch_idx)
             response = None
             if plan.module_batch_start:
-                response = _call_hook(module, module, "on_train_batch_start", batch, batch_idx)
+                response = call_hook(module, module, "on_train_batch_start", batch, batch_idx)
             if plan.strategy_batch_start:
-                _call_hook(strategy, module, "on_train_batch_start", batch, batch_idx)
+                call_hook(strategy, module, "on_train_batch_start", batch, batch_idx)
             skip_rest = response == -1
             if skip_rest:
                 if plan.marks_last_batch:
@@ -209,7 +182,7 @@ class LeanTrainingEpochLoop(_TrainingEpochLoop):
 
         call._call_callback_hooks(trainer, "on_train_batch_end", output, batch, batch_idx)
         if plan.module_batch_end:
-            _call_hook(module, module, "on_train_batch_end", output, batch, batch_idx)
+            call_hook(module, module, "on_train_batch_end", output, batch, batch_idx)
         logged = getattr(module, "log_calls", None)
         if logged is None or logged != self._lean_logged_seen:
             connector.on_batch_end()
@@ -220,17 +193,6 @@ class LeanTrainingEpochLoop(_TrainingEpochLoop):
             results.batch_size = None
         progress.increment_completed()
         connector.update_train_step_metrics()
-
-
-def _batch_stays(module: pl.LightningModule, strategy: Strategy) -> bool:
-    """Whether ``strategy.batch_to_device`` would hand the batch back unchanged: the module's
-    ``transfer_batch_to_device`` is one that says so (``TrialModule``'s: the context moves
-    batches) and nothing overrides the rest of the chain. Follows ``Strategy.batch_to_device``
-    and ``LightningModule._apply_batch_transfer_handler``, unchanged 2.4.0 to 2.6.6."""
-    kind = type(module)
-    return (getattr(kind, "transfer_batch_to_device", None) is getattr(kind, "keeps_batch", 0)
-            and not _overrides(module, pl.LightningModule, "on_after_batch_transfer")
-            and type(strategy).batch_to_device is Strategy.batch_to_device)
 
 
 STEP_DIRECT = "direct"  # strategy.training_step would just call module.training_step
@@ -296,7 +258,7 @@ def _manual_step(manual: Any, module: pl.LightningModule, strategy: Strategy, ba
             step_output = _ddp_training_step(strategy, module, batch, batch_idx)
             set_fx_name(module, previous)
         else:
-            step_output = _call_hook(module, module, "training_step", batch, batch_idx)
+            step_output = call_hook(module, module, "training_step", batch, batch_idx)
         del batch
         strategy.post_training_step()
         output = manual.output_result_cls.from_training_step_output(step_output).asdict()
@@ -330,12 +292,12 @@ class BackendFastPath:
         self.module = module = trainer.lightning_module
         self.module_hooks = {
             name for name in ("on_before_backward", "on_after_backward", "on_before_optimizer_step")
-            if _overrides(module, pl.LightningModule, name)
+            if overrides(module, pl.LightningModule, name)
         }
 
     @staticmethod
     def applies(trainer: pl.Trainer) -> bool:
-        if not enabled() or not _plain_run(trainer):
+        if not enabled() or not plain_run(trainer):
             return False
         strategy = trainer.strategy
         module = trainer.lightning_module
@@ -343,8 +305,8 @@ class BackendFastPath:
         averaging = getattr(strategy, "_model_averager", None) is not None
         return (plain_strategy and not averaging and type(trainer.precision_plugin) is Precision
                 and type(strategy).backward is Strategy.backward
-                and not _overrides(module, pl.LightningModule, "backward")
-                and not _overrides(module, pl.LightningModule, "manual_backward"))
+                and not overrides(module, pl.LightningModule, "backward")
+                and not overrides(module, pl.LightningModule, "manual_backward"))
 
     def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         trainer, module = self.trainer, self.module
@@ -352,12 +314,12 @@ class BackendFastPath:
         strategy.pre_backward(loss)
         call._call_callback_hooks(trainer, "on_before_backward", loss)
         if "on_before_backward" in self.module_hooks:
-            _call_hook(module, module, "on_before_backward", loss)
+            call_hook(module, module, "on_before_backward", loss)
         loss.backward(*args, **kwargs)
         detached = loss.detach()
         call._call_callback_hooks(trainer, "on_after_backward")
         if "on_after_backward" in self.module_hooks:
-            _call_hook(module, module, "on_after_backward")
+            call_hook(module, module, "on_after_backward")
         strategy.post_backward(detached)
 
     def step(self, lightning_optimizer: LightningOptimizer) -> Optional[Any]:
@@ -371,7 +333,7 @@ class BackendFastPath:
         def closure() -> None:  # Lightning's do-nothing closure, then _after_closure's hooks
             call._call_callback_hooks(trainer, "on_before_optimizer_step", optimizer)
             if "on_before_optimizer_step" in self.module_hooks:
-                _call_hook(module, module, "on_before_optimizer_step", optimizer)
+                call_hook(module, module, "on_before_optimizer_step", optimizer)
             # Lightning clips gradients here only under automatic optimization.
 
         lightning_optimizer._on_before_step()

@@ -23,8 +23,12 @@ never downloaded):
                                                2.6.0, 2.6.4   data set-up: stays Lightning's
     _EvaluationLoop.run / on_run_end           2.5.0, 2.6.0   restart handling, results printing:
                                                               stays Lightning's
-    _EvaluationLoop._evaluation_step,          none           (the lean validation step)
-      _on_evaluation_*_start/end, batch hooks
+    _EvaluationLoop._evaluation_step,          none           (lean_validation.py's step)
+      _on_before_fetch/_on_after_fetch,
+      _on_evaluation_end (resets the results),
+      _LoggerConnector.on_batch_start/
+      update_eval_step_metrics, Strategy.
+      validation_step, _ResultCollection.metrics
     call._call_callback_hooks,                 none           (hooks.py's dispatch)
       _call_lightning_module_hook,
       _call_strategy_hook
@@ -105,6 +109,25 @@ UNCHANGED: Dict[str, str] = {
     "plugins.precision.precision:Precision._after_closure": "9cb08fca04c0",
     "trainer.connectors.logger_connector.logger_connector:_LoggerConnector.on_batch_end":
         "910e37278afb",
+    # lean_validation.py
+    "loops.evaluation_loop:_EvaluationLoop._evaluation_step": "a2f5504c0b30",
+    "loops.evaluation_loop:_EvaluationLoop._on_before_fetch": "75d2bc59a1e7",
+    "loops.evaluation_loop:_EvaluationLoop._on_after_fetch": "319bf8faa493",
+    "loops.evaluation_loop:_EvaluationLoop._build_kwargs": "e032b7157bda",
+    "loops.evaluation_loop:_EvaluationLoop._build_step_args_from_hook_kwargs": "b5aa70cc7789",
+    "loops.evaluation_loop:_EvaluationLoop._on_evaluation_end": "bfd8c6842e7c",
+    "loops.evaluation_loop:_EvaluationLoop.on_run_start": "f22589252609",
+    "trainer.connectors.logger_connector.logger_connector:_LoggerConnector.on_batch_start":
+        "b86eeef7d7e3",
+    "trainer.connectors.logger_connector.logger_connector:"
+    "_LoggerConnector.update_eval_step_metrics": "c9a6aea0b920",
+    "trainer.connectors.logger_connector.logger_connector:_LoggerConnector.reset_results":
+        "ee8e971689ed",
+    "trainer.connectors.logger_connector.result:_ResultCollection.metrics": "6a7f15d68406",
+    "trainer.connectors.logger_connector.result:_ResultCollection.valid_items": "510dfc10b180",
+    "trainer.connectors.logger_connector.result:_ResultCollection.reset": "8429e6fc269d",
+    "strategies.strategy:Strategy.validation_step": "9a2c9936b512",
+    "strategies.strategy:Strategy.test_step": "29f45b26add8",
 }
 
 

@@ -12,10 +12,13 @@ import pytest
 import torch
 from lightning.pytorch.callbacks import Callback, EarlyStopping, ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
+from lightning.pytorch.loops.evaluation_loop import _EvaluationLoop
 from lightning.pytorch.loops.training_epoch_loop import _TrainingEpochLoop
+from lightning.pytorch.trainer.connectors.logger_connector.logger_connector import _LoggerConnector
 
 from det_lightning import pytorch
-from det_lightning.adapters.lightning import hooks, lean, versions
+from det_lightning.adapters.lightning import hooks, lean, lean_validation, versions
+from det_lightning.adapters.lightning.lean_validation import LeanEvaluationLoop
 from det_lightning.adapters.module import TrialModule
 from tests.fixtures.run import run_trial
 
@@ -57,6 +60,10 @@ def _tracer() -> Any:
             if name == "on_train_batch_end" and args[-1] % 7 == 3:
                 # A Lightning callback logging now and then, on step and to the loggers.
                 pl_module.log("traced", float(args[-1]), on_step=True, prog_bar=True)
+            if name == "on_validation_batch_end" and args[-1] == 1 and trainer.current_epoch:
+                # ... and in a validation pass, from its second batch on (from the second
+                # epoch: the lean step's quiet first passes are traced as well)
+                pl_module.log("traced_val", float(args[-1]), on_step=True, prog_bar=True)
         return hook
 
     tracer = type("Tracer", (Callback,), {name: make(name) for name in HOOKS})()
@@ -81,15 +88,26 @@ def _run(tmp_path: pathlib.Path, name: str) -> Any:
 def _compare_lean_and_plain(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> List[Any]:
     """Runs the traced fit with the lean pieces, then with Lightning's own code, and requires
     every traced hook call, the CSV log and the weights equal; returns the lean run's events."""
-    assert hooks.enabled() and lean.enabled()  # the installed Lightning has a row in the table
-    seen_loops: List[type] = []
+    # the installed Lightning has a row in the table
+    assert hooks.enabled() and lean.enabled() and lean_validation.enabled()
+    trainers: List[pl.Trainer] = []
     original = lean.install
-    monkeypatch.setattr(lean, "install", lambda trainer: (
-        original(trainer), seen_loops.append(type(trainer.fit_loop.epoch_loop))))
+    monkeypatch.setattr(lean, "install", lambda trainer: (original(trainer),
+                                                          trainers.append(trainer)))
+    step_metric_updates: List[str] = []  # the validation's per-batch metric bookkeeping
+    update = _LoggerConnector.update_eval_step_metrics
+    monkeypatch.setattr(_LoggerConnector, "update_eval_step_metrics", lambda self, step: (
+        step_metric_updates.append(trainers[-1].fit_loop.epoch_loop.val_loop.__class__.__name__),
+        update(self, step)))
     lean_trial, lean_events, lean_csv = _run(tmp_path, "lean")
     monkeypatch.setenv(lean.LEAN_ENV, "0")
     plain_trial, plain_events, plain_csv = _run(tmp_path, "plain")
-    assert seen_loops == [lean.LeanTrainingEpochLoop, _TrainingEpochLoop]
+    # The lean step skips it while nothing was logged in the pass, Lightning's never does.
+    lean_updates = step_metric_updates.count(LeanEvaluationLoop.__name__)
+    assert 0 < lean_updates < step_metric_updates.count(_EvaluationLoop.__name__)
+    assert [(type(t.fit_loop.epoch_loop), type(t.fit_loop.epoch_loop.val_loop))
+            for t in trainers] == [(lean.LeanTrainingEpochLoop, LeanEvaluationLoop),
+                                   (_TrainingEpochLoop, _EvaluationLoop)]
     for lean_event, plain_event in zip(lean_events, plain_events):
         assert lean_event == plain_event
     assert len(lean_events) == len(plain_events)
@@ -110,6 +128,7 @@ def test_every_hook_sees_the_same_with_and_without_the_lean_path(
     assert len(lean_events) > 100
     assert any(e[0] == "on_before_optimizer_step" for e in lean_events)
     assert any(("traced", 3.0) in e[-2] for e in lean_events)  # the logged value is traced
+    assert any(("traced_val_step", 1.0) in e[-1] for e in lean_events)  # and in validation
 
 
 def test_a_batch_the_module_skips_ends_the_epoch_as_lightning_does(

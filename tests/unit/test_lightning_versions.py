@@ -7,7 +7,7 @@ import warnings
 import pytest
 from packaging.version import Version
 
-from det_lightning.adapters.lightning import hooks, lean, versions
+from det_lightning.adapters.lightning import hooks, lean, lean_validation, versions
 
 # Every lightning release on the index from 2.4.0 to 2.6.6 (2.6.2 and 2.6.3, withdrawn
 # malicious releases, excluded by pyproject.toml and refused at import).
@@ -44,6 +44,7 @@ def uncovered(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(versions, "_warned", False)
     monkeypatch.delenv(versions.LEAN_ENV, raising=False)
     monkeypatch.delenv(hooks.LEAN_HOOKS_ENV, raising=False)
+    monkeypatch.delenv(lean_validation.LEAN_VALIDATION_ENV, raising=False)
 
 
 @pytest.mark.usefixtures("uncovered")
@@ -51,6 +52,7 @@ def test_an_uncovered_release_turns_both_lean_pieces_off_with_one_warning() -> N
     with pytest.warns(UserWarning, match=r"Lightning's own loop.*1\.5x the instructions") as seen:
         assert not lean.enabled()
         assert not hooks.enabled()
+        assert not lean_validation.enabled()
         assert not lean.enabled()
     assert len(seen) == 1
     assert "2.4.0 to 2.6.6" in str(seen[0].message)
@@ -61,16 +63,18 @@ def test_switched_off_by_the_environment_says_nothing(monkeypatch: pytest.Monkey
     monkeypatch.setenv(versions.LEAN_ENV, "0")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert not lean.enabled() and not hooks.enabled()
+        assert not lean.enabled() and not hooks.enabled() and not lean_validation.enabled()
 
 
 def test_the_environment_switches_each_piece(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(versions, "SHAPE", versions.TABLE[-1])
-    assert lean.enabled() and hooks.enabled()
+    assert lean.enabled() and hooks.enabled() and lean_validation.enabled()
     monkeypatch.setenv(hooks.LEAN_HOOKS_ENV, "off")
-    assert lean.enabled() and not hooks.enabled()
+    assert lean.enabled() and not hooks.enabled() and lean_validation.enabled()
+    monkeypatch.setenv(lean_validation.LEAN_VALIDATION_ENV, "no")
+    assert lean.enabled() and not lean_validation.enabled()
     monkeypatch.setenv(versions.LEAN_ENV, "0")
-    assert not lean.enabled() and not hooks.enabled()
+    assert not lean.enabled() and not hooks.enabled() and not lean_validation.enabled()
 
 
 def test_fingerprint_ignores_layout_but_not_code() -> None:
