@@ -23,7 +23,8 @@ import torch
 
 from det_lightning import errors
 from det_lightning.adapters import metrics as metric_utils
-from det_lightning.adapters import hooks, internals, lean, preemption
+from det_lightning.adapters import preemption
+from det_lightning.adapters.lightning import hooks, internals, lean, lean_validation
 from det_lightning.adapters.callbacks import TrialHooks
 from det_lightning.adapters.checkpoint_io import DeterminedCheckpointIO
 from det_lightning.adapters.checkpoints import CheckpointManager
@@ -284,6 +285,7 @@ def _lightning_trainer(
     preemption.supersede_lightning_signals(trainer)
     hooks.use_lean_dispatch(trainer)
     lean.install(trainer)
+    lean_validation.install(trainer)
     # The one decision we take from Lightning: when to validate (see schedule.py).
     internals.answer_validation_checks(trainer, schedule_cb.should_check_val)
     return trainer

@@ -61,7 +61,7 @@ def _launch_strategy(options: Dict[str, Any]) -> Any:
     import lightning.pytorch as pl
     from lightning.pytorch.strategies import Strategy
 
-    from det_lightning.adapters.internals import reruns_the_script
+    from det_lightning.adapters.lightning.internals import reruns_the_script
 
     # Precision plays no part in starting processes, and fit() maps it (adapters/precision.py).
     early = {k: v for k, v in options.items() if k != "precision"}

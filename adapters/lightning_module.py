@@ -38,6 +38,7 @@ from det_lightning.adapters import stateful
 from det_lightning.adapters.callbacks import PyTorchCallbackBridge, TrialHooks
 from det_lightning.adapters.data import WholeLoader, _check_plain_loader
 from det_lightning.adapters.fit import build_callbacks, check_trial
+from det_lightning.adapters.lightning import internals
 from det_lightning.adapters.module import TrialModule
 from det_lightning.adapters.trial_state import TrialProgress
 from det_lightning.adapters.precision import adopt_trainer_precision
@@ -132,7 +133,8 @@ class LightningTrial(TrialModule):
 
     @override
     def configure_callbacks(self) -> List[pl.Callback]:
-        if self._trainer is not None and self.bridge in self._trainer.callbacks:
+        trainer = internals.attached_trainer(self)
+        if trainer is not None and self.bridge in trainer.callbacks:
             return []  # a later validate()/test() on the same Trainer: attached already
         return [self.trial_hooks, self.bridge, self.trace_profiler]
 

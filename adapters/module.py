@@ -41,7 +41,7 @@ import lightning.pytorch as pl
 import torch
 from typing_extensions import override
 
-from det_lightning.adapters import internals, lean
+from det_lightning.adapters.lightning import internals, lean
 from det_lightning.adapters import metrics as metric_utils
 from det_lightning.adapters.precision import scheduler_waits
 from det_lightning.adapters.trial_state import TrialProgress
@@ -148,7 +148,7 @@ class TrialModule(pl.LightningModule):
 
     # ----- Lightning plumbing ---------------------------------------------------------------
     # Every self.log (ours, or a Lightning callback's on this module); the lean loop
-    # (lean.py) recomputes the logged metrics after a batch only when this moved.
+    # (lightning/lean.py) recomputes the logged metrics after a batch only when this moved.
     log_calls = 0
 
     @override
@@ -173,7 +173,7 @@ class TrialModule(pl.LightningModule):
         # The context moves batches (honouring disable_auto_to_device), as Determined does.
         return batch
 
-    # lean.py skips Lightning's batch_to_device chain while this is the transfer hook.
+    # lightning/lean.py skips Lightning's batch_to_device chain while this is the transfer hook.
     keeps_batch = transfer_batch_to_device
 
     @override

@@ -263,7 +263,7 @@ def supersede_lightning_signals(trainer: Any) -> None:
     # Lightning >= 2.6 also broadcasts its SIGTERM flag from rank 0 before every batch and reads
     # it back with .item(). Its handler is gone, so the flag never rises: the collective is pure
     # cost. SignalWatcher's agreement (ScheduleCallback) replaces it.
-    from det_lightning.adapters import internals
+    from det_lightning.adapters.lightning import internals
 
     internals.supersede_signals(trainer, _no_lightning_handlers, _no_sigterm_broadcast)
 

@@ -21,7 +21,7 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_warn
 from typing_extensions import override
 
-from det_lightning.adapters import internals
+from det_lightning.adapters.lightning import internals
 from det_lightning.pytorch._result import ProfilerConfig
 
 

@@ -26,7 +26,7 @@ from lightning.pytorch.callbacks import Callback
 from typing_extensions import override
 
 from det_lightning import errors
-from det_lightning.adapters import internals
+from det_lightning.adapters.lightning import internals
 from det_lightning.adapters.checkpoints import CheckpointManager
 from det_lightning.adapters.preemption import StopAgreement
 from det_lightning.adapters.reporting import TrainingReport

@@ -1,9 +1,10 @@
-"""The lean callback dispatch (``adapters/hooks.py``) is invisible: a callback that overrides
+"""The lean callback dispatch (``adapters/lightning/hooks.py``) is invisible: a callback that overrides
 every Lightning hook sees the same calls, arguments and loop state with it and without it, and
 the run logs and trains the same."""
 
 import inspect
 import pathlib
+import re
 from typing import Any, List, Tuple
 
 import lightning.pytorch as pl
@@ -11,10 +12,14 @@ import pytest
 import torch
 from lightning.pytorch.callbacks import Callback, EarlyStopping, ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
+from lightning.pytorch.loops.evaluation_loop import _EvaluationLoop
 from lightning.pytorch.loops.training_epoch_loop import _TrainingEpochLoop
+from lightning.pytorch.trainer.connectors.logger_connector.logger_connector import _LoggerConnector
 
 from det_lightning import pytorch
-from det_lightning.adapters import hooks, lean
+from det_lightning.adapters.lightning import hooks, lean, lean_validation, versions
+from det_lightning.adapters.lightning.lean_validation import LeanEvaluationLoop
+from det_lightning.adapters.module import TrialModule
 from tests.fixtures.run import run_trial
 
 HOOKS = sorted(name for name, member in vars(Callback).items()
@@ -55,6 +60,10 @@ def _tracer() -> Any:
             if name == "on_train_batch_end" and args[-1] % 7 == 3:
                 # A Lightning callback logging now and then, on step and to the loggers.
                 pl_module.log("traced", float(args[-1]), on_step=True, prog_bar=True)
+            if name == "on_validation_batch_end" and args[-1] == 1 and trainer.current_epoch:
+                # ... and in a validation pass, from its second batch on (from the second
+                # epoch: the lean step's quiet first passes are traced as well)
+                pl_module.log("traced_val", float(args[-1]), on_step=True, prog_bar=True)
         return hook
 
     tracer = type("Tracer", (Callback,), {name: make(name) for name in HOOKS})()
@@ -76,31 +85,95 @@ def _run(tmp_path: pathlib.Path, name: str) -> Any:
     return trial, events, (tmp_path / name / "csv" / "metrics.csv").read_text()
 
 
+def _compare_lean_and_plain(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> List[Any]:
+    """Runs the traced fit with the lean pieces, then with Lightning's own code, and requires
+    every traced hook call, the CSV log and the weights equal; returns the lean run's events."""
+    # the installed Lightning has a row in the table
+    assert hooks.enabled() and lean.enabled() and lean_validation.enabled()
+    trainers: List[pl.Trainer] = []
+    original = lean.install
+    monkeypatch.setattr(lean, "install", lambda trainer: (original(trainer),
+                                                          trainers.append(trainer)))
+    step_metric_updates: List[str] = []  # the validation's per-batch metric bookkeeping
+    update = _LoggerConnector.update_eval_step_metrics
+    monkeypatch.setattr(_LoggerConnector, "update_eval_step_metrics", lambda self, step: (
+        step_metric_updates.append(trainers[-1].fit_loop.epoch_loop.val_loop.__class__.__name__),
+        update(self, step)))
+    lean_trial, lean_events, lean_csv = _run(tmp_path, "lean")
+    monkeypatch.setenv(lean.LEAN_ENV, "0")
+    plain_trial, plain_events, plain_csv = _run(tmp_path, "plain")
+    # The lean step skips it while nothing was logged in the pass, Lightning's never does.
+    lean_updates = step_metric_updates.count(LeanEvaluationLoop.__name__)
+    assert 0 < lean_updates < step_metric_updates.count(_EvaluationLoop.__name__)
+    assert [(type(t.fit_loop.epoch_loop), type(t.fit_loop.epoch_loop.val_loop))
+            for t in trainers] == [(lean.LeanTrainingEpochLoop, LeanEvaluationLoop),
+                                   (_TrainingEpochLoop, _EvaluationLoop)]
+    for lean_event, plain_event in zip(lean_events, plain_events):
+        assert lean_event == plain_event
+    assert len(lean_events) == len(plain_events)
+    assert lean_csv == plain_csv
+    assert lean_trial.seen == plain_trial.seen
+    for a, b in zip(lean_trial.model.parameters(), plain_trial.model.parameters()):
+        assert torch.equal(a, b)
+    return lean_events
+
+
 def test_every_hook_sees_the_same_with_and_without_the_lean_path(
     tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The lean hook dispatch (hooks.py) and the lean loop, backward and step (lean.py) against
     Lightning's own code: the same hook calls, arguments, loop counters, logged and progress-bar
     metrics at every call, the same CSV log and the same weights."""
-    assert hooks.enabled() and lean.enabled()  # the installed Lightning is one they cover
-    seen_loops: List[type] = []
-    original = lean.install
-    monkeypatch.setattr(lean, "install", lambda trainer: (
-        original(trainer), seen_loops.append(type(trainer.fit_loop.epoch_loop))))
-    lean_trial, lean_events, lean_csv = _run(tmp_path, "lean")
-    monkeypatch.setenv(lean.LEAN_ENV, "0")
-    plain_trial, plain_events, plain_csv = _run(tmp_path, "plain")
-    assert seen_loops == [lean.LeanTrainingEpochLoop, _TrainingEpochLoop]
+    lean_events = _compare_lean_and_plain(tmp_path, monkeypatch)
     assert len(lean_events) > 100
     assert any(e[0] == "on_before_optimizer_step" for e in lean_events)
     assert any(("traced", 3.0) in e[-2] for e in lean_events)  # the logged value is traced
-    for lean_event, plain_event in zip(lean_events, plain_events):
-        assert lean_event == plain_event
-    assert len(lean_events) == len(plain_events)
-    assert lean_csv == plain_csv and "traced" in lean_csv
-    assert lean_trial.seen == plain_trial.seen
-    for a, b in zip(lean_trial.model.parameters(), plain_trial.model.parameters()):
-        assert torch.equal(a, b)
+    assert any(("traced_val_step", 1.0) in e[-1] for e in lean_events)  # and in validation
+
+
+def test_a_batch_the_module_skips_ends_the_epoch_as_lightning_does(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``on_train_batch_start`` returning -1 ends the epoch; the release's row of
+    ``versions.TABLE`` says whether Lightning marks that batch the last one first (2.6.0 on),
+    and the lean advance must leave the loop as Lightning's own does on every release."""
+    skipped: List[int] = []
+
+    def on_train_batch_start(self: Any, batch: Any, batch_idx: int) -> Any:
+        if batch_idx == 4:
+            skipped.append(batch_idx)
+            return -1
+        return None
+
+    monkeypatch.setattr(TrialModule, "on_train_batch_start", on_train_batch_start,
+                        raising=False)
+    lean_events = _compare_lean_and_plain(tmp_path, monkeypatch)
+    assert skipped and len(skipped) % 2 == 0  # as often in the lean run as in the plain one
+    # The epochs a skip ended: one batch processed but never completed (progress.current).
+    skip_ends = [e for e in lean_events if e[0] == "on_train_epoch_end"
+                 and re.search(r"completed=(\d+)", e[9])[1] != re.search(r"processed=(\d+)", e[9])[1]]
+    assert len(skip_ends) > 1
+    # progress.is_last_batch there: marked by Lightning from 2.6.0 (see _state for the indices)
+    assert {e[10] for e in skip_ends} == {versions.SHAPE.marks_last_batch}
+
+
+def test_a_release_without_a_row_runs_lightnings_own_loop_and_says_so_once(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Lightning newer than ``versions.TABLE``: Lightning's loop and dispatch, one warning
+    naming the cost, the same training as the lean path gives."""
+    monkeypatch.setattr(versions, "SHAPE", None)
+    monkeypatch.setattr(versions, "_warned", False)
+    trainers: List[pl.Trainer] = []
+    original = lean.install
+    monkeypatch.setattr(lean, "install", lambda trainer: (original(trainer),
+                                                          trainers.append(trainer)))
+    with pytest.warns(UserWarning, match="1.5x the instructions") as warned:
+        _, events, csv = _run(tmp_path, "uncovered")
+    assert len([w for w in warned if "1.5x" in str(w.message)]) == 1
+    assert [type(t.fit_loop.epoch_loop) for t in trainers] == [_TrainingEpochLoop]
+    assert not hasattr(trainers[0], hooks._PLAN)  # Lightning's own callback dispatch
+    assert len(events) > 100 and "traced" in csv
 
 
 def test_lightning_still_dispatches_through_the_replaced_function() -> None:

@@ -1,7 +1,8 @@
-"""Contract: the Lightning internals ``adapters/internals.py`` and ``adapters/lean.py`` use are
-still there, with the shape they use. When a Lightning release renames or reshapes one, this
-fails by name before a run misbehaves. CI runs it on the lowest and the highest Lightning
-``pyproject.toml`` allows."""
+"""Contract: the Lightning internals ``adapters/lightning/`` uses are still there, with the shape
+they use, and the installed release is the one its row of ``versions.TABLE`` says. When a
+Lightning release renames or reshapes one, this fails by name before a run misbehaves. CI runs
+it on the lowest and the highest Lightning ``pyproject.toml`` allows;
+``scripts/test-lightning-releases.sh`` on one release of each row."""
 
 import inspect
 from typing import Any
@@ -15,7 +16,7 @@ from lightning.pytorch.loops.optimization.manual import _ManualOptimization
 from lightning.pytorch.loops.training_epoch_loop import _TrainingEpochLoop
 from lightning.pytorch.strategies import Strategy
 
-from det_lightning.adapters import internals, lean
+from det_lightning.adapters.lightning import hooks, internals, lean, versions
 
 
 @pytest.fixture
@@ -120,3 +121,36 @@ def test_the_ddp_training_step_the_lean_path_reproduces() -> None:
     assert "wrapper_module.require_backward_grad_sync = True" in outer
     redirect = inspect.getsource(type(pl.strategies.DDPStrategy()._forward_redirection).__mro__[1])
     assert "original_module.forward = wrapped_forward" in redirect
+
+
+def test_the_installed_release_is_the_one_its_row_describes() -> None:
+    """The row for the installed Lightning names the advance it has (by fingerprint) and what
+    that advance does differently: a SIGTERM broadcast, the last-batch mark on a skip."""
+    import lightning
+
+    shape = versions.SHAPE
+    assert shape is not None, f"Lightning {lightning.__version__} has no row in versions.TABLE"
+    assert versions.fingerprint_of("loops.training_epoch_loop:_TrainingEpochLoop.advance") == (
+        shape.advance_digest), f"_TrainingEpochLoop.advance is not {shape.advance}'s"
+    advance = inspect.getsource(_TrainingEpochLoop.advance)
+    assert ("self._broadcast_sigterm_tensor()" in advance) == shape.broadcasts_sigterm
+    assert hasattr(_TrainingEpochLoop, "_broadcast_sigterm_tensor") == shape.broadcasts_sigterm
+    assert ("increment_by(0, is_last_batch=True)" in advance) == shape.marks_last_batch
+
+
+def test_the_functions_the_lean_pieces_mirror_are_the_ones_read() -> None:
+    """Every function lean.py and hooks.py follow is, in the installed Lightning, the text
+    they were written against (the same in every row of the table)."""
+    dispatch = "trainer.call:_call_callback_hooks"  # replaced in place once a fit has run
+    assert versions.fingerprint(inspect.getsource(hooks._lightning_dispatch)) == (
+        versions.UNCHANGED[dispatch])
+    changed = [name for name, digest in versions.UNCHANGED.items()
+               if name != dispatch and versions.fingerprint_of(name) != digest]
+    assert changed == []
+
+
+def test_attached_trainer_reads_the_module_trainer(trainer: pl.Trainer) -> None:
+    module = pl.LightningModule()
+    assert internals.attached_trainer(module) is None
+    module.trainer = trainer
+    assert internals.attached_trainer(module) is trainer

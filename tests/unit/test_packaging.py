@@ -23,6 +23,7 @@ def test_wheel_ships_adapters_inside_the_package(tmp_path: pathlib.Path) -> None
     names = zipfile.ZipFile(wheel).namelist()
     assert "det_lightning/adapters/__init__.py" in names
     assert "det_lightning/adapters/module.py" in names
+    assert "det_lightning/adapters/lightning/versions.py" in names  # Lightning's internals
     assert "det_lightning/pytorch/_trainer.py" in names
     assert not any(n.startswith("adapters/") for n in names), "a top-level `adapters` would clash"
     assert not any(n.startswith(("tests/", "examples/", "benchmarks/")) for n in names)

@@ -134,7 +134,7 @@ class CountAllreduces(pl.Callback):
 
 class TraceHooks(pl.Callback):
     """Records the loop state a callback sees at each per-batch hook (RECORD["trace"]): the
-    lean path (adapters/lean.py) must leave it exactly as Lightning's own loop does."""
+    lean path (adapters/lightning/lean.py) must leave it exactly as Lightning's own loop does."""
 
     def __init__(self) -> None:
         RECORD["trace"] = []

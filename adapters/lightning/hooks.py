@@ -6,37 +6,33 @@ enters the profiler, for every callback, even when the hook is ``Callback``'s em
 With the default (pass-through) profiler none of that has an effect. For the trainers
 ``pytorch.Trainer`` builds, the dispatch below calls exactly the callbacks whose hook is not the
 empty default, in the same order, with the same ``_current_fx_name`` set on the module; a real
-profiler, an unknown Lightning version or ``DET_LIGHTNING_LEAN_HOOKS=0`` gives Lightning's own
-dispatch back. ``tests/integration/test_hooks.py`` checks that a callback overriding every hook
-sees the same calls and state either way, and that Lightning still dispatches through the
-function replaced here.
+profiler, a Lightning release with no row in ``versions.TABLE`` or
+``DET_LIGHTNING_LEAN_HOOKS=0`` gives Lightning's own dispatch back.
+``tests/integration/test_hooks.py`` checks that a callback overriding every hook sees the same
+calls and state either way, and that Lightning still dispatches through the function replaced
+here.
 """
 
-import os
 from typing import Any, Dict, List, Optional, Tuple
 
-import lightning
 from lightning.pytorch.callbacks import Callback, Checkpoint, EarlyStopping
 from lightning.pytorch.profilers import PassThroughProfiler
 from lightning.pytorch.trainer import call
 
-from det_lightning.adapters.lean import set_fx_name
+from det_lightning.adapters.lightning import versions
+from det_lightning.adapters.lightning.calls import set_fx_name
 
 LEAN_HOOKS_ENV = "DET_LIGHTNING_LEAN_HOOKS"
-# The Lightning minor versions whose dispatch the trace test compares against (CI runs the
-# suite on the lowest and the highest Lightning pyproject.toml allows).
-COVERED_VERSIONS = ("2.4.", "2.6.")
 
 _lightning_dispatch = call._call_callback_hooks
 _PLAN = "_det_lightning_hook_plan"
 
 
 def enabled() -> bool:
-    """Whether the lean dispatch may be used with the installed Lightning."""
-    for name in (LEAN_HOOKS_ENV, "DET_LIGHTNING_LEAN"):  # the latter: every lean piece
-        if os.environ.get(name, "1").strip().lower() in ("0", "false", "no", "off"):
-            return False
-    return lightning.__version__.startswith(COVERED_VERSIONS)
+    """Whether the lean dispatch may be used: the installed Lightning has a row in
+    ``versions.TABLE`` and neither ``DET_LIGHTNING_LEAN_HOOKS`` nor ``DET_LIGHTNING_LEAN``
+    turns it off."""
+    return versions.lean_allowed(LEAN_HOOKS_ENV)
 
 
 def use_lean_dispatch(trainer: Any) -> None:
@@ -77,6 +73,10 @@ def _callbacks_for(trainer: Any, plan: Dict[Any, Any], hook_name: str,
 
 def _lean_dispatch(trainer: Any, hook_name: str, *args: Any,
                    monitoring_callbacks: Optional[bool] = None, **kwargs: Any) -> None:
+    """Follows ``lightning.pytorch.trainer.call._call_callback_hooks`` (the same in every
+    release of ``versions.TABLE``, 2.4.0 to 2.6.6): the callbacks in ``trainer.callbacks``
+    order, filtered by ``monitoring_callbacks``, with the module's ``_current_fx_name`` set to
+    the hook; the pass-through profiler and the debug message it skips have no effect."""
     plan = getattr(trainer, _PLAN, None)
     if plan is None or type(trainer.profiler) is not PassThroughProfiler:
         _lightning_dispatch(trainer, hook_name, *args,

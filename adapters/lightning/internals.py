@@ -2,8 +2,10 @@
 
 Lightning's public API cannot express these; each is a private attribute or method, so each
 lives here, named for what it does for us, and ``tests/integration/test_lightning_contract.py``
-checks on every Lightning the suite runs on (the lowest and the highest ``pyproject.toml``
-allows) that it still exists with the shape used here. The per-batch path's internals are in
+checks on every Lightning the suite runs on (CI: the lowest and the highest ``pyproject.toml``
+allows; ``scripts/test-lightning-releases.sh``: one release of each row of ``versions.TABLE``)
+that it still exists with the shape used here. Each is the same in every release of the table
+(2.4.0 to 2.6.6) unless its note says otherwise. The per-batch path's internals are in
 ``lean.py`` (the lean loop, backward and step) and ``hooks.py`` (the callback dispatch)::
 
     answer_validation_checks   epoch_loop._should_check_val_fx      the schedule decides when
@@ -18,15 +20,20 @@ allows) that it still exists with the shape used here. The per-batch path's inte
     count_optimizer_step       LightningOptimizer._on_before_step/  global_step around a
                                _on_after_step                       GradScaler's step
     reruns_the_script          _SubprocessScriptLauncher            processes start in init()
+    attached_trainer           LightningModule._trainer             is the module attached
+                                                                    (the property raises)
 """
 
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import lightning.pytorch as pl
 
 
 def answer_validation_checks(trainer: pl.Trainer, should_check: Callable[..., bool]) -> None:
-    """Lightning asks ``should_check(data_fetcher)`` after each batch whether to validate."""
+    """Lightning asks ``should_check(data_fetcher)`` after each batch whether to validate.
+
+    Replaces ``_TrainingEpochLoop._should_check_val_fx`` (its body changed in 2.6.0: time-based
+    intervals; its call, ``self._should_check_val_fx(data_fetcher)``, did not)."""
     trainer.fit_loop.epoch_loop._should_check_val_fx = should_check  # type: ignore[method-assign]
 
 
@@ -38,7 +45,9 @@ def validate_now(trainer: pl.Trainer) -> None:
 
 
 def set_epoch_length(trainer: pl.Trainer, batches: int) -> None:
-    """The length of the epoch starting now (the first one of a resumed run is shorter)."""
+    """The length of the epoch starting now (the first one of a resumed run is shorter).
+    ``_FitLoop.max_batches``: set in ``setup_data`` (whose body changed in 2.6.0 and 2.6.4; the
+    attribute did not), read by the training-epoch loop."""
     trainer.fit_loop.max_batches = batches
 
 
@@ -60,8 +69,11 @@ def batches_seen(trainer: pl.Trainer) -> int:
 
 def supersede_signals(trainer: pl.Trainer, no_handlers: Callable[[], None],
                       no_broadcast: Callable[[], None]) -> None:
-    """Keeps Lightning from installing its SIGTERM handler and (2.6) from broadcasting its
-    SIGTERM flag before every batch; ``no_handlers``/``no_broadcast`` run instead."""
+    """Keeps Lightning from installing its SIGTERM handler and (2.5.2 on,
+    ``versions.Shape.broadcasts_sigterm``) from broadcasting its SIGTERM flag before every
+    batch; ``no_handlers``/``no_broadcast`` run instead. Replaces
+    ``_SignalConnector.register_signal_handlers`` and
+    ``_TrainingEpochLoop._broadcast_sigterm_tensor``."""
     connector = getattr(trainer, "_signal_connector", None)
     if connector is None or not hasattr(connector, "register_signal_handlers"):
         raise RuntimeError(
@@ -75,7 +87,8 @@ def supersede_signals(trainer: pl.Trainer, no_handlers: Callable[[], None],
 
 
 def count_optimizer_step(lightning_optimizer: Any, step: Callable[[], Any]) -> None:
-    """Runs ``step`` (a GradScaler's) counted as ``lightning_optimizer.step()`` counts one."""
+    """Runs ``step`` (a GradScaler's) counted as ``lightning_optimizer.step()`` counts one:
+    follows ``LightningOptimizer.step``'s ``_on_before_step``/``_on_after_step`` calls."""
     lightning_optimizer._on_before_step()
     step()
     lightning_optimizer._on_after_step()
@@ -87,3 +100,9 @@ def reruns_the_script(launcher: Any) -> bool:
     from lightning.pytorch.strategies.launchers import _SubprocessScriptLauncher
 
     return isinstance(launcher, _SubprocessScriptLauncher)
+
+
+def attached_trainer(module: pl.LightningModule) -> Optional[pl.Trainer]:
+    """The Trainer ``module`` is attached to, or None (``LightningModule.trainer`` raises when
+    there is none; ``_trainer`` is what it reads)."""
+    return module._trainer

@@ -6,17 +6,21 @@ dataloader-iterator steps, restarts, profilers, precision plugins and strategies
 each step. A ``TrialModule`` fit is one narrow case of them, and for that case most of the work
 is calls that do nothing (hooks nobody overrides, a pass-through profiler entered for every
 one of them, a signature inspection per batch, metrics recomputed when nothing was logged). Per
-batch, Lightning (2.4.0 and 2.6.6, manual optimization) against the lean path::
+batch, Lightning (every release in ``versions.TABLE``, manual optimization; the steps that
+differ between releases are marked with the release) against the lean path::
 
     Lightning's _TrainingEpochLoop.advance       lean advance (same order, same counters)
     ------------------------------------------   ---------------------------------------------
-    SIGTERM flag broadcast (2.6, several ranks)   none: SignalWatcher agrees on stops
+    SIGTERM flag broadcast (2.5.2 on, several     none: SignalWatcher agrees on stops
+      ranks)
     next(data_fetcher), is_last_batch             same
     convert_input, on_before_batch_transfer,      same; module hooks the TrialModule does not
       batch_to_device (profiled strategy hook)      override are skipped (they return the batch)
     increment_ready, logger on_batch_start        same
     on_train_batch_start: callbacks, module,      callbacks (hooks.py dispatch); module and
       strategy                                      strategy only where overridden
+    -1 from the module: (2.6.0 on) mark the       same, as versions.SHAPE.marks_last_batch says
+      last batch; processed; StopIteration
     increment_started; _build_kwargs (inspects    increment_started; (batch, batch_idx): the
       training_step's signature every batch)        TrialModule's fixed signature
     manual_optimization.run -> strategy hook ->   training_step called directly (one device),
@@ -37,17 +41,15 @@ batch, Lightning (2.4.0 and 2.6.6, manual optimization) against the lean path::
 
 ``on_advance_end`` (validation, ``_batches_that_stepped``, logger saving) stays Lightning's.
 Anything outside the narrow case (a restart, an iterator-style fetcher, a real profiler, a
-precision plugin or strategy other than the plain ones, an uncovered Lightning version,
-``DET_LIGHTNING_LEAN=0``) runs Lightning's own code, batch by batch.
+precision plugin or strategy other than the plain ones, a Lightning release with no row in
+``versions.TABLE``, ``DET_LIGHTNING_LEAN=0``) runs Lightning's own code, batch by batch.
 ``tests/integration/test_hooks.py`` traces every hook, counter and logged metric with and without
 this path and requires them equal; its contract test fails when Lightning's code changes.
 """
 
-import os
 from collections import OrderedDict
 from typing import Any, NamedTuple, Optional
 
-import lightning
 import lightning.pytorch as pl
 import torch
 from torch.nn.parallel import DistributedDataParallel
@@ -55,26 +57,26 @@ from lightning.pytorch.core.optimizer import LightningOptimizer, do_nothing_clos
 from lightning.pytorch.loops.fetchers import _PrefetchDataFetcher
 from lightning.pytorch.loops.training_epoch_loop import _TrainingEpochLoop
 from lightning.pytorch.plugins.precision import Precision
-from lightning.pytorch.profilers import PassThroughProfiler
 from lightning.pytorch.strategies import DDPStrategy, SingleDeviceStrategy, Strategy
 from lightning.pytorch.strategies.ddp import _DDPForwardRedirection
 from lightning.pytorch.trainer import call
 
-LEAN_ENV = "DET_LIGHTNING_LEAN"
-# Lightning releases whose training_epoch_loop.advance (and backward/step chain) the lean path
-# reproduces; the trace test runs on each (CI: the lowest and the highest pyproject allows).
-# ``advance`` changed in 2.5.0, 2.5.5 and 2.6.x, so releases are listed one by one.
-COVERED_RELEASES = ("2.4.0", "2.6.6")
-# A batch skipped by on_train_batch_start returning -1 ends the epoch; from 2.5 Lightning also
-# marks it the last batch first.
-_MARKS_LAST_BATCH = lightning.__version__ != "2.4.0"
+from det_lightning.adapters.lightning import versions
+from det_lightning.adapters.lightning.calls import (
+    batch_stays,
+    call_hook,
+    overrides,
+    plain_run,
+    set_fx_name,
+)
+
+LEAN_ENV = versions.LEAN_ENV
 
 
 def enabled() -> bool:
-    """Whether the lean path may run with the installed Lightning and environment."""
-    if os.environ.get(LEAN_ENV, "1").strip().lower() in ("0", "false", "no", "off"):
-        return False
-    return lightning.__version__ in COVERED_RELEASES
+    """Whether the lean path may run with the installed Lightning (a row of
+    ``versions.TABLE``) and environment."""
+    return versions.lean_allowed()
 
 
 def install(trainer: pl.Trainer) -> None:
@@ -82,36 +84,6 @@ def install(trainer: pl.Trainer) -> None:
     loop = trainer.fit_loop.epoch_loop
     if enabled() and type(loop) is _TrainingEpochLoop:
         loop.__class__ = LeanTrainingEpochLoop
-
-
-def _overrides(obj: Any, base: type, name: str) -> bool:
-    return getattr(type(obj), name) is not getattr(base, name) or name in vars(obj)
-
-
-def set_fx_name(module: pl.LightningModule, name: Optional[str]) -> None:
-    """Sets ``module._current_fx_name`` without ``nn.Module.__setattr__``'s search of the
-    parameter, buffer and submodule tables (it is a plain attribute; Lightning sets it around
-    every hook, a third of what a dispatch of nothing cost)."""
-    module.__dict__["_current_fx_name"] = name
-
-
-def _call_hook(owner: Any, module: pl.LightningModule, name: str, *args: Any, **kwargs: Any
-               ) -> Any:
-    """``owner.<name>(...)`` with ``module._current_fx_name`` set meanwhile: Lightning's
-    ``_call_lightning_module_hook`` (owner: the module) or ``_call_strategy_hook`` (owner: the
-    strategy) under the pass-through profiler."""
-    previous = module._current_fx_name
-    set_fx_name(module, name)
-    output = getattr(owner, name)(*args, **kwargs)
-    set_fx_name(module, previous)
-    return output
-
-
-def _plain_run(trainer: pl.Trainer) -> bool:
-    """The setting both lean pieces assume: manual optimization, no real profiler."""
-    module = trainer.lightning_module
-    return (module is not None and not module.automatic_optimization
-            and type(getattr(trainer, "profiler", None)) is PassThroughProfiler)
 
 
 class _Plan(NamedTuple):
@@ -125,18 +97,20 @@ class _Plan(NamedTuple):
     step: str                    # how training_step is called: STEP_DIRECT, STEP_DDP, or
                                  # "" (Lightning's _ManualOptimization.run)
     module_batch_end: bool       # the module overrides on_train_batch_end
+    marks_last_batch: bool       # a skipped batch (-1) is marked the last one (versions.Shape)
 
 
 def _plan(trainer: pl.Trainer) -> _Plan:
     module, strategy = trainer.lightning_module, trainer.strategy
     return _Plan(
-        lean=_plain_run(trainer),
-        before_transfer=_overrides(module, pl.LightningModule, "on_before_batch_transfer"),
-        to_device=not _batch_stays(module, strategy),
-        module_batch_start=_overrides(module, pl.LightningModule, "on_train_batch_start"),
-        strategy_batch_start=_overrides(strategy, Strategy, "on_train_batch_start"),
+        lean=plain_run(trainer),
+        before_transfer=overrides(module, pl.LightningModule, "on_before_batch_transfer"),
+        to_device=not batch_stays(module, strategy),
+        module_batch_start=overrides(module, pl.LightningModule, "on_train_batch_start"),
+        strategy_batch_start=overrides(strategy, Strategy, "on_train_batch_start"),
         step=_step_kind(module, strategy, trainer),
-        module_batch_end=_overrides(module, pl.LightningModule, "on_train_batch_end"),
+        module_batch_end=overrides(module, pl.LightningModule, "on_train_batch_end"),
+        marks_last_batch=versions.SHAPE is not None and versions.SHAPE.marks_last_batch,
     )
 
 
@@ -151,6 +125,8 @@ class LeanTrainingEpochLoop(_TrainingEpochLoop):
         super().on_run_start(data_fetcher)
 
     def advance(self, data_fetcher: Any) -> None:
+        """Follows ``_TrainingEpochLoop.advance`` of the release ``versions.SHAPE.advance``
+        names (2.4.0, 2.5.0, 2.5.2 or 2.6.0; the differences: the module docstring's table)."""
         plan = self._lean_plan
         if (plan is None or not plan.lean or self.restarting
                 or type(data_fetcher) is not _PrefetchDataFetcher):
@@ -169,7 +145,7 @@ class LeanTrainingEpochLoop(_TrainingEpochLoop):
         if plan.before_transfer:
             batch = module._on_before_batch_transfer(batch, dataloader_idx=0)
         if plan.to_device:
-            batch = _call_hook(strategy, module, "batch_to_device", batch, dataloader_idx=0)
+            batch = call_hook(strategy, module, "batch_to_device", batch, dataloader_idx=0)
         progress.increment_ready()
         connector = trainer._logger_connector
         connector.on_batch_start(batch)
@@ -184,12 +160,12 @@ class LeanTrainingEpochLoop(_TrainingEpochLoop):
             call._call_callback_hooks(trainer, "on_train_batch_start", batch, batch_idx)
             response = None
             if plan.module_batch_start:
-                response = _call_hook(module, module, "on_train_batch_start", batch, batch_idx)
+                response = call_hook(module, module, "on_train_batch_start", batch, batch_idx)
             if plan.strategy_batch_start:
-                _call_hook(strategy, module, "on_train_batch_start", batch, batch_idx)
+                call_hook(strategy, module, "on_train_batch_start", batch, batch_idx)
             skip_rest = response == -1
             if skip_rest:
-                if _MARKS_LAST_BATCH:
+                if plan.marks_last_batch:
                     progress.increment_by(0, is_last_batch=True)
             else:
                 progress.increment_started()
@@ -206,7 +182,7 @@ class LeanTrainingEpochLoop(_TrainingEpochLoop):
 
         call._call_callback_hooks(trainer, "on_train_batch_end", output, batch, batch_idx)
         if plan.module_batch_end:
-            _call_hook(module, module, "on_train_batch_end", output, batch, batch_idx)
+            call_hook(module, module, "on_train_batch_end", output, batch, batch_idx)
         logged = getattr(module, "log_calls", None)
         if logged is None or logged != self._lean_logged_seen:
             connector.on_batch_end()
@@ -217,16 +193,6 @@ class LeanTrainingEpochLoop(_TrainingEpochLoop):
             results.batch_size = None
         progress.increment_completed()
         connector.update_train_step_metrics()
-
-
-def _batch_stays(module: pl.LightningModule, strategy: Strategy) -> bool:
-    """Whether ``strategy.batch_to_device`` would hand the batch back unchanged: the module's
-    ``transfer_batch_to_device`` is one that says so (``TrialModule``'s: the context moves
-    batches) and nothing overrides the rest of the chain."""
-    kind = type(module)
-    return (getattr(kind, "transfer_batch_to_device", None) is getattr(kind, "keeps_batch", 0)
-            and not _overrides(module, pl.LightningModule, "on_after_batch_transfer")
-            and type(strategy).batch_to_device is Strategy.batch_to_device)
 
 
 STEP_DIRECT = "direct"  # strategy.training_step would just call module.training_step
@@ -255,7 +221,8 @@ def _ddp_training_step(strategy: Strategy, module: pl.LightningModule, batch: An
     broadcasts) into ``training_step``, as Lightning's ``_DDPForwardRedirection`` routes it,
     and the wrapper leaves the gradient reduction to ``manual_backward``, as that class's two
     hooks do. The module's ``forward`` is shadowed through its ``__dict__``, without
-    ``nn.Module.__setattr__``."""
+    ``nn.Module.__setattr__``. Follows ``Strategy.training_step``, ``_ForwardRedirection`` and
+    ``_DDPForwardRedirection`` (lightning.pytorch.strategies), unchanged 2.4.0 to 2.6.6."""
     ddp: Any = strategy.model
 
     def redirected(*args: Any) -> Any:
@@ -277,7 +244,8 @@ def _manual_step(manual: Any, module: pl.LightningModule, strategy: Strategy, ba
                  batch_idx: int, ddp: bool) -> Any:
     """``_ManualOptimization.run`` for a ``_step_kind`` the lean path reproduces: the
     optimizers count their steps into the loop's progress while ``training_step`` runs, as
-    Lightning has them do."""
+    Lightning has them do. Follows ``_ManualOptimization.run`` (on_run_start, advance,
+    on_run_end; lightning.pytorch.loops.optimization.manual), unchanged 2.4.0 to 2.6.6."""
     optimizers = strategy._lightning_optimizers
     for optimizer in optimizers:
         optimizer._on_before_step = manual._on_before_step
@@ -290,7 +258,7 @@ def _manual_step(manual: Any, module: pl.LightningModule, strategy: Strategy, ba
             step_output = _ddp_training_step(strategy, module, batch, batch_idx)
             set_fx_name(module, previous)
         else:
-            step_output = _call_hook(module, module, "training_step", batch, batch_idx)
+            step_output = call_hook(module, module, "training_step", batch, batch_idx)
         del batch
         strategy.post_training_step()
         output = manual.output_result_cls.from_training_step_output(step_output).asdict()
@@ -311,6 +279,12 @@ class BackendFastPath:
     in its order: the same hooks (callbacks through the dispatch, the module's where it
     overrides them), the strategy's pre/post backward (DDP's ``prepare_for_backward``), the
     optimizer's progress counters, ``on_before_optimizer_step`` inside ``optimizer.step``.
+
+    ``backward`` follows ``LightningModule.manual_backward`` -> ``Strategy.backward`` ->
+    ``Precision.pre_backward/backward/post_backward``; ``step`` follows
+    ``LightningOptimizer.step`` -> ``Strategy.optimizer_step`` -> ``Precision.optimizer_step``
+    and ``_after_closure``: all unchanged 2.4.0 to 2.6.6 (``DDPStrategy.post_backward``, added
+    in 2.6.0, is called as Lightning calls it).
     """
 
     def __init__(self, trainer: pl.Trainer) -> None:
@@ -318,12 +292,12 @@ class BackendFastPath:
         self.module = module = trainer.lightning_module
         self.module_hooks = {
             name for name in ("on_before_backward", "on_after_backward", "on_before_optimizer_step")
-            if _overrides(module, pl.LightningModule, name)
+            if overrides(module, pl.LightningModule, name)
         }
 
     @staticmethod
     def applies(trainer: pl.Trainer) -> bool:
-        if not enabled() or not _plain_run(trainer):
+        if not enabled() or not plain_run(trainer):
             return False
         strategy = trainer.strategy
         module = trainer.lightning_module
@@ -331,8 +305,8 @@ class BackendFastPath:
         averaging = getattr(strategy, "_model_averager", None) is not None
         return (plain_strategy and not averaging and type(trainer.precision_plugin) is Precision
                 and type(strategy).backward is Strategy.backward
-                and not _overrides(module, pl.LightningModule, "backward")
-                and not _overrides(module, pl.LightningModule, "manual_backward"))
+                and not overrides(module, pl.LightningModule, "backward")
+                and not overrides(module, pl.LightningModule, "manual_backward"))
 
     def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         trainer, module = self.trainer, self.module
@@ -340,12 +314,12 @@ class BackendFastPath:
         strategy.pre_backward(loss)
         call._call_callback_hooks(trainer, "on_before_backward", loss)
         if "on_before_backward" in self.module_hooks:
-            _call_hook(module, module, "on_before_backward", loss)
+            call_hook(module, module, "on_before_backward", loss)
         loss.backward(*args, **kwargs)
         detached = loss.detach()
         call._call_callback_hooks(trainer, "on_after_backward")
         if "on_after_backward" in self.module_hooks:
-            _call_hook(module, module, "on_after_backward")
+            call_hook(module, module, "on_after_backward")
         strategy.post_backward(detached)
 
     def step(self, lightning_optimizer: LightningOptimizer) -> Optional[Any]:
@@ -359,7 +333,7 @@ class BackendFastPath:
         def closure() -> None:  # Lightning's do-nothing closure, then _after_closure's hooks
             call._call_callback_hooks(trainer, "on_before_optimizer_step", optimizer)
             if "on_before_optimizer_step" in self.module_hooks:
-                _call_hook(module, module, "on_before_optimizer_step", optimizer)
+                call_hook(module, module, "on_before_optimizer_step", optimizer)
             # Lightning clips gradients here only under automatic optimization.
 
         lightning_optimizer._on_before_step()

@@ -1,0 +1,194 @@
+"""The lean validation step: what Lightning's evaluation loop runs around each
+``evaluate_batch``, minus what a ``pytorch.Trainer`` run never uses.
+
+The same approach as the lean training path (``lean.py``), for the evaluation loop's per-batch
+work. Per validation batch, Lightning (every release in ``versions.TABLE``; the functions
+followed are the same in all of them) against the lean step::
+
+    Lightning's _EvaluationLoop                  lean (same order, same counters)
+    ------------------------------------------   ---------------------------------------------
+    next(data_fetcher): profiler start/stop      the pass-through profiler's start and stop,
+      around the fetch, each with a formatted      and the names formatted for them, skipped
+      name (_on_before_fetch/_on_after_fetch)
+    _evaluation_step:
+    convert_input, on_before_batch_transfer,      same; module hooks the TrialModule does not
+      batch_to_device (profiled strategy hook)      override are skipped (they return the batch)
+    _build_kwargs (an OrderedDict per batch)      (batch, batch_idx): one dataloader
+    increment_ready, logger on_batch_start        same
+    on_validation_batch_start: callbacks,         callbacks (hooks.py dispatch); the module
+      module                                        only where it overrides the hook
+    increment_started                             same
+    _build_step_args_from_hook_kwargs (inspects   the signature inspected once per pass
+      validation_step's signature every batch)
+    strategy hook -> precision val_step_context   validation_step called directly (one device,
+      -> validation_step                            plain precision: the context is empty);
+                                                    Lightning's strategy hook otherwise
+    increment_processed                           same
+    on_validation_batch_end: callbacks, module    callbacks; module only where overridden
+    logger on_batch_end: recompute every logged   recomputed (and the step metrics sent to the
+      metric; update_eval_step_metrics:             loggers) only once something was logged
+      recompute again, log the step metrics         in this pass: until then both are empty
+    increment_completed, _has_run, the step       same
+      count per dataloader, the SIGTERM check
+
+``run``, ``setup_data``, ``reset`` and the start and end hooks of a pass stay Lightning's.
+Anything outside the narrow case (several dataloaders, an iterator-style step, a real profiler,
+a restart, a Lightning release with no row in ``versions.TABLE``, ``DET_LIGHTNING_LEAN=0`` or
+``DET_LIGHTNING_LEAN_VALIDATION=0``) runs Lightning's own ``_evaluation_step``.
+``tests/integration/test_hooks.py`` traces every hook, counter and logged metric with and
+without it and requires them equal.
+"""
+
+from typing import Any, NamedTuple, Optional
+
+import lightning.pytorch as pl
+from lightning.pytorch.loops.evaluation_loop import _EvaluationLoop
+from lightning.pytorch.loops.fetchers import _PrefetchDataFetcher
+from lightning.pytorch.plugins.precision import Precision
+from lightning.pytorch.strategies import SingleDeviceStrategy
+from lightning.pytorch.trainer import call
+from lightning.pytorch.utilities.exceptions import SIGTERMException
+from lightning.pytorch.utilities.signature_utils import is_param_in_hook_signature
+
+from det_lightning.adapters.lightning import versions
+from det_lightning.adapters.lightning.calls import batch_stays, call_hook, overrides, plain_run
+
+LEAN_VALIDATION_ENV = "DET_LIGHTNING_LEAN_VALIDATION"
+
+
+def enabled() -> bool:
+    """Whether the lean validation step may run: the installed Lightning has a row in
+    ``versions.TABLE`` and neither ``DET_LIGHTNING_LEAN_VALIDATION`` nor ``DET_LIGHTNING_LEAN``
+    turns it off."""
+    return versions.lean_allowed(LEAN_VALIDATION_ENV)
+
+
+def install(trainer: pl.Trainer) -> None:
+    """Gives the evaluation loop ``trainer.fit`` validates with the lean step (when
+    ``enabled()``)."""
+    loop = trainer.fit_loop.epoch_loop.val_loop
+    if enabled() and type(loop) is _EvaluationLoop:
+        loop.__class__ = LeanEvaluationLoop
+
+
+class _Plan(NamedTuple):
+    """What the lean step may skip for one module and strategy, worked out per pass."""
+
+    lean: bool               # the narrow case holds (else: Lightning's _evaluation_step)
+    quiet_profiler: bool     # the profiler is the pass-through one
+    before_transfer: bool    # the module overrides on_before_batch_transfer
+    to_device: bool          # strategy.batch_to_device may change the batch
+    module_batch_start: bool  # the module overrides on_{validation,test}_batch_start
+    direct_step: bool        # the step may be called directly (one device, plain precision)
+    module_batch_end: bool   # the module overrides on_{validation,test}_batch_end
+    start_hook: str
+    step_hook: str
+    end_hook: str
+
+
+def _plan(loop: _EvaluationLoop) -> _Plan:
+    trainer = loop.trainer
+    module, strategy = trainer.lightning_module, trainer.strategy
+    testing = trainer.testing
+    prefix = "on_test_batch" if testing else "on_validation_batch"
+    step_hook = "test_step" if testing else "validation_step"
+    quiet = plain_run(trainer)
+    lean = (quiet and loop.num_dataloaders == 1
+            and type(loop._data_fetcher) is _PrefetchDataFetcher
+            # Lightning leaves batch_idx out of a step that does not take it
+            and is_param_in_hook_signature(getattr(module, step_hook), "batch_idx", min_args=2))
+    return _Plan(
+        lean=lean,
+        quiet_profiler=quiet,
+        before_transfer=overrides(module, pl.LightningModule, "on_before_batch_transfer"),
+        to_device=not batch_stays(module, strategy),
+        module_batch_start=overrides(module, pl.LightningModule, f"{prefix}_start"),
+        direct_step=(type(strategy) is SingleDeviceStrategy and strategy.model is module
+                     and type(trainer.precision_plugin) is Precision),
+        module_batch_end=overrides(module, pl.LightningModule, f"{prefix}_end"),
+        start_hook=f"{prefix}_start",
+        step_hook=step_hook,
+        end_hook=f"{prefix}_end",
+    )
+
+
+class LeanEvaluationLoop(_EvaluationLoop):
+    """Lightning's evaluation loop whose per-batch step takes the lean path when it can."""
+
+    _lean_plan: Optional[_Plan] = None
+    _lean_logged_at_start = -1
+
+    def on_run_start(self) -> None:
+        self._lean_plan = _plan(self)
+        # The pass's logged results were reset when the last pass ended (_on_evaluation_end), so
+        # until something logs (TrialModule.log counts every call) the per-batch recompute finds
+        # nothing; from the first log call on it is Lightning's again.
+        logged = getattr(self.trainer.lightning_module, "log_calls", None)
+        if logged is None or not all(item.has_reset for item in self._results.values()):
+            logged = -1  # never quiet
+        self._lean_logged_at_start = logged
+        super().on_run_start()
+
+    def _on_before_fetch(self) -> None:
+        """Follows ``_EvaluationLoop._on_before_fetch`` (unchanged 2.4.0 to 2.6.6): a profiler
+        action around each fetch, which the pass-through profiler ignores."""
+        plan = self._lean_plan
+        if plan is None or not plan.quiet_profiler:
+            super()._on_before_fetch()
+
+    def _on_after_fetch(self) -> None:
+        """Follows ``_EvaluationLoop._on_after_fetch`` (unchanged 2.4.0 to 2.6.6)."""
+        plan = self._lean_plan
+        if plan is None or not plan.quiet_profiler:
+            super()._on_after_fetch()
+
+    def _evaluation_step(self, batch: Any, batch_idx: int, dataloader_idx: int,
+                         dataloader_iter: Any) -> None:
+        """Follows ``_EvaluationLoop._evaluation_step`` (unchanged 2.4.0 to 2.6.6) for one
+        dataloader and a ``(batch, batch_idx)`` step."""
+        plan = self._lean_plan
+        if plan is None or not plan.lean or self.restarting or dataloader_iter is not None:
+            super()._evaluation_step(batch, batch_idx, dataloader_idx, dataloader_iter)
+            return
+        trainer = self.trainer
+        module = trainer.lightning_module
+        strategy = trainer.strategy
+        progress = self.batch_progress
+        connector = trainer._logger_connector
+
+        batch = trainer.precision_plugin.convert_input(batch)
+        if plan.before_transfer:
+            batch = module._on_before_batch_transfer(batch, dataloader_idx=dataloader_idx)
+        if plan.to_device:
+            batch = call_hook(strategy, module, "batch_to_device", batch,
+                               dataloader_idx=dataloader_idx)
+        progress.increment_ready()
+        connector.on_batch_start(batch, None)  # one dataloader: no index in the hooks
+        call._call_callback_hooks(trainer, plan.start_hook, batch, batch_idx)
+        if plan.module_batch_start:
+            call_hook(module, module, plan.start_hook, batch, batch_idx)
+        progress.increment_started()
+        if plan.direct_step:  # Strategy.validation_step: the plain precision's empty context
+            output = call_hook(module, module, plan.step_hook, batch, batch_idx)
+        else:
+            output = call._call_strategy_hook(trainer, plan.step_hook, batch, batch_idx)
+        progress.increment_processed()
+        call._call_callback_hooks(trainer, plan.end_hook, output, batch, batch_idx)
+        if plan.module_batch_end:
+            call_hook(module, module, plan.end_hook, output, batch, batch_idx)
+        quiet = getattr(module, "log_calls", None) == self._lean_logged_at_start
+        if quiet:  # nothing logged this pass: the recompute would find nothing
+            results = self._results
+            results.batch = None
+            results.batch_size = None
+        else:
+            connector.on_batch_end()
+        progress.increment_completed()
+        if not trainer.sanity_checking:
+            self._has_run = True
+            seen = self._seen_batches_per_dataloader
+            if not quiet:
+                connector.update_eval_step_metrics(seen[dataloader_idx])
+            seen[dataloader_idx] += 1
+        if not progress.is_last_batch and trainer.received_sigterm:
+            raise SIGTERMException

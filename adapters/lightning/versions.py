@@ -1,0 +1,205 @@
+"""The one table of Lightning releases whose internals det_lightning reproduces.
+
+Every module in this folder that follows a private Lightning function asks ``SHAPE`` (the row
+for the installed release) which variant of it to follow; none compares version strings itself.
+The rows were built by diffing, release by release, the functions the lean path mirrors (wheels
+from ``pip download lightning==X --no-deps``; 2.6.2 and 2.6.3, withdrawn malicious releases,
+never downloaded):
+
+    function (lightning.pytorch ...)           changed in     what changed, for us
+    -----------------------------------------  -------------  ----------------------------------
+    _TrainingEpochLoop.advance                 2.5.0          restart handling (the lean path
+                                                              runs Lightning's on a restart)
+                                               2.5.2          SIGTERM flag broadcast before each
+                                                              batch (several ranks)
+                                               2.6.0          a batch skipped by
+                                                              on_train_batch_start (-1) is marked
+                                                              the last one first
+    _TrainingEpochLoop.on_run_start            2.5.3          resuming: iter() not called again
+                                                              (the lean path calls super())
+    _TrainingEpochLoop._should_check_val_fx    2.6.0          time-based intervals (replaced by
+                                                              ours: internals.answer_validation_checks)
+    _FitLoop (run, on_advance_*, setup_data)   2.5.0, 2.5.5,  restart stages, eval-mode warning,
+                                               2.6.0, 2.6.4   data set-up: stays Lightning's
+    _EvaluationLoop.run / on_run_end           2.5.0, 2.6.0   restart handling, results printing:
+                                                              stays Lightning's
+    _EvaluationLoop._evaluation_step,          none           (lean_validation.py's step)
+      _on_before_fetch/_on_after_fetch,
+      _on_evaluation_end (resets the results),
+      _LoggerConnector.on_batch_start/
+      update_eval_step_metrics, Strategy.
+      validation_step, _ResultCollection.metrics
+    call._call_callback_hooks,                 none           (hooks.py's dispatch)
+      _call_lightning_module_hook,
+      _call_strategy_hook
+    _SignalConnector.register_signal_handlers  2.5.0          (replaced whole by ours)
+    LightningOptimizer.step,                   none           (lean.BackendFastPath)
+      Strategy.backward/training_step,
+      _DDPForwardRedirection
+    DDPStrategy.post_backward                  2.6.0 (added)  static-graph flush: the lean
+                                                              backward calls post_backward too
+    ManualResult.from_training_step_output     2.5.3          dict -> Mapping: called, not copied
+
+A release newer than the last row (or older than the first) runs Lightning's own loops and
+dispatch, with one warning saying what that costs.
+"""
+
+import hashlib
+import importlib
+import inspect
+import os
+from typing import Any, Dict, NamedTuple, Optional, Tuple
+
+import lightning
+from lightning.pytorch.utilities import rank_zero_warn
+from packaging.version import Version
+
+
+class Shape(NamedTuple):
+    """What the lean code depends on, for one range of Lightning releases."""
+
+    first: str                 # the first release of the range
+    last: str                  # the last release checked (inclusive)
+    advance: str               # the release whose _TrainingEpochLoop.advance the lean one follows
+    advance_digest: str        # fingerprint() of that release's advance (the contract test
+                               # checks the installed one against it)
+    marks_last_batch: bool     # a batch skipped by on_train_batch_start is marked the last one
+    broadcasts_sigterm: bool   # advance broadcasts the SIGTERM flag before each batch
+
+
+# One row per range of releases with the same ``advance`` (and the same everything else the
+# lean path follows). scripts/test-lightning-releases.sh runs the trace and contract tests on
+# one release of each row.
+TABLE: Tuple[Shape, ...] = (
+    Shape("2.4.0", "2.4.0", advance="2.4.0", advance_digest="7ba935fd01c4",
+          marks_last_batch=False, broadcasts_sigterm=False),
+    Shape("2.5.0", "2.5.1.post0", advance="2.5.0", advance_digest="419c08cd10df",
+          marks_last_batch=False, broadcasts_sigterm=False),
+    Shape("2.5.2", "2.5.6", advance="2.5.2", advance_digest="b77340a10ed2",
+          marks_last_batch=False, broadcasts_sigterm=True),
+    Shape("2.6.0", "2.6.6", advance="2.6.0", advance_digest="a89952bfe388",
+          marks_last_batch=True, broadcasts_sigterm=True),
+)
+
+# The functions the lean pieces mirror that are the same in every row (fingerprints of 2.4.0 to
+# 2.6.6 alike), by "module:qualified name" under lightning.pytorch.
+UNCHANGED: Dict[str, str] = {
+    "trainer.call:_call_callback_hooks": "db53c7410f78",
+    "trainer.call:_call_lightning_module_hook": "160281faa0f9",
+    "trainer.call:_call_strategy_hook": "ecbeca072455",
+    "loops.optimization.manual:_ManualOptimization.run": "f8904bd88575",
+    "loops.optimization.manual:_ManualOptimization.on_run_start": "731903ddfa0d",
+    "loops.optimization.manual:_ManualOptimization.advance": "f4cc59b495d3",
+    "loops.optimization.manual:_ManualOptimization.on_run_end": "53c6ffbd9f1c",
+    "core.optimizer:LightningOptimizer.step": "12600c58ed6e",
+    "strategies.strategy:Strategy.training_step": "7cdf5e14381e",
+    "strategies.strategy:Strategy.batch_to_device": "c726a3515f1b",
+    "strategies.strategy:Strategy.backward": "55de60695aeb",
+    "strategies.strategy:Strategy.optimizer_step": "0932bdd3c973",
+    "strategies.strategy:_ForwardRedirection.__call__": "25bbacdf9b97",
+    "strategies.ddp:_DDPForwardRedirection.on_after_inner_forward": "74a946a9e418",
+    "strategies.ddp:_DDPForwardRedirection.on_after_outer_forward": "0b05cddba34a",
+    "core.module:LightningModule.manual_backward": "31da643072d4",
+    "core.module:LightningModule._apply_batch_transfer_handler": "168f5bf65759",
+    "plugins.precision.precision:Precision.backward": "7c4c5605cb88",
+    "plugins.precision.precision:Precision.pre_backward": "29db84744fe0",
+    "plugins.precision.precision:Precision.post_backward": "8a617b066282",
+    "plugins.precision.precision:Precision.optimizer_step": "23d46ba09e0a",
+    "plugins.precision.precision:Precision._wrap_closure": "cda4db0304fb",
+    "plugins.precision.precision:Precision._after_closure": "9cb08fca04c0",
+    "trainer.connectors.logger_connector.logger_connector:_LoggerConnector.on_batch_end":
+        "910e37278afb",
+    # lean_validation.py
+    "loops.evaluation_loop:_EvaluationLoop._evaluation_step": "a2f5504c0b30",
+    "loops.evaluation_loop:_EvaluationLoop._on_before_fetch": "75d2bc59a1e7",
+    "loops.evaluation_loop:_EvaluationLoop._on_after_fetch": "319bf8faa493",
+    "loops.evaluation_loop:_EvaluationLoop._build_kwargs": "e032b7157bda",
+    "loops.evaluation_loop:_EvaluationLoop._build_step_args_from_hook_kwargs": "b5aa70cc7789",
+    "loops.evaluation_loop:_EvaluationLoop._on_evaluation_end": "bfd8c6842e7c",
+    "loops.evaluation_loop:_EvaluationLoop.on_run_start": "f22589252609",
+    "trainer.connectors.logger_connector.logger_connector:_LoggerConnector.on_batch_start":
+        "b86eeef7d7e3",
+    "trainer.connectors.logger_connector.logger_connector:"
+    "_LoggerConnector.update_eval_step_metrics": "c9a6aea0b920",
+    "trainer.connectors.logger_connector.logger_connector:_LoggerConnector.reset_results":
+        "ee8e971689ed",
+    "trainer.connectors.logger_connector.result:_ResultCollection.metrics": "6a7f15d68406",
+    "trainer.connectors.logger_connector.result:_ResultCollection.valid_items": "510dfc10b180",
+    "trainer.connectors.logger_connector.result:_ResultCollection.reset": "8429e6fc269d",
+    "strategies.strategy:Strategy.validation_step": "9a2c9936b512",
+    "strategies.strategy:Strategy.test_step": "29f45b26add8",
+}
+
+
+def fingerprint(source: str) -> str:
+    """A short digest of a function's source text, blind to indentation, blank lines, comments
+    and decorators (the same text in a wheel and from ``inspect.getsource`` digests alike)."""
+    lines = [line.strip() for line in source.splitlines()]
+    while lines and not lines[0].startswith(("def ", "async def ")):
+        lines.pop(0)
+    kept = "\n".join(line for line in lines if line and not line.startswith("#"))
+    return hashlib.sha256(kept.encode()).hexdigest()[:12]
+
+
+def fingerprint_of(name: str) -> str:
+    """``fingerprint`` of the installed Lightning's ``"module:qualified.name"`` (under
+    ``lightning.pytorch``)."""
+    module_name, _, qualified = name.partition(":")
+    found: Any = importlib.import_module(f"lightning.pytorch.{module_name}")
+    for part in qualified.split("."):
+        found = getattr(found, part)
+    return fingerprint(inspect.getsource(found))
+
+
+# What running Lightning's own loop costs, said once when the installed release has no row.
+UNCOVERED_COST = (
+    "about 1.5x the instructions per training step of the lean path (Lightning's per-batch "
+    "hook dispatch, profiler and batch-transfer chain run in full)"
+)
+
+
+def shape_for(version: str) -> Optional[Shape]:
+    """The row covering ``version``, or None when no row does (a newer or older release)."""
+    wanted = Version(version)
+    for row in TABLE:
+        if Version(row.first) <= wanted <= Version(row.last):
+            return row
+    return None
+
+
+SHAPE: Optional[Shape] = shape_for(lightning.__version__)
+LEAN_ENV = "DET_LIGHTNING_LEAN"  # 0/false/no/off: every lean piece off (Lightning's own code)
+_warned = False
+
+
+def switched_off(*env_names: str) -> bool:
+    """Whether one of ``env_names`` (or ``DET_LIGHTNING_LEAN``) turns the lean pieces off."""
+    return any(os.environ.get(name, "1").strip().lower() in ("0", "false", "no", "off")
+               for name in (*env_names, LEAN_ENV))
+
+
+def lean_allowed(*env_names: str) -> bool:
+    """Whether a lean piece may run: the installed Lightning has a row and no environment
+    variable turns it off. A release with no row warns once (``warn_uncovered``)."""
+    if switched_off(*env_names):
+        return False
+    if SHAPE is None:
+        warn_uncovered()
+        return False
+    return True
+
+
+def warn_uncovered(version: str = lightning.__version__) -> None:
+    """Says once per process (on rank zero) that ``version`` runs Lightning's own loop, and
+    what it costs."""
+    global _warned
+    if _warned:
+        return
+    _warned = True
+    rank_zero_warn(
+        f"det_lightning has not checked Lightning {version}'s training loop (it covers "
+        f"{TABLE[0].first} to {TABLE[-1].last}), so it runs Lightning's own loop and hook "
+        f"dispatch: {UNCOVERED_COST}. Results are the same. For the lean path install "
+        f"'lightning>={TABLE[0].first},<={TABLE[-1].last},!=2.6.2,!=2.6.3'.",
+        category=UserWarning,
+    )
