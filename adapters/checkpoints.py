@@ -17,16 +17,17 @@ One save, as Determined orders its callbacks::
     on_checkpoint_upload_end(uuid)              # every rank (the others at once)
     retention: delete this trial's checkpoints checkpoint_storage no longer keeps (rank 0)
 
-With ``Trainer(sync_checkpoints=True)`` or ``DET_LIGHTNING_SYNC_CHECKPOINTS=1`` the write runs in
-the training thread and the hooks follow at once, as in Determined. A failed background write
-fails the run with its error at the next of those points (and at ``fit()``'s end at the latest);
-its partial directory is removed, so nothing of it is ever visible.
+The write runs in the training thread instead, and the hooks follow it at once, as in
+Determined, with ``Trainer(sync_checkpoints=True)`` or ``DET_LIGHTNING_SYNC_CHECKPOINTS=1``, and
+when a callback overrides one of those three hooks (Determined calls them before the next batch,
+and a callback may add files to the directory before the upload). A failed background write
+fails the run with its error at the next of those points (at ``fit()``'s end at the latest); its
+partial directory is removed, so nothing of it is ever visible.
 
 Under a URL root (``_remote``: S3, GCS, Azure) the directory is written into the local cache
-the same way, the hooks above get that local directory, and then its files are uploaded with the
-marker ``<uuid>/.complete`` last, before ``on_checkpoint_upload_end``, as Determined uploads
-after ``on_checkpoint_write_end`` (in the background thread unless a callback overrides
-``on_checkpoint_write_end`` or ``on_checkpoint_end``: it may add files before the upload).
+the same way, and then its files are uploaded with the marker ``<uuid>/.complete`` last (by the
+background thread, or after ``on_checkpoint_write_end`` in the training thread), before
+``on_checkpoint_upload_end``, as Determined uploads after ``on_checkpoint_write_end``.
 
 As with Determined's local (shared_fs) storage, ``on_checkpoint_write_end`` gets the
 checkpoint's final directory, which stays there, so a callback can keep the path to copy or
@@ -71,6 +72,25 @@ from det_lightning.pytorch._callback import PyTorchCallback
 from det_lightning.pytorch._code import code_sources
 
 logger = logging.getLogger("det_lightning.core")
+
+# Determined calls these right after a checkpoint's write (and upload), before the next batch.
+_WRITE_HOOKS = ("on_checkpoint_end", "on_checkpoint_write_end", "on_checkpoint_upload_end")
+
+
+def _observes_writes(callbacks: Dict[str, PyTorchCallback]) -> bool:
+    """Whether a callback overrides a hook Determined calls right after each write: then every
+    write happens in the training thread, so those hooks come where Determined calls them
+    (before the next batch; they may add files before the upload)."""
+    observing = sorted(
+        f"{name}.{hook}" for name, callback in callbacks.items() for hook in _WRITE_HOOKS
+        if getattr(type(callback), hook) is not getattr(PyTorchCallback, hook)
+    )
+    if observing:
+        logger.info(
+            f"Checkpoints are written in the training thread: {', '.join(observing)} runs right "
+            "after each write, as in Determined."
+        )
+    return bool(observing)
 
 
 class CheckpointManager:
@@ -122,6 +142,7 @@ class CheckpointManager:
         self.last_metrics: Optional[Dict[str, Any]] = None
         self.last_metrics_batch = -1
         # Only the chief writes; None: every write in the training thread.
+        background = background and not _observes_writes(module.det_callbacks)
         self.writer = BackgroundWriter() if background and module.context.distributed.rank == 0 else None
         self.pending: Optional[str] = None  # the UUID being written in the background
         self.uploaded: Optional[RemoteRoot] = None  # where the background thread uploaded it
@@ -237,27 +258,16 @@ class CheckpointManager:
             raise
         if self.writer is None:
             return finish_atomically(self.local_root, uuid, partial, files.write)
-        upload = isinstance(self.root, RemoteRoot) and not self._hooks_edit_files()
         self.uploaded = None
-        self.writer.submit(lambda: self._write_in_background(uuid, partial, files, upload))
+        self.writer.submit(lambda: self._write_in_background(uuid, partial, files))
         return self.local_root / uuid
 
     def _write_in_background(
-        self, uuid: str, partial: pathlib.Path, files: CheckpointFiles, upload: bool
+        self, uuid: str, partial: pathlib.Path, files: CheckpointFiles
     ) -> None:
         local = finish_atomically(self.local_root, uuid, partial, files.write)
-        if upload:
-            assert isinstance(self.root, RemoteRoot)
+        if isinstance(self.root, RemoteRoot):  # marker last
             self.uploaded = self.root.upload(uuid, local)
-
-    def _hooks_edit_files(self) -> bool:
-        """Whether a callback gets the finished directory before the upload (it may add
-        files): then the upload waits for its hooks, in the training thread."""
-        return any(
-            getattr(type(callback), name) is not getattr(PyTorchCallback, name)
-            for callback in self.module.det_callbacks.values()
-            for name in ("on_checkpoint_end", "on_checkpoint_write_end")
-        )
 
     def wait_for_write(self) -> None:
         """Waits for the checkpoint being written in the background, if any, then runs what

@@ -30,13 +30,17 @@ sys.path.insert(0, str(HERE))
 import workloads  # noqa: E402
 from report import Report, Runs  # noqa: E402
 
-ALL_SYSTEMS = ["raw", "lightning", "det_lightning", "det_lightning+tb", "determined"]
+ALL_SYSTEMS = [
+    "raw", "lightning", "det_lightning", "det_lightning+tb", "det_lightning+sync", "determined"
+]
 
 
 def systems_for(name: str, have_determined: bool) -> List[str]:
     systems = ["raw", "lightning", "det_lightning"]
     if name == "mlp":
         systems.append("det_lightning+tb")
+    if name == "checkpoint":  # the same saves written in the training thread
+        systems.append("det_lightning+sync")
     if have_determined:
         systems.append("determined")
     return systems

@@ -53,12 +53,14 @@ class Gate:
 
 
 class GateCallback(pytorch.PyTorchCallback):
-    """Puts ``gates[n]`` into the state of the n-th checkpoint (0-based), a plain 0 otherwise."""
+    """Puts ``gates[n]`` into the state of the n-th checkpoint (0-based), a plain 0 otherwise;
+    records the complete checkpoints under ``root`` at each validation's report."""
 
-    def __init__(self, gates: Dict[int, Gate]) -> None:
+    def __init__(self, gates: Dict[int, Gate], root: Optional[pathlib.Path] = None) -> None:
         self.gates = gates
+        self.root = root
         self.saves = 0
-        self.events: List[str] = []
+        self.at_reports: List[List[int]] = []
 
     def state_dict(self) -> Dict[str, Any]:
         gate = self.gates.get(self.saves, 0)
@@ -68,11 +70,9 @@ class GateCallback(pytorch.PyTorchCallback):
     def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
         pass
 
-    def on_checkpoint_write_end(self, checkpoint_dir: str) -> None:
-        self.events.append(f"write_end {pathlib.Path(checkpoint_dir).name}")
-
     def on_validation_end(self, metrics: Dict[str, Any]) -> None:
-        self.events.append("validation_end")
+        if self.root is not None:
+            self.at_reports.append(sorted(complete(self.root)))
 
 
 class GatedTrial(MLPTrial):  # type: ignore[misc, valid-type]
@@ -206,8 +206,6 @@ def test_the_next_checkpoint_and_retention_wait_for_the_write(tmp_path: pathlib.
     assert seen_during_write == [[2]]  # checkpoint 2 still there while 4 was being written
     assert sorted(complete(root)) == [8]
     assert not [p for p in root.iterdir() if p.name.endswith((PARTIAL_SUFFIX, DELETING_SUFFIX))]
-    written = [e.split()[1] for e in callbacks["gate"].events if e.startswith("write_end")]
-    assert len(written) == len(set(written)) == 4  # each checkpoint's hooks ran once
 
 
 def test_a_validation_is_reported_after_the_checkpoint_before_it_is_complete(
@@ -220,11 +218,34 @@ def test_a_validation_is_reported_after_the_checkpoint_before_it_is_complete(
         def on_validation_start(self) -> None:
             validating.set()
 
-    gates = GateCallback({0: Gate(lambda: wait(validating, "a validation started"))})
+    gates = GateCallback({0: Gate(lambda: wait(validating, "a validation started"))}, root)
     fit(root, {"gate": gates, "validating": Validating()}, max_length=pytorch.Batch(3),
         checkpoint_period=pytorch.Batch(2), validation_period=pytorch.Batch(3))
-    first = complete(root)[2].name
-    assert gates.events[:2] == [f"write_end {first}", "validation_end"]
+    assert gates.at_reports == [[2]]  # reported at batch 3, checkpoint 2 complete by then
+
+
+def test_a_callback_on_the_write_hooks_gets_them_where_determined_calls_them(
+    tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Determined calls on_checkpoint_write_end right after the write, before the next batch:
+    with such a callback every write happens in the training thread."""
+    root = tmp_path / "checkpoints"
+    batches: List[int] = []
+
+    class WriteEnd(pytorch.PyTorchCallback):
+        def on_checkpoint_write_end(self, checkpoint_dir: str) -> None:
+            batches.append(len(trained))
+            assert (pathlib.Path(checkpoint_dir) / ckpt.METADATA_FILE).exists()
+
+    trained: List[int] = []
+    gate = Gate()
+    with caplog.at_level("INFO"):
+        fit(root, {"gate": GateCallback({0: gate}), "write_end": WriteEnd()},
+            on_batch=trained.append, max_length=pytorch.Batch(4),
+            checkpoint_period=pytorch.Batch(2))
+    assert gate.threads == [threading.main_thread().name]
+    assert batches == [2, 4]
+    assert "write_end.on_checkpoint_write_end runs right after each write" in caplog.text
 
 
 def test_an_error_in_training_waits_for_the_write_in_flight(tmp_path: pathlib.Path) -> None:

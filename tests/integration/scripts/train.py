@@ -11,6 +11,9 @@ Usage: ``python train.py ARGS_JSON``, ARGS_JSON being a file of keyword argument
     devices         processes to train with (Lightning starts the others)
     block_write     block inside the write of the n-th checkpoint (1-based): touch
                     ``marker`` and sleep, so the parent can signal or kill the process then
+    block_background  block the background write of the n-th checkpoint (1-based) at its first
+                    fsync: announce its partial directory in ``marker`` and wait (training goes
+                    on) until the file ``release`` exists, or the parent kills the process
     block_delete    right after the first file a deletion removes from a checkpoint directory,
                     touch this marker file and sleep (the parent kills the process mid-deletion)
     exp_conf        the experiment configuration given to init() (retention counts, ...)
@@ -31,8 +34,9 @@ import pathlib
 import resource
 import signal
 import sys
+import threading
 import time
-from typing import Any, Dict
+from typing import Any, Dict, List
 
 REPO = pathlib.Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(REPO))
@@ -71,15 +75,49 @@ class Harness(pytorch.PyTorchCallback):
                 time.sleep(0.05)
             raise RuntimeError("nobody killed the blocked checkpoint write")
 
+    def on_trial_shutdown(self) -> None:
+        if self.args.get("shutdown"):
+            announce(self.args["shutdown"], "shutdown")
+
+
+class FileSizeLimit(pytorch.PyTorchCallback):
+    """Limits file sizes after the ``fsize_after``-th checkpoint is written. (Only present when
+    asked: a callback on the write hooks makes every write synchronous, as in Determined.)"""
+
+    def __init__(self, args: Dict[str, Any]) -> None:
+        self.args = args
+        self.checkpoints = 0
+
     def on_checkpoint_upload_end(self, uuid: str) -> None:
+        self.checkpoints += 1
         if self.checkpoints == self.args.get("fsize_after"):
             signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # fail the write instead of dying
             limit = self.args["fsize_limit"]
             resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
 
-    def on_trial_shutdown(self) -> None:
-        if self.args.get("shutdown"):
-            announce(self.args["shutdown"], "shutdown")
+
+def block_background_write(n: int, marker: pathlib.Path, release: pathlib.Path) -> None:
+    """Makes the writer thread's first fsync in the n-th partial checkpoint directory announce
+    that directory and wait for ``release``."""
+    fsync = os.fsync
+    partials: List[str] = []
+
+    def fsync_then_block(fd: Any) -> None:
+        path = pathlib.Path(os.readlink(f"/proc/self/fd/{fd}"))
+        partial = path.parent.name
+        if (threading.current_thread() is not threading.main_thread()
+                and partial.endswith(".partial") and partial not in partials):
+            partials.append(partial)
+            if len(partials) == n:
+                announce(marker, str(path.parent))
+                deadline = time.monotonic() + 120
+                while not release.exists():  # an event the parent makes, or it kills us
+                    if time.monotonic() > deadline:
+                        raise RuntimeError("nobody released the blocked background write")
+                    time.sleep(0.02)
+        fsync(fd)
+
+    os.fsync = fsync_then_block  # type: ignore[assignment]
 
 
 def block_deletions(root: pathlib.Path, marker: pathlib.Path) -> None:
@@ -102,6 +140,9 @@ def block_deletions(root: pathlib.Path, marker: pathlib.Path) -> None:
 
 def main(args: Dict[str, Any]) -> None:
     torch.set_num_threads(1)
+    if args.get("block_background"):
+        block_background_write(args["block_background"], pathlib.Path(args["marker"]),
+                               pathlib.Path(args["release"]))
     if args.get("block_delete"):
         root = pathlib.Path(os.environ.get("DET_LIGHTNING_CHECKPOINT_DIR", "checkpoints"))
         block_deletions(root, pathlib.Path(args["block_delete"]))
@@ -110,7 +151,8 @@ def main(args: Dict[str, Any]) -> None:
 
     class ScriptTrial(base):  # type: ignore[valid-type, misc]
         def build_callbacks(self) -> Dict[str, Any]:
-            return {**super().build_callbacks(), "harness": Harness(args)}
+            limit = {"fsize": FileSizeLimit(args)} if args.get("fsize_after") else {}
+            return {**super().build_callbacks(), "harness": Harness(args), **limit}
 
         def build_training_data_loader(self) -> Any:
             if not args.get("workers"):
