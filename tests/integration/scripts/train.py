@@ -152,7 +152,9 @@ def main(args: Dict[str, Any]) -> None:
     class ScriptTrial(base):  # type: ignore[valid-type, misc]
         def build_callbacks(self) -> Dict[str, Any]:
             limit = {"fsize": FileSizeLimit(args)} if args.get("fsize_after") else {}
-            return {**super().build_callbacks(), "harness": Harness(args), **limit}
+            # Not the fixture's recorder: a callback on on_checkpoint_write_end would make every
+            # write synchronous (as in Determined), and the drills are for background writes.
+            return {"harness": Harness(args), **limit}
 
         def build_training_data_loader(self) -> Any:
             if not args.get("workers"):
