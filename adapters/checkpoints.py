@@ -143,7 +143,8 @@ class CheckpointManager:
         self.last_metrics_batch = -1
         # Only the chief writes; None: every write in the training thread.
         background = background and not _observes_writes(module.det_callbacks)
-        self.writer = BackgroundWriter() if background and module.context.distributed.rank == 0 else None
+        chief = module.context.distributed.rank == 0
+        self.writer = BackgroundWriter() if background and chief else None
         self.pending: Optional[str] = None  # the UUID being written in the background
         self.uploaded: Optional[RemoteRoot] = None  # where the background thread uploaded it
         # Every Lightning checkpoint of the module (ours, a user's ModelCheckpoint) carries the

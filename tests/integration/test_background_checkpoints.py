@@ -28,7 +28,8 @@ from tests.fixtures.trials import make_trials, seed_everything
 
 MLPTrial: Any = make_trials(pytorch)["MLPTrial"]
 HPARAMS = {"lr": 0.01}
-DEADLINE = float(os.environ.get('GATE_DEADLINE', 120))  # seconds: only a broken implementation (a deadlock) ever reaches it
+# seconds: only a broken implementation (a deadlock) ever reaches it
+DEADLINE = float(os.environ.get("GATE_DEADLINE", 120))
 WRITER = "det-lightning-checkpoint-write"
 
 
