@@ -19,6 +19,8 @@ Usage: ``python train.py ARGS_JSON``, ARGS_JSON being a file of keyword argument
     exp_conf        the experiment configuration given to init() (retention counts, ...)
     fsize_after     after the n-th checkpoint, limit files this process writes to
                     ``fsize_limit`` bytes (RLIMIT_FSIZE: a full disk that also fails root)
+    fsize_at_save   the same limit, set as the n-th checkpoint is taken: its background write
+                    (and no write hook) meets it
     slow_batches    seconds to sleep in each batch
     workers         train with this many DataLoader worker processes
     started         a file touched at the first batch
@@ -66,6 +68,8 @@ class Harness(pytorch.PyTorchCallback):
     def on_checkpoint_save_start(self, checkpoint: Dict[str, Any]) -> None:
         # Runs inside the write, while the checkpoint is still its .<uuid>.partial directory.
         self.checkpoints += 1
+        if self.checkpoints == self.args.get("fsize_at_save"):
+            limit_file_size(self.args["fsize_limit"])
         if self.checkpoints == self.args.get("block_write"):
             root = pathlib.Path(os.environ.get("DET_LIGHTNING_CHECKPOINT_DIR", "checkpoints"))
             (partial,) = root.glob(".*.partial")
@@ -91,9 +95,12 @@ class FileSizeLimit(pytorch.PyTorchCallback):
     def on_checkpoint_upload_end(self, uuid: str) -> None:
         self.checkpoints += 1
         if self.checkpoints == self.args.get("fsize_after"):
-            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # fail the write instead of dying
-            limit = self.args["fsize_limit"]
-            resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
+            limit_file_size(self.args["fsize_limit"])
+
+
+def limit_file_size(limit: int) -> None:
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # fail the write instead of dying
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
 
 
 def block_background_write(n: int, marker: pathlib.Path, release: pathlib.Path) -> None:
