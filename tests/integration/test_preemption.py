@@ -449,11 +449,14 @@ def test_sigterm_during_a_background_write_waits_for_it_then_resumes_exactly(
     assert script.wait(timeout=120) == 75
     assert not partial.exists()
     steps = sorted(steps_of(p) for p in checkpoint_dir.iterdir() if not p.name.startswith("."))
-    assert steps[:2] == [3, 6] and len(steps) == 3 and 6 < steps[2] <= 9  # the stop's own
+    # The held write of batch 6 completed; the newest is the stop's (after batch 9's periodic
+    # one when the signal was handled only after it: the training thread may have been waiting
+    # there for the held write when the signal came).
+    assert steps[:2] == [3, 6] and steps[-1] > 6
     assert not [p for p in checkpoint_dir.iterdir() if p.name.startswith(".")]
 
     resumed = fit(MLPTrial, checkpoint_dir, latest_checkpoint="latest")
-    assert len(resumed.seen) == BATCHES - steps[2]
+    assert len(resumed.seen) == BATCHES - steps[-1]
     assert_same_weights(dict(resumed.model.state_dict()), straight)
 
 
