@@ -2,9 +2,10 @@
 
 Saves go through ``lightning.Trainer.save_checkpoint``, so Lightning callbacks and the module see
 ``on_save_checkpoint`` as for any Lightning checkpoint. When the save carries a
-:class:`DeterminedSave` as its ``storage_options``, this plugin writes the Determined directory
-(atomically, see ``_checkpoint_write.write_atomically``); any other save (a user's ``ModelCheckpoint``)
-is an ordinary ``.ckpt`` file.
+:class:`DeterminedSave` as its ``storage_options``, this plugin hands Lightning's checkpoint dict
+to it (``CheckpointManager`` writes the Determined directory atomically, in the background or
+not: ``checkpoints.py``); any other save (a user's ``ModelCheckpoint``) is an ordinary ``.ckpt``
+file.
 """
 
 import pathlib
@@ -13,25 +14,18 @@ from typing import Any, Callable, Dict, Optional
 from lightning.fabric.plugins import TorchCheckpointIO
 from typing_extensions import override
 
-from det_lightning.pytorch._checkpoint_write import write_atomically
-
 
 class DeterminedSave:
-    """What a Determined checkpoint needs beyond Lightning's checkpoint dict.
+    """A Determined checkpoint requested through ``Trainer.save_checkpoint``.
 
     Args:
-        root: the checkpoint directory (parent of the UUID directories).
-        uuid: this checkpoint's name.
-        build_files: writes the Determined files into the directory it is given.
+        write: takes Lightning's checkpoint dict and writes the Determined directory (or
+            starts writing it); returns the directory's final path.
     """
 
-    def __init__(
-        self, root: pathlib.Path, uuid: str, build_files: Callable[[pathlib.Path, Dict], None]
-    ) -> None:
-        self.root = root
-        self.uuid = uuid
-        self.build_files = build_files
-        self.path: Optional[pathlib.Path] = None
+    def __init__(self, write: Callable[[Dict[str, Any]], pathlib.Path]) -> None:
+        self.write = write
+        self.path: Optional[pathlib.Path] = None  # set on the rank that writes
 
 
 class DeterminedCheckpointIO(TorchCheckpointIO):
@@ -42,10 +36,6 @@ class DeterminedCheckpointIO(TorchCheckpointIO):
         self, checkpoint: Dict[str, Any], path: Any, storage_options: Optional[Any] = None
     ) -> None:
         if isinstance(storage_options, DeterminedSave):
-            request = storage_options
-            request.path = write_atomically(
-                request.root, request.uuid, lambda tmp: request.build_files(tmp, checkpoint)
-            )
+            storage_options.path = storage_options.write(checkpoint)
             return
         super().save_checkpoint(checkpoint, path, storage_options)
-

@@ -2,21 +2,32 @@
 
 One save, as Determined orders its callbacks::
 
+    wait for the previous checkpoint's write (and run what follows it, below)
     trainer.save_checkpoint(root/uuid, storage_options=DeterminedSave)   # on every rank
       TrialModule.on_save_checkpoint            # Determined state into Lightning's dict
       Lightning callbacks' on_save_checkpoint   # they see every Determined checkpoint
-      DeterminedCheckpointIO (rank 0): in .<uuid>.partial/
+      DeterminedCheckpointIO (rank 0): .<uuid>.partial/ made
         on_checkpoint_save_start(state_dict)    # may still edit the state dict
-        state_dict.pth, trial_state.pkl, load_data.json, metadata.json, code/
-        rename to root/uuid                     # complete before anyone sees the name
+        the state copied (snapshot)             # training goes on from here
+        [background thread] state_dict.pth, trial_state.pkl, load_data.json, metadata.json,
+                            code/; fsync; rename to root/uuid; (URL root: upload, marker last)
+    ... training goes on; between batches, once the write has ended (or when something needs it:
+    the next save, a validation's report, fit()'s end, a preemption):
     on_checkpoint_end(root/uuid); on_checkpoint_write_end(root/uuid)   # rank 0
-    on_checkpoint_upload_end(uuid)              # every rank
+    on_checkpoint_upload_end(uuid)              # every rank (the others at once)
     retention: delete this trial's checkpoints checkpoint_storage no longer keeps (rank 0)
 
+The write runs in the training thread instead, and the hooks follow it at once, as in
+Determined, with ``Trainer(sync_checkpoints=True)`` or ``DET_LIGHTNING_SYNC_CHECKPOINTS=1``, and
+when a callback overrides one of those three hooks (Determined calls them before the next batch,
+and a callback may add files to the directory before the upload). A failed background write
+fails the run with its error at the next of those points (at ``fit()``'s end at the latest); its
+partial directory is removed, so nothing of it is ever visible.
+
 Under a URL root (``_remote``: S3, GCS, Azure) the directory is written into the local cache
-the same way, the hooks above get that local directory, and then its files are uploaded with the
-marker ``<uuid>/.complete`` last, before ``on_checkpoint_upload_end``, as Determined uploads
-after ``on_checkpoint_write_end``.
+the same way, and then its files are uploaded with the marker ``<uuid>/.complete`` last (by the
+background thread, or after ``on_checkpoint_write_end`` in the training thread), before
+``on_checkpoint_upload_end``, as Determined uploads after ``on_checkpoint_write_end``.
 
 As with Determined's local (shared_fs) storage, ``on_checkpoint_write_end`` gets the
 checkpoint's final directory, which stays there, so a callback can keep the path to copy or
@@ -48,11 +59,38 @@ from det_lightning.adapters.retention import (
 )
 from det_lightning.adapters.storage import raise_if_storage_error
 from det_lightning.pytorch import _checkpoint as ckpt
-from det_lightning.pytorch._checkpoint_write import make_load_data, write_files
+from det_lightning.pytorch._background import BackgroundWriter, snapshot
+from det_lightning.pytorch._checkpoint_write import (
+    CheckpointFiles,
+    abandon_partial,
+    begin_atomically,
+    finish_atomically,
+    make_load_data,
+)
 from det_lightning.pytorch._remote import CheckpointRoot, RemoteRoot, delete_checkpoint, local_dir
+from det_lightning.pytorch._callback import PyTorchCallback
 from det_lightning.pytorch._code import code_sources
 
 logger = logging.getLogger("det_lightning.core")
+
+# Determined calls these right after a checkpoint's write (and upload), before the next batch.
+_WRITE_HOOKS = ("on_checkpoint_end", "on_checkpoint_write_end", "on_checkpoint_upload_end")
+
+
+def _observes_writes(callbacks: Dict[str, PyTorchCallback]) -> bool:
+    """Whether a callback overrides a hook Determined calls right after each write: then every
+    write happens in the training thread, so those hooks come where Determined calls them
+    (before the next batch; they may add files before the upload)."""
+    observing = sorted(
+        f"{name}.{hook}" for name, callback in callbacks.items() for hook in _WRITE_HOOKS
+        if getattr(type(callback), hook) is not getattr(PyTorchCallback, hook)
+    )
+    if observing:
+        logger.info(
+            f"Checkpoints are written in the training thread: {', '.join(observing)} runs right "
+            "after each write, as in Determined."
+        )
+    return bool(observing)
 
 
 class CheckpointManager:
@@ -67,6 +105,7 @@ class CheckpointManager:
         sampler: the training batch sampler, whose shuffle state resume needs (or None).
         base_seed: the derived-shuffle seed used with several processes (or None).
         skip_dirs: directories never copied into ``code/``.
+        background: write checkpoints in a background thread (see ``_background``).
     """
 
     def __init__(
@@ -79,6 +118,7 @@ class CheckpointManager:
         sampler: Any,
         base_seed: Optional[int],
         skip_dirs: List[pathlib.Path],
+        background: bool = True,
     ) -> None:
         self.root = root
         self.local_root = local_dir(root)  # where checkpoints are written on this machine
@@ -101,6 +141,12 @@ class CheckpointManager:
         self.entries: List[Entry] = []
         self.last_metrics: Optional[Dict[str, Any]] = None
         self.last_metrics_batch = -1
+        # Only the chief writes; None: every write in the training thread.
+        background = background and not _observes_writes(module.det_callbacks)
+        chief = module.context.distributed.rank == 0
+        self.writer = BackgroundWriter() if background and chief else None
+        self.pending: Optional[str] = None  # the UUID being written in the background
+        self.uploaded: Optional[RemoteRoot] = None  # where the background thread uploaded it
         # Every Lightning checkpoint of the module (ours, a user's ModelCheckpoint) carries the
         # Determined state, so a .ckpt file can be exported to a Determined checkpoint.
         module.checkpoint_extras = self.lightning_extras
@@ -177,12 +223,14 @@ class CheckpointManager:
 
     # ----- saving ---------------------------------------------------------------------------
     def save(self, trainer: pl.Trainer) -> str:
-        """Writes a checkpoint through ``trainer.save_checkpoint``; returns its UUID."""
+        """Writes a checkpoint through ``trainer.save_checkpoint``; returns its UUID. In the
+        background (the default) the write goes on after this returns: ``wait_for_write``."""
+        self.wait_for_write()  # one write at a time; the previous one's hooks and retention
         module = self.module
         module.progress.last_ckpt = module.progress.batches_trained
         dist = module.context.distributed
         uuid = dist.broadcast(ckpt.new_uuid())
-        request = DeterminedSave(self.local_root, uuid, self._write_files)
+        request = DeterminedSave(lambda checkpoint: self._write(uuid, checkpoint))
         try:
             trainer.save_checkpoint(
                 str(self.local_root / uuid), weights_only=False, storage_options=request
@@ -190,19 +238,106 @@ class CheckpointManager:
         except Exception as e:
             raise_if_storage_error(e, self.local_root / uuid)  # with the path and the cause
             raise
-        where: Any = request.path
-        if request.path is not None:  # the chief, which wrote it
+        if request.path is None:  # another rank writes it
+            self._after_write(uuid, None, uploaded=None)
+            return uuid
+        self._note(uuid)
+        if self.writer is None:
+            self._after_write(uuid, request.path, uploaded=None)
+        else:
+            self.pending = uuid
+        return uuid
+
+    def _write(self, uuid: str, lightning_checkpoint: Dict[str, Any]) -> pathlib.Path:
+        """On the chief, inside ``trainer.save_checkpoint``: takes the files' content now and
+        writes them (here, or in the background thread)."""
+        partial = begin_atomically(self.local_root, uuid)
+        try:
+            files = self._files(lightning_checkpoint)  # the callbacks see the partial directory
+        except BaseException:
+            abandon_partial(partial)
+            raise
+        if self.writer is None:
+            return finish_atomically(self.local_root, uuid, partial, files.write)
+        self.uploaded = None
+        self.writer.submit(lambda: self._write_in_background(uuid, partial, files))
+        return self.local_root / uuid
+
+    def _write_in_background(
+        self, uuid: str, partial: pathlib.Path, files: CheckpointFiles
+    ) -> None:
+        local = finish_atomically(self.local_root, uuid, partial, files.write)
+        if isinstance(self.root, RemoteRoot):  # marker last
+            self.uploaded = self.root.upload(uuid, local)
+
+    def wait_for_write(self) -> None:
+        """Waits for the checkpoint being written in the background, if any, then runs what
+        follows a complete write (hooks, upload, log line, retention) in this thread.
+
+        Raises:
+            the write's own error (a ``CheckpointStorageError`` when the storage caused it).
+        """
+        uuid, self.pending = self.pending, None
+        if uuid is None:
+            return
+        assert self.writer is not None
+        try:
+            self.writer.wait()
+        except Exception as e:
+            raise_if_storage_error(e, self.local_root / uuid)
+            raise
+        self._after_write(uuid, self.local_root / uuid, uploaded=self.uploaded)
+
+    def poll(self) -> None:
+        """Completes the background write if it has ended (between batches; never waits)."""
+        if self.writer is not None and self.writer.finished():
+            self.wait_for_write()
+
+    def finish(self) -> None:
+        """At ``fit()``'s end: the last write completes on the chief, and every rank learns
+        whether it failed (none goes on, or exits, before the checkpoint is there)."""
+        error: Optional[BaseException] = None
+        try:
+            self.wait_for_write()
+        except Exception as e:
+            error = e
+        dist = self.module.context.distributed
+        failed = dist.broadcast(None if error is None else f"{type(error).__name__}: {error}")
+        if error is not None:
+            raise error
+        if failed is not None:
+            raise RuntimeError(f"The chief's last checkpoint write failed: {failed}")
+
+    def abandon(self) -> None:
+        """After an exception in training: joins the write in flight (a complete checkpoint
+        stays; a failed one leaves nothing), logging its error instead of masking the first."""
+        uuid, self.pending = self.pending, None
+        if uuid is None or self.writer is None:
+            return
+        try:
+            self.writer.wait()
+        except Exception as e:
+            logger.error(f"Writing checkpoint {uuid} failed too: {type(e).__name__}: {e}")
+
+    def _after_write(
+        self, uuid: str, path: Optional[pathlib.Path], uploaded: Optional[RemoteRoot]
+    ) -> None:
+        """Determined's hooks after a write (``path``: on the chief), the upload unless done,
+        the log line and retention; on every rank, in the training thread."""
+        module = self.module
+        where: Any = path
+        if path is not None:
             for callback in module.det_callbacks.values():
-                callback.on_checkpoint_end(str(request.path))
-                callback.on_checkpoint_write_end(str(request.path))
+                callback.on_checkpoint_end(str(path))
+                callback.on_checkpoint_write_end(str(path))
             if isinstance(self.root, RemoteRoot):  # with what the callbacks added; marker last
-                where = self.root.upload(uuid, request.path)
+                where = uploaded if uploaded is not None else self.root.upload(uuid, path)
         for callback in module.det_callbacks.values():
             callback.on_checkpoint_upload_end(uuid=uuid)
-        if dist.rank == 0:
+        if path is not None:
             logger.info(f"saved checkpoint {uuid} at {where}")
-            self._record(uuid)
-        return uuid
+            if self.deletes:  # only now: a superseded checkpoint goes once this one is there
+                self._delete_unkept()
 
     def _validation_now(self) -> Optional[float]:
         """The searcher metric of a validation at the current batch, if there was one."""
@@ -214,14 +349,14 @@ class CheckpointManager:
         value: Any = metrics.get(self.metric)
         return float(value) if is_numerical_scalar(value) else None
 
-    def _record(self, uuid: str) -> None:
+    def _note(self, uuid: str) -> None:
+        """Books the checkpoint (for ``best``, retention and the fit's result) when it is
+        taken; retention deletes only after its write is complete."""
         self.written.append(uuid)
         value = self._validation_now()
         self.entries.append(Entry(uuid, self.module.progress.batches_trained, value))
         if value is not None and self.is_better(value):
             self.best_value, self.best_uuid = value, uuid
-        if self.deletes:
-            self._delete_unkept()
 
     def _delete_unkept(self) -> None:
         """Applies checkpoint_storage's retention to this trial's checkpoints under ``root``
@@ -235,19 +370,23 @@ class CheckpointManager:
                 self.written.remove(entry.uuid)
             logger.info(f"deleted checkpoint {entry.uuid} (not kept by {self.retention.describe()})")
 
-    def _write_files(self, directory: pathlib.Path, lightning_checkpoint: Dict[str, Any]) -> None:
+    def _files(self, lightning_checkpoint: Dict[str, Any]) -> CheckpointFiles:
+        """The checkpoint's content as of now, after ``on_checkpoint_save_start`` (which may
+        edit the state dict); copied (``snapshot``) when it is written in the background."""
         module = self.module
         state_dict = lightning_checkpoint.get(ckpt.LIGHTNING_STATE_KEY) or self.state_dict()
         for callback in module.det_callbacks.values():
             callback.on_checkpoint_save_start(state_dict)
-        write_files(
-            directory,
+        callbacks = lightning_checkpoint.get("callbacks")
+        if self.writer is not None:
+            state_dict, callbacks = snapshot((state_dict, callbacks))
+        return CheckpointFiles(
             state_dict,
             module.progress.trial_state(),
             self._load_data(),
             code_sources(type(module.trial)),
             [self.local_root, *self.skip_dirs],
-            lightning_checkpoint.get("callbacks"),
+            callbacks,
             {RUN_KEY: self.run_id, VALIDATION_KEY: self._validation_record()},
         )
 

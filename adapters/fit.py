@@ -44,6 +44,7 @@ from det_lightning.adapters.storage import check_checkpoint_dir
 from det_lightning.adapters.trainer_args import lightning_trainer_kwargs
 from det_lightning.adapters.trial_state import TrialProgress
 from det_lightning.pytorch import _checkpoint as ckpt
+from det_lightning.pytorch._background import sync_checkpoints
 from det_lightning.pytorch._callback import PyTorchCallback
 from det_lightning.pytorch._remote import CheckpointRoot, sweep
 from det_lightning.pytorch._result import FitArgs, FitResult, TrainerOptions
@@ -171,6 +172,7 @@ def _train(
     module.val_loader = build_validation_loader(trial, context, module._evaluate_batch)
     view.start()
     stops: Optional[preemption.StopAgreement] = None
+    manager: Optional[CheckpointManager] = None
     try:
         if plan.state is not None:
             logger.info(f"Restoring trial from checkpoint {plan.path}")
@@ -183,6 +185,7 @@ def _train(
             root, module, args.checkpoint_policy, options.searcher_metric,
             options.smaller_is_better, sampler, base_seed,
             [pathlib.Path(options.tensorboard_dir)],
+            background=not sync_checkpoints(options.sync_checkpoints),
         )
         manager.metric_configured = options.searcher_metric_configured
         manager.continue_run(plan)  # best and retention span the trial's earlier runs
@@ -210,6 +213,7 @@ def _train(
                 # A shuffled validation loader is the trial's choice; Determined runs it as is.
                 warnings.filterwarnings("ignore", message=r".*sampler has shuffling enabled.*")
                 trainer.fit(module)
+        manager.finish()  # the last write is complete (or its error raised) on every rank
         written = manager.written
         return FitResult(
             batches_trained=module.progress.batches_trained,
@@ -220,6 +224,10 @@ def _train(
             stopped_early=schedule_cb.stopped_early,
             epochs_trained=module.progress.epochs_trained,
         ), trainer
+    except BaseException:
+        if manager is not None:
+            manager.abandon()
+        raise
     finally:
         view.shutdown()
         context.engine.close_tensorboard_writer()

@@ -12,13 +12,13 @@ of a per-batch value to one number, as Determined's do. Reports are logged in De
 import json
 import logging
 import math
-import os
 from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 import torch
 
 from det_lightning import errors
+from det_lightning._switch import switch
 from det_lightning.core import DistributedContext
 from det_lightning.pytorch._reducer import prepare_reducers, simple_reduce
 
@@ -106,7 +106,6 @@ def _per_batch_numpy(per_batch: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
 
 
 STOP_ON_NONFINITE_LOSS_ENV = "DET_LIGHTNING_STOP_ON_NONFINITE_LOSS"
-_TRUE, _FALSE = ("1", "true", "yes", "on"), ("", "0", "false", "no", "off")
 
 
 def stop_on_non_finite(option: Optional[bool] = None) -> bool:
@@ -117,20 +116,10 @@ def stop_on_non_finite(option: Optional[bool] = None) -> bool:
     >>> stop_on_non_finite(True), stop_on_non_finite(False)
     (True, False)
     """
-    if option is not None:
-        if not isinstance(option, bool):
-            raise TypeError(
-                f"Trainer(stop_on_nonfinite_loss={option!r}): expected True, False or None "
-                f"(None: ${STOP_ON_NONFINITE_LOSS_ENV} decides)."
-            )
-        return option
-    value = os.environ.get(STOP_ON_NONFINITE_LOSS_ENV, "").strip().lower()
-    if value not in _TRUE + _FALSE:
-        raise ValueError(
-            f"{STOP_ON_NONFINITE_LOSS_ENV}={value!r}: expected 1 (stop on a NaN or infinite "
-            "loss) or 0 (train on, the default)."
-        )
-    return value in _TRUE
+    return switch(
+        option, "stop_on_nonfinite_loss", STOP_ON_NONFINITE_LOSS_ENV,
+        on="stop on a NaN or infinite loss", off="train on, the default",
+    )
 
 
 def non_finite_batches(batch_metrics: List[Dict[str, Any]], first_batch_idx: int) -> List[int]:

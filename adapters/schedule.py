@@ -7,9 +7,11 @@ After each training batch (``on_train_batch_end``)::
     for action in decide(reached, stop, validation_is_current):   # pytorch/_units.py, pure
         REPORT      TrainingReport.report                 (reporting.py)
         STOP        trainer.should_stop = True
-        CHECKPOINT  CheckpointManager.save                (unless the newest is of this batch)
+        CHECKPOINT  CheckpointManager.save                (unless the newest is of this batch;
+                                                           written in the background: checkpoints.py)
         VALIDATE    answer Lightning's "validate now?" with yes; the actions after it wait
     [Lightning runs the validation; TrialHooks reduces and reports it]
+    on_validation_epoch_end: wait for a checkpoint being written (before the report)
     on_validation_end: a checkpoint if the policy wants this validation's; agree on stopping
                        again; the waiting actions (after_validation)
 
@@ -82,6 +84,9 @@ class ScheduleCallback(Callback):
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
         batch_idx: int,
     ) -> None:
+        checkpoints = self.checkpoints
+        if checkpoints.pending is not None:  # a background write: its hooks once it is done
+            checkpoints.poll()
         state = self.module.progress
         batches_trained = state.batches_trained
         reached = self.schedule.reached(batches_trained)
@@ -112,6 +117,12 @@ class ScheduleCallback(Callback):
                 self.validate_now = True
                 self.waiting = actions[position + 1:]
                 return
+
+    @override
+    def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # Before TrialHooks reports the validation (on_validation_end): a checkpoint taken
+        # before it is complete by then, so a search that acts on the report finds it.
+        self.checkpoints.wait_for_write()
 
     @override
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

@@ -12,6 +12,7 @@ LABELS = {
     "lightning": "Lightning (manual optimization)",
     "det_lightning": "det_lightning",
     "det_lightning+tb": "det_lightning, TensorBoard on",
+    "det_lightning+sync": "det_lightning, sync_checkpoints=True",
     "determined": "Determined 0.38.1 Trainer",
     "determined+tb": "Determined 0.38.1, TensorBoard on",
 }
@@ -42,6 +43,13 @@ def _cell(values: List[float], scale: float, digits: int) -> str:
 
 def _ratio(a: Optional[float], b: Optional[float]) -> str:
     return f"{a / b:.2f}" if a is not None and b else "—"
+
+
+def _copied(system: str, runs: List[Dict[str, Any]]) -> str:
+    """The state det_lightning copies for a background write (0 when written in the thread)."""
+    if system != "det_lightning":
+        return "0" if system.startswith("det_lightning") else ""
+    return _cell(_values(runs, "state_mb"), 1, 0).split(" ")[0]
 
 
 def _paired_save_ratios(runs: List[Dict[str, Any]]) -> List[float]:
@@ -158,14 +166,15 @@ class Report:
         raw_save = self.median(name, "raw", "save_s", _mean_list)
         raw_load = self.median(name, "raw", "load_s", _mean_list)
         lines = [
-            "| system | save s, median (min–max) | × bare torch.save | × bare torch.save, same "
-            "process | load s | × bare torch.load | peak RSS MB |",
-            "|---|---|---|---|---|---|---|",
+            "| system | training blocked per save, s, median (min–max) | × bare torch.save "
+            "| × bare torch.save, same process | training loop s (first step → last) | fit() s "
+            "| load s | × bare torch.load | peak RSS MB | state copied, MB |",
+            "|---|---|---|---|---|---|---|---|---|---|",
         ]
         for system, runs, failed in self.outcomes(name):
             label = "bare torch.save / torch.load" if system == "raw" else LABELS[system]
             if failed:
-                lines.append(f"| {label} | {failed} | | | | | |")
+                lines.append(f"| {label} | {failed} | | | | | | | | |")
                 continue
             saves = _values(runs, "save_s", _mean_list)
             loads = _values(runs, "load_s", _mean_list)
@@ -173,13 +182,15 @@ class Report:
             lines.append(
                 f"| {label} | {_cell(saves, 1, 3)} | {_ratio(_median(saves), raw_save)} "
                 f"| {'—' if paired is None else f'{paired:.2f}'} "
+                f"| {_cell(_values(runs, 'loop_s'), 1, 2)} | {_cell(_values(runs, 'fit_s'), 1, 2)} "
                 f"| {_cell(loads, 1, 3)} | {_ratio(_median(loads), raw_load)} "
-                f"| {_cell(_values(runs, 'maxrss_mb'), 1, 0).split(' ')[0]} |"
+                f"| {_cell(_values(runs, 'maxrss_mb'), 1, 0).split(' ')[0]} "
+                f"| {_copied(system, runs)} |"
             )
             if system == "raw":
                 fsync = _values(runs, "save_fsync_s", _mean_list)
                 lines.append(f"| torch.save + fsync | {_cell(fsync, 1, 3)} "
-                             f"| {_ratio(_median(fsync), raw_save)} | | | | |")
+                             f"| {_ratio(_median(fsync), raw_save)} | | | | | | | |")
         return lines
 
     def startup_table(self) -> List[str]:

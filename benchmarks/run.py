@@ -30,14 +30,16 @@ sys.path.insert(0, str(HERE))
 import workloads  # noqa: E402
 from report import Report, Runs  # noqa: E402
 
-ALL_SYSTEMS = ["raw", "lightning", "det_lightning", "det_lightning+tb", "determined",
-               "determined+tb"]
+ALL_SYSTEMS = ["raw", "lightning", "det_lightning", "det_lightning+tb", "det_lightning+sync",
+               "determined", "determined+tb"]
 
 
 def systems_for(name: str, have_determined: bool) -> List[str]:
     systems = ["raw", "lightning", "det_lightning"]
     if name == "mlp":
         systems.append("det_lightning+tb")
+    if name == "checkpoint":  # the same saves written in the training thread
+        systems.append("det_lightning+sync")
     if have_determined:
         systems.append("determined")
         if name == "mlp":  # TensorBoard on, as Determined's examples run (its default)
@@ -282,8 +284,13 @@ def render(args: argparse.Namespace, report: Report, have_determined: bool, star
         "## Checkpoint",
         "",
         "Save: the extra time of the between-step gaps that held a save (every 2 batches), over "
-        "the other gaps; every step ends with `os.sync()`, so each save starts with nothing left "
-        "to write back. Bare `torch.save` is of the same state (weights + Adam) by the raw "
+        "the other gaps: how long the training loop was blocked (det_lightning writes in a "
+        "background thread: the state copy, plus waiting for the previous write when it is still "
+        "going; `sync_checkpoints=True` writes in the training thread). Every step ends with "
+        "`os.sync()`, so each save starts with nothing left to write back. Training loop: first "
+        "step's start to last step's end; fit(): the whole first fit, start-up and the wait for "
+        "the last write included. State copied: the tensors a background write copies. "
+        "Bare `torch.save` is of the same state (weights + Adam) by the raw "
         "loop; \"same process\" compares with two bare saves each process does after its own "
         "(on this VM the same 289 MB `torch.save` takes from 0.28 s to 0.75 s from one process "
         "or moment to the next, so read the ratios with care). det_lightning fsyncs its files; the real "

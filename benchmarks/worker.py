@@ -17,7 +17,8 @@ import sys
 import time
 from typing import Any, Dict, List
 
-SYSTEMS = ("raw", "lightning", "det_lightning", "det_lightning+tb", "determined", "determined+tb")
+SYSTEMS = ("raw", "lightning", "det_lightning", "det_lightning+tb", "det_lightning+sync",
+           "determined", "determined+tb")
 
 
 def _measure(system: str, workload: Any, work: pathlib.Path) -> Dict[str, Any]:
@@ -32,7 +33,7 @@ def _measure(system: str, workload: Any, work: pathlib.Path) -> Dict[str, Any]:
     import det_trial
 
     return det_trial.run(system.split("+")[0], workload, work,
-                         tensorboard=system.endswith("+tb"))
+                         tensorboard=system.endswith("+tb"), sync=system.endswith("+sync"))
 
 
 def _import_only(result: Dict[str, Any]) -> None:

@@ -3,7 +3,7 @@
 A checkpoint is written into ``.<uuid>.partial`` beside its final place and renamed when
 complete, so a crash never leaves a directory that looks whole::
 
-    write_atomically(root, uuid, write)
+    write_atomically(root, uuid, write)       = begin_atomically, then finish_atomically
       root/.<uuid>.partial/                 write(partial): write_files(...)
         state_dict.pth, lightning_state.pth, trial_state.pkl, load_data.json, metadata.json, code/
       fsync the files, rename to root/<uuid>, fsync root
@@ -16,6 +16,7 @@ Deleting is the mirror image: the directory leaves its name in one rename, then 
     remove_deletions(root)                  what a killed deletion left, when a run starts
 """
 
+import dataclasses
 import json
 import logging
 import os
@@ -134,6 +135,27 @@ def write_files(
     copy_code(code, directory / CODE_DIR, code_skip)
 
 
+@dataclasses.dataclass(frozen=True)
+class CheckpointFiles:
+    """Everything one checkpoint's files hold (``write_files``' arguments), taken in the
+    training thread; ``write`` may run in another one."""
+
+    state_dict: Dict[str, Any]
+    trial_state: Dict[str, int]
+    load_data: Dict[str, Any]
+    code: List[Tuple[pathlib.Path, str]]
+    code_skip: List[pathlib.Path]
+    lightning_callbacks: Optional[Dict[str, Any]] = None
+    metadata: Optional[Dict[str, Any]] = None
+
+    def write(self, directory: pathlib.Path) -> None:
+        """Writes the files into ``directory`` (see ``write_files``)."""
+        write_files(
+            directory, self.state_dict, self.trial_state, self.load_data, self.code,
+            self.code_skip, self.lightning_callbacks, self.metadata,
+        )
+
+
 # ----- atomic writing -------------------------------------------------------------------------
 def write_atomically(
     root: pathlib.Path, uuid: str, write: Callable[[pathlib.Path], None]
@@ -143,21 +165,43 @@ def write_atomically(
     Raises:
         FileExistsError: ``root/uuid`` exists already (it is left alone).
     """
+    return finish_atomically(root, uuid, begin_atomically(root, uuid), write)
+
+
+def begin_atomically(root: pathlib.Path, uuid: str) -> pathlib.Path:
+    """Makes the hidden directory ``root/.<uuid>.partial`` a checkpoint is written into.
+
+    Raises:
+        FileExistsError: ``root/uuid`` (or its partial directory) exists already.
+    """
     root.mkdir(parents=True, exist_ok=True)
     final = root / uuid
     partial = root / f".{uuid}{PARTIAL_SUFFIX}"
     if final.exists() or partial.exists():
         raise FileExistsError(f"Checkpoint {final} already exists; not overwriting it.")
     partial.mkdir()
+    return partial
+
+
+def finish_atomically(
+    root: pathlib.Path, uuid: str, partial: pathlib.Path, write: Callable[[pathlib.Path], None]
+) -> pathlib.Path:
+    """Calls ``write(partial)``, fsyncs its files, renames it to ``root/uuid`` and fsyncs
+    ``root``; on any failure ``partial`` is removed and nothing appears under ``uuid``."""
     try:
         write(partial)
         _fsync_tree(partial)
-        os.replace(partial, final)
+        os.replace(partial, root / uuid)
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
         raise
     _fsync_dir(root)
-    return final
+    return root / uuid
+
+
+def abandon_partial(partial: pathlib.Path) -> None:
+    """Removes a partial directory whose write never started (its preparation failed)."""
+    shutil.rmtree(partial, ignore_errors=True)
 
 
 def _fsync_tree(path: pathlib.Path) -> None:

@@ -39,6 +39,7 @@ class TrainerOptions:
         searcher_metric_configured: the experiment configuration names ``searcher.metric``.
         smaller_is_better: the searcher metric improves downwards.
         stop_on_nonfinite_loss: see ``Trainer``; None reads the environment.
+        sync_checkpoints: see ``Trainer``; None reads the environment.
         profiler: ``configure_profiler``'s settings, when it enabled the profiler.
     """
 
@@ -54,6 +55,7 @@ class TrainerOptions:
     searcher_metric_configured: bool = False
     smaller_is_better: bool = True
     stop_on_nonfinite_loss: Optional[bool] = None
+    sync_checkpoints: Optional[bool] = None
     profiler: Optional[ProfilerConfig] = None
 
 

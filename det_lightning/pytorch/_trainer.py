@@ -153,6 +153,9 @@ class Trainer:
             which the ``loss`` became NaN or infinite; default (None):
             ``$DET_LIGHTNING_STOP_ON_NONFINITE_LOSS=1`` stops, otherwise training goes on with a
             warning naming the batch, as Determined and Lightning do.
+        sync_checkpoints: write each checkpoint in the training thread, which waits for it (as
+            in Determined); default (None): ``$DET_LIGHTNING_SYNC_CHECKPOINTS=1`` does, otherwise
+            training goes on while a background thread writes, fsyncs and renames it.
         **lightning_kwargs: any other ``lightning.Trainer`` argument (e.g. ``profiler``).
     """
 
@@ -167,6 +170,7 @@ class Trainer:
         checkpoint_dir: Optional[str] = None,
         tensorboard_dir: Optional[str] = None,
         stop_on_nonfinite_loss: Optional[bool] = None,
+        sync_checkpoints: Optional[bool] = None,
         **lightning_kwargs: Any,
     ) -> None:
         if not isinstance(trial, PyTorchTrial):
@@ -204,6 +208,7 @@ class Trainer:
             searcher_metric_configured="metric" in searcher,
             smaller_is_better=bool(searcher.get("smaller_is_better", True)),
             stop_on_nonfinite_loss=stop_on_nonfinite_loss,
+            sync_checkpoints=sync_checkpoints,
         )
 
     def configure_profiler(

@@ -26,6 +26,19 @@ def by_steps(root: pathlib.Path) -> Dict[int, pathlib.Path]:
     }
 
 
+def load_in_determined(path: pathlib.Path, ours: Any) -> Any:
+    """Our checkpoint ``path`` loaded by the real Determined, which predicts what ``ours``
+    (the trial that wrote it, as trained) does."""
+    theirs: Any = det_pytorch.load_trial_from_checkpoint_path(
+        str(path), trial_class=make_trials(det_pytorch)["MLPTrial"]
+    )
+    x = regression_data(16, seed=5).tensors[0]
+    ours.model.eval(), theirs.model.eval()
+    with torch.no_grad():
+        assert torch.equal(theirs.model(x), ours.model(x))
+    return theirs
+
+
 def test_determined_loads_our_checkpoint_with_weights_only_loading(
     monkeypatch: pytest.MonkeyPatch, checkpoint_dir: pathlib.Path, tmp_path: pathlib.Path
 ) -> None:
@@ -36,13 +49,7 @@ def test_determined_loads_our_checkpoint_with_weights_only_loading(
     ours, _ = run_trial(dl_pytorch, "MLPTrial", HPARAMS, max_length=dl_pytorch.Batch(10),
                         checkpoint_policy="none")
     [path] = by_steps(checkpoint_dir).values()
-    theirs: Any = det_pytorch.load_trial_from_checkpoint_path(
-        str(path), trial_class=make_trials(det_pytorch)["MLPTrial"]
-    )
-    x = regression_data(16, seed=5).tensors[0]
-    ours.model.eval(), theirs.model.eval()
-    with torch.no_grad():
-        assert torch.equal(theirs.model(x), ours.model(x))
+    theirs = load_in_determined(path, ours)
     assert theirs.context.get_hparams() == HPARAMS
 
     # The same loader refuses a file that needs unpickling: it really is weights_only.
@@ -51,6 +58,29 @@ def test_determined_loads_our_checkpoint_with_weights_only_loading(
         det_pytorch.load_trial_from_checkpoint_path(
             str(path), trial_class=make_trials(det_pytorch)["MLPTrial"]
         )
+
+
+class QuietMLPTrial(make_trials(dl_pytorch)["MLPTrial"]):  # type: ignore[misc]
+    """The fixture trial without its recorder (a callback on on_checkpoint_write_end, which
+    keeps writes in the training thread): its checkpoints are written in the background."""
+
+    def build_callbacks(self) -> Dict[str, Any]:
+        return {}
+
+
+def test_determined_loads_a_checkpoint_written_in_the_background(
+    monkeypatch: pytest.MonkeyPatch, checkpoint_dir: pathlib.Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    monkeypatch.delenv("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD")
+    with caplog.at_level("INFO"), dl_pytorch.init(hparams=dict(HPARAMS)) as context:
+        ours = QuietMLPTrial(context)
+        dl_pytorch.Trainer(ours, context, logger=False).fit(
+            max_length=dl_pytorch.Batch(10), checkpoint_period=dl_pytorch.Batch(4),
+            checkpoint_policy="none")
+    assert "written in the training thread" not in caplog.text
+    last = by_steps(checkpoint_dir)[10]
+    load_in_determined(last, ours)
 
 
 def _storage(isolated_run: pathlib.Path) -> pathlib.Path:

@@ -276,6 +276,31 @@ def test_two_torchrun_nodes_checkpoint_once_and_resume_like_a_straight_run(
     assert sorted(_steps(c) for c in first.checkpoints())[-1] == 12
 
 
+def test_background_writes_on_two_nodes_resume_like_a_straight_run(tmp_path: pathlib.Path) -> None:
+    """The chief writes in the background while both ranks train on; the next checkpoint and
+    fit()'s end wait for it on every rank, and a rerun resumes bit for bit."""
+    background = "--background-writes"
+    first = _torchrun_nodes(tmp_path / "first", "--batches", "8", "--checkpoint-period", "4",
+                            background)
+    chief, other = first.ranks(2)
+    assert [e for e, _ in chief["events"]] == [
+        "startup", "checkpoint_save", "checkpoint_save", "shutdown"]
+    assert [e for e, _ in other["events"]] == ["startup", "shutdown"]
+    assert sorted(_steps(c) for c in first.checkpoints())[-1] == 8
+    assert not [p for p in (first.workdir / "checkpoints").iterdir() if p.name.startswith(".")]
+
+    straight = _torchrun_nodes(tmp_path / "straight", "--batches", "12", "--checkpoint-period",
+                               "4", background)
+    resumed = _torchrun_nodes(tmp_path / "resumed", "--batches", "12", "--checkpoint-period", "4",
+                              "--resume", "latest", background,
+                              checkpoints=first.workdir / "checkpoints")
+    for mine, oracle in zip(resumed.ranks(2), straight.ranks(2)):
+        assert mine["events"][:2] == [["startup", 8], ["checkpoint_load", 0]]
+        assert mine["weights"] == oracle["weights"]
+        assert mine["losses"] == oracle["losses"][8:]
+    assert sorted(_steps(c) for c in first.checkpoints())[-1] == 12
+
+
 @pytest.mark.parametrize("crashing_rank", [1, 0])
 def test_an_exception_on_one_rank_ends_the_job_with_that_error(
     tmp_path: pathlib.Path, crashing_rank: int

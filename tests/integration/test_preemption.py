@@ -408,6 +408,58 @@ def test_kill_9_during_a_checkpoint_write_loses_nothing_complete(
     assert_same_weights(dict(resumed.model.state_dict()), straight)
 
 
+def _blocked_in_second_background_write(
+    tmp_path: pathlib.Path
+) -> "tuple[Script, pathlib.Path, pathlib.Path]":
+    """A run whose writer thread is held inside its second checkpoint (batch 6) while the
+    training thread trains on; it goes on once the returned release file exists. Every
+    checkpoint is kept."""
+    marker, release = tmp_path / "blocked", tmp_path / "release"
+    script = Script(
+        tmp_path / "run", batches=BATCHES, hparams=HPARAMS, fit={"checkpoint_period": 3},
+        block_background=2, marker=str(marker), release=str(release),
+        exp_conf={"checkpoint_storage": {"save_trial_latest": 9, "save_trial_best": 0}},
+    )
+    script.wait_for_file(marker)
+    return script, pathlib.Path(marker.read_text()), release
+
+
+@pytest.mark.slow
+def test_kill_9_during_a_background_write_loses_nothing_complete(
+    tmp_path: pathlib.Path, checkpoint_dir: pathlib.Path, straight: Dict[str, torch.Tensor]
+) -> None:
+    script, partial, _ = _blocked_in_second_background_write(tmp_path)
+    script.signal(signal.SIGKILL)
+    assert script.wait(timeout=30) == -signal.SIGKILL
+    _assert_previous_checkpoint_intact(checkpoint_dir, partial)
+
+    resumed = fit(MLPTrial, checkpoint_dir, latest_checkpoint="latest")
+    assert not partial.exists()
+    assert len(resumed.seen) == BATCHES - 3
+    assert_same_weights(dict(resumed.model.state_dict()), straight)
+
+
+@pytest.mark.slow
+def test_sigterm_during_a_background_write_waits_for_it_then_resumes_exactly(
+    tmp_path: pathlib.Path, checkpoint_dir: pathlib.Path, straight: Dict[str, torch.Tensor]
+) -> None:
+    script, partial, release = _blocked_in_second_background_write(tmp_path)
+    script.signal(signal.SIGTERM)  # the stop's checkpoint must wait for the held write
+    release.write_text("go")
+    assert script.wait(timeout=120) == 75
+    assert not partial.exists()
+    steps = sorted(steps_of(p) for p in checkpoint_dir.iterdir() if not p.name.startswith("."))
+    # The held write of batch 6 completed; the newest is the stop's (after batch 9's periodic
+    # one when the signal was handled only after it: the training thread may have been waiting
+    # there for the held write when the signal came).
+    assert steps[:2] == [3, 6] and steps[-1] > 6
+    assert not [p for p in checkpoint_dir.iterdir() if p.name.startswith(".")]
+
+    resumed = fit(MLPTrial, checkpoint_dir, latest_checkpoint="latest")
+    assert len(resumed.seen) == BATCHES - steps[-1]
+    assert_same_weights(dict(resumed.model.state_dict()), straight)
+
+
 @pytest.mark.slow
 def test_kill_9_while_retention_deletes_a_checkpoint_leaves_none_broken(
     tmp_path: pathlib.Path, checkpoint_dir: pathlib.Path, straight: Dict[str, torch.Tensor]

@@ -183,12 +183,14 @@ def test_superseded_checkpoints_are_deleted_only_after_the_new_one_is_complete(
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("limit", [{"fsize_after": 1}, {"fsize_at_save": 2}],
+                         ids=["in-the-training-thread", "in-the-background"])
 def test_a_real_write_failure_stops_the_run_with_the_path(
-    tmp_path: pathlib.Path, checkpoint_dir: pathlib.Path
+    limit: Dict[str, int], tmp_path: pathlib.Path, checkpoint_dir: pathlib.Path
 ) -> None:
     script = Script(
         tmp_path / "run", batches=9, hparams=HPARAMS, fit={"checkpoint_period": 3},
-        fsize_after=1, fsize_limit=2048,
+        fsize_limit=2048, **limit,
     )
     assert script.wait() == 1
     log = script.log()

@@ -89,6 +89,13 @@ class Recorder(pytorch.PyTorchCallback):
         RECORD["events"].append(["shutdown", 0])
 
 
+class BackgroundRecorder(Recorder):
+    """The recorder without the upload hook: a callback on a write hook would keep every write
+    in the training thread (as in Determined), and this run is for background writes."""
+
+    on_checkpoint_upload_end = pytorch.PyTorchCallback.on_checkpoint_upload_end
+
+
 class CrashOnSave(pytorch.PyTorchCallback):
     """Raises on one rank while a checkpoint is being saved: on the chief before it writes
     (``on_checkpoint_save_start`` runs there alone, as in Determined), on another rank in the
@@ -220,7 +227,8 @@ class ProbeTrial(pytorch.PyTorchTrial):
             self.unused = context.wrap_model(nn.Linear(1, 1))
 
     def build_callbacks(self) -> Dict[str, pytorch.PyTorchCallback]:
-        callbacks: Dict[str, pytorch.PyTorchCallback] = {"recorder": Recorder(self.model)}
+        recorder = BackgroundRecorder if self.args.background_writes else Recorder
+        callbacks: Dict[str, pytorch.PyTorchCallback] = {"recorder": recorder(self.model)}
         if self.args.crash_phase == "checkpoint" and self._rank() == self.args.crash_rank:
             callbacks["crash"] = CrashOnSave(self._rank())
         return callbacks
@@ -318,6 +326,8 @@ def main() -> None:
     parser.add_argument("--unused-parameter", action="store_true")
     parser.add_argument("--find-unused-parameters", action="store_true",
                         help="init(strategy=DDPStrategy(find_unused_parameters=True))")
+    parser.add_argument("--background-writes", action="store_true",
+                        help="no callback on the write hooks: checkpoints written in the background")
     parser.add_argument("--torch-distributed", action="store_true",
                         help="Determined's recipe: init_process_group + from_torch_distributed")
     args = parser.parse_args()

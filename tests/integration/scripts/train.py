@@ -11,11 +11,16 @@ Usage: ``python train.py ARGS_JSON``, ARGS_JSON being a file of keyword argument
     devices         processes to train with (Lightning starts the others)
     block_write     block inside the write of the n-th checkpoint (1-based): touch
                     ``marker`` and sleep, so the parent can signal or kill the process then
+    block_background  block the background write of the n-th checkpoint (1-based) at its first
+                    fsync: announce its partial directory in ``marker`` and wait (training goes
+                    on) until the file ``release`` exists, or the parent kills the process
     block_delete    right after the first file a deletion removes from a checkpoint directory,
                     touch this marker file and sleep (the parent kills the process mid-deletion)
     exp_conf        the experiment configuration given to init() (retention counts, ...)
     fsize_after     after the n-th checkpoint, limit files this process writes to
                     ``fsize_limit`` bytes (RLIMIT_FSIZE: a full disk that also fails root)
+    fsize_at_save   the same limit, set as the n-th checkpoint is taken: its background write
+                    (and no write hook) meets it
     slow_batches    seconds to sleep in each batch
     workers         train with this many DataLoader worker processes
     started         a file touched at the first batch
@@ -31,8 +36,9 @@ import pathlib
 import resource
 import signal
 import sys
+import threading
 import time
-from typing import Any, Dict
+from typing import Any, Dict, List
 
 REPO = pathlib.Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(REPO))
@@ -62,6 +68,8 @@ class Harness(pytorch.PyTorchCallback):
     def on_checkpoint_save_start(self, checkpoint: Dict[str, Any]) -> None:
         # Runs inside the write, while the checkpoint is still its .<uuid>.partial directory.
         self.checkpoints += 1
+        if self.checkpoints == self.args.get("fsize_at_save"):
+            limit_file_size(self.args["fsize_limit"])
         if self.checkpoints == self.args.get("block_write"):
             root = pathlib.Path(os.environ.get("DET_LIGHTNING_CHECKPOINT_DIR", "checkpoints"))
             (partial,) = root.glob(".*.partial")
@@ -71,15 +79,52 @@ class Harness(pytorch.PyTorchCallback):
                 time.sleep(0.05)
             raise RuntimeError("nobody killed the blocked checkpoint write")
 
-    def on_checkpoint_upload_end(self, uuid: str) -> None:
-        if self.checkpoints == self.args.get("fsize_after"):
-            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # fail the write instead of dying
-            limit = self.args["fsize_limit"]
-            resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
-
     def on_trial_shutdown(self) -> None:
         if self.args.get("shutdown"):
             announce(self.args["shutdown"], "shutdown")
+
+
+class FileSizeLimit(pytorch.PyTorchCallback):
+    """Limits file sizes after the ``fsize_after``-th checkpoint is written. (Only present when
+    asked: a callback on the write hooks makes every write synchronous, as in Determined.)"""
+
+    def __init__(self, args: Dict[str, Any]) -> None:
+        self.args = args
+        self.checkpoints = 0
+
+    def on_checkpoint_upload_end(self, uuid: str) -> None:
+        self.checkpoints += 1
+        if self.checkpoints == self.args.get("fsize_after"):
+            limit_file_size(self.args["fsize_limit"])
+
+
+def limit_file_size(limit: int) -> None:
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # fail the write instead of dying
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
+
+
+def block_background_write(n: int, marker: pathlib.Path, release: pathlib.Path) -> None:
+    """Makes the writer thread's first fsync in the n-th partial checkpoint directory announce
+    that directory and wait for ``release``."""
+    fsync = os.fsync
+    partials: List[str] = []
+
+    def fsync_then_block(fd: Any) -> None:
+        path = pathlib.Path(os.readlink(f"/proc/self/fd/{fd}"))
+        partial = path.parent.name
+        if (threading.current_thread() is not threading.main_thread()
+                and partial.endswith(".partial") and partial not in partials):
+            partials.append(partial)
+            if len(partials) == n:
+                announce(marker, str(path.parent))
+                deadline = time.monotonic() + 120
+                while not release.exists():  # an event the parent makes, or it kills us
+                    if time.monotonic() > deadline:
+                        raise RuntimeError("nobody released the blocked background write")
+                    time.sleep(0.02)
+        fsync(fd)
+
+    os.fsync = fsync_then_block  # type: ignore[assignment]
 
 
 def block_deletions(root: pathlib.Path, marker: pathlib.Path) -> None:
@@ -102,6 +147,9 @@ def block_deletions(root: pathlib.Path, marker: pathlib.Path) -> None:
 
 def main(args: Dict[str, Any]) -> None:
     torch.set_num_threads(1)
+    if args.get("block_background"):
+        block_background_write(args["block_background"], pathlib.Path(args["marker"]),
+                               pathlib.Path(args["release"]))
     if args.get("block_delete"):
         root = pathlib.Path(os.environ.get("DET_LIGHTNING_CHECKPOINT_DIR", "checkpoints"))
         block_deletions(root, pathlib.Path(args["block_delete"]))
@@ -110,7 +158,10 @@ def main(args: Dict[str, Any]) -> None:
 
     class ScriptTrial(base):  # type: ignore[valid-type, misc]
         def build_callbacks(self) -> Dict[str, Any]:
-            return {**super().build_callbacks(), "harness": Harness(args)}
+            limit = {"fsize": FileSizeLimit(args)} if args.get("fsize_after") else {}
+            # Not the fixture's recorder: a callback on on_checkpoint_write_end would make every
+            # write synchronous (as in Determined), and the drills are for background writes.
+            return {"harness": Harness(args), **limit}
 
         def build_training_data_loader(self) -> Any:
             if not args.get("workers"):
