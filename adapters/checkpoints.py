@@ -142,9 +142,10 @@ class CheckpointManager:
         self.last_metrics: Optional[Dict[str, Any]] = None
         self.last_metrics_batch = -1
         # Only the chief writes; None: every write in the training thread.
-        background = background and not _observes_writes(module.det_callbacks)
         chief = module.context.distributed.rank == 0
-        self.writer = BackgroundWriter() if background and chief else None
+        # The chief alone decides (and says so, once, not once per rank).
+        background = background and chief and not _observes_writes(module.det_callbacks)
+        self.writer = BackgroundWriter() if background else None
         self.pending: Optional[str] = None  # the UUID being written in the background
         self.uploaded: Optional[RemoteRoot] = None  # where the background thread uploaded it
         # Every Lightning checkpoint of the module (ours, a user's ModelCheckpoint) carries the

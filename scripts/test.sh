@@ -3,7 +3,8 @@
 #
 #   scripts/test.sh                  everything: fast tests on both cores, then the slow and
 #                                    distributed ones (they start processes of their own), two at a time,
-#                                    then the fast tests again on Lightning 2.4.0 (.venv-low)
+#                                    then the Lightning-dependent and parity tests on Lightning
+#                                    2.4.0 (.venv-low)
 #   scripts/test.sh tests/unit -x    just what you name, in one run
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,7 +19,13 @@ fi
 "${pytest[@]}" -m "not gpu and not slow and not distributed" -n 2
 # Two at a time as well: most of these wait on processes of their own (imports, servers,
 # leases expiring), and every one waits for events, not durations (the README's "under load").
-"${pytest[@]}" -m "not gpu and (slow or distributed)" -n 2 --dist worksteal
-# The lowest Lightning pyproject.toml allows: the fast suite again, in its own environment.
+"${pytest[@]}" -m "not gpu and (slow or distributed)" -n 2 --dist worksteal --durations=15
+# The lowest Lightning pyproject.toml allows, in its own environment: what depends on the
+# Lightning release (the lean loop's trace against Lightning's own, the internals' contract, the
+# version table, Lightning interop) and the bit-for-bit parity with the real Determined.
+# Every release's row: scripts/test-lightning-releases.sh (too long for CI; see the README).
 VENV=.venv-low LIGHTNING_SPEC="lightning==2.4.0" bash scripts/setup.sh test
-.venv-low/bin/python -m pytest -q -m "not gpu and not slow and not distributed" -n 2
+.venv-low/bin/python -m pytest -q -m "not gpu and not slow and not distributed" -n 2 \
+  tests/integration/test_hooks.py tests/integration/test_lightning_contract.py \
+  tests/unit/test_lightning_versions.py tests/integration/test_lightning_interop.py \
+  tests/compat/test_parity.py tests/compat/test_fixture_parity.py tests/compat/test_hook_rng_parity.py

@@ -37,6 +37,13 @@ def wait_for(condition, what):
 
 
 class SlowTrial(RegressionTrial):
+    def __init__(self, context):
+        if os.environ.get("TEST_HOLD_AT_BATCH"):
+            # Held at a batch, the trial must have its checkpoints up to there complete: written
+            # in the training thread, not still in flight in the background when the test kills.
+            os.environ["DET_LIGHTNING_SYNC_CHECKPOINTS"] = "1"
+        super().__init__(context)
+
     def train_batch(self, batch, epoch_idx, batch_idx):
         barrier = os.environ.get("TEST_BARRIER_DIR")
         if barrier and batch_idx == 0:
