@@ -16,6 +16,7 @@ pytest=(.venv/bin/python -m pytest -q)
 if [ $# -gt 0 ]; then
   exec "${pytest[@]}" -m "not gpu" "$@"
 fi
+.venv/bin/python -m ruff check .  # the linter (pyproject.toml's [tool.ruff])
 "${pytest[@]}" -m "not gpu and not slow and not distributed" -n 2
 # Two at a time as well: most of these wait on processes of their own (imports, servers,
 # leases expiring), and every one waits for events, not durations (the README's "under load").

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from tests.fixtures.object_store import S3, s3_endpoint
-from tests.fixtures.postgres import postgres_server, postgres_url  # fixtures
+from tests.fixtures.postgres import postgres_server, postgres_url  # noqa: F401 (fixtures)
 from tests.fixtures.writers import close_open_writers
 
 

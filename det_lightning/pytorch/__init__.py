@@ -17,7 +17,8 @@ from det_lightning.pytorch._launch import add_launch_arguments, launch_kwargs
 from det_lightning.pytorch._load import CheckpointLoadContext, load_trial_from_checkpoint_path
 from det_lightning.pytorch._lr_scheduler import LRScheduler
 # ``_SimpleReducer`` is private in Determined too, but exported there and subclassed by trials.
-from det_lightning.pytorch._reducer import MetricReducer, Reducer, _SimpleReducer
+from det_lightning.pytorch._reducer import MetricReducer, Reducer
+from det_lightning.pytorch._reducer import _SimpleReducer as _SimpleReducer
 from det_lightning.pytorch._trainer import Trainer, init
 from det_lightning.pytorch._trial import PyTorchTrial
 from det_lightning.pytorch._units import Batch, Epoch, TrainUnit

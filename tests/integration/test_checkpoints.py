@@ -582,8 +582,8 @@ def test_our_checkpoint_of_another_trial_id_is_a_warm_start(
             seen.append(batch_idx)
             return super().train_batch(batch, epoch_idx, batch_idx)
 
-    trial = fit(Trial, HPARAMS, max_length=pytorch.Batch(5), checkpoint_policy="none",
-                latest_checkpoint=str(path))
+    fit(Trial, HPARAMS, max_length=pytorch.Batch(5), checkpoint_policy="none",
+        latest_checkpoint=str(path))
     assert seen == [0, 1, 2, 3, 4]
     resumed = fit(MLPTrial, HPARAMS, max_length=pytorch.Batch(5), checkpoint_policy="none",
                   latest_checkpoint=str(trained[4]))

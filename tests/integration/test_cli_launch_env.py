@@ -26,7 +26,7 @@ def test_run_passes_launch_flags_to_init(tmp_path: pathlib.Path) -> None:
         "run", "--accelerator", "cpu", "--precision", "bf16-mixed", str(script), cwd=tmp_path
     )
     assert result.returncode == 0, output(result)
-    line = next(l for l in result.stdout.splitlines() if l.startswith("LAUNCH"))
+    line = next(ln for ln in result.stdout.splitlines() if ln.startswith("LAUNCH"))
     assert "('accelerator', 'cpu')" in line and "('precision', 'bf16-mixed')" in line
 
 

@@ -10,7 +10,7 @@ import os
 import pathlib
 import subprocess
 import sys
-from typing import Any, Dict
+from typing import Dict
 
 import pytest
 import torch

@@ -25,7 +25,7 @@ from tests.integration.search_support import (
     grid_points,
     read_trials,
     slow_grid_config,
-    slow_project,  # a fixture
+    slow_project,  # noqa: F401 (a fixture)
     start_and_kill_at_batch,
     start_search,
 )
