@@ -193,14 +193,14 @@ def finish_atomically(
         _fsync_tree(partial)
         os.replace(partial, root / uuid)
     except BaseException:
-        shutil.rmtree(partial, ignore_errors=True)
+        abandon_partial(partial)
         raise
     _fsync_dir(root)
     return root / uuid
 
 
 def abandon_partial(partial: pathlib.Path) -> None:
-    """Removes a partial directory whose write never started (its preparation failed)."""
+    """Removes a partial directory whose write failed or never started."""
     shutil.rmtree(partial, ignore_errors=True)
 
 

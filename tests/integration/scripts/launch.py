@@ -49,17 +49,25 @@ class Script:
             raise AssertionError(f"train.py did not finish in {timeout} s:\n{self.log()}")
 
     def wait_for_file(self, path: pathlib.Path, timeout: float = TIMEOUT_S) -> None:
+        self._wait_until(path.exists, path.name, timeout)
+
+    def wait_for_output(self, text: str, timeout: float = TIMEOUT_S) -> None:
+        """Until the script has printed ``text`` (a log line it writes at an event)."""
+        self._wait_until(lambda: text in b"".join(self._output).decode(errors="replace"),
+                         repr(text), timeout)
+
+    def _wait_until(self, condition: Any, what: str, timeout: float) -> None:
         deadline = time.monotonic() + timeout
-        while not path.exists():
+        while not condition():
             if self.process.poll() is not None:
                 raise AssertionError(
-                    f"train.py exited ({self.process.returncode}) before {path.name} appeared:\n"
+                    f"train.py exited ({self.process.returncode}) before {what} appeared:\n"
                     f"{self.log()}"
                 )
             if time.monotonic() > deadline:
                 self.process.kill()
                 self.process.wait()
-                raise AssertionError(f"{path.name} did not appear in {timeout} s:\n{self.log()}")
+                raise AssertionError(f"{what} did not appear in {timeout} s:\n{self.log()}")
             time.sleep(0.02)
 
     def signal(self, signum: int) -> None:
