@@ -98,12 +98,11 @@ def _search(text: str, *extra: str, env: Optional[Dict[str, str]] = None) -> Dic
 # ----- sections ------------------------------------------------------------------------------
 
 
-def asha_section(trials: int, max_time: int) -> List[str]:
-    runs = {
-        SEQUENTIAL: _search(config("random", trials, max_time)),
-        "asha, 1 worker": _search(config("asha", trials, max_time)),
-        "asha, 2 workers": _search(config("asha", trials, max_time), "--workers", "2"),
-    }
+def asha_section(trials: int, max_time: int, workers: List[int]) -> List[str]:
+    runs = {SEQUENTIAL: _search(config("random", trials, max_time))}
+    for count in workers:
+        runs[f"asha, {count} worker{'s' if count > 1 else ''}"] = _search(
+            config("asha", trials, max_time), "--workers", str(count))
     base = runs[SEQUENTIAL]
     per_batch = base["seconds"] / max(base["batches"], 1)
     lines = ["## adaptive_asha against a sequential search", "",
@@ -307,8 +306,8 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=12)
     parser.add_argument("--max-time", type=int, default=32)
     parser.add_argument("--quick", action="store_true",
-                        help="3 trials of 4 batches, 2 workers, 2 trials per start-up row: checks "
-                        "that it all runs (the CI smoke test)")
+                        help="3 trials of 4 batches, ASHA on 1 worker, 2 workers per storage, "
+                        "2 trials per start-up row: checks that it all runs (the CI smoke test)")
     parser.add_argument("--out", default=str(HERE / "results"))
     args = parser.parse_args()
     trials, max_time = (3, 4) if args.quick else (args.trials, args.max_time)
@@ -318,7 +317,8 @@ def main() -> None:
     lines = [f"# Searches: {trials} trials, max_time {max_time} batches", "",
              f"Command: `{command}`, {datetime.date.today()}, {os.cpu_count()} cores, "
              f"load average {os.getloadavg()[0]:.1f} at the start.", ""]
-    lines += asha_section(trials, max_time) + [""]
+    # --quick: ASHA with one worker (the workers section runs two).
+    lines += asha_section(trials, max_time, [1] if args.quick else [1, 2]) + [""]
     with postgres_databases() as database:
         lines += workers_section(trials, max_time, workers, database) + [""]
         lines += storage_section(20 if args.quick else 200, database) + [""]

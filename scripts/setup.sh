@@ -3,6 +3,10 @@
 #
 #   scripts/setup.sh            runtime only (what the example needs)
 #   scripts/setup.sh test       plus the dev and interop extras (pytest, the real determined)
+#   scripts/setup.sh release-tests
+#                               plus pytest and the real determined only: what the environments
+#                               of other Lightning releases run (the release-dependent and
+#                               parity tests; scripts/test.sh, scripts/test-lightning-releases.sh)
 #
 # VENV (default .venv) names the environment; LIGHTNING_SPEC pins Lightning in it (the test
 # script builds .venv-low with the lowest Lightning pyproject.toml allows).
@@ -13,7 +17,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 extras=""
-[ "${1:-}" = "test" ] && extras="[dev,interop]"
+case "${1:-}" in
+  "") ;;
+  test) extras="[dev,interop]" ;;
+  release-tests) extras="[testing,interop]" ;;
+  *) echo "scripts/setup.sh: unknown mode '$1' (none, test or release-tests)" >&2; exit 2 ;;
+esac
 python="${PYTHON:-python3}"
 venv="${VENV:-.venv}"
 [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"

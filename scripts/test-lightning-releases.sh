@@ -39,7 +39,7 @@ for release in "${releases[@]}"; do
   esac
   venv=".venv-L$release"
   echo "=== lightning $release ($venv)"
-  if ! VENV="$venv" LIGHTNING_SPEC="lightning==$release" bash scripts/setup.sh test; then
+  if ! VENV="$venv" LIGHTNING_SPEC="lightning==$release" bash scripts/setup.sh release-tests; then
     summary+=("$release: install failed"); status=1; continue
   fi
   installed=$("$venv/bin/python" -c "import lightning; print(lightning.__version__)")

@@ -16,6 +16,13 @@ pytest=(.venv/bin/python -m pytest -q)
 if [ $# -gt 0 ]; then
   exec "${pytest[@]}" -m "not gpu" "$@"
 fi
+# The lowest Lightning's environment installs while the first tests run (it mostly waits on
+# downloads); its own tests run last.
+low_log=$(mktemp)
+VENV=.venv-low LIGHTNING_SPEC="lightning==2.4.0" bash scripts/setup.sh release-tests \
+  >"$low_log" 2>&1 &
+low_pid=$!
+trap 'kill "$low_pid" 2>/dev/null || true; rm -f "$low_log"' EXIT
 .venv/bin/python -m ruff check .  # the linter (pyproject.toml's [tool.ruff])
 "${pytest[@]}" -m "not gpu and not slow and not distributed" -n 2
 # Two at a time as well: most of these wait on processes of their own (imports, servers,
@@ -25,7 +32,12 @@ fi
 # Lightning release (the lean loop's trace against Lightning's own, the internals' contract, the
 # version table, Lightning interop) and the bit-for-bit parity with the real Determined.
 # Every release's row: scripts/test-lightning-releases.sh (too long for CI; see the README).
-VENV=.venv-low LIGHTNING_SPEC="lightning==2.4.0" bash scripts/setup.sh test
+if ! wait "$low_pid"; then
+  cat "$low_log" >&2
+  echo "scripts/test.sh: installing Lightning 2.4.0 into .venv-low failed (above)" >&2
+  exit 1
+fi
+cat "$low_log"
 .venv-low/bin/python -m pytest -q -m "not gpu and not slow and not distributed" -n 2 \
   tests/integration/test_hooks.py tests/integration/test_lightning_contract.py \
   tests/unit/test_lightning_versions.py tests/integration/test_lightning_interop.py \
