@@ -17,12 +17,15 @@ if [ $# -gt 0 ]; then
   exec "${pytest[@]}" -m "not gpu" "$@"
 fi
 # The lowest Lightning's environment installs while the first tests run (it mostly waits on
-# downloads); its own tests run last.
+# downloads); its own tests run last. It runs in a process group of its own (set -m), so that
+# a failing test ends pip too, not only the shell that started it.
 low_log=$(mktemp)
+set -m
 VENV=.venv-low LIGHTNING_SPEC="lightning==2.4.0" bash scripts/setup.sh release-tests \
   >"$low_log" 2>&1 &
 low_pid=$!
-trap 'kill "$low_pid" 2>/dev/null || true; rm -f "$low_log"' EXIT
+set +m
+trap 'kill -- -"$low_pid" 2>/dev/null || true; rm -f "$low_log"' EXIT
 .venv/bin/python -m ruff check .  # the linter (pyproject.toml's [tool.ruff])
 "${pytest[@]}" -m "not gpu and not slow and not distributed" -n 2
 # Two at a time as well: most of these wait on processes of their own (imports, servers,
