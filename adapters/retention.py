@@ -17,7 +17,7 @@ from typing import Any, Dict, List, NamedTuple, Optional, Set
 
 from det_lightning import errors
 from det_lightning.pytorch import _checkpoint as ckpt
-from det_lightning.pytorch._remote import CheckpointRoot, Listed, delete_checkpoint, list_complete
+from det_lightning.pytorch._remote import CheckpointRoot, delete_checkpoint, list_complete
 
 RUN_KEY = "det_lightning_run"  # metadata.json: one id for every run (resume) of a trial
 VALIDATION_KEY = "det_lightning_validation"  # metadata.json: {"metric", "value"} or null
@@ -96,7 +96,7 @@ def choose_kept(
 
 
 def run_entries(
-    root: CheckpointRoot, run_id: str, metric: str, listed: Optional[List[Listed]] = None
+    root: CheckpointRoot, run_id: str, metric: str, listed: Optional[List[ckpt.Listed]] = None
 ) -> List[Entry]:
     """The complete checkpoints under ``root`` (a directory or a URL) of the trial run
     ``run_id``, oldest first, with their recorded ``metric`` (None when recorded for another

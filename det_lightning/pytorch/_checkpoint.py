@@ -26,7 +26,7 @@ import json
 import pathlib
 import pickle
 import uuid as uuid_lib
-from typing import TYPE_CHECKING, Any, Dict, Optional, Union, overload
+from typing import TYPE_CHECKING, Any, Dict, List, NamedTuple, Optional, Union, overload
 
 import torch
 
@@ -222,6 +222,24 @@ def is_complete(path: pathlib.Path) -> bool:
     return path.is_dir() and has_state and (path / METADATA_FILE).is_file()
 
 
+class Listed(NamedTuple):
+    """A complete checkpoint under a root: its name (UUID), ``metadata.json``, modified time."""
+
+    name: str
+    metadata: Dict[str, Any]
+    mtime: float
+
+
+def list_local(root: pathlib.Path) -> List[Listed]:
+    """The complete checkpoints in directory ``root`` (none if it does not exist)."""
+    found = []
+    if root.is_dir():
+        for path in root.iterdir():
+            if not path.name.startswith(".") and is_complete(path):
+                found.append(Listed(path.name, read_metadata(path), path.stat().st_mtime))
+    return found
+
+
 @overload
 def latest_checkpoint(root: pathlib.Path) -> Optional[pathlib.Path]: ...
 @overload
@@ -234,35 +252,15 @@ def latest_checkpoint(
     root: Union[pathlib.Path, "RemoteRoot"]
 ) -> Optional[Union[pathlib.Path, "RemoteRoot"]]:
     """The complete checkpoint under ``root`` with the most batches trained (newest on ties);
-    under a URL root (``_remote.RemoteRoot``) only checkpoints with their marker count."""
-    if not isinstance(root, pathlib.Path):
-        return _latest_remote(root)
-    best: Optional[pathlib.Path] = None
-    best_key = (-1, -1.0)
-    if not root.is_dir():
-        return None
-    for entry in root.iterdir():
-        if entry.name.startswith(".") or not is_complete(entry):
-            continue
-        try:
-            steps = int(json.loads((entry / METADATA_FILE).read_text())["steps_completed"])
-        except (ValueError, KeyError, OSError):
-            continue
-        key = (steps, entry.stat().st_mtime)
-        if key > best_key:
-            best, best_key = entry, key
-    return best
-
-
-def _latest_remote(root: "RemoteRoot") -> Optional["RemoteRoot"]:
-    from det_lightning.pytorch._remote import list_complete
-
+    under a URL root (``_remote.RemoteRoot``, which lists its own) only checkpoints with their
+    marker count."""
+    listed = list_local(root) if isinstance(root, pathlib.Path) else root.complete()
     best, best_key = None, (-1, -1.0)
-    for listed in list_complete(root):
+    for entry in listed:
         try:
-            key = (int(listed.metadata["steps_completed"]), listed.mtime)
+            key = (int(entry.metadata["steps_completed"]), entry.mtime)
         except (ValueError, KeyError, TypeError):
             continue
         if key > best_key:
-            best, best_key = listed.name, key
+            best, best_key = entry.name, key
     return None if best is None else root / best

@@ -31,7 +31,7 @@ import re
 import shutil
 import tempfile
 import uuid as uuid_lib
-from typing import Any, Dict, List, NamedTuple, Optional, Tuple, Union
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 from det_lightning import errors
 from det_lightning.pytorch import _checkpoint as ckpt
@@ -58,14 +58,6 @@ SCHEMES = {
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://(.*)$")
 _UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 _FILESYSTEMS: Dict[Tuple[str, Tuple[Tuple[str, str], ...]], Any] = {}
-
-
-class Listed(NamedTuple):
-    """A complete checkpoint under a root: its name (UUID), ``metadata.json``, modified time."""
-
-    name: str
-    metadata: Dict[str, Any]
-    mtime: float
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,7 +163,7 @@ class RemoteRoot:
                     groups.setdefault(child, {})[rest] = info
         return groups
 
-    def complete(self) -> List[Listed]:
+    def complete(self) -> List[ckpt.Listed]:
         """The checkpoints under this root that have their marker."""
         fs = self.filesystem()
         found = []
@@ -183,7 +175,7 @@ class RemoteRoot:
             except (OSError, ValueError):
                 continue  # deleted meanwhile, or not ours
             if isinstance(metadata, dict):
-                found.append(Listed(child, metadata, _mtime(files[MARKER])))
+                found.append(ckpt.Listed(child, metadata, _mtime(files[MARKER])))
         return found
 
     def is_complete(self) -> bool:
@@ -444,16 +436,9 @@ def local_dir(root: CheckpointRoot) -> pathlib.Path:
     return root.staging() if isinstance(root, RemoteRoot) else root
 
 
-def list_complete(root: CheckpointRoot) -> List[Listed]:
+def list_complete(root: CheckpointRoot) -> List[ckpt.Listed]:
     """The complete checkpoints under ``root``, either kind."""
-    if isinstance(root, RemoteRoot):
-        return root.complete()
-    found = []
-    if root.is_dir():
-        for path in root.iterdir():
-            if not path.name.startswith(".") and ckpt.is_complete(path):
-                found.append(Listed(path.name, ckpt.read_metadata(path), path.stat().st_mtime))
-    return found
+    return root.complete() if isinstance(root, RemoteRoot) else ckpt.list_local(root)
 
 
 def delete_checkpoint(root: CheckpointRoot, uuid: str) -> bool:
