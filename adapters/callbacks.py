@@ -241,7 +241,7 @@ class PyTorchCallbackBridge(Callback):
         # Any rank's request stops every rank at the same batch (a rank that stopped alone
         # would leave the others waiting in the next collective).
         boundary = {Boundary.REPORT} if reported else set()
-        local = module.context.engine.stop_requested
+        local = module.context.get_stop_requested()
         if self.stops.after_batch(batches_trained, boundary, local):
             trainer.should_stop = True
 

@@ -90,7 +90,7 @@ class ScheduleCallback(Callback):
         state = self.module.progress
         batches_trained = state.batches_trained
         reached = self.schedule.reached(batches_trained)
-        local = self.module.context.engine.stop_requested
+        local = self.module.context.get_stop_requested()
         stop = self.stops.after_batch(batches_trained, reached, local)
         if reached or stop:
             self._run(trainer, decide(reached, stop, state.validation_is_current()))
@@ -99,7 +99,7 @@ class ScheduleCallback(Callback):
         # Never short-circuit on the local flag: a rank that skipped the agreement would leave
         # the others waiting in it forever.
         module = self.module
-        return self.stops.agree(module.progress.batches_trained, module.context.engine.stop_requested)
+        return self.stops.agree(module.progress.batches_trained, module.context.get_stop_requested())
 
     def _run(self, trainer: pl.Trainer, actions: Tuple[Action, ...]) -> None:
         """Carries ``actions`` out in order, up to a validation (which Lightning runs next)."""

@@ -5,14 +5,14 @@ scaler use, zeroing); a backend object decides *how* a backward pass and an opti
 The default backend calls torch directly; under the trainer, ``det_lightning.adapters`` installs
 one that goes through Lightning (``manual_backward``, ``LightningOptimizer.step``), so precision
 and strategy plugins apply. Tests fake the backend. The configuration getters live in the base
-class (``det_lightning/_trial_context.py``), as in Determined; the trainer's side of the context
-is ``context.engine`` (``_engine.py``).
+class (``det_lightning/_trial_context.py``), as in Determined; the state the context shares with
+the code that runs the trial is ``context.engine`` (``_engine.py``), which the context owns.
 """
 
 import contextlib
 import logging
 import pathlib
-from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Tuple, Type, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Type, Union
 
 import torch
 from torch import nn
@@ -21,9 +21,8 @@ from det_lightning import errors
 from det_lightning._trial_context import NOT_CONFIGURED, TrialContext
 from det_lightning.core import DistributedContext
 from det_lightning.pytorch._data import _Data, to_device
-from det_lightning.pytorch._engine import EagerBackend, EngineInterface
+from det_lightning.pytorch._engine import EngineState
 from det_lightning.pytorch._experimental import PyTorchExperimentalContext
-from det_lightning.pytorch._launch import LaunchOptions
 from det_lightning.pytorch._lr_scheduler import LRScheduler
 from det_lightning.pytorch._reducer import MetricReducer, ReducerRegistry
 
@@ -78,12 +77,16 @@ class PyTorchTrialContext(TrialContext):
             raise ValueError(
                 f"init(aggregation_frequency={aggregation_frequency!r}): expected an int >= 1."
             )
+        self.engine = EngineState(
+            hparams=hparams,
+            exp_conf=exp_conf,
+            aggregation_frequency=aggregation_frequency,
+            tensorboard_path=tensorboard_path,
+        )
         super().__init__(hparams, exp_conf, distributed, trial_seed, steps_completed)
         self._reducers = ReducerRegistry(self.distributed.allgather)
         self._aggregation_frequency = aggregation_frequency
         self._enable_tensorboard_logging = enable_tensorboard_logging
-        self._tensorboard_path = tensorboard_path
-        self._tbd_writer: Any = None
         self.device = device or torch.device("cpu")
         self._per_slot_batch_size: Optional[int] = None
         self._global_batch_size: Optional[int] = None
@@ -97,16 +100,29 @@ class PyTorchTrialContext(TrialContext):
         self.profiler: Any = None
         self.experimental = PyTorchExperimentalContext(self)
         self._optimizer_configs: Dict[int, Dict[str, Any]] = {}
-        self._scaler: Any = None
-        self._backend: Any = EagerBackend()
-        self._launch = LaunchOptions()  # Lightning's launch options, set by init()
         self._to_device_warned_types: Set[Type] = set()
-        self._epoch_len: Optional[int] = None
-        self._current_batch_idx: Optional[int] = None
-        self._training_started = False
-        self._skipped_steps: Set[int] = set()  # optimizers whose GradScaler skipped this batch
-        self._profiler_args: Optional[Tuple[tuple, Dict[str, Any]]] = None
-        self.engine = EngineInterface(self)
+
+    # Determined's names for state that lives in ``engine``: trials written for Determined
+    # sometimes reach for them (its test fixtures set ``context._scaler``).
+    @property
+    def _scaler(self) -> Any:
+        return self.engine.scaler
+
+    @_scaler.setter
+    def _scaler(self, scaler: Any) -> None:
+        self.engine.scaler = scaler
+
+    @property
+    def _steps_completed(self) -> int:  # TrialContext.get_initial_batch() reads it
+        return self.engine.steps_completed
+
+    @_steps_completed.setter
+    def _steps_completed(self, steps: int) -> None:
+        self.engine.steps_completed = steps
+
+    @property
+    def _tbd_writer(self) -> Any:
+        return self.engine.tensorboard_writer
 
     # ----- configuration --------------------------------------------------------------------
     def get_global_batch_size(self) -> int:
@@ -136,22 +152,18 @@ class PyTorchTrialContext(TrialContext):
         self._enable_tensorboard_logging = enable_tensorboard_logging
 
     def get_tensorboard_path(self) -> pathlib.Path:
-        if self._tensorboard_path is None:
-            raise errors.InternalException(
-                "The TensorBoard directory is chosen when Trainer.fit() starts; call "
-                "get_tensorboard_path() from the trial's methods or callbacks during training."
-            )
-        return self._tensorboard_path
+        return self.engine.require_tensorboard_path()
 
     def get_tensorboard_writer(self) -> Any:
         """A ``SummaryWriter`` on the same run directory the trainer's metrics go to."""
-        if self._tbd_writer is None:
-            self._tbd_writer = self.engine.new_tensorboard_writer()
-        return self._tbd_writer
+        engine = self.engine
+        if engine.tensorboard_writer is None:
+            engine.tensorboard_writer = engine.new_tensorboard_writer()
+        return engine.tensorboard_writer
 
     # ----- wrapping -------------------------------------------------------------------------
     def _check_not_training(self, call: str) -> None:
-        if self._training_started:
+        if self.engine.training_started:
             raise errors.InvalidExperimentException(
                 f"{call} was called after training started. Wrap models, optimizers, schedulers "
                 "and scalers in the trial's __init__(), before Trainer.fit()."
@@ -234,11 +246,11 @@ class PyTorchTrialContext(TrialContext):
     def wrap_scaler(self, scaler: Any) -> Any:
         """Registers a ``torch.amp.GradScaler``; its state goes into checkpoints."""
         self._check_not_training("wrap_scaler()")
-        if self._scaler is not None:
+        if self.engine.scaler is not None:
             raise errors.InvalidExperimentException("Please only call wrap_scaler or use_amp once.")
         if self.models:
             raise errors.InvalidExperimentException("Please call wrap_scaler before wrap_model.")
-        self._scaler = scaler
+        self.engine.scaler = scaler
         return scaler
 
     def configure_apex_amp(self, *args: Any, **kwargs: Any) -> Any:
@@ -268,7 +280,7 @@ class PyTorchTrialContext(TrialContext):
 
     def set_profiler(self, *args: Any, **kwargs: Any) -> None:
         """A ``torch.profiler.profile`` with these arguments, writing traces to TensorBoard."""
-        self._profiler_args = (args, kwargs)
+        self.engine.profiler_args = (args, kwargs)
 
     def wrap_reducer(
         self,
@@ -299,14 +311,15 @@ class PyTorchTrialContext(TrialContext):
         """Computes gradients of ``loss``; on accumulating batches without cross-rank sync."""
         if not isinstance(loss, torch.Tensor):
             raise TypeError(f"context.backward() expects a loss tensor, got {type(loss).__name__}.")
-        if self._scaler is not None and self.engine.auto_amp:
-            loss = self._scaler.scale(loss)
+        engine = self.engine
+        if engine.scaler is not None and engine.auto_amp:
+            loss = engine.scaler.scale(loss)
         kwargs: Dict[str, Any] = {"retain_graph": retain_graph, "create_graph": create_graph}
         if gradient is not None:
             kwargs["gradient"] = gradient
-        accumulating = self._aggregation_frequency > 1 and not self.engine.should_step()
-        with self._backend.no_sync() if accumulating else contextlib.nullcontext():
-            self._backend.backward(loss, **kwargs)
+        accumulating = self._aggregation_frequency > 1 and not engine.should_step()
+        with engine.backend.no_sync() if accumulating else contextlib.nullcontext():
+            engine.backend.backward(loss, **kwargs)
 
     def step_optimizer(
         self,
@@ -347,15 +360,15 @@ class PyTorchTrialContext(TrialContext):
             for p in params:
                 if p.grad is not None:
                     p.grad.div_(float(self._aggregation_frequency))
-        if scaler is None and self.experimental._auto_amp:
-            scaler = self._scaler
+        if scaler is None and self.engine.auto_amp:
+            scaler = self.engine.scaler
         if clip_grads is not None:
             if scaler is not None:
                 # Clip the true gradients, not the scaled ones (GradScaler notes).
                 scaler.unscale_(optimizer)
             clip_grads(params)  # type: ignore[arg-type]
         if scaler is None:
-            self._backend.step(optimizer, optimizer.step)
+            self.engine.backend.step(optimizer, optimizer.step)
         else:
             self._step_with_scaler(optimizer, scaler)
         if auto_zero_grads:
@@ -367,30 +380,25 @@ class PyTorchTrialContext(TrialContext):
         stepped: List[bool] = []
         handle = optimizer.register_step_post_hook(lambda *_: stepped.append(True))
         try:
-            self._backend.step(optimizer, lambda: scaler.step(optimizer))
+            self.engine.backend.step(optimizer, lambda: scaler.step(optimizer))
         finally:
             handle.remove()
         if not stepped:
-            self._skipped_steps.add(id(optimizer))
+            self.engine.skipped_steps.add(id(optimizer))
 
     # ----- where training is ----------------------------------------------------------------
-    def _require_batch(self) -> int:
-        if self._current_batch_idx is None:
-            raise errors.InternalException("Training hasn't started.")
-        return self._current_batch_idx
-
     def current_train_batch(self) -> int:
-        return self._require_batch()
+        return self.engine.require_batch()
 
     def current_train_epoch(self) -> int:
-        return self._require_batch() // self.engine.require_epoch_len()
+        return self.engine.require_batch() // self.engine.require_epoch_len()
 
     def is_epoch_start(self) -> bool:
-        return self._require_batch() % self.engine.require_epoch_len() == 0
+        return self.engine.require_batch() % self.engine.require_epoch_len() == 0
 
     def is_epoch_end(self) -> bool:
         epoch_len = self.engine.require_epoch_len()
-        return self._require_batch() % epoch_len == epoch_len - 1
+        return self.engine.require_batch() % epoch_len == epoch_len - 1
 
 
 def _to_float32(output: Any) -> Any:

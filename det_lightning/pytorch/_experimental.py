@@ -8,10 +8,7 @@ logger = logging.getLogger("det_lightning.pytorch")
 
 class PyTorchExperimentalContext:
     def __init__(self, parent: Any) -> None:
-        self._parent = parent
-        self._auto_amp = False
-        self._data_repro_checks_disabled = False
-        self._auto_to_device = True
+        self._parent = parent  # the context; these switches are kept in its ``engine``
 
     def use_amp(self) -> None:
         """Automatic mixed precision: forward passes autocast, losses scaled, steps unscaled.
@@ -21,16 +18,16 @@ class PyTorchExperimentalContext:
         """
         import torch
 
-        self._auto_amp = True
+        self._parent.engine.auto_amp = True
         if torch.cuda.is_available():
             self._parent.wrap_scaler(torch.amp.GradScaler("cuda"))
 
     def disable_dataset_reproducibility_checks(self) -> None:
         """Accept plain ``torch.utils.data.DataLoader``s from the trial, used as they are."""
-        self._data_repro_checks_disabled = True
+        self._parent.engine.data_repro_checks_disabled = True
         logger.info("disabled dataset reproducibility checks")
 
     def disable_auto_to_device(self) -> None:
         """Hand batches to ``train_batch``/``evaluate_batch`` without moving them to the device."""
-        self._auto_to_device = False
+        self._parent.engine.auto_to_device = False
         logger.info("disabled automatically moving data to device")

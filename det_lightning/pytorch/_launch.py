@@ -14,18 +14,16 @@ the second one), and ``torchrun --nproc_per_node=2 train.py`` or SLURM work unch
 left out keep Lightning's defaults (``"auto"``, one node, DDP when there are several devices).
 
 This module never imports Lightning; ``start()`` hands over to ``det_lightning.adapters.launch``.
+The resolved options, ``LaunchOptions``, are a value in ``_launch_options.py``.
 """
 
 import argparse
-import dataclasses
 import os
 from typing import Any, Dict, Mapping, Optional, Union
 
-import torch
 
 from det_lightning.core import DistributedContext
-
-LAUNCH_OPTIONS = ("accelerator", "devices", "num_nodes", "strategy", "precision")
+from det_lightning.pytorch._launch_options import LAUNCH_OPTIONS, Launched
 
 # Launch options can also come from the environment (``det-lightning run --devices 2 train.py``
 # sets these for an unmodified script); arguments to init() win over them.
@@ -145,46 +143,6 @@ def resolve_options(
     given = {**options_from_environ(environ), **given}
     implied = external_topology(distributed, environ)
     return {**{k: v for k, v in implied.items() if k not in given}, **given}
-
-
-@dataclasses.dataclass(frozen=True)
-class LaunchOptions:
-    """Lightning's launch options for this job, resolved; None means Lightning's default.
-
-    >>> LaunchOptions.of({"devices": 2, "precision": None}).trainer_kwargs()
-    {'devices': 2}
-    """
-
-    accelerator: Optional[str] = None
-    devices: Any = None
-    num_nodes: Optional[int] = None
-    strategy: Any = None
-    precision: Any = None
-
-    @classmethod
-    def of(cls, options: Mapping[str, Any]) -> "LaunchOptions":
-        """From ``resolve_options``'s dict."""
-        return cls(**{name: options.get(name) for name in LAUNCH_OPTIONS})
-
-    def trainer_kwargs(self) -> Dict[str, Any]:
-        """The options that were given, as ``lightning.Trainer`` keyword arguments."""
-        given = {name: getattr(self, name) for name in LAUNCH_OPTIONS}
-        return {name: value for name, value in given.items() if value is not None}
-
-
-@dataclasses.dataclass(frozen=True)
-class Launched:
-    """What ``init()`` gets from the launch: who this process is, and where it computes.
-
-    Args:
-        distributed: this process's ranks (collectives ready when there are several).
-        device: where ``wrap_model`` and ``to_device`` put things.
-        options: the launch options for the ``lightning.Trainer`` that ``fit()`` builds.
-    """
-
-    distributed: DistributedContext
-    device: torch.device
-    options: LaunchOptions
 
 
 def start(options: Mapping[str, Any], distributed: Optional[DistributedContext]) -> Launched:

@@ -7,7 +7,7 @@ import dataclasses
 import pathlib
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from det_lightning.pytorch._launch import LaunchOptions
+from det_lightning.pytorch._launch_options import LaunchOptions
 from det_lightning.pytorch._remote import CheckpointRoot
 from det_lightning.pytorch._units import TrainUnit
 

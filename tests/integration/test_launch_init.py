@@ -3,7 +3,7 @@
 import pytest
 
 from det_lightning import pytorch
-from det_lightning.pytorch._launch import LaunchOptions
+from det_lightning.pytorch._launch_options import LaunchOptions
 
 
 def test_spawning_strategies_are_refused_with_the_alternative() -> None:

@@ -1,8 +1,10 @@
-"""``context.engine``: the one way the trainer and the adapters reach the context's state.
+"""``context.engine``: the state the context shares with the trainer and the adapters.
 
 The context's underscored attributes belong to the context's own modules; a scan of every other
-module in ``det_lightning/`` and ``adapters/`` keeps it that way, whatever the receiver is called
-(``context._scaler``, ``self.module.context._epoch_len``, ``getattr(ctx, "_launch")``).
+module in ``det_lightning/`` and ``adapters/`` (the engine state's own module included: it is a
+plain object the context owns, not a window onto the context) keeps it that way, whatever the
+receiver is called (``context._scaler``, ``self.module.context._tbd_writer``,
+``getattr(ctx, "_optimizer_configs")``).
 """
 
 import ast
@@ -14,16 +16,15 @@ import pytest
 import torch
 
 from det_lightning import errors, pytorch
+from det_lightning.pytorch._launch_options import LaunchOptions
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
-# The context's own modules: its base class, the context, ``context.experimental``, and the
-# engine interface, which exists to reach the rest.
+# The context's own modules: its base class, the context and ``context.experimental``.
 CONTEXT_MODULES = {
     "det_lightning/_trial_context.py",
     "det_lightning/pytorch/_context.py",
     "det_lightning/pytorch/_experimental.py",
-    "det_lightning/pytorch/_engine.py",
 }
 CONTEXT_CLASSES = {"TrialContext", "PyTorchTrialContext", "PyTorchExperimentalContext"}
 
@@ -44,6 +45,7 @@ def _private_names() -> Set[str]:
             if not isinstance(cls, ast.ClassDef) or cls.name not in CONTEXT_CLASSES:
                 continue
             for node in ast.walk(cls):
+                # Methods, and Determined's attribute names kept as properties (``_scaler``).
                 if isinstance(node, ast.FunctionDef) and _is_private(node.name):
                     names.add(node.name)
                 if (
@@ -96,15 +98,15 @@ def _uses_by_module() -> "dict[str, List[Tuple[int, str]]]":
 
 def test_the_private_names_come_from_the_context_classes() -> None:
     # A sample, so a scan that found no names (and so no uses) cannot pass unnoticed.
-    assert {"_scaler", "_launch", "_exp_conf", "_stop_requested", "_auto_amp",
+    assert {"_scaler", "_optimizer_configs", "_exp_conf", "_stop_requested", "_parent",
             "_tbd_writer", "_check_not_training"} <= PRIVATE
 
 
 @pytest.mark.parametrize("source, expected", [
     ("context._scaler = None", [(1, "_scaler")]),
-    ("x = self.module.context._epoch_len", [(1, "_epoch_len")]),
-    ("ctx.experimental._auto_amp = True", [(1, "_auto_amp")]),
-    ("getattr(c, '_launch', {})", [(1, "_launch")]),
+    ("x = self.module.context._tbd_writer", [(1, "_tbd_writer")]),
+    ("ctx.experimental._parent", [(1, "_parent")]),
+    ("getattr(c, '_optimizer_configs', {})", [(1, "_optimizer_configs")]),
     ("c._check_not_training('x')", [(1, "_check_not_training")]),
     ("self._backend = backend\ncls._scaler", []),
     ("context.engine.scaler\ngetattr(c, 'launch')", []),
@@ -117,7 +119,7 @@ def test_no_module_outside_the_context_uses_its_private_attributes() -> None:
     offending = {m: uses for m, uses in _uses_by_module().items() if m not in ALLOWED}
     assert not offending, (
         f"{offending}: use context.engine (det_lightning/pytorch/_engine.py) instead of the "
-        "context's underscored attributes, adding a member there if none fits."
+        "context's underscored attributes, adding a field there if none fits."
     )
 
 
@@ -146,15 +148,6 @@ def test_steps_completed_is_the_initial_batch() -> None:
     assert context.engine.steps_completed == 5
     context.engine.steps_completed = 12
     assert context.get_initial_batch() == 12
-
-
-def test_stop_requested_follows_set_stop_requested() -> None:
-    context = _context()
-    assert context.engine.stop_requested is False
-    context.set_stop_requested(True)
-    assert context.engine.stop_requested is True
-    context.set_stop_requested(False)
-    assert context.engine.stop_requested is False
 
 
 def test_batches_and_epochs() -> None:
@@ -261,8 +254,21 @@ def test_profiler_args_are_set_profilers() -> None:
 
 def test_launch_options() -> None:
     context = _context()
-    context.engine.launch_options = {"accelerator": "cpu"}
-    assert context.engine.launch_options == {"accelerator": "cpu"}
+    assert context.engine.launch_options == LaunchOptions()
+    context.engine.launch_options = LaunchOptions(accelerator="cpu")
+    assert context.engine.launch_options.trainer_kwargs() == {"accelerator": "cpu"}
+
+
+def test_determineds_attribute_names_are_the_engine_state() -> None:
+    # Determined's own test fixtures set context._scaler; get_initial_batch() reads
+    # _steps_completed, which fit() moves through the engine on a resume.
+    context = _context(steps_completed=3)
+    scaler = object()
+    context._scaler = scaler
+    assert context.engine.scaler is scaler and context._scaler is scaler
+    context.engine.steps_completed = 7
+    assert context.get_initial_batch() == 7
+    assert context._tbd_writer is None
 
 
 def test_tensorboard_path_and_writer(tmp_path: pathlib.Path) -> None:

@@ -7,7 +7,7 @@ from typing import Any, Dict
 import pytest
 
 from det_lightning import core, pytorch
-from det_lightning.pytorch import _launch
+from det_lightning.pytorch import _launch, _launch_options
 
 TORCHRUN_ENV = {"TORCHELASTIC_RUN_ID": "x", "LOCAL_WORLD_SIZE": "2", "WORLD_SIZE": "4",
                 "GROUP_WORLD_SIZE": "2", "RANK": "3", "LOCAL_RANK": "1", "GROUP_RANK": "1"}
@@ -22,6 +22,7 @@ def parse(*argv: str) -> Dict[str, Any]:
 
 def test_the_docstring_examples_hold() -> None:
     assert doctest.testmod(_launch).failed == 0
+    assert doctest.testmod(_launch_options).failed == 0
 
 
 def test_options_left_out_keep_lightnings_defaults() -> None:
