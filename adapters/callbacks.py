@@ -25,6 +25,7 @@ Lightning's hook (and who forwards it) on the left, the ``PyTorchCallback`` call
                                           Determined; Lightning makes it before its hooks
           on_validation_start, on_validation_epoch_start: already forwarded
           validation_step                 evaluate_batch(...) per batch (or evaluate_full_dataset)
+          on_validation_batch_end         (TrialHooks keeps the batch's metrics)
           on_validation_epoch_end         on_validation_epoch_end(outputs) # evaluate_batch
           on_validation_end               on_validation_end(metrics)
         [checkpoint, save_checkpoint]
@@ -64,14 +65,19 @@ from lightning.pytorch.callbacks import Callback
 from typing_extensions import override
 
 from det_lightning.adapters import metrics as metric_utils
-from det_lightning.adapters.reporting import TrainingReport, log_validation, reduce_validation
+from det_lightning.adapters.module import TrialModule
 from det_lightning.adapters.preemption import StopAgreement
+from det_lightning.adapters.reporting import (
+    TrainingReport,
+    ValidationBuffer,
+    log_validation_to_loggers,
+)
 from det_lightning.pytorch._units import Boundary
 
 
 class TrialHooks(Callback):
     """Forwards the training-start, validation and test hooks to the trial's callbacks, and
-    reduces and reports each validation's metrics; both front ends use it.
+    collects, reduces and reports each validation's metrics; both front ends use it.
 
     Args:
         module: the ``TrialModule`` (or ``LightningTrial``).
@@ -81,10 +87,12 @@ class TrialHooks(Callback):
             ``self.log``'ged for Lightning's loggers and monitors under the trial's own names.
     """
 
-    def __init__(self, module: Any, determined_logging: bool) -> None:
+    def __init__(self, module: TrialModule, determined_logging: bool) -> None:
         self.module = module
         self.determined_logging = determined_logging
         self.history: List[Dict[str, Any]] = []  # every validation's metrics, oldest first
+        self.buffer = ValidationBuffer()  # the current validation's batches
+        self.metrics: Dict[str, Any] = {}  # the last validation's metrics, reduced
         self._validating = False  # begin_validation ran for the current pass
 
     def _forward(self, hook: str, *args: Any) -> None:
@@ -110,10 +118,10 @@ class TrialHooks(Callback):
         for model in module.context.models:
             model.eval()
         module.context.reset_reducers()
-        module.val_outputs, module.val_keys, module.val_records = [], None, 0
-        module.val_metrics = {}
+        self.buffer = ValidationBuffer()
+        self.metrics = {}
         self._forward("on_validation_start")
-        if module._evaluate_batch:
+        if module.evaluates_batches:
             self._forward("on_validation_epoch_start")
 
     @override
@@ -122,16 +130,27 @@ class TrialHooks(Callback):
             self.begin_validation()
 
     @override
+    def on_validation_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
+        batch_idx: int, dataloader_idx: int = 0,
+    ) -> None:
+        module = self.module
+        if module.evaluates_batches:
+            self.buffer.add(outputs, module.trial.get_batch_length(batch))
+        elif outputs is not None:  # evaluate_full_dataset's, on the chief
+            self.buffer.whole = outputs
+
+    @override
     def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.sanity_checking:
             return
         module = self.module
-        if module._evaluate_batch:
-            self._forward("on_validation_epoch_end", module.val_outputs)
-        module.val_metrics = reduce_validation(module)
+        if module.evaluates_batches:
+            self._forward("on_validation_epoch_end", self.buffer.outputs)
+        self.metrics = self.buffer.reduce(module.trial, module.context, module.evaluates_batches)
         # Under LightningTrial, loggers, ModelCheckpoint(monitor=...) and trainer.validate()'s
         # results see them under the trial's own names.
-        for name, value in metric_utils.scalars(module.val_metrics).items():
+        for name, value in metric_utils.scalars(self.metrics).items():
             # logger=None: Lightning's default, which stays quiet when there is no logger.
             logger = False if self.determined_logging else None
             module.log(name, value, logger=logger, sync_dist=False)
@@ -142,7 +161,7 @@ class TrialHooks(Callback):
             return
         module = self.module
         state = module.progress
-        metrics: Dict[str, Any] = module.val_metrics
+        metrics = self.metrics
         self._validating = False
         self._forward("on_validation_end", metrics)
         state.last_val = state.batches_trained
@@ -151,7 +170,7 @@ class TrialHooks(Callback):
             module.context.reset_reducers()  # the next training workload starts fresh
         if module.context.distributed.rank == 0:
             if self.determined_logging:
-                log_validation(trainer, metrics, state.batches_trained)
+                log_validation_to_loggers(trainer, metrics, state.batches_trained)
             # Determined's chief adds these while reporting, to the very dict its callbacks got
             # (a callback that kept it sees them).
             reported.setdefault("batches", state.batches_trained)
@@ -162,6 +181,13 @@ class TrialHooks(Callback):
     @override
     def on_test_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.on_validation_start(trainer, pl_module)
+
+    @override
+    def on_test_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
+        batch_idx: int, dataloader_idx: int = 0,
+    ) -> None:
+        self.on_validation_batch_end(trainer, pl_module, outputs, batch, batch_idx, dataloader_idx)
 
     @override
     def on_test_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -181,7 +207,7 @@ class PyTorchCallbackBridge(Callback):
         module: the ``LightningTrial``.
     """
 
-    def __init__(self, module: Any) -> None:
+    def __init__(self, module: TrialModule) -> None:
         self.module = module
         self.report = TrainingReport(module)
         self.stops: Optional[StopAgreement] = None  # once the trial's context exists
@@ -224,7 +250,7 @@ class PyTorchCallbackBridge(Callback):
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         batches = trainer.num_training_batches
         if isinstance(batches, int) and batches > 0:
-            self.module.epoch_len = self.module.context.engine.epoch_len = batches
+            self.module.set_epoch_len(batches)
 
     @override
     def on_train_batch_end(

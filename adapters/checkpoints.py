@@ -47,6 +47,7 @@ import lightning.pytorch as pl
 from det_lightning.adapters import stateful
 from det_lightning.adapters.checkpoint_io import DeterminedSave
 from det_lightning.adapters.metrics import is_numerical_scalar
+from det_lightning.adapters.module import TrialModule
 from det_lightning.adapters.resume import ResumePlan
 from det_lightning.adapters.retention import (
     RUN_KEY,
@@ -111,7 +112,7 @@ class CheckpointManager:
     def __init__(
         self,
         root: CheckpointRoot,
-        module: Any,
+        module: TrialModule,
         policy: str,
         metric: str,
         smaller_is_better: bool,
@@ -150,7 +151,7 @@ class CheckpointManager:
         self.uploaded: Optional[RemoteRoot] = None  # where the background thread uploaded it
         # Every Lightning checkpoint of the module (ours, a user's ModelCheckpoint) carries the
         # Determined state, so a .ckpt file can be exported to a Determined checkpoint.
-        module.checkpoint_extras = self.lightning_extras
+        module.set_checkpoint_extras(self.lightning_extras)
 
     # ----- policy ---------------------------------------------------------------------------
     def searcher_value(self, metrics: Dict[str, Any]) -> float:

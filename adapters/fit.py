@@ -22,14 +22,13 @@ import lightning.pytorch as pl
 import torch
 
 from det_lightning import errors
-from det_lightning.adapters import metrics as metric_utils
 from det_lightning.adapters import preemption
 from det_lightning.adapters.lightning import hooks, internals, lean, lean_validation
 from det_lightning.adapters.callbacks import TrialHooks
 from det_lightning.adapters.checkpoint_io import DeterminedCheckpointIO
 from det_lightning.adapters.checkpoints import CheckpointManager
 from det_lightning.adapters.data import HooksFirst, build_training_view, build_validation_loader
-from det_lightning.adapters.module import TrialModule
+from det_lightning.adapters.module import TrialModule, TrialSetup
 from det_lightning.adapters.precision import apply_precision
 from det_lightning.adapters.profiler import profiling_callbacks
 from det_lightning.adapters.reporting import closing_summary
@@ -158,8 +157,10 @@ def _train(
     stop_signal: Callable[[bool], bool], callbacks: Dict[str, PyTorchCallback],
     plan: ResumePlan, root: CheckpointRoot,
 ) -> Tuple[FitResult, pl.Trainer]:
-    module = TrialModule(trial, context, callbacks, TrialProgress.from_trial_state(plan.trial_state))
-    module.stop_on_nonfinite_loss = metric_utils.stop_on_non_finite(options.stop_on_nonfinite_loss)
+    module = TrialModule(TrialSetup(
+        trial, context, callbacks, TrialProgress.from_trial_state(plan.trial_state),
+        options.stop_on_nonfinite_loss,
+    ))
     start_batch = module.progress.batches_trained
     extra = plan.data_state
     base_seed = _base_seed(context, extra)
@@ -167,9 +168,8 @@ def _train(
         trial, context, start_batch, extra.get("pass_states"), base_seed,
         extra.get("pass_starts"),
     )
-    module.train_loader, module.epoch_len = view, view.epoch_len
-    context.engine.epoch_len = view.epoch_len
-    module.val_loader = build_validation_loader(trial, context, module._evaluate_batch)
+    module.set_epoch_len(view.epoch_len)
+    val_loader = build_validation_loader(trial, context, module.evaluates_batches)
     view.start()
     stops: Optional[preemption.StopAgreement] = None
     manager: Optional[CheckpointManager] = None
@@ -190,9 +190,11 @@ def _train(
         manager.metric_configured = options.searcher_metric_configured
         manager.continue_run(plan)  # best and retention span the trial's earlier runs
         trial_hooks = TrialHooks(module, determined_logging=True)
-        module.val_loader = HooksFirst(module.val_loader, trial_hooks.begin_validation)
+        module.use_data(view, HooksFirst(val_loader, trial_hooks.begin_validation), view.epoch_len)
         stops = preemption.StopAgreement(context.distributed, stop_signal)
-        schedule_cb = ScheduleCallback(module, schedule, manager, args.step_zero_validation, stops)
+        schedule_cb = ScheduleCallback(
+            module, schedule, manager, args.step_zero_validation, stops, trial_hooks
+        )
         # len(view): a run resumed mid-epoch starts with a shorter epoch, and Lightning warns
         # when an epoch is shorter than log_every_n_steps.
         trainer = _lightning_trainer(

@@ -39,7 +39,7 @@ from det_lightning.adapters.callbacks import PyTorchCallbackBridge, TrialHooks
 from det_lightning.adapters.data import WholeLoader, _check_plain_loader
 from det_lightning.adapters.fit import build_callbacks, check_trial
 from det_lightning.adapters.lightning import internals
-from det_lightning.adapters.module import TrialModule
+from det_lightning.adapters.module import TrialModule, TrialSetup
 from det_lightning.adapters.trial_state import TrialProgress
 from det_lightning.adapters.precision import adopt_trainer_precision
 from det_lightning.adapters.profiler import TraceProfiler
@@ -105,7 +105,7 @@ class LightningTrial(TrialModule):
         adopt_trainer_precision(self.trainer, context)
         if stage == TrainerFn.FITTING:
             check_trial(trial, context)
-        self.bind_trial(trial, context, build_callbacks(trial), TrialProgress())
+        self.bind_trial(TrialSetup(trial, context, build_callbacks(trial), TrialProgress()))
         self._built = True
 
     def _build_context(self) -> PyTorchTrialContext:
@@ -146,7 +146,7 @@ class LightningTrial(TrialModule):
     @override
     def val_dataloader(self) -> Any:
         loader = self._torch_loader(self.trial.build_validation_data_loader(), "build_validation")
-        if self._evaluate_batch:
+        if self.evaluates_batches:
             return loader
         # evaluate_full_dataset gets the whole loader as one "batch"; only the chief evaluates,
         # but every rank runs the (empty) step so the validation hooks stay collective.
@@ -169,8 +169,8 @@ class LightningTrial(TrialModule):
 
     # ----- steps ----------------------------------------------------------------------------
     @override
-    def test_step(self, batch: Any, batch_idx: int) -> None:
-        self.validation_step(batch, batch_idx)
+    def test_step(self, batch: Any, batch_idx: int) -> Optional[Dict[str, Any]]:
+        return self.validation_step(batch, batch_idx)
 
     @override
     def predict_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> Any:

@@ -1,8 +1,11 @@
 """``TrialModule``: a ``LightningModule`` (manual optimization) that runs a ``PyTorchTrial``.
 
 ``training_step`` is Determined's per-batch body; ``validation_step`` calls ``evaluate_batch``
-(or ``evaluate_full_dataset`` once, on the chief). What happens *between* batches (periods,
-validation, checkpoints, stopping) is ``schedule.ScheduleCallback``'s job.
+(or ``evaluate_full_dataset`` once, on the chief) and returns its metrics, which
+``callbacks.TrialHooks`` collects and reduces. What happens *between* batches (periods,
+validation, checkpoints, stopping) is ``schedule.ScheduleCallback``'s job. What the module runs
+comes in one ``TrialSetup``; the engine hands it the data and the objects it makes later through
+the module's methods (``use_data``, ``set_epoch_len``, ...), never by setting its attributes.
 
 What Lightning does between two ``train_batch`` calls, against what Determined does there
 (audited for Lightning 2.6; a difference is fixed here or where named)::
@@ -34,8 +37,9 @@ What Lightning does between two ``train_batch`` calls, against what Determined d
     between epochs                   Lightning's epoch hooks move no state we train with
 """
 
+import dataclasses
 import inspect
-from typing import Any, Callable, Dict, List, Optional, Set
+from typing import Any, Callable, Dict, Mapping, Optional, Set
 
 import lightning.pytorch as pl
 import torch
@@ -46,10 +50,30 @@ from det_lightning.adapters import metrics as metric_utils
 from det_lightning.adapters.precision import scheduler_waits
 from det_lightning.adapters.trial_state import TrialProgress
 from det_lightning.pytorch import _checkpoint as ckpt
-from det_lightning.pytorch._callback import call_epoch_start
+from det_lightning.pytorch._callback import PyTorchCallback, call_epoch_start
 from det_lightning.pytorch._context import PyTorchTrialContext
 from det_lightning.pytorch._lr_scheduler import due_steps
 from det_lightning.pytorch._trial import PyTorchTrial, is_overridden
+
+
+@dataclasses.dataclass(frozen=True)
+class TrialSetup:
+    """What a ``TrialModule`` runs.
+
+    Args:
+        trial: the user's trial.
+        context: the context the trial was built with.
+        callbacks: the trial's ``build_callbacks()`` result.
+        progress: how far the trial has trained (fresh or restored).
+        stop_on_nonfinite_loss: ``Trainer(stop_on_nonfinite_loss=...)``; None: the environment
+            decides (``metrics.stop_on_non_finite``).
+    """
+
+    trial: PyTorchTrial
+    context: PyTorchTrialContext
+    callbacks: Mapping[str, PyTorchCallback]
+    progress: TrialProgress
+    stop_on_nonfinite_loss: Optional[bool] = None
 
 
 class LightningBackend:
@@ -92,59 +116,59 @@ class LightningBackend:
 
 
 class TrialModule(pl.LightningModule):
-    """Runs ``trial`` (built with ``context``) under a Lightning ``Trainer``.
+    """Runs a ``PyTorchTrial`` under a Lightning ``Trainer``.
 
     Args:
-        trial: the user's trial.
-        context: the context the trial was built with.
-        callbacks: the trial's ``build_callbacks()`` result.
-        progress: how far the trial has trained (fresh or restored).
+        setup: the trial, its context, callbacks and progress.
     """
 
-    def __init__(
-        self,
-        trial: PyTorchTrial,
-        context: PyTorchTrialContext,
-        callbacks: Dict[str, Any],
-        progress: TrialProgress,
-    ) -> None:
+    def __init__(self, setup: TrialSetup) -> None:
         super().__init__()
         self.automatic_optimization = False
-        self.bind_trial(trial, context, callbacks, progress)
+        self.bind_trial(setup)
 
-    def bind_trial(
-        self,
-        trial: PyTorchTrial,
-        context: PyTorchTrialContext,
-        callbacks: Dict[str, Any],
-        progress: TrialProgress,
-    ) -> None:
+    def bind_trial(self, setup: TrialSetup) -> None:
         """Attaches the trial (``LightningTrial`` builds it later, in ``setup()``)."""
-        self.trial = trial
-        self.context = context
-        self.det_callbacks = callbacks
-        self.progress = progress
-        self.wrapped_models = torch.nn.ModuleList(context.models)
+        self.trial = setup.trial
+        self.context = setup.context
+        self.det_callbacks = setup.callbacks
+        self.progress = setup.progress
+        # Off by default (Determined and Lightning train on); Trainer(stop_on_nonfinite_loss=...)
+        # or the environment turns it on.
+        self.stop_on_nonfinite_loss = metric_utils.stop_on_non_finite(setup.stop_on_nonfinite_loss)
+        self.wrapped_models = torch.nn.ModuleList(self.context.models)
         self.train_loader: Any = None
         self.val_loader: Any = None
         self.epoch_len = 1
+        # evaluate_batch per batch, or evaluate_full_dataset once (TrialHooks reads it too).
+        self.evaluates_batches = is_overridden(self.trial, "evaluate_batch")
         self._backend = LightningBackend(self)
-        self._auto_to_device = context.engine.auto_to_device
-        self._evaluate_batch = is_overridden(trial, "evaluate_batch")
-        self._eval_takes_idx = _accepts_batch_idx(trial.evaluate_batch)
-        self.val_outputs: List[Dict[str, Any]] = []
-        self.val_keys: Optional[Any] = None
-        self.val_records = 0
-        self.val_metrics: Dict[str, Any] = {}
-        self._profiler: Any = None
+        self._auto_to_device = self.context.engine.auto_to_device
+        self._eval_takes_idx = _accepts_batch_idx(self.trial.evaluate_batch)
+        self._profiler: Optional[torch.profiler.profile] = None
         self._amp_scaler: Any = None  # the GradScaler to update after each step (use_amp)
         self._skipped_steps: Set[int] = set()
         self._legacy_warned: "set[int]" = set()  # callbacks warned about a deprecated signature
-        # Off by default (Determined and Lightning train on); Trainer(stop_on_nonfinite_loss=...)
-        # or the environment turns it on.
-        self.stop_on_nonfinite_loss = metric_utils.stop_on_non_finite()
-        # Set by the CheckpointManager: the Determined state every Lightning checkpoint carries.
-        self.checkpoint_extras: Optional[Callable[[], Dict[str, Any]]] = None
+        # The Determined state every Lightning checkpoint carries (the CheckpointManager's).
+        self._checkpoint_extras: Optional[Callable[[], Dict[str, Any]]] = None
+
+    # ----- what the engine hands over after building the module -----------------------------
+    def use_data(self, train_loader: Any, val_loader: Any, epoch_len: int) -> None:
+        """The loaders Lightning asks for (``train_dataloader``/``val_dataloader``)."""
+        self.train_loader, self.val_loader = train_loader, val_loader
+        self.set_epoch_len(epoch_len)
+
+    def set_epoch_len(self, batches: int) -> None:
+        """Batches per epoch of the training data, here and in ``context.engine``."""
+        self.epoch_len = self.context.engine.epoch_len = batches
+
+    def set_trace_profiler(self, profiler: Optional[torch.profiler.profile]) -> None:
+        """``context.set_profiler``'s profiler, stepped after each batch (None: none)."""
+        self._profiler = profiler
+
+    def set_checkpoint_extras(self, extras: Callable[[], Dict[str, Any]]) -> None:
+        """What ``on_save_checkpoint`` adds to every Lightning checkpoint."""
+        self._checkpoint_extras = extras
 
     # ----- Lightning plumbing ---------------------------------------------------------------
     # Every self.log (ours, or a Lightning callback's on this module); the lean loop
@@ -253,35 +277,32 @@ class TrialModule(pl.LightningModule):
 
     # ----- validation -----------------------------------------------------------------------
     @override
-    def validation_step(self, batch: Any, batch_idx: int) -> None:
-        if not self._evaluate_batch:
-            if batch is not None:  # None: a non-chief rank, which evaluates nothing
-                self._evaluate_full_dataset(batch)
-            return
+    def validation_step(self, batch: Any, batch_idx: int) -> Optional[Dict[str, Any]]:
+        """``evaluate_batch``'s metrics for this batch, or ``evaluate_full_dataset``'s for the
+        whole loader (None on a non-chief rank, which evaluates nothing); Lightning hands them
+        to ``TrialHooks.on_validation_batch_end``."""
+        if not self.evaluates_batches:
+            return None if batch is None else self._evaluate_full_dataset(batch)
         if self._auto_to_device:
             batch = self.context.to_device(batch)
-        self.val_records += self.trial.get_batch_length(batch)
         if self._eval_takes_idx:
-            metrics = self.trial.evaluate_batch(batch=batch, batch_idx=batch_idx)
-        else:
-            metrics = self.trial.evaluate_batch(batch=batch)  # type: ignore[call-arg]
-        self.val_keys = metric_utils.check_validation_output(metrics, self.val_keys)
-        self.val_outputs.append(metric_utils.to_numpy(metrics))
+            return self.trial.evaluate_batch(batch=batch, batch_idx=batch_idx)
+        return self.trial.evaluate_batch(batch=batch)  # type: ignore[call-arg]
 
-    def _evaluate_full_dataset(self, loader: Any) -> None:
+    def _evaluate_full_dataset(self, loader: Any) -> Dict[str, Any]:
         metrics = self.trial.evaluate_full_dataset(data_loader=loader)
         if not isinstance(metrics, dict):
             raise TypeError(
                 "evaluate_full_dataset() must return a dict of metric names to values, got "
                 f"{type(metrics).__name__}."
             )
-        self.val_metrics = metric_utils.to_numpy(dict(metrics))
+        return metric_utils.to_numpy(dict(metrics))
 
     @override
     def on_save_checkpoint(self, checkpoint: Dict[str, Any]) -> None:
         checkpoint[ckpt.LIGHTNING_TRIAL_STATE_KEY] = self.progress.trial_state()
-        if self.checkpoint_extras is not None:
-            checkpoint.update(self.checkpoint_extras())
+        if self._checkpoint_extras is not None:
+            checkpoint.update(self._checkpoint_extras())
 
 
 def _accepts_batch_idx(fn: Any) -> bool:

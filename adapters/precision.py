@@ -25,6 +25,7 @@ it owns autocast, and the scaler's state in Lightning checkpoints.
 
 from typing import Any, Dict, List, Optional, Set
 
+import lightning.pytorch as pl
 import torch
 from lightning.pytorch.plugins.precision import MixedPrecision, Precision
 from typing_extensions import override
@@ -48,7 +49,7 @@ class TrialPrecision(MixedPrecision):
 
     @override
     def pre_backward(  # type: ignore[override]
-        self, tensor: torch.Tensor, module: Any
+        self, tensor: torch.Tensor, module: pl.LightningModule
     ) -> torch.Tensor:
         # context.backward() has scaled the loss already (or the user has, with wrap_scaler).
         return Precision.pre_backward(self, tensor, module)

@@ -22,6 +22,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 from typing_extensions import override
 
 from det_lightning.adapters.lightning import internals
+from det_lightning.adapters.module import TrialModule
 from det_lightning.pytorch._result import ProfilerConfig
 
 
@@ -51,7 +52,7 @@ class TraceProfiler(Callback):
         module: the ``TrialModule`` (its context is read when training starts).
     """
 
-    def __init__(self, module: Any) -> None:
+    def __init__(self, module: TrialModule) -> None:
         self.module = module
         self.profiler: Optional[torch.profiler.profile] = None
 
@@ -67,7 +68,7 @@ class TraceProfiler(Callback):
             return
         self.module.context.profiler = self.profiler
         self.profiler.start()
-        self.module._profiler = self.profiler
+        self.module.set_trace_profiler(self.profiler)
 
     @override
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -82,7 +83,7 @@ class TraceProfiler(Callback):
     def _stop(self) -> None:
         if self.profiler is None:
             return
-        self.module._profiler = None
+        self.module.set_trace_profiler(None)
         profiler, self.profiler = self.profiler, None
         profiler.stop()
 
@@ -169,7 +170,7 @@ class SystemMetricsMonitor(Callback):
             lg.log_metrics(values, step=step)
 
 
-def _batches_trained(pl_module: Any, trainer: pl.Trainer) -> int:
+def _batches_trained(pl_module: pl.LightningModule, trainer: pl.Trainer) -> int:
     progress = getattr(pl_module, "progress", None)
     return progress.batches_trained if progress is not None else internals.batches_seen(trainer)
 
@@ -246,7 +247,7 @@ def _gpus() -> Dict[str, float]:
 
 
 def profiling_callbacks(
-    module: Any, profiling_enabled: bool, config: Optional[ProfilerConfig]
+    module: TrialModule, profiling_enabled: bool, config: Optional[ProfilerConfig]
 ) -> List[Callback]:
     """The profiling callbacks of one ``fit()``: ``set_profiler``'s traces, and system metrics
     when ``fit(profiling_enabled=True)`` or ``configure_profiler(enabled=True)`` asked."""

@@ -7,24 +7,30 @@
         rank 0: the "training metrics" log line; Determined/<name> per batch to the loggers;
                 the averages to self.log (ModelCheckpoint/EarlyStopping can monitor them)
 
+    each validation batch
+      ValidationBuffer.add(...)     evaluate_batch's metrics, checked (TrialHooks fills it)
     validation ends
-      reduce_validation(module)     evaluate_batch outputs reduced over batches and ranks (or
+      ValidationBuffer.reduce(...)  evaluate_batch outputs reduced over batches and ranks (or
                                     evaluate_full_dataset's dict, broadcast from the chief), plus
                                     the reducers
-      log_validation(trainer, ...)  Determined/val_<name> to the loggers (rank 0)
+      log_validation_to_loggers(...) Determined/val_<name> to the loggers (rank 0)
 
     fit() ends
       closing_summary(result, ...)  a few lines for the chief's log: what was trained, the
                                     searcher metric, the checkpoint to resume from
 """
 
+import dataclasses
 import pathlib
 from typing import Any, Dict, List, Optional, Set
 
 import lightning.pytorch as pl
 
 from det_lightning.adapters import metrics as metric_utils
+from det_lightning.adapters.module import TrialModule
+from det_lightning.pytorch._context import PyTorchTrialContext
 from det_lightning.pytorch._result import FitResult
+from det_lightning.pytorch._trial import PyTorchTrial
 
 # Determined's counters: added to reported dicts, kept by Lightning itself, never self.log'ged.
 COUNTERS = ("batches", "epochs")
@@ -37,7 +43,7 @@ class TrainingReport:
         module: the ``TrialModule``.
     """
 
-    def __init__(self, module: Any) -> None:
+    def __init__(self, module: TrialModule) -> None:
         self.module = module
 
     def report(self, trainer: pl.Trainer, in_loop: bool = True) -> None:
@@ -71,24 +77,43 @@ class TrainingReport:
                 module.log(name, value, logger=False, prog_bar=(name == "loss"))
 
 
-def reduce_validation(module: Any) -> Dict[str, Any]:
-    """The validation's metrics, the same on every rank."""
-    dist = module.context.distributed
-    if module._evaluate_batch:
-        if dist.size == 1 and not module.val_outputs:
-            raise RuntimeError(
-                "validation_loader is empty: build_validation_data_loader() yields no batches."
+@dataclasses.dataclass
+class ValidationBuffer:
+    """One validation's results as they come in: ``evaluate_batch``'s per-batch metrics (with
+    the keys the first batch set and the records seen), or ``evaluate_full_dataset``'s dict."""
+
+    outputs: List[Dict[str, Any]] = dataclasses.field(default_factory=list)
+    keys: Optional[Any] = None
+    records: int = 0
+    whole: Dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def add(self, metrics: Any, records: int) -> None:
+        """One ``evaluate_batch`` result, checked against the earlier batches' keys."""
+        self.keys = metric_utils.check_validation_output(metrics, self.keys)
+        self.outputs.append(metric_utils.to_numpy(metrics))
+        self.records += records
+
+    def reduce(
+        self, trial: PyTorchTrial, context: PyTorchTrialContext, per_batch: bool
+    ) -> Dict[str, Any]:
+        """The validation's metrics, the same on every rank (``per_batch``: ``evaluate_batch``
+        ran; otherwise the chief's ``evaluate_full_dataset`` dict is broadcast)."""
+        dist = context.distributed
+        if per_batch:
+            if dist.size == 1 and not self.outputs:
+                raise RuntimeError(
+                    "validation_loader is empty: build_validation_data_loader() yields no batches."
+                )
+            metrics = metric_utils.reduce_validation_metrics(
+                self.outputs, self.keys, trial.evaluation_reducer(), dist
             )
-        metrics = metric_utils.reduce_validation_metrics(
-            module.val_outputs, module.val_keys, module.trial.evaluation_reducer(), dist
-        )
-    else:
-        metrics = dist.broadcast(module.val_metrics)
-    metrics.update(metric_utils.to_numpy(module.context.reduce_metrics(for_training=False)))
-    return metrics
+        else:
+            metrics = dist.broadcast(self.whole)
+        metrics.update(metric_utils.to_numpy(context.reduce_metrics(for_training=False)))
+        return metrics
 
 
-def log_validation(trainer: pl.Trainer, metrics: Dict[str, Any], step: int) -> None:
+def log_validation_to_loggers(trainer: pl.Trainer, metrics: Dict[str, Any], step: int) -> None:
     """A validation's metrics to the Lightning loggers, as ``Determined/val_<name>``."""
     values = {
         ("Determined/" + (k if k.startswith("val") else "val_" + k)): v

@@ -27,6 +27,7 @@ import torch
 
 from det_lightning import errors
 from det_lightning.adapters import stateful
+from det_lightning.adapters.module import TrialModule
 from det_lightning.adapters.preemption import LATEST_CHECKPOINT_ENV
 from det_lightning.adapters.retention import steps_from_metadata
 from det_lightning.pytorch import _checkpoint as ckpt
@@ -180,7 +181,7 @@ def _written_by_determined(path: pathlib.Path) -> bool:
     return "det_lightning_version" not in ckpt.read_metadata(path)
 
 
-def apply_state(module: Any, state: Dict[str, Any]) -> None:
+def apply_state(module: TrialModule, state: Dict[str, Any]) -> None:
     """Restores models, optimizers, schedulers, callbacks, RNG and scaler from ``state``."""
     for callback in module.det_callbacks.values():
         callback.on_checkpoint_load_start(state)

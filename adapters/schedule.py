@@ -29,7 +29,9 @@ from typing_extensions import override
 
 from det_lightning import errors
 from det_lightning.adapters.lightning import internals
+from det_lightning.adapters.callbacks import TrialHooks
 from det_lightning.adapters.checkpoints import CheckpointManager
+from det_lightning.adapters.module import TrialModule
 from det_lightning.adapters.preemption import StopAgreement
 from det_lightning.adapters.reporting import TrainingReport
 from det_lightning.pytorch._units import Action, Schedule, after_validation, decide
@@ -44,17 +46,20 @@ class ScheduleCallback(Callback):
         checkpoints: the checkpoint manager.
         step_zero_validation: validate before the first batch.
         stops: when and how the ranks agree on stopping (a signal, ``set_stop_requested``).
+        validation: the callback that reduces each validation's metrics (it runs first).
     """
 
     def __init__(
         self,
-        module: Any,
+        module: TrialModule,
         schedule: Schedule,
         checkpoints: CheckpointManager,
         step_zero_validation: bool,
         stops: StopAgreement,
+        validation: TrialHooks,
     ) -> None:
         self.module = module
+        self.validation = validation
         self.schedule = schedule
         self.checkpoints = checkpoints
         self.step_zero_validation = step_zero_validation
@@ -130,7 +135,7 @@ class ScheduleCallback(Callback):
         if trainer.sanity_checking:
             return
         self.validate_now = False
-        metrics = self.module.val_metrics
+        metrics = self.validation.metrics
         dist = self.module.context.distributed
         wants = self.checkpoints.wants_checkpoint_after_validation(metrics)
         if dist.broadcast(wants) and not self.module.progress.checkpoint_is_current():
