@@ -72,7 +72,7 @@ from det_lightning.adapters.reporting import (
     ValidationBuffer,
     log_validation_to_loggers,
 )
-from det_lightning.pytorch._units import Boundary
+from det_lightning.pytorch._boundaries import Boundary
 
 
 class TrialHooks(Callback):

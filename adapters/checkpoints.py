@@ -72,7 +72,7 @@ from det_lightning.pytorch._remote import CheckpointRoot, RemoteRoot, delete_che
 from det_lightning.pytorch._callback import PyTorchCallback
 from det_lightning.pytorch._code import code_sources
 
-logger = logging.getLogger("det_lightning.core")
+logger = logging.getLogger("det_lightning.pytorch")
 
 # Determined calls these right after a checkpoint's write (and upload), before the next batch.
 _WRITE_HOOKS = ("on_checkpoint_end", "on_checkpoint_write_end", "on_checkpoint_upload_end")

@@ -48,7 +48,7 @@ from det_lightning.pytorch._callback import PyTorchCallback
 from det_lightning.pytorch._remote import CheckpointRoot, sweep
 from det_lightning.pytorch._result import FitArgs, FitResult, TrainerOptions
 from det_lightning.pytorch._trial import is_overridden, pre_012_api
-from det_lightning.pytorch._units import Schedule
+from det_lightning.pytorch._boundaries import Schedule
 
 logger = logging.getLogger("det_lightning.pytorch")
 

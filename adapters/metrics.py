@@ -22,7 +22,9 @@ from det_lightning._switch import switch
 from det_lightning.core import DistributedContext
 from det_lightning.pytorch._reducer import prepare_reducers, simple_reduce
 
-logger = logging.getLogger("det_lightning.core")
+logger = logging.getLogger("det_lightning.pytorch")
+# The metric lines Determined's core logs (determined.core), under the same name.
+core_logger = logging.getLogger("det_lightning.core")
 
 
 def check_training_output(output: Any, batch_idx: int) -> Dict[str, Any]:
@@ -284,7 +286,7 @@ def _short(value: Any) -> str:
 
 def log_training(steps_completed: int, metrics: Dict[str, Any]) -> None:
     """Reports the period's training metrics in Determined's words, the numbers short."""
-    logger.info(
+    core_logger.info(
         f"report_training_metrics(steps_completed={steps_completed}, "
         f"metrics={format_metrics(metrics)})"
     )
@@ -292,7 +294,7 @@ def log_training(steps_completed: int, metrics: Dict[str, Any]) -> None:
 
 def log_validation(steps_completed: int, metrics: Dict[str, Any]) -> None:
     """Reports validation metrics in Determined's words (see ``log_training``)."""
-    logger.info(
+    core_logger.info(
         f"report_validation_metrics(steps_completed={steps_completed}, "
         f"metrics={format_metrics(metrics)})"
     )

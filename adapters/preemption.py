@@ -20,7 +20,7 @@ module takes its place. With several processes a signal on any rank stops every 
 the same batch: ranks agree on stopping (``StopAgreement``) at every period boundary and every
 so many batches, never after every batch::
 
-    after a batch, if stop_agreement_due(batches, reached, ranks, next_at):    # pytorch/_units.py
+    after a batch, if stop_agreement_due(batches, reached, ranks, next_at):    # pytorch/_boundaries.py
         all-reduce (MAX) of [this rank wants to stop, proposed interval]       # CPU, gloo group
         stop = any rank wants to; next_at = batches + the largest proposal
     proposal = next_agreement_interval(time per batch, time the last agreement took)
@@ -45,9 +45,9 @@ from typing import AbstractSet, Any, Callable, Dict, List, Mapping, Optional
 
 from det_lightning import errors
 from det_lightning._search._interrupt import RESUME_ADVICE_ENV
-from det_lightning.pytorch._units import Boundary, next_agreement_interval, stop_agreement_due
+from det_lightning.pytorch._boundaries import Boundary, next_agreement_interval, stop_agreement_due
 
-logger = logging.getLogger("det_lightning.core")
+logger = logging.getLogger("det_lightning.pytorch")
 
 LATEST_CHECKPOINT_ENV = "DET_LIGHTNING_LATEST_CHECKPOINT"
 HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT)

@@ -4,7 +4,7 @@ After each training batch (``on_train_batch_end``)::
 
     reached = schedule.reached(batches_trained)          # VALIDATE / CHECKPOINT / REPORT / TRAIN
     stop = stops.agree(...)     if stops.due(...)    # a collective with several ranks (preemption.py)
-    for action in decide(reached, stop, validation_is_current):   # pytorch/_units.py, pure
+    for action in decide(reached, stop, validation_is_current):   # pytorch/_boundaries.py, pure
         REPORT      TrainingReport.report                 (reporting.py)
         STOP        trainer.should_stop = True
         CHECKPOINT  CheckpointManager.save                (unless the newest is of this batch;
@@ -34,7 +34,7 @@ from det_lightning.adapters.checkpoints import CheckpointManager
 from det_lightning.adapters.module import TrialModule
 from det_lightning.adapters.preemption import StopAgreement
 from det_lightning.adapters.reporting import TrainingReport
-from det_lightning.pytorch._units import Action, Schedule, after_validation, decide
+from det_lightning.pytorch._boundaries import Action, Schedule, after_validation, decide
 
 
 class ScheduleCallback(Callback):

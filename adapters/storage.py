@@ -21,7 +21,7 @@ import torch
 from det_lightning import errors
 from det_lightning.pytorch._remote import CheckpointRoot, RemoteRoot, local_dir
 
-logger = logging.getLogger("det_lightning.core")
+logger = logging.getLogger("det_lightning.pytorch")
 
 PROBE_BYTES = 4096
 # torch.save reports a failed write of its zip container as a RuntimeError naming these.

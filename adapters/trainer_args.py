@@ -4,7 +4,7 @@ import os
 import sys
 from typing import Any, Dict, List, Mapping, Optional, TextIO, Tuple
 
-from det_lightning.adapters.progress import with_progress_bar
+from det_lightning.adapters.progress_bar import with_progress_bar
 
 
 def lightning_trainer_kwargs(

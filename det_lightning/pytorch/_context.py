@@ -6,7 +6,7 @@ The default backend calls torch directly; under the trainer, ``det_lightning.ada
 one that goes through Lightning (``manual_backward``, ``LightningOptimizer.step``), so precision
 and strategy plugins apply. Tests fake the backend. The configuration getters live in the base
 class (``det_lightning/_trial_context.py``), as in Determined; the state the context shares with
-the code that runs the trial is ``context.engine`` (``_engine.py``), which the context owns.
+the code that runs the trial is ``context.engine`` (``_engine_state.py``), which the context owns.
 """
 
 import contextlib
@@ -21,7 +21,7 @@ from det_lightning import errors
 from det_lightning._trial_context import NOT_CONFIGURED, TrialContext
 from det_lightning.core import DistributedContext
 from det_lightning.pytorch._data import _Data, to_device
-from det_lightning.pytorch._engine import EngineState
+from det_lightning.pytorch._engine_state import EngineState
 from det_lightning.pytorch._experimental import PyTorchExperimentalContext
 from det_lightning.pytorch._lr_scheduler import LRScheduler
 from det_lightning.pytorch._reducer import MetricReducer, ReducerRegistry

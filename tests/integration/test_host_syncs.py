@@ -11,7 +11,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 
 from det_lightning import pytorch
-from det_lightning.adapters.progress import TrialProgressBar
+from det_lightning.adapters.progress_bar import TrialProgressBar
 from tests.fixtures.trials import make_trials, seed_everything
 
 SYNCING = ("item", "tolist", "cpu", "numpy", "__bool__", "__float__")

@@ -6,7 +6,7 @@ from typing import FrozenSet, Tuple
 
 import pytest
 
-from det_lightning.pytorch._units import (
+from det_lightning.pytorch._boundaries import (
     Action,
     Boundary,
     Schedule,

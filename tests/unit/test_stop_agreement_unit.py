@@ -14,7 +14,7 @@ import torch.distributed as dist
 
 from det_lightning.adapters import preemption
 from det_lightning.adapters.preemption import FIRST_AGREEMENT, STOP_AGREEMENT_ENV, StopAgreement
-from det_lightning.pytorch._units import Boundary
+from det_lightning.pytorch._boundaries import Boundary
 
 
 @dataclasses.dataclass

@@ -6,7 +6,8 @@ from typing import List
 import pytest
 
 from det_lightning.pytorch import Batch, Epoch, TrainUnit
-from det_lightning.pytorch._units import Boundary, Schedule, check_max_length, check_period
+from det_lightning.pytorch._boundaries import Boundary, Schedule
+from det_lightning.pytorch._units import check_max_length, check_period
 
 
 def batches_reaching(schedule: Schedule, kind: Boundary) -> List[int]:

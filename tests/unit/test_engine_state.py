@@ -118,7 +118,7 @@ def test_the_scan_finds_private_uses(source: str, expected: List[Tuple[int, str]
 def test_no_module_outside_the_context_uses_its_private_attributes() -> None:
     offending = {m: uses for m, uses in _uses_by_module().items() if m not in ALLOWED}
     assert not offending, (
-        f"{offending}: use context.engine (det_lightning/pytorch/_engine.py) instead of the "
+        f"{offending}: use context.engine (det_lightning/pytorch/_engine_state.py) instead of the "
         "context's underscored attributes, adding a field there if none fits."
     )
 
