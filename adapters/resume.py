@@ -27,7 +27,7 @@ import torch
 
 from det_lightning import errors
 from det_lightning.adapters import stateful
-from det_lightning.adapters.preemption import LATEST_CHECKPOINT_ENV
+from det_lightning._env import LATEST_CHECKPOINT_ENV
 from det_lightning.adapters.retention import steps_from_metadata
 from det_lightning.pytorch import _checkpoint as ckpt
 from det_lightning.pytorch._checkpoint_write import remove_partials

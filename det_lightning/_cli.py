@@ -36,12 +36,12 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 import det_lightning
 from det_lightning import _experiment, compat, errors
 from det_lightning._config import load_config
+from det_lightning._env import SEARCH_ENV, SEARCH_WORKER_ENV
 from det_lightning._experiment import UsageError
 from det_lightning._search._dashboard import dashboard_beside
 from det_lightning._search._interrupt import SearchInterrupt
 from det_lightning.pytorch import _export
 from det_lightning.pytorch._launch import LAUNCH_ENV, add_launch_arguments
-from det_lightning.pytorch._trainer import SEARCH_ENV
 
 PROG = "det-lightning"
 EXIT_USAGE = 2
@@ -180,7 +180,7 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
         plan.storage = args.storage
         plan.heartbeat_timeout = args.heartbeat_timeout
         # One dashboard: this command's, not its workers' nor its torchrun processes'.
-        wanted = (args.dashboard and os.environ.get(WORKER_ENV) is None
+        wanted = (args.dashboard and os.environ.get(SEARCH_WORKER_ENV) is None
                   and not _already_launched(os.environ))
         with dashboard_beside(plan, wanted):
             return _run_plan(plan, args)
@@ -190,7 +190,7 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
 
 
 def _run_plan(plan: Any, args: argparse.Namespace) -> int:
-    if plan.search is not None and os.environ.get(WORKER_ENV) is None:
+    if plan.search is not None and os.environ.get(SEARCH_WORKER_ENV) is None:
         workers = _search_workers(plan, args.workers)
         if workers > 1:
             return _run_workers(workers, plan, args.argv)
@@ -200,9 +200,6 @@ def _run_plan(plan: Any, args: argparse.Namespace) -> int:
             return status
         compat.install()  # model_def.py imports determined
     return _experiment.run_experiment(plan)
-
-
-WORKER_ENV = _experiment.SEARCH_WORKER_ENV
 
 
 def _positive_seconds(text: str) -> float:
@@ -237,7 +234,7 @@ def _run_workers(workers: int, plan: Any, argv: Sequence[str]) -> int:
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     children = []
     for index in range(workers):
-        env = dict(os.environ, **{WORKER_ENV: str(index)})
+        env = dict(os.environ, **{SEARCH_WORKER_ENV: str(index)})
         if gpus:
             devices = range(index * slots, min((index + 1) * slots, gpus))
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(d) for d in devices)
@@ -245,11 +242,11 @@ def _run_workers(workers: int, plan: Any, argv: Sequence[str]) -> int:
     print(f"{PROG}: {workers} workers share this search", file=sys.stderr, flush=True)
     with SearchInterrupt():  # a signal to the process group stops the workers; wait for them
         codes = [child.wait() for child in children]
-    os.environ[WORKER_ENV] = "summary"  # every trial is done: this process only reports
+    os.environ[SEARCH_WORKER_ENV] = "summary"  # every trial is done: this process only reports
     try:
         status = _experiment.run_experiment(plan)
     finally:
-        del os.environ[WORKER_ENV]
+        del os.environ[SEARCH_WORKER_ENV]
     preempted = errors.TrialPreempted.EXIT_CODE
     if preempted in codes and status != preempted:  # stopped between trials: none interrupted
         print(_experiment.INTERRUPTED_NOTE, file=sys.stderr, flush=True)

@@ -32,13 +32,18 @@ import threading
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
 from det_lightning import errors, pytorch
+from det_lightning._env import (
+    CHECKPOINT_DIR_ENV,
+    LATEST_CHECKPOINT_ENV,
+    RESUME_ADVICE_ENV,
+    SEARCH_WORKER_ENV,
+    TENSORBOARD_DIR_ENV,
+)
 from det_lightning._harness import load_trial_class, training_lengths
 from det_lightning._import import import_from_path
 from det_lightning._plan import Plan, UsageError, plan_experiment
-from det_lightning._search._interrupt import RESUME_ADVICE_ENV
 from det_lightning.pytorch import _checkpoint as ckpt
 from det_lightning.pytorch._remote import CheckpointRoot, RemoteRoot
-from det_lightning.pytorch._trainer import CHECKPOINT_DIR_ENV, TENSORBOARD_DIR_ENV
 
 logger = logging.getLogger("det_lightning")
 
@@ -379,9 +384,8 @@ def run_experiment(plan: Plan) -> int:
     return 1 if any(r.status not in (*FINISHED, "RUNNING", INVALID_HP) for r in results) else 0
 
 
-SEARCH_WORKER_ENV = "DET_LIGHTNING_SEARCH_WORKER"  # a worker's index; "summary": its parent
 SINGLE_ADVICE = ("To continue from it, rerun the same command with "
-                 "DET_LIGHTNING_LATEST_CHECKPOINT=latest.")
+                 f"{LATEST_CHECKPOINT_ENV}=latest.")
 INTERRUPTED_NOTE = ("det-lightning experiment: the search was interrupted by a signal. Rerun "
                     "the same command to continue it: an interrupted trial resumes from its "
                     f"latest checkpoint. Exiting with status {errors.TrialPreempted.EXIT_CODE}.")

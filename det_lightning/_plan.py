@@ -26,9 +26,9 @@ import time
 from typing import Any, Dict, List, Optional, Union
 
 from det_lightning._config import ExperimentConfig, random_points
+from det_lightning._env import CHECKPOINT_DIR_ENV, TENSORBOARD_DIR_ENV
 from det_lightning._harness import parse_command, training_lengths, training_periods
 from det_lightning.pytorch._remote import CheckpointRoot, checkpoint_location
-from det_lightning.pytorch._trainer import CHECKPOINT_DIR_ENV, TENSORBOARD_DIR_ENV
 
 
 class UsageError(ValueError):

@@ -16,6 +16,7 @@ from typing import Any, Dict
 
 import optuna
 
+from det_lightning._env import SEARCH_ENV
 from det_lightning._search._asha import Bracket
 from det_lightning._search._reporter import INVALID_HP, SearchReporter
 from det_lightning._search._runner import open_storage
@@ -38,8 +39,6 @@ def search_environment(storage: str, study_name: str, trial_id: int, settings: S
 
 def _search_trial() -> optuna.Trial:
     """The search's trial this process trains, from ``$DET_LIGHTNING_SEARCH``."""
-    from det_lightning.pytorch._trainer import SEARCH_ENV
-
     spec: Dict[str, Any] = json.loads(os.environ[SEARCH_ENV])
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     storage = open_storage(spec["storage"], pathlib.Path("."))
@@ -56,8 +55,6 @@ def attach_reporter(trial: Any, context: Any, max_length: Any) -> None:
     """Adds the search's reporter to ``trial``'s callbacks (on the chief: it reports);
     ``max_length``: what the script's ``fit()`` trains for."""
     from det_lightning._experiment import _add_callbacks
-    from det_lightning.pytorch._trainer import SEARCH_ENV
-
     spec: Dict[str, Any] = json.loads(os.environ[SEARCH_ENV])
     bracket = Bracket(spec["bracket"]["num_rungs"], spec["bracket"]["max_trials"],
                       spec["bracket"]["max_concurrent_trials"],

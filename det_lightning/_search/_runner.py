@@ -40,10 +40,11 @@ from typing import AbstractSet, Any, Callable, Dict, List, Optional, Sequence, T
 import optuna
 
 from det_lightning import errors
+from det_lightning._env import RESUME_ADVICE_ENV, SEARCH_ENV, TRIAL_INFO_ENV
 from det_lightning._harness import training_periods
 from det_lightning._search._asha import EXITED_METRIC, Bracket
 from det_lightning._search._grid import enqueue_grid, has_waiting_point, owns_point
-from det_lightning._search._interrupt import RESUME_ADVICE_ENV, SEARCH_ADVICE, SearchInterrupt
+from det_lightning._search._interrupt import SEARCH_ADVICE, SearchInterrupt
 from det_lightning._search._jobs import run_legacy_process, run_trial
 from det_lightning._search._lease import (
     CONTINUES,
@@ -462,10 +463,9 @@ def _child_environment(plan: Any, settings: SearchSettings, bracket: Bracket, st
     """What a trial is told: where to report (the search); a command trial also its
     hyperparameters and checkpoint (as Determined's cluster info); a model_def trial's process
     gets the worker's whole environment with it."""
-    from det_lightning._info import TRIAL_INFO_ENV, ClusterInfo, TrialInfo
+    from det_lightning._info import ClusterInfo, TrialInfo
     from det_lightning._search._child import search_environment
     from det_lightning.pytorch import _checkpoint as ckpt
-    from det_lightning.pytorch._trainer import SEARCH_ENV
 
     search = {SEARCH_ENV: search_environment(storage_ref, study.study_name, trial._trial_id,
                                              settings, bracket)}

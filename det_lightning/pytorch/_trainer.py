@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from det_lightning import errors
+from det_lightning._env import CHECKPOINT_DIR_ENV, SEARCH_ENV, TENSORBOARD_DIR_ENV
 from det_lightning._info import get_cluster_info
 from det_lightning.core import DistributedContext
 from det_lightning.pytorch import _launch
@@ -28,8 +29,6 @@ from det_lightning.pytorch._units import Batch, Epoch, TrainUnit, check_max_leng
 logger = logging.getLogger("det_lightning.pytorch")
 core_logger = logging.getLogger("det_lightning.core")  # what Determined's core logs
 
-CHECKPOINT_DIR_ENV = "DET_LIGHTNING_CHECKPOINT_DIR"
-TENSORBOARD_DIR_ENV = "DET_LIGHTNING_TENSORBOARD_DIR"
 CHECKPOINT_POLICIES = ("best", "all", "none")
 
 
@@ -122,8 +121,6 @@ def init(
         _ACTIVE_CONTEXTS.remove(context)
         context.engine.close_tensorboard_writer()
 
-
-SEARCH_ENV = "DET_LIGHTNING_SEARCH"
 
 # The contexts of the init() blocks running now, innermost last: Determined's TorchWriter() takes
 # no arguments and finds its trial's TensorBoard run through it.
