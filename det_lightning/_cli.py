@@ -26,18 +26,19 @@ the interrupted trial shown INTERRUPTED); a script's own status for ``run``
 """
 
 import argparse
+import contextlib
 import logging
 import os
 import runpy
 import subprocess
 import sys
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Callable, ContextManager, Dict, List, Mapping, Optional, Sequence
 
 import det_lightning
 from det_lightning import _experiment, compat, errors
 from det_lightning._config import load_config
 from det_lightning._env import SEARCH_ENV, SEARCH_WORKER_ENV
-from det_lightning._experiment import UsageError
+from det_lightning._plan import Plan, UsageError, plan_experiment
 from det_lightning._search._dashboard import dashboard_beside
 from det_lightning._search._interrupt import SearchInterrupt
 from det_lightning.pytorch import _export
@@ -140,6 +141,15 @@ def run_script(target: str, script_args: List[str], as_module: bool = False) -> 
     return 0
 
 
+def _search_reporting() -> ContextManager[None]:
+    """A search's trial (``$DET_LIGHTNING_SEARCH``): its ``fit()`` reports to the search."""
+    if not os.environ.get(SEARCH_ENV):
+        return contextlib.nullcontext()
+    from det_lightning._search._child import reporting_to_search  # imports optuna
+
+    return reporting_to_search()
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     if not args.module and not os.path.isfile(args.target):
         _error("run", f"can't open file {args.target!r}: no such file.")
@@ -155,7 +165,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     for name, value in options.items():
         os.environ[LAUNCH_ENV[name]] = str(value)
     try:
-        return run_script(args.target, args.script_args, as_module=args.module)
+        with _search_reporting():
+            return run_script(args.target, args.script_args, as_module=args.module)
     except errors.InvalidHP as e:
         if not os.environ.get(SEARCH_ENV):
             raise
@@ -174,7 +185,7 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format=det_lightning.LOG_FORMAT)
     try:
         config = load_config(args.config)
-        plan = _experiment.plan_experiment(
+        plan = plan_experiment(
             config, args.model_dir, _launch_options(args), args.checkpoint_dir
         )
         plan.storage = args.storage
@@ -189,7 +200,7 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
         return EXIT_USAGE
 
 
-def _run_plan(plan: Any, args: argparse.Namespace) -> int:
+def _run_plan(plan: Plan, args: argparse.Namespace) -> int:
     if plan.search is not None and os.environ.get(SEARCH_WORKER_ENV) is None:
         workers = _search_workers(plan, args.workers)
         if workers > 1:
@@ -212,7 +223,7 @@ def _positive_seconds(text: str) -> float:
     return value
 
 
-def _search_workers(plan: Any, asked: Optional[int]) -> int:
+def _search_workers(plan: Plan, asked: Optional[int]) -> int:
     """How many trials of a search run at once on this machine: ``--workers``, else one per
     ``resources.slots_per_trial`` GPUs (at most ``max_concurrent_trials``), else one."""
     if asked is not None:
@@ -225,7 +236,7 @@ def _search_workers(plan: Any, asked: Optional[int]) -> int:
     return max(min(gpus // slots, limit), 1)
 
 
-def _run_workers(workers: int, plan: Any, argv: Sequence[str]) -> int:
+def _run_workers(workers: int, plan: Plan, argv: Sequence[str]) -> int:
     """Starts ``workers`` processes of this command on one search (their own GPUs each); the
     first to start prints nothing more than the others, then this one prints the summary."""
     import torch

@@ -23,11 +23,12 @@ import os
 import pathlib
 import re
 import time
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 from det_lightning._config import ExperimentConfig, random_points
 from det_lightning._env import CHECKPOINT_DIR_ENV, TENSORBOARD_DIR_ENV
 from det_lightning._harness import parse_command, training_lengths, training_periods
+from det_lightning._search._settings import SearchSettings, search_key
 from det_lightning.pytorch._remote import CheckpointRoot, checkpoint_location
 
 
@@ -59,7 +60,7 @@ class Plan:
     trial_class: Optional[str]
     command: Optional[List[str]]
     launch: Dict[str, Any]
-    search: Any = None  # grid, random, adaptive_asha: the searcher's settings (SearchSettings)
+    search: Optional[SearchSettings] = None  # grid, random, adaptive_asha: the searcher's
     storage: Optional[str] = None  # a search's Optuna storage (None: a journal file)
     heartbeat_timeout: float = 120.0  # seconds a trial's lease lasts without renewal (_lease)
 
@@ -86,13 +87,11 @@ def launch_options(config: ExperimentConfig, given: Dict[str, Any]) -> Dict[str,
     return options
 
 
-def _search_settings(config: ExperimentConfig) -> Any:
+def _search_settings(config: ExperimentConfig) -> Optional[SearchSettings]:
     """A search's settings, or None for ``single`` (its one trial runs without a storage)."""
     name = config.searcher["name"]
     if name == "single":
         return None
-    from det_lightning._search._settings import SearchSettings
-
     if name in ("grid", "random"):
         return SearchSettings.from_upfront(config.searcher, config.raw["hyperparameters"])
 
@@ -102,7 +101,7 @@ def _search_settings(config: ExperimentConfig) -> Any:
     return SearchSettings.from_searcher(config.searcher, size if isinstance(size, int) else None)
 
 
-def _entrypoint_plan(config: ExperimentConfig) -> Any:
+def _entrypoint_plan(config: ExperimentConfig) -> Tuple[Optional[str], Optional[List[str]]]:
     """``(trial_class, command)``: exactly one of them is set. (A search's command trial gets
     its hyperparameters through ``det.get_cluster_info()``, as on a cluster.)"""
     trial_class = config.legacy_trial_class()
@@ -114,7 +113,8 @@ def _entrypoint_plan(config: ExperimentConfig) -> Any:
     return None, parsed
 
 
-def _planned_trials(config: ExperimentConfig, search: Any) -> List[Dict[str, Any]]:
+def _planned_trials(config: ExperimentConfig,
+                    search: Optional[SearchSettings]) -> List[Dict[str, Any]]:
     """The hyperparameters of each trial known before training: single's one, a grid's points
     in the order their trials run; none for searches that draw them as they go."""
     if search is None:
@@ -124,7 +124,7 @@ def _planned_trials(config: ExperimentConfig, search: Any) -> List[Dict[str, Any
     return []
 
 
-def _run_name(config: ExperimentConfig, search: Any) -> str:
+def _run_name(config: ExperimentConfig, search: Optional[SearchSettings]) -> str:
     """The experiment's TensorBoard folder: a search's is named for the search, so its every
     worker, machine and rerun writes into one root; a single trial's for when it started.
 
@@ -136,8 +136,6 @@ def _run_name(config: ExperimentConfig, search: Any) -> str:
     """
     name = re.sub(r"[^\w.-]+", "-", config.raw.get("name") or "experiment").strip("-")
     if search is not None:
-        from det_lightning._search._settings import search_key
-
         return f"{name}-{search_key(config.raw)}"
     return f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
 

@@ -1,26 +1,35 @@
-"""Inside a command trial of a search: report its validations to the search's study.
+"""Inside a trial of a search: report its validations to the search's study.
 
 ``det-lightning experiment`` starts a command entrypoint (``python3 train.py``) as a child
-process with ``$DET_LIGHTNING_SEARCH`` naming the storage, the study, the trial and its
-bracket; ``pytorch.Trainer.fit`` then adds the ``SearchReporter``. A model_def trial's process
+process, ``det-lightning run``, with ``$DET_LIGHTNING_SEARCH`` naming the storage, the study, the
+trial and its bracket; ``run`` runs the script inside ``reporting_to_search()``, so each
+``pytorch.Trainer.fit`` adds the ``SearchReporter``. A model_def trial's process
 (``_jobs.legacy_job``) is given the same variable and reports the same way.
 A script that raises ``det.InvalidHP`` records it on its trial (``report_invalid_hp``) and
 exits 0, as Determined's harness reports the early exit to the master: the search then drops
 the trial and starts another, as for a model_def trial.
 """
 
+import contextlib
 import json
+import logging
 import os
 import pathlib
-from typing import Any, Dict
+from typing import Any, Dict, Iterator, Tuple
 
 import optuna
 
 from det_lightning._env import SEARCH_ENV
+from det_lightning._info import get_cluster_info
 from det_lightning._search._asha import Bracket
 from det_lightning._search._reporter import INVALID_HP, SearchReporter
-from det_lightning._search._runner import open_storage
-from det_lightning._search._settings import SearchSettings
+from det_lightning._search._settings import SearchSettings, length_mismatch
+from det_lightning._search._storage import open_storage
+from det_lightning.pytorch import PyTorchCallback, TrainUnit
+from det_lightning.pytorch._context import PyTorchTrialContext
+from det_lightning.pytorch._trainer import fit_callbacks, searcher_length
+
+trainer_logger = logging.getLogger("det_lightning.pytorch")  # where fit() logged this warning
 
 
 def search_environment(storage: str, study_name: str, trial_id: int, settings: SearchSettings,
@@ -51,19 +60,48 @@ def report_invalid_hp(message: str) -> None:
     _search_trial().set_user_attr(INVALID_HP, message or "InvalidHP")
 
 
-def attach_reporter(trial: Any, context: Any, max_length: Any) -> None:
-    """Adds the search's reporter to ``trial``'s callbacks (on the chief: it reports);
-    ``max_length``: what the script's ``fit()`` trains for."""
-    from det_lightning._experiment import _add_callbacks
-    spec: Dict[str, Any] = json.loads(os.environ[SEARCH_ENV])
+def _settings(spec: Dict[str, Any]) -> Tuple[SearchSettings, Bracket]:
     bracket = Bracket(spec["bracket"]["num_rungs"], spec["bracket"]["max_trials"],
                       spec["bracket"]["max_concurrent_trials"],
                       tuple(spec["bracket"]["rung_units"]))
     settings = SearchSettings(spec["metric"], spec["smaller_is_better"], spec["time_metric"],
-                            spec["max_time"], spec["max_trials"], spec["divisor"], [bracket])
-    if context.distributed.rank != 0:
+                              spec["max_time"], spec["max_trials"], spec["divisor"], [bracket])
+    return settings, bracket
+
+
+def _warn_if_not_searcher_length(spec: Dict[str, Any], max_length: TrainUnit) -> None:
+    """A search's trial whose script trains for its own length: warned, as Determined does
+    when ``searcher.time_metric`` is set, and always under ``adaptive_asha`` (its rungs)."""
+    expected = searcher_length()
+    if expected is None or expected == max_length:
         return
+    rungs = spec["bracket"]["rung_units"]
+    info = get_cluster_info()
+    searcher = (info.trial.config.get("searcher") or {}) if info is not None else {}
+    if rungs or searcher.get("time_metric"):
+        trainer_logger.warning(length_mismatch(max_length, expected, rungs, spec["time_metric"]))
+
+
+def reporter_callbacks(context: PyTorchTrialContext,
+                       max_length: TrainUnit) -> Dict[str, PyTorchCallback]:
+    """The search's reporter for a trial's ``fit()`` (on the chief: it reports); ``max_length``:
+    what the trial's ``fit()`` trains for."""
+    spec: Dict[str, Any] = json.loads(os.environ[SEARCH_ENV])
+    if context.distributed.rank != 0:
+        return {}
+    _warn_if_not_searcher_length(spec, max_length)
+    settings, bracket = _settings(spec)
     live = _search_trial()
-    study = live.study
-    _add_callbacks(trial, {"_det_lightning_search": SearchReporter(
-        study, live, settings, bracket, context, max_length)})
+    return {"_det_lightning_search": SearchReporter(live.study, live, settings, bracket, context,
+                                                    max_length)}
+
+
+@contextlib.contextmanager
+def reporting_to_search() -> Iterator[None]:
+    """Inside the block, a ``fit()`` reports to the search named by ``$DET_LIGHTNING_SEARCH``
+    (nothing changes without it): the commands that start a search's trial run it inside."""
+    if not os.environ.get(SEARCH_ENV):
+        yield
+        return
+    with fit_callbacks(reporter_callbacks):
+        yield
