@@ -143,7 +143,7 @@ _FIT_CALLBACKS: List[MakeCallbacks] = []
 def fit_callbacks(make: MakeCallbacks) -> Iterator[None]:
     """Inside the block, each ``fit()`` runs the callbacks ``make(context, max_length)`` returns
     beside the trial's own: how the command that starts a search's trial adds the search's
-    reporter (``_search._child``) without the trainer knowing about searches."""
+    reporter (``det_lightning._runner.search._child``) without the trainer knowing searches."""
     _FIT_CALLBACKS.append(make)
     try:
         yield

@@ -10,8 +10,13 @@ import sys
 
 import pytest
 
-from det_lightning import _cli, _experiment, _harness, _plan, _trial, compat, errors
-from det_lightning._config import load_config
+from det_lightning import compat, errors
+from det_lightning._runner import cli as _cli
+from det_lightning._runner import experiment as _experiment
+from det_lightning._runner import harness as _harness
+from det_lightning._runner import plan as _plan
+from det_lightning._runner import trial as _trial
+from det_lightning._runner.config import load_config
 from det_lightning.pytorch import Batch, Epoch
 from tests.integration.cli_support import (
     INVALID_TRIAL,

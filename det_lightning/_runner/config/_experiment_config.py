@@ -7,11 +7,11 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 
 import yaml
 
-from det_lightning._config._checks import _LEGACY_ENTRYPOINT
-from det_lightning._config._nodes import _Context, _fail, _type_error, _validate_section
-from det_lightning._config._schema import _EXPERIMENT, _check_grid_counts
-from det_lightning._config._search import grid_points, random_points
-from det_lightning._config._yaml import load_yaml12
+from det_lightning._runner.config._checks import _LEGACY_ENTRYPOINT
+from det_lightning._runner.config._nodes import _Context, _fail, _type_error, _validate_section
+from det_lightning._runner.config._schema import _EXPERIMENT, _check_grid_counts
+from det_lightning._runner.config._search import grid_points, random_points
+from det_lightning._runner.config._yaml import load_yaml12
 from det_lightning.errors import InvalidConfigException
 
 logger = logging.getLogger("det_lightning")

@@ -1,6 +1,6 @@
 """Planning a local experiment: every check that can fail before the first trial trains.
 
-``plan_experiment(config, MODEL_DIR)`` settles what ``_experiment.py`` then runs: the model
+``plan_experiment(config, MODEL_DIR)`` settles what ``experiment.py`` then runs: the model
 directory, where checkpoints and TensorBoard files go, the trials known up front, the entrypoint
 (a ``module:Trial`` class or a command), Lightning's launch options, and a search's settings::
 
@@ -25,10 +25,10 @@ import re
 import time
 from typing import Any, Dict, List, Optional, Tuple, Union
 
-from det_lightning._config import ExperimentConfig, random_points
+from det_lightning._runner.config import ExperimentConfig, random_points
 from det_lightning._env import CHECKPOINT_DIR_ENV, TENSORBOARD_DIR_ENV
-from det_lightning._harness import parse_command, training_lengths, training_periods
-from det_lightning._search._settings import SearchSettings, search_key
+from det_lightning._runner.harness import parse_command, training_lengths, training_periods
+from det_lightning._runner.search._settings import SearchSettings, search_key
 from det_lightning.pytorch._remote import CheckpointRoot, checkpoint_location
 
 
@@ -71,7 +71,7 @@ class Plan:
 def launch_options(config: ExperimentConfig, given: Dict[str, Any]) -> Dict[str, Any]:
     """Launch options: the command line's, else ``resources.slots_per_trial`` as ``devices``.
 
-    >>> from det_lightning._config import load_config
+    >>> from det_lightning._runner.config import load_config
     >>> conf = {"entrypoint": "m:T", "searcher": {"name": "single", "metric": "loss"}}
     >>> launch_options(load_config({**conf, "resources": {"slots_per_trial": 2}}), {})
     {'devices': 2}
@@ -128,7 +128,7 @@ def _run_name(config: ExperimentConfig, search: Optional[SearchSettings]) -> str
     """The experiment's TensorBoard folder: a search's is named for the search, so its every
     worker, machine and rerun writes into one root; a single trial's for when it started.
 
-    >>> from det_lightning._config import load_config
+    >>> from det_lightning._runner.config import load_config
     >>> conf = {"name": "my exp", "entrypoint": "m:T", "searcher": {"name": "single",
     ...         "metric": "loss"}}
     >>> re.fullmatch(r"my-exp-\\d{8}-\\d{6}", _run_name(load_config(conf), None)) is not None

@@ -39,16 +39,16 @@ from typing import AbstractSet, Any, Dict, List, Optional, Sequence, Tuple
 import optuna
 
 from det_lightning import errors
-from det_lightning._config import ExperimentConfig
+from det_lightning._runner.config import ExperimentConfig
 from det_lightning._env import RESUME_ADVICE_ENV, SEARCH_ENV, TRIAL_INFO_ENV
-from det_lightning._harness import training_periods
-from det_lightning._plan import Plan
-from det_lightning._search._asha import EXITED_METRIC, Bracket
-from det_lightning._search._child import search_environment
-from det_lightning._search._grid import has_waiting_point, owns_point
-from det_lightning._search._interrupt import SEARCH_ADVICE, SearchInterrupt
-from det_lightning._search._jobs import run_legacy_process, run_trial
-from det_lightning._search._lease import (
+from det_lightning._runner.harness import training_periods
+from det_lightning._runner.plan import Plan
+from det_lightning._runner.search._asha import EXITED_METRIC, Bracket
+from det_lightning._runner.search._child import search_environment
+from det_lightning._runner.search._grid import has_waiting_point, owns_point
+from det_lightning._runner.search._interrupt import SEARCH_ADVICE, SearchInterrupt
+from det_lightning._runner.search._jobs import run_legacy_process, run_trial
+from det_lightning._runner.search._lease import (
     CONTINUES,
     LeaseKeeper,
     LeaseLost,
@@ -59,17 +59,17 @@ from det_lightning._search._lease import (
     origin,
     take_over,
 )
-from det_lightning._search._reporter import (
+from det_lightning._runner.search._reporter import (
     INVALID_HP,
     SURPLUS,
     counted,
     trial_number,
 )
-from det_lightning._search._sample import point_index, sampler_for, suggest
-from det_lightning._search._settings import SearchSettings, search_key
-from det_lightning._search._storage import open_storage, open_studies, storage_ref
-from det_lightning._search._template import TrialStarter
-from det_lightning._trial import (
+from det_lightning._runner.search._sample import point_index, sampler_for, suggest
+from det_lightning._runner.search._settings import SearchSettings, search_key
+from det_lightning._runner.search._storage import open_storage, open_studies, storage_ref
+from det_lightning._runner.search._template import TrialStarter
+from det_lightning._runner.trial import (
     Launch,
     TrialResult,
     run_command_trial,

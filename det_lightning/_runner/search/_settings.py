@@ -12,7 +12,7 @@ import json
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from det_lightning import errors
-from det_lightning._search._asha import Bracket, make_brackets
+from det_lightning._runner.search._asha import Bracket, make_brackets
 
 _TIME_UNITS = ("batches", "epochs")
 
@@ -48,7 +48,7 @@ class SearchSettings:
     @classmethod
     def from_upfront(cls, searcher: Dict[str, Any], hparams: Dict[str, Any]) -> "SearchSettings":
         """A ``grid`` or ``random`` searcher section (``hparams``: the grid's space)."""
-        from det_lightning._search._grid import grid_params
+        from det_lightning._runner.search._grid import grid_params
 
         grid = tuple(grid_params(hparams)) if searcher["name"] == "grid" else ()
         max_trials = len(grid) if grid else int(searcher["max_trials"])

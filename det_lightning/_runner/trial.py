@@ -1,5 +1,5 @@
 """Running ONE trial of a local experiment, as Determined's harness runs it; the search
-(``_search._runner``) and the single searcher (``_experiment``) both run their trials here::
+(``search._worker``) and the single searcher (``experiment``) both run their trials here::
 
     model_def:Trial entrypoint   run_legacy_trial: init(), Trial(context), Trainer.fit(lengths
                                  from the config, or the search's); in this process
@@ -8,7 +8,7 @@
 
 Each trial writes its checkpoints to ``<checkpoint dir>/trial-<n>/`` and its TensorBoard files to
 ``<tensorboard dir>/trial-<n>/``. A search's trial reports to the search through the callbacks
-that the command starting it registers (``_search._child.reporting_to_search``).
+that the command starting it registers (``search._child.reporting_to_search``).
 """
 
 import contextlib
@@ -24,16 +24,16 @@ from typing import Any, Callable, Dict, Iterator, List, Optional
 
 from det_lightning import errors, pytorch
 from det_lightning._env import CHECKPOINT_DIR_ENV, TENSORBOARD_DIR_ENV
-from det_lightning._harness import load_trial_class, training_lengths
+from det_lightning._runner.harness import load_trial_class, training_lengths
 from det_lightning._import import import_from_path
-from det_lightning._plan import Plan
-from det_lightning._search._template import TrialRequest
+from det_lightning._runner.plan import Plan
+from det_lightning._runner.search._template import TrialRequest
 from det_lightning.pytorch import _checkpoint as ckpt
 from det_lightning.pytorch._remote import CheckpointRoot, RemoteRoot
 
 logger = logging.getLogger("det_lightning")
 
-# A search's way to run a trial's request in a process of its own (``_search._jobs.run_trial``
+# A search's way to run a trial's request in a process of its own (``search._jobs.run_trial``
 # bound to its worker): the exit status, or None once ``lost`` is set (the lease was lost).
 Launch = Callable[[TrialRequest, Optional[threading.Event]], Optional[int]]
 
@@ -149,9 +149,9 @@ def run_command_trial(plan: Plan, number: int, hparams: Dict[str, Any],
                       lost: Optional[threading.Event] = None,
                       launch: Optional[Launch] = None) -> TrialResult:
     """A command entrypoint: ``det-lightning run`` in a child process, in the model directory
-    (``extra_env``: what a search tells the trial, see ``_search``; ``lost``: set when another
+    (``extra_env``: what a search tells the trial, see ``search``; ``lost``: set when another
     worker took the trial over, which ends the child at once; ``launch``: a search's way to
-    start it, ``_search._jobs.run_trial``, else a new interpreter).
+    start it, ``search._jobs.run_trial``, else a new interpreter).
 
     Raises:
         errors.TrialPreempted: the script stopped for a signal after checkpointing.
@@ -168,14 +168,14 @@ def run_command_trial(plan: Plan, number: int, hparams: Dict[str, Any],
     env.update(extra_env or {})
     logger.info(f"trial {number}: det-lightning {shlex.join(argv)} in {plan.model_dir}")
     if launch is not None:
-        code = launch(TrialRequest("det_lightning._cli:main", (argv,),
+        code = launch(TrialRequest("det_lightning._runner.cli:main", (argv,),
                                    str(plan.model_dir), env, [sys.argv[0]]), lost)
     else:
         child = subprocess.Popen([sys.executable, "-m", "det_lightning", *argv],
                                  cwd=plan.model_dir, env=env)
         code = _wait_unless_lost(child, lost)
     if code is None:
-        from det_lightning._search._lease import LeaseLost  # imports optuna
+        from det_lightning._runner.search._lease import LeaseLost  # imports optuna
 
         raise LeaseLost(f"trial {number} was taken over by another worker")
     if code == errors.TrialPreempted.EXIT_CODE:
@@ -205,10 +205,10 @@ def _wait_unless_lost(child: "subprocess.Popen[bytes]",
 
 def write_trial_hparams(plan: Plan, number: int, hparams: Dict[str, Any]) -> None:
     """The chief writes the trial's hyperparameters for TensorBoard's HParams view into the
-    trial's run directory, once (``_search._tensorboard``)."""
+    trial's run directory, once (``search._tensorboard``)."""
     if os.environ.get("RANK", "0") != "0":
         return
-    from det_lightning._search._tensorboard import write_hparams
+    from det_lightning._runner.search._tensorboard import write_hparams
 
     write_hparams(plan.tensorboard_root / f"trial-{number}", hparams,
                   plan.config.searcher["metric"], f"trial-{number}")

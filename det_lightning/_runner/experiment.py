@@ -3,11 +3,11 @@
 What Determined's master and harness do for an experiment::
 
     config = load_config(CONFIG)                  # unknown keys fail; cluster-only keys reported
-    plan = plan_experiment(config, MODEL_DIR)     # _plan.py: every check that can fail before
+    plan = plan_experiment(config, MODEL_DIR)     # plan.py: every check that can fail before
                                                   #   training
-    grid, random, adaptive_asha: _search.run_search(plan)   # on Optuna, trials shared through
+    grid, random, adaptive_asha: search.run_search(plan)    # on Optuna, trials shared through
                                                   #   its storage; each runs one of these, in
-                                                  #   a process of its own (_search._template)
+                                                  #   a process of its own (search._template)
     single: for the one trial:                    # _trial.py: one trial, as the harness runs it
         'model_def:Trial' entrypoint: run_legacy_trial    # the harness: init(), Trial(context),
                                                           #   Trainer.fit(periods from the config)
@@ -27,8 +27,8 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from det_lightning import errors
 from det_lightning._env import LATEST_CHECKPOINT_ENV, RESUME_ADVICE_ENV, SEARCH_WORKER_ENV
-from det_lightning._plan import Plan
-from det_lightning._trial import (
+from det_lightning._runner.plan import Plan
+from det_lightning._runner.trial import (
     FINISHED,
     INVALID_HP,
     TrialResult,
@@ -153,12 +153,12 @@ def run_experiment(plan: Plan) -> int:
     )
     interrupted_by = None
     if plan.search is not None:
-        from det_lightning._search import _runner
+        from det_lightning._runner.search import _worker
 
         if os.environ.get(SEARCH_WORKER_ENV) == "summary":  # the workers are done
-            results = _runner.search_summary(plan, plan.storage)
+            results = _worker.search_summary(plan, plan.storage)
         else:
-            outcome = _runner.run_search(plan, plan.storage)
+            outcome = _worker.run_search(plan, plan.storage)
             results, interrupted_by = outcome.trials, outcome.interrupted_by
     else:
         os.environ.setdefault(RESUME_ADVICE_ENV, SINGLE_ADVICE)

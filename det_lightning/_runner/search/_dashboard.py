@@ -14,7 +14,7 @@ import subprocess
 import sys
 from typing import Iterator, List, Optional
 
-from det_lightning._plan import Plan
+from det_lightning._runner.plan import Plan
 
 INSTALL = "pip install 'det_lightning[dashboard]'"
 PROGRAM = "optuna-dashboard"
@@ -47,8 +47,8 @@ def missing_message(storage_ref: str) -> str:
 def start_dashboard(plan: Plan) -> Optional["subprocess.Popen[bytes]"]:
     """Starts optuna-dashboard on the plan's search storage (created first: the dashboard
     reads a journal file only once it exists), or prints why not."""
-    from det_lightning._search._settings import search_key
-    from det_lightning._search._storage import open_storage, open_studies, storage_ref
+    from det_lightning._runner.search._settings import search_key
+    from det_lightning._runner.search._storage import open_storage, open_studies, storage_ref
 
     if plan.search is None:
         print("--dashboard: a 'single' experiment has no search storage to show.",

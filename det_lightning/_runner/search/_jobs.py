@@ -7,7 +7,8 @@ how it ended::
         "checkpoint", "batches"}, or {"error": the exception's kind, "message", "traceback"}
         worker: read_legacy_result -> TrialResult, or raises what the trial raised
                 (InvalidHP, InvalidExperimentException, LeaseLost; any other: TrialProcessError)
-    command trial:    ``det_lightning._cli:main(["run", ...])``, as `python -m det_lightning run`
+    command trial:    ``det_lightning._runner.cli:main(["run", ...])``, as
+                      `python -m det_lightning run ...`
 
 The worker waits with ``run_trial``: it passes a SIGTERM/SIGINT on to the trial once, kills it
 at once when its lease is lost, and a trial that ends after a signal is preempted (it stays
@@ -26,10 +27,10 @@ import traceback
 from typing import Any, Dict, Optional
 
 from det_lightning import errors
-from det_lightning._plan import Plan
-from det_lightning._search._interrupt import SearchInterrupt
-from det_lightning._search._template import TrialRequest, TrialStarter
-from det_lightning._trial import Launch, TrialResult, run_legacy_trial
+from det_lightning._runner.plan import Plan
+from det_lightning._runner.search._interrupt import SearchInterrupt
+from det_lightning._runner.search._template import TrialRequest, TrialStarter
+from det_lightning._runner.trial import Launch, TrialResult, run_legacy_trial
 
 logger = logging.getLogger("det_lightning")
 
@@ -47,8 +48,8 @@ def legacy_job(plan: Plan, number: int, hparams: Dict[str, Any], lengths: Option
     ``result_path``."""
     import det_lightning
     from det_lightning import compat
-    from det_lightning._search._child import reporting_to_search
-    from det_lightning._search._lease import LeaseLost
+    from det_lightning._runner.search._child import reporting_to_search
+    from det_lightning._runner.search._lease import LeaseLost
 
     logging.basicConfig(level=logging.INFO, format=det_lightning.LOG_FORMAT)
     compat.install()  # model_def.py imports determined
@@ -96,7 +97,7 @@ def read_legacy_result(number: int, hparams: Dict[str, Any], status: int,
         errors.InvalidHP, errors.InvalidExperimentException, LeaseLost: the trial raised it.
         TrialProcessError: it raised anything else, or its process died.
     """
-    from det_lightning._search._lease import LeaseLost
+    from det_lightning._runner.search._lease import LeaseLost
     from det_lightning.pytorch._remote import checkpoint_location
 
     path = pathlib.Path(result_path)
@@ -153,12 +154,12 @@ def run_legacy_process(launch: Launch, plan: Plan, number: int, hparams: Dict[st
                        env: Dict[str, str], lost: threading.Event) -> TrialResult:
     """One ``model_def:Trial`` trial in a process of its own (``launch``: ``run_trial`` bound
     to the worker's starter and interrupt): its ``TrialResult``, or what it raised."""
-    from det_lightning._search._lease import LeaseLost
+    from det_lightning._runner.search._lease import LeaseLost
 
     fd, result_path = tempfile.mkstemp(prefix=f"det-lightning-trial-{number}-", suffix=".json")
     os.close(fd)
     os.unlink(result_path)  # the trial's process writes it whole, at its end
-    request = TrialRequest("det_lightning._search._jobs:legacy_job",
+    request = TrialRequest("det_lightning._runner.search._jobs:legacy_job",
                            (plan, number, hparams, lengths, latest, result_path),
                            str(plan.model_dir), env, [sys.argv[0]])
     try:

@@ -18,7 +18,7 @@ import sys
 from typing import Any, Dict, List, Union
 
 from det_lightning import errors
-from det_lightning._config import ExperimentConfig
+from det_lightning._runner.config import ExperimentConfig
 from det_lightning.pytorch import Batch, Epoch, PyTorchTrial
 
 _PYTHON_NAMES = ("python", "python3")

@@ -35,12 +35,13 @@ import sys
 from typing import Any, Callable, ContextManager, Dict, List, Mapping, Optional, Sequence
 
 import det_lightning
-from det_lightning import _experiment, compat, errors
-from det_lightning._config import load_config
+from det_lightning import compat, errors
+from det_lightning._runner.config import load_config
+from det_lightning._runner.experiment import INTERRUPTED_NOTE, run_experiment
 from det_lightning._env import SEARCH_ENV, SEARCH_WORKER_ENV
-from det_lightning._plan import Plan, UsageError, plan_experiment
-from det_lightning._search._dashboard import dashboard_beside
-from det_lightning._search._interrupt import SearchInterrupt
+from det_lightning._runner.plan import Plan, UsageError, plan_experiment
+from det_lightning._runner.search._dashboard import dashboard_beside
+from det_lightning._runner.search._interrupt import SearchInterrupt
 from det_lightning.pytorch import _export
 from det_lightning.pytorch._launch import LAUNCH_ENV, add_launch_arguments
 
@@ -145,7 +146,7 @@ def _search_reporting() -> ContextManager[None]:
     """A search's trial (``$DET_LIGHTNING_SEARCH``): its ``fit()`` reports to the search."""
     if not os.environ.get(SEARCH_ENV):
         return contextlib.nullcontext()
-    from det_lightning._search._child import reporting_to_search  # imports optuna
+    from det_lightning._runner.search._child import reporting_to_search  # imports optuna
 
     return reporting_to_search()
 
@@ -171,7 +172,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         if not os.environ.get(SEARCH_ENV):
             raise
         # A search's trial: tell the search, and exit 0 as Determined's harness does.
-        from det_lightning._search._child import report_invalid_hp
+        from det_lightning._runner.search._child import report_invalid_hp
 
         print(f"{PROG} run: InvalidHP: {e.msg}", file=sys.stderr, flush=True)
         report_invalid_hp(e.msg)
@@ -210,7 +211,7 @@ def _run_plan(plan: Plan, args: argparse.Namespace) -> int:
         if status is not None:
             return status
         compat.install()  # model_def.py imports determined
-    return _experiment.run_experiment(plan)
+    return run_experiment(plan)
 
 
 def _positive_seconds(text: str) -> float:
@@ -255,12 +256,12 @@ def _run_workers(workers: int, plan: Plan, argv: Sequence[str]) -> int:
         codes = [child.wait() for child in children]
     os.environ[SEARCH_WORKER_ENV] = "summary"  # every trial is done: this process only reports
     try:
-        status = _experiment.run_experiment(plan)
+        status = run_experiment(plan)
     finally:
         del os.environ[SEARCH_WORKER_ENV]
     preempted = errors.TrialPreempted.EXIT_CODE
     if preempted in codes and status != preempted:  # stopped between trials: none interrupted
-        print(_experiment.INTERRUPTED_NOTE, file=sys.stderr, flush=True)
+        print(INTERRUPTED_NOTE, file=sys.stderr, flush=True)
     return max([status, *codes])
 
 
