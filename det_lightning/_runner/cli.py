@@ -36,9 +36,9 @@ from typing import Any, Callable, ContextManager, Dict, List, Mapping, Optional,
 
 import det_lightning
 from det_lightning import compat, errors
+from det_lightning._env import SEARCH_ENV, SEARCH_WORKER_ENV
 from det_lightning._runner.config import load_config
 from det_lightning._runner.experiment import INTERRUPTED_NOTE, run_experiment
-from det_lightning._env import SEARCH_ENV, SEARCH_WORKER_ENV
 from det_lightning._runner.plan import Plan, UsageError, plan_experiment
 from det_lightning._runner.search._dashboard import dashboard_beside
 from det_lightning._runner.search._interrupt import SearchInterrupt

@@ -148,7 +148,7 @@ def run_experiment(plan: Plan) -> int:
         )
     count = plan.search.max_trials if plan.search is not None else len(plan.trials)
     logger.info(
-        f"experiment {config.raw.get('name') or ''!r}: {count} trial(s), searcher "
+        f"experiment {config.name!r}: {count} trial(s), searcher "
         f"{config.searcher['name']}; checkpoints under {plan.checkpoint_root}"
     )
     interrupted_by = None
@@ -165,7 +165,7 @@ def run_experiment(plan: Plan) -> int:
         results = run_trials(plan)
     interrupted = interrupted_by is not None or any(r.status == "INTERRUPTED" for r in results)
     chief = os.environ.get("RANK", "0") == "0"
-    if chief and config.raw.get("checkpoint_storage") and not interrupted:
+    if chief and config.checkpoint_storage and not interrupted:
         _retain_experiment_best(plan, results)
     worker = os.environ.get(SEARCH_WORKER_ENV) not in (None, "summary")
     if chief and not worker:  # one report: the chief's, the parent's

@@ -9,7 +9,7 @@ directory, where checkpoints and TensorBoard files go, the trials known up front
     trials = _planned_trials(config, search) # single's one, a grid's points; none for draws
     trial_class, command = _entrypoint_plan(config)
     if trial_class:                          # each configured point's training length must
-        training_lengths(config, hparams)    #   resolve (random: a sample of what it may draw;
+        config.lengths.fit_lengths(hparams)  #   resolve (random: a sample of what it may draw;
                                              #   adaptive_asha: only the periods, the searcher
                                              #   sets the length)
     checkpoint_root = checkpoint_dir or checkpoint_storage or $DET_LIGHTNING_CHECKPOINT_DIR
@@ -25,9 +25,9 @@ import re
 import time
 from typing import Any, Dict, List, Optional, Tuple, Union
 
-from det_lightning._runner.config import ExperimentConfig, random_points
 from det_lightning._env import CHECKPOINT_DIR_ENV, TENSORBOARD_DIR_ENV
-from det_lightning._runner.harness import parse_command, training_lengths, training_periods
+from det_lightning._runner.config import ExperimentConfig, random_points
+from det_lightning._runner.harness import parse_command
 from det_lightning._runner.search._settings import SearchSettings, search_key
 from det_lightning.pytorch._remote import CheckpointRoot, checkpoint_location
 
@@ -93,12 +93,13 @@ def _search_settings(config: ExperimentConfig) -> Optional[SearchSettings]:
     if name == "single":
         return None
     if name in ("grid", "random"):
-        return SearchSettings.from_upfront(config.searcher, config.raw["hyperparameters"])
+        return SearchSettings.from_upfront(config.searcher, config.hyperparameters)
 
-    size = config.raw["hyperparameters"].get("global_batch_size")
+    size = config.hyperparameters.get("global_batch_size")
     if isinstance(size, dict):
         size = size.get("val")
-    return SearchSettings.from_searcher(config.searcher, size if isinstance(size, int) else None)
+    return SearchSettings.from_searcher(config.searcher, config.lengths,
+                                        size if isinstance(size, int) else None)
 
 
 def _entrypoint_plan(config: ExperimentConfig) -> Tuple[Optional[str], Optional[List[str]]]:
@@ -134,7 +135,7 @@ def _run_name(config: ExperimentConfig, search: Optional[SearchSettings]) -> str
     >>> re.fullmatch(r"my-exp-\\d{8}-\\d{6}", _run_name(load_config(conf), None)) is not None
     True
     """
-    name = re.sub(r"[^\w.-]+", "-", config.raw.get("name") or "experiment").strip("-")
+    name = re.sub(r"[^\w.-]+", "-", config.name or "experiment").strip("-")
     if search is not None:
         return f"{name}-{search_key(config.raw)}"
     return f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -169,10 +170,10 @@ def plan_experiment(
     if trial_class is not None and search is not None and search.searcher == "adaptive_asha":
         # The searcher sets the length; the periods must resolve for what it may draw.
         for hparams in random_points(config.hyperparameters, 4, config.experiment_seed()):
-            training_periods(config, hparams)
+            config.lengths.fit_periods(hparams)
     elif trial_class is not None:
         for hparams in config.trial_hparams():  # random: a sample of what it may draw
-            training_lengths(config, hparams)
+            config.lengths.fit_lengths(hparams)
     root = checkpoint_dir or config.checkpoint_dir() or os.environ.get(CHECKPOINT_DIR_ENV)
     tensorboard = os.environ.get(TENSORBOARD_DIR_ENV) or os.path.join(
         "tensorboard", _run_name(config, search))

@@ -24,8 +24,8 @@ from typing import Any, Callable, Dict, Iterator, List, Optional
 
 from det_lightning import errors, pytorch
 from det_lightning._env import CHECKPOINT_DIR_ENV, TENSORBOARD_DIR_ENV
-from det_lightning._runner.harness import load_trial_class, training_lengths
 from det_lightning._import import import_from_path
+from det_lightning._runner.harness import load_trial_class
 from det_lightning._runner.plan import Plan
 from det_lightning._runner.search._template import TrialRequest
 from det_lightning.pytorch import _checkpoint as ckpt
@@ -123,9 +123,9 @@ def run_legacy_trial(
                 tensorboard_dir=str(plan.tensorboard_root / f"trial-{number}"),
             )
             trainer.fit(
-                **(lengths or training_lengths(config, hparams)),
-                checkpoint_policy=config.raw["checkpoint_policy"],
-                step_zero_validation=config.raw["perform_initial_validation"],
+                **(lengths or config.lengths.fit_lengths(hparams)),
+                checkpoint_policy=config.checkpoint_policy,
+                step_zero_validation=config.perform_initial_validation,
                 latest_checkpoint=latest_checkpoint,
             )
     metric, smaller = config.searcher["metric"], config.searcher["smaller_is_better"]

@@ -25,7 +25,7 @@ from det_lightning.pytorch._context import PyTorchTrialContext
 from det_lightning.pytorch._remote import checkpoint_location
 from det_lightning.pytorch._result import FitArgs, FitResult, ProfilerConfig, TrainerOptions
 from det_lightning.pytorch._trial import PyTorchTrial
-from det_lightning.pytorch._units import Batch, Epoch, TrainUnit, check_max_length, check_period
+from det_lightning.pytorch._units import Batch, TrainUnit, check_max_length, check_period
 
 logger = logging.getLogger("det_lightning.pytorch")
 core_logger = logging.getLogger("det_lightning.core")  # what Determined's core logs
@@ -333,14 +333,6 @@ def searcher_length() -> Optional[TrainUnit]:
     info = get_cluster_info()
     if info is None:
         return None
-    searcher = info.trial.config.get("searcher") or {}
-    unit, number = searcher.get("time_metric"), searcher.get("max_time")
-    if unit is None or number is None:
-        length = searcher.get("max_length")
-        if not isinstance(length, dict):
-            return None
-        (unit, number), = length.items()
-    if unit == "records":
-        size = info.trial.hparams.get("global_batch_size") or 1
-        return Batch(max(int(number) // int(size), 1))
-    return Epoch(int(number)) if unit == "epochs" else Batch(int(number))
+    from det_lightning._runner.config import Lengths  # the config's own reading of the lengths
+
+    return Lengths.from_config(info.trial.config).searcher_length(info.trial.hparams)

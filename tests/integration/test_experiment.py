@@ -275,19 +275,19 @@ def test_training_lengths_follow_the_harness() -> None:
         min_validation_period={"epochs": 2},
         scheduling_unit=7,
     ))
-    lengths = _harness.training_lengths(config, {"global_batch_size": 8})
+    lengths = config.lengths.fit_lengths({"global_batch_size": 8})
     assert lengths["max_length"] == Batch(12)  # 100 records // 8
     assert lengths["validation_period"] == Epoch(2)
     assert lengths["checkpoint_period"] == Batch(sys.maxsize)  # 0: never
     assert lengths["reporting_period"] == Batch(7)
     epochs = load_config(_config(searcher={"name": "single", "metric": "validation_loss",
                                            "max_length": {"epochs": 3}}))
-    assert _harness.training_lengths(epochs, {})["max_length"] == Epoch(3)
+    assert epochs.lengths.fit_lengths({})["max_length"] == Epoch(3)
     with pytest.raises(errors.InvalidConfigException, match="global_batch_size >= 1, got None"):
-        _harness.training_lengths(config, {})
+        config.lengths.fit_lengths({})
     missing = load_config(_config(searcher={"name": "single", "metric": "validation_loss"}))
     with pytest.raises(errors.InvalidConfigException, match="^searcher.max_length: required"):
-        _harness.training_lengths(missing, {})
+        missing.lengths.fit_lengths({})
 
 
 def test_launch_options_from_slots_per_trial() -> None:

@@ -53,7 +53,7 @@ def _config(searcher: str = ADAPTIVE) -> str:
 
 def test_adaptive_trials_get_both_periods_as_written_beside_the_rungs() -> None:
     config = load_config(yaml.safe_load(_config()))
-    settings = SearchSettings.from_searcher(config.searcher, 8)
+    settings = SearchSettings.from_searcher(config.searcher, config.lengths, 8)
     (bracket,) = settings.brackets
     assert bracket.rung_units == (6, 12)
     lengths = lengths_for(settings, bracket, config, {"global_batch_size": 8})

@@ -7,7 +7,7 @@ from typing import Any, Dict, List
 import optuna
 import pytest
 
-from det_lightning._runner.config import grid_points, load_config
+from det_lightning._runner.config import Lengths, grid_points, load_config
 from det_lightning._runner.search import _reporter, _worker
 from det_lightning._runner.search._grid import GRID_POINT, enqueue_grid
 from det_lightning._runner.search._sample import suggest
@@ -144,7 +144,7 @@ def test_the_plan_of_grid_and_random_searches() -> None:
 def _asha_settings() -> SearchSettings:
     searcher = {"name": "adaptive_asha", "metric": "loss", "max_trials": 12, "divisor": 2,
                 "max_rungs": 3, "mode": "standard", "time_metric": "batches", "max_time": 8}
-    return SearchSettings.from_searcher(searcher, 8)
+    return SearchSettings.from_searcher(searcher, Lengths.from_config({"searcher": searcher}), 8)
 
 
 def test_seeded_draws_differ_across_brackets_and_trials() -> None:

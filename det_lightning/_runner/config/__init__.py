@@ -34,10 +34,13 @@ from det_lightning._runner.config._experiment_config import (
     load_config,
     validate_config,
 )
+from det_lightning._runner.config._lengths import Length, Lengths
 from det_lightning._runner.config._search import grid_choices, grid_points, random_points
 
 __all__ = [
     "ExperimentConfig",
+    "Length",
+    "Lengths",
     "grid_choices",
     "grid_points",
     "load_config",

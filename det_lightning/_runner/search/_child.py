@@ -19,15 +19,17 @@ from typing import Any, Dict, Iterator, Tuple
 
 import optuna
 
+from det_lightning import errors
 from det_lightning._env import SEARCH_ENV
 from det_lightning._info import get_cluster_info
+from det_lightning._runner.config import Lengths
 from det_lightning._runner.search._asha import Bracket
 from det_lightning._runner.search._reporter import INVALID_HP, SearchReporter
 from det_lightning._runner.search._settings import SearchSettings, length_mismatch
 from det_lightning._runner.search._storage import open_storage
 from det_lightning.pytorch import PyTorchCallback, TrainUnit
 from det_lightning.pytorch._context import PyTorchTrialContext
-from det_lightning.pytorch._trainer import fit_callbacks, searcher_length
+from det_lightning.pytorch._trainer import fit_callbacks
 
 trainer_logger = logging.getLogger("det_lightning.pytorch")  # where fit() logged this warning
 
@@ -72,13 +74,18 @@ def _settings(spec: Dict[str, Any]) -> Tuple[SearchSettings, Bracket]:
 def _warn_if_not_searcher_length(spec: Dict[str, Any], max_length: TrainUnit) -> None:
     """A search's trial whose script trains for its own length: warned, as Determined does
     when ``searcher.time_metric`` is set, and always under ``adaptive_asha`` (its rungs)."""
-    expected = searcher_length()
+    info = get_cluster_info()
+    if info is None:  # a model_def trial: the runner passes the length
+        return
+    lengths = Lengths.from_config(info.trial.config)
+    try:
+        expected = lengths.searcher_length(info.trial.hparams)
+    except errors.InvalidConfigException:  # records without global_batch_size: none to compare
+        return
     if expected is None or expected == max_length:
         return
     rungs = spec["bracket"]["rung_units"]
-    info = get_cluster_info()
-    searcher = (info.trial.config.get("searcher") or {}) if info is not None else {}
-    if rungs or searcher.get("time_metric"):
+    if rungs or lengths.searcher_time is not None:
         trainer_logger.warning(length_mismatch(max_length, expected, rungs, spec["time_metric"]))
 
 

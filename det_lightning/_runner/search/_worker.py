@@ -39,9 +39,8 @@ from typing import AbstractSet, Any, Dict, List, Optional, Sequence, Tuple
 import optuna
 
 from det_lightning import errors
-from det_lightning._runner.config import ExperimentConfig
 from det_lightning._env import RESUME_ADVICE_ENV, SEARCH_ENV, TRIAL_INFO_ENV
-from det_lightning._runner.harness import training_periods
+from det_lightning._runner.config import ExperimentConfig
 from det_lightning._runner.plan import Plan
 from det_lightning._runner.search._asha import EXITED_METRIC, Bracket
 from det_lightning._runner.search._child import search_environment
@@ -108,7 +107,7 @@ def lengths_for(settings: SearchSettings, bracket: Bracket, config: ExperimentCo
         errors.InvalidConfigException: a period in records has no ``global_batch_size``.
     """
     unit = Batch if settings.time_metric == "batches" else Epoch
-    periods = training_periods(config, hparams)
+    periods = config.lengths.fit_periods(hparams)
     return {
         **periods,
         "max_length": unit(settings.max_time),
@@ -241,7 +240,7 @@ def _loop(plan: Plan, settings: SearchSettings, studies: Sequence[optuna.Study],
           interrupt: SearchInterrupt, leases: LeaseSettings, launch: Launch) -> Optional[int]:
     config = plan.config
     seed = config.experiment_seed()
-    max_restarts = int(config.raw.get("max_restarts") or 0)
+    max_restarts = config.max_restarts
     while interrupt.received is None:
         found = expired_trial(studies, leases)
         if found is None:
@@ -251,12 +250,12 @@ def _loop(plan: Plan, settings: SearchSettings, studies: Sequence[optuna.Study],
                     break
                 _wait(leases.interval, interrupt)  # until they finish or their leases expire
                 continue
-            asked = _ask(studies[index], settings, index, config.raw["hyperparameters"], seed)
+            asked = _ask(studies[index], settings, index, config.hyperparameters, seed)
             if asked is None:
                 continue
             found = (index, asked)
         elif _admit(studies[found[0]], settings, found[0], found[1],
-                    config.raw["hyperparameters"], seed) is None:
+                    config.hyperparameters, seed) is None:
             continue  # taken over before it had drawn its point: past the budget after all
         index, trial = found
         study, bracket = studies[index], settings.brackets[index]
