@@ -44,12 +44,11 @@ from types import FrameType
 from typing import AbstractSet, Any, Callable, Dict, List, Mapping, Optional
 
 from det_lightning import errors
-from det_lightning._search._interrupt import RESUME_ADVICE_ENV
+from det_lightning._env import LATEST_CHECKPOINT_ENV, RESUME_ADVICE_ENV
 from det_lightning.pytorch._boundaries import Boundary, next_agreement_interval, stop_agreement_due
 
 logger = logging.getLogger("det_lightning.pytorch")
 
-LATEST_CHECKPOINT_ENV = "DET_LIGHTNING_LATEST_CHECKPOINT"
 HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 

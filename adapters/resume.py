@@ -27,8 +27,8 @@ import torch
 
 from det_lightning import errors
 from det_lightning.adapters import stateful
+from det_lightning._env import LATEST_CHECKPOINT_ENV
 from det_lightning.adapters.module import TrialModule
-from det_lightning.adapters.preemption import LATEST_CHECKPOINT_ENV
 from det_lightning.adapters.retention import steps_from_metadata
 from det_lightning.pytorch import _checkpoint as ckpt
 from det_lightning.pytorch._checkpoint_write import remove_partials

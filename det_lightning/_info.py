@@ -12,7 +12,7 @@ import json
 import os
 from typing import Any, Dict, Optional
 
-TRIAL_INFO_ENV = "DET_LIGHTNING_TRIAL_INFO"
+from det_lightning._env import TRIAL_INFO_ENV
 
 
 @dataclasses.dataclass(frozen=True)

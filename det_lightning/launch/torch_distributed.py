@@ -98,20 +98,21 @@ def main(override_args: List[str], script: List[str]) -> int:
     Returns:
         The exit status: the script's, 2 for an unsupported override or a non-Python script.
     """
-    from det_lightning import _cli, _harness, errors
+    from det_lightning import errors
+    from det_lightning._runner import cli, harness
 
     try:
         flags = _launch_flags(override_args or [])
-        target = _harness.parse_command(script)
+        target = harness.parse_command(script)
     except (UsageError, errors.InvalidConfigException) as e:
         print(f"torch_distributed: error: {e}", file=sys.stderr)
-        return _cli.EXIT_USAGE
+        return cli.EXIT_USAGE
     if isinstance(target, str):  # `python3 -m determined.launch.X --trial model_def:Trial`
         print(f"torch_distributed: error: {target!r} is a legacy Trial entrypoint; run it with "
               "`det-lightning experiment CONFIG.yaml MODEL_DIR`.", file=sys.stderr)
-        return _cli.EXIT_USAGE
+        return cli.EXIT_USAGE
     logger.debug("launching: det-lightning run %s", " ".join([*flags, *target]))
-    return _cli.main(["run", *flags, *target])
+    return cli.main(["run", *flags, *target])
 
 
 if __name__ == "__main__":

@@ -10,26 +10,26 @@ import os
 import pathlib
 import random
 import time
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional
 
 import numpy as np
 import torch
 
 from det_lightning import errors
+from det_lightning._env import CHECKPOINT_DIR_ENV, TENSORBOARD_DIR_ENV
 from det_lightning._info import get_cluster_info
 from det_lightning.core import DistributedContext
 from det_lightning.pytorch import _launch
+from det_lightning.pytorch._callback import PyTorchCallback
 from det_lightning.pytorch._context import PyTorchTrialContext
 from det_lightning.pytorch._remote import checkpoint_location
 from det_lightning.pytorch._result import FitArgs, FitResult, ProfilerConfig, TrainerOptions
 from det_lightning.pytorch._trial import PyTorchTrial
-from det_lightning.pytorch._units import Batch, Epoch, TrainUnit, check_max_length, check_period
+from det_lightning.pytorch._units import Batch, TrainUnit, check_max_length, check_period
 
 logger = logging.getLogger("det_lightning.pytorch")
 core_logger = logging.getLogger("det_lightning.core")  # what Determined's core logs
 
-CHECKPOINT_DIR_ENV = "DET_LIGHTNING_CHECKPOINT_DIR"
-TENSORBOARD_DIR_ENV = "DET_LIGHTNING_TENSORBOARD_DIR"
 CHECKPOINT_POLICIES = ("best", "all", "none")
 
 
@@ -123,8 +123,6 @@ def init(
         context.engine.close_tensorboard_writer()
 
 
-SEARCH_ENV = "DET_LIGHTNING_SEARCH"
-
 # The contexts of the init() blocks running now, innermost last: Determined's TorchWriter() takes
 # no arguments and finds its trial's TensorBoard run through it.
 _ACTIVE_CONTEXTS: List[PyTorchTrialContext] = []
@@ -133,6 +131,35 @@ _ACTIVE_CONTEXTS: List[PyTorchTrialContext] = []
 def active_context() -> Optional[PyTorchTrialContext]:
     """The context of the innermost ``init()`` block running now, if any."""
     return _ACTIVE_CONTEXTS[-1] if _ACTIVE_CONTEXTS else None
+
+
+# Makes the callbacks that a command starting a trial adds to each of its fit()s, from the
+# trial's context and the length fit() trains for (see ``fit_callbacks``).
+MakeCallbacks = Callable[[PyTorchTrialContext, TrainUnit], Dict[str, PyTorchCallback]]
+_FIT_CALLBACKS: List[MakeCallbacks] = []
+
+
+@contextlib.contextmanager
+def fit_callbacks(make: MakeCallbacks) -> Iterator[None]:
+    """Inside the block, each ``fit()`` runs the callbacks ``make(context, max_length)`` returns
+    beside the trial's own: how the command that starts a search's trial adds the search's
+    reporter (``det_lightning._runner.search._child``) without the trainer knowing searches."""
+    _FIT_CALLBACKS.append(make)
+    try:
+        yield
+    finally:
+        _FIT_CALLBACKS.remove(make)
+
+
+def _add_callbacks(trial: PyTorchTrial, extra: Dict[str, PyTorchCallback]) -> None:
+    """Runs ``extra`` beside the trial's own callbacks, leaving its class untouched (the
+    checkpoint records the trial's class, which must stay the user's)."""
+    own = trial.build_callbacks
+
+    def build_callbacks() -> Dict[str, PyTorchCallback]:
+        return {**own(), **extra}
+
+    trial.build_callbacks = build_callbacks  # type: ignore[method-assign]
 
 
 class Trainer:
@@ -262,9 +289,7 @@ class Trainer:
                 before training, and on each save); earlier complete checkpoints are kept.
         """
         if max_length is None:  # on a cluster (a search's trial) the searcher sets the length
-            max_length = _searcher_length()
-        elif self._context.distributed.rank == 0:
-            _warn_if_not_searcher_length(max_length)
+            max_length = searcher_length()
         if checkpoint_policy not in CHECKPOINT_POLICIES:
             raise ValueError(
                 f"fit(checkpoint_policy={checkpoint_policy!r}): expected one of "
@@ -287,53 +312,27 @@ class Trainer:
         )
         from det_lightning.adapters.fit import run_fit
 
-        if os.environ.get(SEARCH_ENV):  # a trial of an adaptive_asha search reports to it
-            from det_lightning._search._child import attach_reporter
-
-            attach_reporter(self._trial, self._context, args.max_length)
+        extra: Dict[str, PyTorchCallback] = {}
+        for make in _FIT_CALLBACKS:  # a search's trial: its reporter
+            extra.update(make(self._context, args.max_length))
+        if extra:
+            _add_callbacks(self._trial, extra)
         self.result, self._lightning_trainer = run_fit(
             self._trial, self._context, args, self._options
         )
 
 
-def _warn_if_not_searcher_length(max_length: Any) -> None:
-    """A search's trial whose script trains for its own length: warned, as Determined does
-    when ``searcher.time_metric`` is set, and always under ``adaptive_asha`` (its rungs)."""
-    expected = _searcher_length()
-    spec = os.environ.get(SEARCH_ENV)
-    if expected is None or expected == max_length or not spec:
-        return
-    import json
-
-    from det_lightning._search._settings import length_mismatch
-
-    search = json.loads(spec)
-    rungs = search["bracket"]["rung_units"]
-    info = get_cluster_info()
-    searcher = (info.trial.config.get("searcher") or {}) if info is not None else {}
-    if rungs or searcher.get("time_metric"):
-        logger.warning(length_mismatch(max_length, expected, rungs, search["time_metric"]))
-
-
-def _searcher_length() -> Optional[TrainUnit]:
+def searcher_length() -> Optional[TrainUnit]:
     """The training length a search gives its trial (``searcher.max_time`` in ``time_metric``,
     or ``max_length``), as Determined's cluster does when ``fit()`` has no ``max_length``; None
     outside a search.
 
-    >>> _searcher_length() is None  # a local run: fit() then asks for max_length
+    >>> searcher_length() is None  # a local run: fit() then asks for max_length
     True
     """
     info = get_cluster_info()
     if info is None:
         return None
-    searcher = info.trial.config.get("searcher") or {}
-    unit, number = searcher.get("time_metric"), searcher.get("max_time")
-    if unit is None or number is None:
-        length = searcher.get("max_length")
-        if not isinstance(length, dict):
-            return None
-        (unit, number), = length.items()
-    if unit == "records":
-        size = info.trial.hparams.get("global_batch_size") or 1
-        return Batch(max(int(number) // int(size), 1))
-    return Epoch(int(number)) if unit == "epochs" else Batch(int(number))
+    from det_lightning._runner.config import Lengths  # the config's own reading of the lengths
+
+    return Lengths.from_config(info.trial.config).searcher_length(info.trial.hparams)

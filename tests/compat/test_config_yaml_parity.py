@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from determined.common import util as determined_util
 
-from det_lightning._config import load_config
-from det_lightning._config._yaml import load_yaml12
+from det_lightning._runner.config import load_config
+from det_lightning._runner.config._yaml import load_yaml12
 
 SCALARS = [
     "1e-4", "5e-4", "1.0e-4", "1E10", "-1e-3", "6.8523015e+5", "1.", ".5", "+.5e3", "1_000",

@@ -7,7 +7,8 @@ import textwrap
 
 import pytest
 
-from det_lightning import _cli, compat
+from det_lightning import compat
+from det_lightning._runner import cli as _cli
 from tests.integration.cli_support import (
     PROJECT,
     REPO_ROOT,
@@ -79,7 +80,7 @@ def test_run_refuses_when_the_real_determined_is_already_imported(
     (isolated_run / "script.py").write_text("print('script ran')\n")
     code = (
         "import sys, determined\n"
-        "from det_lightning._cli import main\n"
+        "from det_lightning._runner.cli import main\n"
         "sys.exit(main(['run', 'script.py']))\n"
     )
     result = run_cli(cwd=isolated_run, command=[sys.executable, "-c", code])

@@ -10,8 +10,13 @@ import sys
 
 import pytest
 
-from det_lightning import _cli, _experiment, _harness, _plan, compat, errors
-from det_lightning._config import load_config
+from det_lightning import compat, errors
+from det_lightning._runner import cli as _cli
+from det_lightning._runner import experiment as _experiment
+from det_lightning._runner import harness as _harness
+from det_lightning._runner import plan as _plan
+from det_lightning._runner import trial as _trial
+from det_lightning._runner.config import load_config
 from det_lightning.pytorch import Batch, Epoch
 from tests.integration.cli_support import (
     INVALID_TRIAL,
@@ -197,10 +202,10 @@ def test_config_errors_exit_the_process_with_2(isolated_run: pathlib.Path) -> No
 
 def test_plan_puts_checkpoints_where_checkpoint_storage_says(tmp_path: pathlib.Path) -> None:
     storage = {"type": "shared_fs", "host_path": str(tmp_path / "store"), "storage_path": "exp"}
-    plan = _experiment.plan_experiment(load_config(_config(checkpoint_storage=storage)), PROJECT)
+    plan = _plan.plan_experiment(load_config(_config(checkpoint_storage=storage)), PROJECT)
     assert plan.checkpoint_root == tmp_path / "store" / "exp"
     assert plan.trial_class == "model_def:RegressionTrial" and plan.command is None
-    overridden = _experiment.plan_experiment(
+    overridden = _plan.plan_experiment(
         load_config(_config(checkpoint_storage=storage)), PROJECT,
         checkpoint_dir=str(tmp_path / "cli"),
     )
@@ -208,7 +213,7 @@ def test_plan_puts_checkpoints_where_checkpoint_storage_says(tmp_path: pathlib.P
 
 
 def test_plan_defaults_to_the_environment_checkpoint_dir(checkpoint_dir: pathlib.Path) -> None:
-    plan = _experiment.plan_experiment(load_config(_config()), str(PROJECT), {"devices": None})
+    plan = _plan.plan_experiment(load_config(_config()), str(PROJECT), {"devices": None})
     assert plan.checkpoint_root == checkpoint_dir
     assert plan.launch == {}
 
@@ -216,12 +221,12 @@ def test_plan_defaults_to_the_environment_checkpoint_dir(checkpoint_dir: pathlib
 def test_plan_of_adaptive_asha_and_a_missing_model_dir(tmp_path: pathlib.Path) -> None:
     asha = _config(searcher={"name": "adaptive_asha", "metric": "validation_loss",
                              "max_trials": 16, "max_length": {"records": 8000}})
-    plan = _experiment.plan_experiment(load_config(asha), PROJECT)
+    plan = _plan.plan_experiment(load_config(asha), PROJECT)
     assert plan.trials == []  # drawn as the search goes
     assert plan.search.time_metric == "batches" and plan.search.max_time == 1000
     assert [(b.num_rungs, b.max_trials) for b in plan.search.brackets] == [(3, 12), (2, 4)]
-    with pytest.raises(_experiment.UsageError, match="is not a directory"):
-        _experiment.plan_experiment(load_config(_config()), tmp_path / "missing")
+    with pytest.raises(_plan.UsageError, match="is not a directory"):
+        _plan.plan_experiment(load_config(_config()), tmp_path / "missing")
 
 
 def test_plan_of_a_grid_over_a_command_entrypoint() -> None:
@@ -233,7 +238,7 @@ def test_plan_of_a_grid_over_a_command_entrypoint() -> None:
         hyperparameters={"learning_rate": {"type": "categorical", "vals": [0.1, 0.2]}},
         searcher={"name": "grid", "metric": "validation_loss"},
     )
-    plan = _experiment.plan_experiment(load_config(grid), PROJECT)
+    plan = _plan.plan_experiment(load_config(grid), PROJECT)
     assert plan.command == ["train.py"] and plan.trial_class is None
     assert plan.trials == [{"learning_rate": 0.2}, {"learning_rate": 0.1}]
     assert plan.search.searcher == "grid" and plan.search.max_trials == 2
@@ -270,35 +275,35 @@ def test_training_lengths_follow_the_harness() -> None:
         min_validation_period={"epochs": 2},
         scheduling_unit=7,
     ))
-    lengths = _harness.training_lengths(config, {"global_batch_size": 8})
+    lengths = config.lengths.fit_lengths({"global_batch_size": 8})
     assert lengths["max_length"] == Batch(12)  # 100 records // 8
     assert lengths["validation_period"] == Epoch(2)
     assert lengths["checkpoint_period"] == Batch(sys.maxsize)  # 0: never
     assert lengths["reporting_period"] == Batch(7)
     epochs = load_config(_config(searcher={"name": "single", "metric": "validation_loss",
                                            "max_length": {"epochs": 3}}))
-    assert _harness.training_lengths(epochs, {})["max_length"] == Epoch(3)
+    assert epochs.lengths.fit_lengths({})["max_length"] == Epoch(3)
     with pytest.raises(errors.InvalidConfigException, match="global_batch_size >= 1, got None"):
-        _harness.training_lengths(config, {})
+        config.lengths.fit_lengths({})
     missing = load_config(_config(searcher={"name": "single", "metric": "validation_loss"}))
     with pytest.raises(errors.InvalidConfigException, match="^searcher.max_length: required"):
-        _harness.training_lengths(missing, {})
+        missing.lengths.fit_lengths({})
 
 
 def test_launch_options_from_slots_per_trial() -> None:
     two = load_config(_config(resources={"slots_per_trial": 2}))
     assert _plan.launch_options(two, {}) == {"devices": 2}
     assert _plan.launch_options(two, {"devices": 1, "precision": None}) == {"devices": 1}
-    assert _experiment.launch_flags({"devices": 2, "num_nodes": 1}) == [
+    assert _trial.launch_flags({"devices": 2, "num_nodes": 1}) == [
         "--devices", "2", "--num-nodes", "1"
     ]
 
 
 def test_summary_picks_the_best_completed_trial() -> None:
     rows = [
-        _experiment.TrialResult(1, {"lr": 0.1, "net": {"width": 4}}, "COMPLETED", 0.5, None),
-        _experiment.TrialResult(2, {"lr": 0.01, "net": {"width": 8}}, "ERROR"),
-        _experiment.TrialResult(3, {"lr": 0.001, "net": {"width": 8}}, "COMPLETED", 0.75,
+        _trial.TrialResult(1, {"lr": 0.1, "net": {"width": 4}}, "COMPLETED", 0.5, None),
+        _trial.TrialResult(2, {"lr": 0.01, "net": {"width": 8}}, "ERROR"),
+        _trial.TrialResult(3, {"lr": 0.001, "net": {"width": 8}}, "COMPLETED", 0.75,
                                 pathlib.Path("/c/trial-3/x")),
     ]
     lower = _experiment.format_summary(rows, "loss", smaller_is_better=True)

@@ -20,6 +20,7 @@ import pytest
 import torch
 
 from det_lightning import errors, pytorch
+from det_lightning._env import LATEST_CHECKPOINT_ENV
 from det_lightning.adapters import preemption
 from det_lightning.pytorch import _checkpoint as ckpt
 from tests.distributed import jobs
@@ -200,7 +201,7 @@ def test_env_latest_starts_fresh_then_continues(
     checkpoint_dir: pathlib.Path, straight: Dict[str, torch.Tensor],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setenv(preemption.LATEST_CHECKPOINT_ENV, "latest")
+    monkeypatch.setenv(LATEST_CHECKPOINT_ENV, "latest")
     trial_cls = stop_at(6, signal.SIGTERM)
     with pytest.raises(errors.TrialPreempted):
         fit(trial_cls, checkpoint_dir)  # no checkpoint yet: the first run starts from batch 0
@@ -216,7 +217,7 @@ def test_env_names_a_checkpoint(
     fit(trial_cls, checkpoint_dir)
     latest = ckpt.latest_checkpoint(checkpoint_dir)
     assert latest is not None
-    monkeypatch.setenv(preemption.LATEST_CHECKPOINT_ENV, latest.name)  # a UUID
+    monkeypatch.setenv(LATEST_CHECKPOINT_ENV, latest.name)  # a UUID
     assert len(fit(MLPTrial, checkpoint_dir).seen) == BATCHES - 3
 
 
@@ -264,7 +265,7 @@ def test_a_checkpoint_found_by_scanning_is_never_unpickled(
     if how == "fit":
         kw["latest_checkpoint"] = "latest"
     else:
-        monkeypatch.setenv(preemption.LATEST_CHECKPOINT_ENV, "latest")
+        monkeypatch.setenv(LATEST_CHECKPOINT_ENV, "latest")
     with pytest.raises(errors.InvalidCheckpointException, match="weights_only"):
         fit(MLPTrial, checkpoint_dir, **kw)
     assert not marker.exists()
@@ -283,7 +284,7 @@ def test_a_checkpoint_the_user_names_may_be_fully_unpickled(
     if how == "fit":
         kw["latest_checkpoint"] = str(planted)
     else:
-        monkeypatch.setenv(preemption.LATEST_CHECKPOINT_ENV, str(planted))
+        monkeypatch.setenv(LATEST_CHECKPOINT_ENV, str(planted))
     with pytest.raises(Exception):  # noqa: B017 - whatever the bogus state dict trips over
         fit(MLPTrial, checkpoint_dir, **kw)
     assert marker.exists()
@@ -308,7 +309,7 @@ def test_sigterm_exits_with_status_75_and_the_requeued_run_continues(
     latest = ckpt.latest_checkpoint(checkpoint_dir)
     assert latest is not None and steps_of(latest) == 9
 
-    monkeypatch.setenv(preemption.LATEST_CHECKPOINT_ENV, "latest")
+    monkeypatch.setenv(LATEST_CHECKPOINT_ENV, "latest")
     resumed = fit(MLPTrial, checkpoint_dir)
     assert len(resumed.seen) == BATCHES - 9
     assert_same_weights(dict(resumed.model.state_dict()), straight)
@@ -504,7 +505,7 @@ def test_kill_9_at_a_random_moment_then_resume_matches_the_straight_run(
     time.sleep(random.Random(seed).uniform(0.0, 0.4))
     script.signal(signal.SIGKILL)
     assert script.wait(timeout=30) == -signal.SIGKILL  # killed mid-run, not after it ended
-    monkeypatch.setenv(preemption.LATEST_CHECKPOINT_ENV, "latest")
+    monkeypatch.setenv(LATEST_CHECKPOINT_ENV, "latest")
     resumed = fit(MLPTrial, checkpoint_dir)
     assert not [p for p in checkpoint_dir.iterdir() if p.name.endswith(ckpt.PARTIAL_SUFFIX)]
     assert_same_weights(dict(resumed.model.state_dict()), straight)

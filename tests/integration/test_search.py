@@ -12,7 +12,7 @@ import re
 import optuna
 import pytest
 
-from det_lightning._search._runner import JOURNAL_NAME
+from det_lightning._runner.search._storage import JOURNAL_NAME
 from tests.integration.cli_support import (
     INVALID_TRIAL,
     PROJECT,

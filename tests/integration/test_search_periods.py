@@ -14,10 +14,10 @@ from typing import List
 import pytest
 import yaml
 
-from det_lightning._config import load_config
-from det_lightning._plan import plan_experiment
-from det_lightning._search._runner import lengths_for
-from det_lightning._search._settings import SearchSettings, search_key
+from det_lightning._runner.config import load_config
+from det_lightning._runner.plan import plan_experiment
+from det_lightning._runner.search._worker import lengths_for
+from det_lightning._runner.search._settings import SearchSettings, search_key
 from det_lightning.pytorch import Batch, Epoch
 from det_lightning.pytorch._units import unit_reached
 from tests.integration.cli_support import (
@@ -53,7 +53,7 @@ def _config(searcher: str = ADAPTIVE) -> str:
 
 def test_adaptive_trials_get_both_periods_as_written_beside_the_rungs() -> None:
     config = load_config(yaml.safe_load(_config()))
-    settings = SearchSettings.from_searcher(config.searcher, 8)
+    settings = SearchSettings.from_searcher(config.searcher, config.lengths, 8)
     (bracket,) = settings.brackets
     assert bracket.rung_units == (6, 12)
     lengths = lengths_for(settings, bracket, config, {"global_batch_size": 8})

@@ -9,7 +9,7 @@ from typing import Any, List
 import optuna
 import pytest
 
-from det_lightning._search._runner import open_storage
+from det_lightning._runner.search._storage import open_storage
 from tests.integration.cli_support import (
     PROJECT,
     VALIDATION_LOG_ENV,

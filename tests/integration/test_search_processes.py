@@ -17,9 +17,9 @@ import pytest
 from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
 
-from det_lightning._search._lease import pid_alive, take_over
-from det_lightning._search._runner import JOURNAL_NAME
-from det_lightning._search._template import WARM_START_ENV
+from det_lightning._runner.search._lease import pid_alive, take_over
+from det_lightning._runner.search._storage import JOURNAL_NAME
+from det_lightning._runner.search._template import WARM_START_ENV
 from tests.integration.cli_support import PROJECT, output, run_cli
 from tests.integration.search_support import checkpoint_steps, read_trials
 

@@ -10,14 +10,14 @@ import sys
 
 import pytest
 
-from det_lightning._search._template import WARM_START_ENV
+from det_lightning._runner.search._template import WARM_START_ENV
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 DRIVER = """
 import logging
 import sys
-from det_lightning._search._template import TrialRequest, TrialStarter
+from det_lightning._runner.search._template import TrialRequest, TrialStarter
 
 logging.basicConfig(level=logging.INFO)
 jobs = [("mutate", ()), ("mutate", ()), ("exit_with", (3,)), ("fail", ()), ("kill_self", ()),

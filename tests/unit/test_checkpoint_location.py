@@ -4,9 +4,10 @@ import pathlib
 
 import pytest
 
-from det_lightning import _config, errors
-from det_lightning._config._yaml import load_yaml12
-from det_lightning._plan import plan_experiment
+from det_lightning import errors
+from det_lightning._runner import config as _config
+from det_lightning._runner.config._yaml import load_yaml12
+from det_lightning._runner.plan import plan_experiment
 from det_lightning.pytorch._export import export_lightning_checkpoint
 from det_lightning.pytorch._remote import RemoteRoot, checkpoint_location
 from tests.integration.cli_support import PROJECT

@@ -1,4 +1,4 @@
-"""Tests for det_lightning._config: experiment-config validation and search expansion."""
+"""Tests for det_lightning._runner.config: experiment-config validation and search expansion."""
 
 import copy
 import logging
@@ -8,7 +8,7 @@ from typing import Any, Dict, List
 
 import pytest
 
-from det_lightning import _config
+from det_lightning._runner import config as _config
 from det_lightning.errors import InvalidConfigException
 
 

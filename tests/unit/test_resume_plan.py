@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from det_lightning import errors
-from det_lightning.adapters.preemption import LATEST_CHECKPOINT_ENV
+from det_lightning._env import LATEST_CHECKPOINT_ENV
 from det_lightning.adapters.resume import ResumePlan, plan_resume
 from det_lightning.pytorch import _checkpoint as ckpt
 from det_lightning.pytorch import _checkpoint_write as ckpt_write

@@ -12,10 +12,10 @@ import pytest
 from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
 
-from det_lightning._config import load_config
-from det_lightning._experiment import plan_experiment
-from det_lightning._search import _dashboard
-from det_lightning._search._runner import JOURNAL_NAME
+from det_lightning._runner.config import load_config
+from det_lightning._runner.plan import plan_experiment
+from det_lightning._runner.search import _dashboard
+from det_lightning._runner.search._storage import JOURNAL_NAME
 from tests.integration.cli_support import PROJECT
 
 

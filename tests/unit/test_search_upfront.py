@@ -7,11 +7,11 @@ from typing import Any, Dict, List
 import optuna
 import pytest
 
-from det_lightning._config import grid_points, load_config
-from det_lightning._search import _reporter, _runner
-from det_lightning._search._grid import GRID_POINT, enqueue_grid
-from det_lightning._search._sample import suggest
-from det_lightning._search._settings import SearchSettings
+from det_lightning._runner.config import Lengths, grid_points, load_config
+from det_lightning._runner.search import _reporter, _worker
+from det_lightning._runner.search._grid import GRID_POINT, enqueue_grid
+from det_lightning._runner.search._sample import suggest
+from det_lightning._runner.search._settings import SearchSettings
 
 SPACE: Dict[str, Any] = {
     "global_batch_size": 8,
@@ -34,8 +34,8 @@ def _study() -> optuna.Study:
 
 def _run_grid(study: optuna.Study, settings: SearchSettings) -> List[Dict[str, Any]]:
     drawn = []
-    while _runner.next_bracket([study], settings) == 0:
-        trial = _runner._ask(study, settings, 0, SPACE, seed=None)
+    while _worker.next_bracket([study], settings) == 0:
+        trial = _worker._ask(study, settings, 0, SPACE, seed=None)
         if trial is not None:
             drawn.append(trial.user_attrs["hparams"])
             study.tell(trial, 1.0)
@@ -80,7 +80,7 @@ def test_a_trial_asked_after_the_last_grid_point_is_dropped() -> None:
     makes a fresh trial, which must not run."""
     settings = _settings("grid")
     study = _study()
-    trial = _runner._ask(study, settings, 0, SPACE, seed=None)
+    trial = _worker._ask(study, settings, 0, SPACE, seed=None)
     assert trial is None
     (only,) = study.trials
     assert only.user_attrs[_reporter.SURPLUS] and only.state == optuna.trial.TrialState.FAIL
@@ -90,14 +90,14 @@ def test_random_keeps_to_max_trials_when_workers_ask_at_once() -> None:
     settings = _settings("random", max_trials=3)
     assert settings.brackets[0].rung_units == () and settings.brackets[0].max_trials == 3
     study = _study()
-    asked = [_runner._ask(study, settings, 0, SPACE, seed=1) for _ in range(5)]
+    asked = [_worker._ask(study, settings, 0, SPACE, seed=1) for _ in range(5)]
     assert [t is not None for t in asked] == [True, True, True, False, False]
     invalid = asked[1]
     assert invalid is not None
     invalid.set_user_attr(_reporter.INVALID_HP, "too wide")  # dropped for InvalidHP: replaced
-    assert _runner.next_bracket([study], settings) == 0
-    assert _runner._ask(study, settings, 0, SPACE, seed=1) is not None
-    assert _runner.next_bracket([study], settings) is None
+    assert _worker.next_bracket([study], settings) == 0
+    assert _worker._ask(study, settings, 0, SPACE, seed=1) is not None
+    assert _worker.next_bracket([study], settings) is None
 
 
 def test_random_ints_cover_both_ends_uniformly() -> None:
@@ -106,7 +106,7 @@ def test_random_ints_cover_both_ends_uniformly() -> None:
     study = _study()
     values = []
     for _ in range(600):
-        trial = _runner._ask(study, settings, 0,
+        trial = _worker._ask(study, settings, 0,
                              {"k": {"type": "int", "minval": 0, "maxval": 2}}, seed=5)
         assert trial is not None
         values.append(trial.user_attrs["hparams"]["k"])
@@ -119,7 +119,7 @@ def test_random_draws_repeat_with_the_experiment_seed() -> None:
     def draw(seed: int) -> List[Dict[str, Any]]:
         settings = _settings("random", max_trials=4)
         study = _study()
-        trials = [_runner._ask(study, settings, 0, SPACE, seed) for _ in range(4)]
+        trials = [_worker._ask(study, settings, 0, SPACE, seed) for _ in range(4)]
         return [t.user_attrs["hparams"] for t in trials if t is not None]
 
     assert draw(3) == draw(3) and draw(3) != draw(4) and len(draw(3)) == 4
@@ -136,7 +136,7 @@ def test_the_plan_of_grid_and_random_searches() -> None:
                                 "width": 4}
     study = _study()
     enqueue_grid(study, settings.grid[:1])
-    trial = _runner._ask(study, settings, 0, SPACE, seed=None)
+    trial = _worker._ask(study, settings, 0, SPACE, seed=None)
     assert trial is not None and trial.user_attrs["hparams"] == grid_points(SPACE)[-1]
     assert suggest(trial, SPACE) == grid_points(SPACE)[-1]  # read back again: the same
 
@@ -144,7 +144,7 @@ def test_the_plan_of_grid_and_random_searches() -> None:
 def _asha_settings() -> SearchSettings:
     searcher = {"name": "adaptive_asha", "metric": "loss", "max_trials": 12, "divisor": 2,
                 "max_rungs": 3, "mode": "standard", "time_metric": "batches", "max_time": 8}
-    return SearchSettings.from_searcher(searcher, 8)
+    return SearchSettings.from_searcher(searcher, Lengths.from_config({"searcher": searcher}), 8)
 
 
 def test_seeded_draws_differ_across_brackets_and_trials() -> None:
@@ -154,7 +154,7 @@ def test_seeded_draws_differ_across_brackets_and_trials() -> None:
     for index in range(len(settings.brackets)):
         study = _study()
         for _ in range(settings.brackets[index].max_trials):
-            trial = _runner._ask(study, settings, index, SPACE, seed=5)
+            trial = _worker._ask(study, settings, index, SPACE, seed=5)
             assert trial is not None
             drawn.append(repr(trial.user_attrs["hparams"]))
     # Before: every bracket's k-th trial drew the same point (seed + k in each study).
@@ -167,11 +167,11 @@ def test_a_seed_gives_the_same_points_whatever_the_order_workers_ask_in() -> Non
     def points(extra_asks: int) -> List[str]:
         settings = _settings("random", max_trials=3)
         study = _study()
-        asked = [_runner._ask(study, settings, 0, SPACE, seed=9) for _ in range(3 + extra_asks)]
+        asked = [_worker._ask(study, settings, 0, SPACE, seed=9) for _ in range(3 + extra_asks)]
         first = asked[0]
         assert first is not None and asked[3:] == [None] * extra_asks
         first.set_user_attr(_reporter.INVALID_HP, "no")  # replaced by a new draw
-        assert _runner._ask(study, settings, 0, SPACE, seed=9) is not None
+        assert _worker._ask(study, settings, 0, SPACE, seed=9) is not None
         return sorted(repr(t.user_attrs["hparams"]) for t in study.get_trials()
                       if _reporter.counted(t))
 

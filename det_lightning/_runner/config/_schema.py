@@ -6,7 +6,7 @@ type-checked and reported as ignored; anything else is an unknown-key error.
 
 from typing import Any, Dict
 
-from det_lightning._config._checks import (
+from det_lightning._runner.config._checks import (
     _ENTRYPOINT_HINT,
     _LOCAL_SEARCHERS,
     _UNITS,
@@ -18,7 +18,7 @@ from det_lightning._config._checks import (
     _check_string_list,
     _length_check,
 )
-from det_lightning._config._nodes import _fail, _join, _Section, _Tagged, _Value
+from det_lightning._runner.config._nodes import _fail, _join, _Section, _Tagged, _Value
 
 
 def _ignored(*kinds: str) -> _Value:

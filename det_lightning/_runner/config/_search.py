@@ -13,8 +13,8 @@ import math
 import random
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from det_lightning._config._checks import _check_hparams
-from det_lightning._config._nodes import _KIND_CHECKS, _Context, _fail
+from det_lightning._runner.config._checks import _check_hparams
+from det_lightning._runner.config._nodes import _KIND_CHECKS, _Context, _fail
 
 _Leaf = Tuple[Tuple[str, ...], Any]
 

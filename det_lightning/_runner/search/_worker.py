@@ -31,21 +31,23 @@ import dataclasses
 import functools
 import logging
 import os
-import pathlib
 import threading
 import time
 import warnings
-from typing import AbstractSet, Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import AbstractSet, Any, Dict, List, Optional, Sequence, Tuple
 
 import optuna
 
 from det_lightning import errors
-from det_lightning._harness import training_periods
-from det_lightning._search._asha import EXITED_METRIC, Bracket
-from det_lightning._search._grid import enqueue_grid, has_waiting_point, owns_point
-from det_lightning._search._interrupt import RESUME_ADVICE_ENV, SEARCH_ADVICE, SearchInterrupt
-from det_lightning._search._jobs import run_legacy_process, run_trial
-from det_lightning._search._lease import (
+from det_lightning._env import RESUME_ADVICE_ENV, SEARCH_ENV, TRIAL_INFO_ENV
+from det_lightning._runner.config import ExperimentConfig
+from det_lightning._runner.plan import Plan
+from det_lightning._runner.search._asha import EXITED_METRIC, Bracket
+from det_lightning._runner.search._child import search_environment
+from det_lightning._runner.search._grid import has_waiting_point, owns_point
+from det_lightning._runner.search._interrupt import SEARCH_ADVICE, SearchInterrupt
+from det_lightning._runner.search._jobs import run_legacy_process, run_trial
+from det_lightning._runner.search._lease import (
     CONTINUES,
     LeaseKeeper,
     LeaseLost,
@@ -56,25 +58,28 @@ from det_lightning._search._lease import (
     origin,
     take_over,
 )
-from det_lightning._search._reporter import (
+from det_lightning._runner.search._reporter import (
     INVALID_HP,
     SURPLUS,
     counted,
     trial_number,
 )
-from det_lightning._search._sample import point_index, sampler_for, suggest
-from det_lightning._search._settings import SearchSettings, search_key
-from det_lightning._search._template import TrialStarter
+from det_lightning._runner.search._sample import point_index, sampler_for, suggest
+from det_lightning._runner.search._settings import SearchSettings, search_key
+from det_lightning._runner.search._storage import open_storage, open_studies, storage_ref
+from det_lightning._runner.search._template import TrialStarter
+from det_lightning._runner.trial import (
+    Launch,
+    TrialResult,
+    run_command_trial,
+    write_trial_hparams,
+)
 from det_lightning.pytorch import Batch, Epoch
-from det_lightning.pytorch._remote import checkpoint_location, local_dir
+from det_lightning.pytorch._remote import checkpoint_location
 from det_lightning.pytorch._units import AnyOf
 
 logger = logging.getLogger("det_lightning")
 
-JOURNAL_NAME = "search.journal"
-# Runs a trial's request in a process of its own (``_jobs.run_trial`` bound to this worker's
-# starter and interrupt): the exit status, or None when the trial's lease was lost.
-Launch = Callable[[Any, threading.Event], Optional[int]]
 
 
 def admitted(study: optuna.Study, trial: optuna.Trial, settings: SearchSettings,
@@ -91,49 +96,7 @@ def admitted(study: optuna.Study, trial: optuna.Trial, settings: SearchSettings,
     return len(earlier) < bracket.max_trials
 
 
-def open_storage(url: Optional[str], checkpoint_root: Any) -> Any:
-    """The Optuna storage: ``url`` (a database URL, or a journal file path), else a journal file
-    beside the checkpoints (beside their local copies for a URL root: give several machines
-    ``--storage``)."""
-    from optuna.storages import JournalStorage
-    from optuna.storages.journal import JournalFileBackend
-
-    if url and "://" in url:
-        return _open_database(url)
-    path = pathlib.Path(url) if url else local_dir(checkpoint_root) / JOURNAL_NAME
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return JournalStorage(JournalFileBackend(str(path)))
-
-
-def _open_database(url: str, attempts: int = 5) -> Any:
-    """Optuna's RDB storage for ``url``, one for all the studies of this worker.
-
-    Opening it creates Optuna's tables in a new database. Workers starting together on an empty
-    database all try to: PostgreSQL makes the others wait for the first one's transaction, then
-    fails them ("type studydirection already exists"; likewise for the schema version records
-    written next). Each failure means another worker's transaction at that step committed, so
-    trying again finds what it wrote and gets further. The tables are made through a storage
-    without a connection pool, so a failed try leaves no connection open.
-    """
-    from sqlalchemy import exc, pool
-
-    for attempt in range(attempts):
-        try:
-            optuna.storages.RDBStorage(url, engine_kwargs={"poolclass": pool.NullPool})
-            break
-        except (exc.IntegrityError, exc.ProgrammingError, exc.OperationalError):
-            if attempt == attempts - 1:
-                raise
-            logger.info("another worker is creating the search's tables; trying again")
-    return optuna.storages.get_storage(url)
-
-
-def storage_ref(plan: Any) -> str:
-    """The plan's storage as other processes are told it: the URL or journal file path."""
-    return str(plan.storage or local_dir(plan.checkpoint_root) / JOURNAL_NAME)
-
-
-def lengths_for(settings: SearchSettings, bracket: Bracket, config: Any,
+def lengths_for(settings: SearchSettings, bracket: Bracket, config: ExperimentConfig,
                 hparams: Dict[str, Any]) -> Dict[str, Any]:
     """``fit()``'s lengths for a trial of ``bracket``: the full length, validating at each rung
     and at ``min_validation_period``, checkpointing at ``min_checkpoint_period``; both periods
@@ -144,28 +107,13 @@ def lengths_for(settings: SearchSettings, bracket: Bracket, config: Any,
         errors.InvalidConfigException: a period in records has no ``global_batch_size``.
     """
     unit = Batch if settings.time_metric == "batches" else Epoch
-    periods = training_periods(config, hparams)
+    periods = config.lengths.fit_periods(hparams)
     return {
         **periods,
         "max_length": unit(settings.max_time),
         "validation_period": AnyOf(unit(list(bracket.rung_units)),
                                    periods["validation_period"]),
     }
-
-
-def open_studies(storage: Any, key: str, settings: SearchSettings) -> List[optuna.Study]:
-    """One study per bracket (a grid's with its points enqueued)."""
-    direction = (optuna.study.StudyDirection.MINIMIZE if settings.smaller_is_better
-                 else optuna.study.StudyDirection.MAXIMIZE)
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    studies = [
-        optuna.create_study(study_name=f"{key}-bracket-{i}", storage=storage,
-                            direction=direction, load_if_exists=True)
-        for i in range(len(settings.brackets))
-    ]
-    if settings.grid:
-        enqueue_grid(studies[0], settings.grid)
-    return studies
 
 
 def expired_trial(studies: Sequence[optuna.Study], leases: LeaseSettings
@@ -250,36 +198,35 @@ class SearchOutcome:
     """What one worker's run of a search ends with: every trial's result, and the signal that
     interrupted the run (None: it ran until no trial was left to start)."""
 
-    trials: List[Any]
+    trials: List[TrialResult]
     interrupted_by: Optional[str] = None
 
 
-def search_summary(plan: Any, storage_url: Optional[str] = None) -> List[Any]:
+def search_summary(plan: Plan, storage_url: Optional[str] = None) -> List[TrialResult]:
     """Every trial of the plan's search as it stands, training nothing."""
-    from det_lightning._experiment import TrialResult
-
+    assert plan.search is not None
     storage = open_storage(storage_url, plan.checkpoint_root)
     studies = open_studies(storage, search_key(plan.config.raw), plan.search)
-    return summarize(studies, plan, plan.search, TrialResult)
+    return summarize(studies, plan, plan.search)
 
 
-def run_search(plan: Any, storage_url: Optional[str] = None) -> SearchOutcome:
+def run_search(plan: Plan, storage_url: Optional[str] = None) -> SearchOutcome:
     """Runs (or continues) the plan's search until no trial is left to start, or a signal
     stops it (``_interrupt``)."""
-    from det_lightning._experiment import TrialResult
-
-    settings: SearchSettings = plan.search
+    settings = plan.search
+    assert settings is not None
     storage = open_storage(storage_url, plan.checkpoint_root)
     studies = open_studies(storage, search_key(plan.config.raw), settings)
     os.environ[RESUME_ADVICE_ENV] = SEARCH_ADVICE  # a trial's advice after a signal, to rerun
     with SearchInterrupt() as interrupt:
-        stopped = _work(plan, settings, studies, storage_url or storage_ref(plan), interrupt)
+        reference = storage_ref(storage_url, plan.checkpoint_root)
+        stopped = _work(plan, settings, studies, reference, interrupt)
     interrupted = frozenset() if stopped is None else frozenset({stopped})
-    return SearchOutcome(summarize(studies, plan, settings, TrialResult, interrupted),
+    return SearchOutcome(summarize(studies, plan, settings, interrupted),
                          interrupt.received)
 
 
-def _work(plan: Any, settings: SearchSettings, studies: Sequence[optuna.Study], reference: str,
+def _work(plan: Plan, settings: SearchSettings, studies: Sequence[optuna.Study], reference: str,
           interrupt: SearchInterrupt) -> Optional[int]:
     """Trains one trial after another until none is left to start or to take over, or a
     signal arrived; returns the number of the trial a signal stopped, if one did."""
@@ -289,11 +236,11 @@ def _work(plan: Any, settings: SearchSettings, studies: Sequence[optuna.Study], 
                      functools.partial(run_trial, starter, interrupt))
 
 
-def _loop(plan: Any, settings: SearchSettings, studies: Sequence[optuna.Study], reference: str,
+def _loop(plan: Plan, settings: SearchSettings, studies: Sequence[optuna.Study], reference: str,
           interrupt: SearchInterrupt, leases: LeaseSettings, launch: Launch) -> Optional[int]:
     config = plan.config
     seed = config.experiment_seed()
-    max_restarts = int(config.raw.get("max_restarts") or 0)
+    max_restarts = config.max_restarts
     while interrupt.received is None:
         found = expired_trial(studies, leases)
         if found is None:
@@ -303,12 +250,12 @@ def _loop(plan: Any, settings: SearchSettings, studies: Sequence[optuna.Study], 
                     break
                 _wait(leases.interval, interrupt)  # until they finish or their leases expire
                 continue
-            asked = _ask(studies[index], settings, index, config.raw["hyperparameters"], seed)
+            asked = _ask(studies[index], settings, index, config.hyperparameters, seed)
             if asked is None:
                 continue
             found = (index, asked)
         elif _admit(studies[found[0]], settings, found[0], found[1],
-                    config.raw["hyperparameters"], seed) is None:
+                    config.hyperparameters, seed) is None:
             continue  # taken over before it had drawn its point: past the budget after all
         index, trial = found
         study, bracket = studies[index], settings.brackets[index]
@@ -339,7 +286,7 @@ def _wait(seconds: float, interrupt: SearchInterrupt) -> None:
         time.sleep(min(0.2, max(deadline - time.monotonic(), 0.0)))
 
 
-def _run_trial(plan: Any, settings: SearchSettings, bracket: Bracket, study: optuna.Study,
+def _run_trial(plan: Plan, settings: SearchSettings, bracket: Bracket, study: optuna.Study,
                trial: optuna.Trial, number: int, hparams: Dict[str, Any], resume: bool,
                max_restarts: int, storage_ref: str, lost: threading.Event,
                launch: Launch) -> None:
@@ -368,7 +315,7 @@ def invalid_hp_outcome(searcher: str) -> str:
     return "another trial replaces it"
 
 
-def _train_and_tell(plan: Any, settings: SearchSettings, bracket: Bracket, study: optuna.Study,
+def _train_and_tell(plan: Plan, settings: SearchSettings, bracket: Bracket, study: optuna.Study,
                     trial: optuna.Trial, number: int, hparams: Dict[str, Any], resume: bool,
                     max_restarts: int, storage_ref: str, lost: threading.Event,
                     launch: Launch) -> None:
@@ -377,15 +324,13 @@ def _train_and_tell(plan: Any, settings: SearchSettings, bracket: Bracket, study
         logger.info(f"trial {number}: was stopped at rung {trial.user_attrs.get('rung')}")
         study.tell(trial, state=optuna.trial.TrialState.PRUNED)
         return
-    from det_lightning._experiment import run_command_trial, write_trial_hparams
-
     write_trial_hparams(plan, number, hparams)
     lengths = lengths_for(settings, bracket, plan.config, hparams) if bracket.rung_units else None
 
-    def attempt(again: bool) -> Any:
+    def attempt(again: bool) -> TrialResult:
         env = _child_environment(plan, settings, bracket, study, trial, number, hparams, again,
                                  storage_ref)
-        if plan.trial_class is not None:  # fit() adds the search's reporter ($SEARCH_ENV)
+        if plan.trial_class is not None:  # its process adds the search's reporter ($SEARCH_ENV)
             return run_legacy_process(launch, plan, number, hparams, lengths,
                                       "latest" if again else None, env, lost)
         result = run_command_trial(plan, number, hparams, extra_env=env, lost=lost,
@@ -456,16 +401,14 @@ def _current_values(study: optuna.Study, trial: optuna.Trial) -> Dict[int, float
     return dict(_frozen(study, trial).intermediate_values)
 
 
-def _child_environment(plan: Any, settings: SearchSettings, bracket: Bracket, study: optuna.Study,
+def _child_environment(plan: Plan, settings: SearchSettings, bracket: Bracket, study: optuna.Study,
                        trial: optuna.Trial, number: int, hparams: Dict[str, Any], again: bool,
                        storage_ref: str) -> Dict[str, str]:
     """What a trial is told: where to report (the search); a command trial also its
     hyperparameters and checkpoint (as Determined's cluster info); a model_def trial's process
     gets the worker's whole environment with it."""
-    from det_lightning._info import TRIAL_INFO_ENV, ClusterInfo, TrialInfo
-    from det_lightning._search._child import search_environment
+    from det_lightning._info import ClusterInfo, TrialInfo
     from det_lightning.pytorch import _checkpoint as ckpt
-    from det_lightning.pytorch._trainer import SEARCH_ENV
 
     search = {SEARCH_ENV: search_environment(storage_ref, study.study_name, trial._trial_id,
                                              settings, bracket)}
@@ -488,8 +431,8 @@ def _status(frozen: optuna.trial.FrozenTrial, interrupted: AbstractSet[int],
             states.FAIL: "ERROR"}.get(frozen.state, frozen.state.name)
 
 
-def summarize(studies: Sequence[optuna.Study], plan: Any, settings: SearchSettings,
-              result_type: Any, interrupted: AbstractSet[int] = frozenset()) -> List[Any]:
+def summarize(studies: Sequence[optuna.Study], plan: Plan, settings: SearchSettings,
+              interrupted: AbstractSet[int] = frozenset()) -> List[TrialResult]:
     """Every trial of the search as the experiment's summary table reads it (``interrupted``:
     trials this process stopped for a signal)."""
     results = []
@@ -505,7 +448,7 @@ def summarize(studies: Sequence[optuna.Study], plan: Any, settings: SearchSettin
                 best = min(values) if settings.smaller_is_better else max(values)
             status = _status(frozen, interrupted, plan.heartbeat_timeout)
             checkpoint = attrs.get("checkpoint")
-            results.append(result_type(
+            results.append(TrialResult(
                 trial_number(frozen), attrs.get("hparams", {}), status, best,
                 checkpoint_location(checkpoint) if checkpoint else None,
                 batches=attrs.get("batches"),

@@ -1,25 +1,21 @@
-"""How Determined's harness reads an experiment config: the entrypoint, and ``fit()``'s lengths.
+"""How Determined's harness reads an experiment config's entrypoint.
 
 * ``entrypoint: model_def:TrialClass`` (the legacy form): the class is imported from the model
-  directory (:func:`load_trial_class`) and trained with ``Trainer.fit(**training_lengths(...))``,
-  the periods Determined's ``exec/harness.py`` derives from the config.
+  directory (:func:`load_trial_class`) and trained with
+  ``Trainer.fit(**config.lengths.fit_lengths(hparams))``, the lengths and periods Determined's
+  ``exec/harness.py`` derives from the config (``config._lengths``).
 * ``entrypoint: python3 train.py ...``, optionally behind ``python3 -m determined.launch.X``:
   :func:`parse_command` turns it into ``det-lightning run`` arguments. A launcher's
   ``--trial model_def:TrialClass`` is the legacy form again.
-
-``records_per_epoch`` is not needed: as in Determined 0.38's ``PyTorchTrial``, an epoch is one
-pass of the training data loader, and only lengths in records use ``global_batch_size``.
 """
 
 import importlib
 import os
 import shlex
-import sys
-from typing import Any, Dict, List, Union
+from typing import Any, List, Union
 
 from det_lightning import errors
-from det_lightning._config import ExperimentConfig
-from det_lightning.pytorch import Batch, Epoch, PyTorchTrial
+from det_lightning.pytorch import PyTorchTrial
 
 _PYTHON_NAMES = ("python", "python3")
 _INTERPRETER_FLAGS = ("-u", "-O", "-OO", "-B", "-E", "-s", "-S", "-I", "-q")
@@ -89,68 +85,6 @@ def parse_command(entrypoint: Union[str, List[str]]) -> Union[str, List[str]]:
     )
 
 
-def _to_unit(path: str, unit: str, number: int, global_batch_size: Any) -> Any:
-    """``{unit: number}`` as a ``Batch``/``Epoch``; 0 means never (periods only)."""
-    if number < 1:
-        return Batch(sys.maxsize)
-    if unit == "batches":
-        return Batch(number)
-    if unit == "epochs":  # an epoch is one pass of the training loader, as in Determined 0.38
-        return Epoch(number)
-    if isinstance(global_batch_size, bool) or not isinstance(global_batch_size, int) or (
-        global_batch_size < 1
-    ):
-        raise errors.InvalidConfigException(
-            f"{path}.records: converting records to batches needs an integer "
-            f"hyperparameters.global_batch_size >= 1, got {global_batch_size!r}. Set it, or give "
-            f"{path} in batches."
-        )
-    return Batch(max(number // global_batch_size, 1))
-
-
-def training_lengths(config: ExperimentConfig, hparams: Dict[str, Any]) -> Dict[str, Any]:
-    """``Trainer.fit()``'s lengths for a legacy trial, as Determined's harness derives them.
-
-    Raises:
-        errors.InvalidConfigException: ``searcher.max_length`` is missing or has no unit, or a
-            length in records has no ``global_batch_size`` to convert with.
-    """
-    length = config.max_length()
-    example = "e.g. max_length: {batches: 1000} (or epochs, or records)"
-    if length is None:
-        raise errors.InvalidConfigException(
-            f"searcher.max_length: required key is missing: a 'model_def:TrialClass' entrypoint "
-            f"trains each trial for searcher.max_length; {example}."
-        )
-    number, unit = length
-    if unit is None:
-        raise errors.InvalidConfigException(
-            f"searcher.max_length: {number!r} has no unit, which only a command entrypoint (the "
-            f"script picks the unit) can use; a 'model_def:TrialClass' entrypoint needs {example}."
-        )
-    batch_size = hparams.get("global_batch_size")
-    return {"max_length": _to_unit("searcher.max_length", unit, number, batch_size),
-            **training_periods(config, hparams)}
-
-
-def training_periods(config: ExperimentConfig, hparams: Dict[str, Any]) -> Dict[str, Any]:
-    """``fit()``'s periods from ``min_validation_period``, ``min_checkpoint_period`` and
-    ``scheduling_unit``, each in its own unit (records converted to batches), as Determined's
-    harness passes them.
-
-    Raises:
-        errors.InvalidConfigException: a period in records has no ``global_batch_size``.
-    """
-    batch_size = hparams.get("global_batch_size")
-    periods = {}
-    for key, arg in (("min_validation_period", "validation_period"),
-                     ("min_checkpoint_period", "checkpoint_period")):
-        (period_unit, period), = config.raw[key].items()
-        periods[arg] = _to_unit(key, period_unit, period, batch_size)
-    periods["reporting_period"] = Batch(config.raw["scheduling_unit"])
-    return periods
-
-
 def load_trial_class(spec: str) -> type:
     """Imports ``module:Qual.Name`` (from the model directory, already on ``sys.path``).
 
@@ -180,4 +114,4 @@ def load_trial_class(spec: str) -> type:
     return obj
 
 
-__all__ = ["load_trial_class", "parse_command", "training_lengths", "training_periods"]
+__all__ = ["load_trial_class", "parse_command"]

@@ -29,15 +29,18 @@ rounded half away from zero and clamped to the integers available), and a random
 drawn from ``[minval, maxval]`` (both ends) as Determined draws it.
 """
 
-from det_lightning._config._experiment_config import (
+from det_lightning._runner.config._experiment_config import (
     ExperimentConfig,
     load_config,
     validate_config,
 )
-from det_lightning._config._search import grid_choices, grid_points, random_points
+from det_lightning._runner.config._lengths import Length, Lengths
+from det_lightning._runner.config._search import grid_choices, grid_points, random_points
 
 __all__ = [
     "ExperimentConfig",
+    "Length",
+    "Lengths",
     "grid_choices",
     "grid_points",
     "load_config",

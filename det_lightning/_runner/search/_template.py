@@ -5,7 +5,8 @@ objects and its GPU allocator's cache; a trial started as a new interpreter pays
 torch and Lightning again (seconds, for trials that may train for seconds). So a worker keeps
 one warm *template* process that has imported them, and forks each trial from it::
 
-    worker (TrialStarter)                     template (python -m det_lightning._search._template)
+    worker (TrialStarter)                     template (python -m
+                                                det_lightning._runner.search._template)
       __enter__: starts the template            imports torch, lightning, optuna,
                                                 det_lightning.pytorch and .adapters (no CUDA,
                                                 no threads); ignores SIGINT/SIGTERM; "ready"
@@ -52,8 +53,8 @@ WARM_START_ENV = "DET_LIGHTNING_WARM_START"  # "0": each trial a new interpreter
 # TensorBoard's writer (Lightning's logger imports it in fit()), and the object-store libraries
 # Lightning imports to tell a checkpoint URL from a path, where installed.
 PRELOAD = ("torch", "lightning", "optuna", "det_lightning.pytorch", "det_lightning.adapters",
-           "det_lightning._cli", "det_lightning._search._jobs", "det_lightning._search._child",
-           "torch.utils.tensorboard")
+           "det_lightning._runner.cli", "det_lightning._runner.search._jobs",
+           "det_lightning._runner.search._child", "torch.utils.tensorboard")
 PRELOAD_IF_INSTALLED = ("s3fs", "gcsfs", "adlfs")
 _PR_SET_PDEATHSIG = 1
 
@@ -214,7 +215,7 @@ def _serve(sock: socket.socket) -> None:
 
 
 def main(argv: List[str]) -> None:
-    """``python -m det_lightning._search._template FD WORKER_PID``: the template;
+    """``python -m det_lightning._runner.search._template FD WORKER_PID``: the template;
     ``--one WORKER_PID``: one trial, its request on stdin (no fork)."""
     if argv[0] == "--one":
         request = pickle.loads(sys.stdin.buffer.read())
@@ -305,7 +306,7 @@ class TrialStarter:
     def _spawn(self) -> None:
         ours, theirs = socket.socketpair()
         self._template = subprocess.Popen(
-            [sys.executable, "-m", "det_lightning._search._template", str(theirs.fileno()),
+            [sys.executable, "-m", "det_lightning._runner.search._template", str(theirs.fileno()),
              str(os.getpid())], pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL)
         theirs.close()
         self._sock, self._ready = ours, False
@@ -333,7 +334,7 @@ class TrialStarter:
                 self._stop()
                 self._spawn()
         child = subprocess.Popen(
-            [sys.executable, "-m", "det_lightning._search._template", "--one",
+            [sys.executable, "-m", "det_lightning._runner.search._template", "--one",
              str(os.getpid())], stdin=subprocess.PIPE, cwd=request.cwd, env=request.env)
         assert child.stdin is not None
         child.stdin.write(pickle.dumps(request))

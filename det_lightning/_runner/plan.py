@@ -1,6 +1,6 @@
 """Planning a local experiment: every check that can fail before the first trial trains.
 
-``plan_experiment(config, MODEL_DIR)`` settles what ``_experiment.py`` then runs: the model
+``plan_experiment(config, MODEL_DIR)`` settles what ``experiment.py`` then runs: the model
 directory, where checkpoints and TensorBoard files go, the trials known up front, the entrypoint
 (a ``module:Trial`` class or a command), Lightning's launch options, and a search's settings::
 
@@ -9,7 +9,7 @@ directory, where checkpoints and TensorBoard files go, the trials known up front
     trials = _planned_trials(config, search) # single's one, a grid's points; none for draws
     trial_class, command = _entrypoint_plan(config)
     if trial_class:                          # each configured point's training length must
-        training_lengths(config, hparams)    #   resolve (random: a sample of what it may draw;
+        config.lengths.fit_lengths(hparams)  #   resolve (random: a sample of what it may draw;
                                              #   adaptive_asha: only the periods, the searcher
                                              #   sets the length)
     checkpoint_root = checkpoint_dir or checkpoint_storage or $DET_LIGHTNING_CHECKPOINT_DIR
@@ -23,12 +23,13 @@ import os
 import pathlib
 import re
 import time
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Dict, List, Optional, Tuple, Union
 
-from det_lightning._config import ExperimentConfig, random_points
-from det_lightning._harness import parse_command, training_lengths, training_periods
+from det_lightning._env import CHECKPOINT_DIR_ENV, TENSORBOARD_DIR_ENV
+from det_lightning._runner.config import ExperimentConfig, random_points
+from det_lightning._runner.harness import parse_command
+from det_lightning._runner.search._settings import SearchSettings, search_key
 from det_lightning.pytorch._remote import CheckpointRoot, checkpoint_location
-from det_lightning.pytorch._trainer import CHECKPOINT_DIR_ENV, TENSORBOARD_DIR_ENV
 
 
 class UsageError(ValueError):
@@ -59,7 +60,7 @@ class Plan:
     trial_class: Optional[str]
     command: Optional[List[str]]
     launch: Dict[str, Any]
-    search: Any = None  # grid, random, adaptive_asha: the searcher's settings (SearchSettings)
+    search: Optional[SearchSettings] = None  # grid, random, adaptive_asha: the searcher's
     storage: Optional[str] = None  # a search's Optuna storage (None: a journal file)
     heartbeat_timeout: float = 120.0  # seconds a trial's lease lasts without renewal (_lease)
 
@@ -70,7 +71,7 @@ class Plan:
 def launch_options(config: ExperimentConfig, given: Dict[str, Any]) -> Dict[str, Any]:
     """Launch options: the command line's, else ``resources.slots_per_trial`` as ``devices``.
 
-    >>> from det_lightning._config import load_config
+    >>> from det_lightning._runner.config import load_config
     >>> conf = {"entrypoint": "m:T", "searcher": {"name": "single", "metric": "loss"}}
     >>> launch_options(load_config({**conf, "resources": {"slots_per_trial": 2}}), {})
     {'devices': 2}
@@ -86,23 +87,22 @@ def launch_options(config: ExperimentConfig, given: Dict[str, Any]) -> Dict[str,
     return options
 
 
-def _search_settings(config: ExperimentConfig) -> Any:
+def _search_settings(config: ExperimentConfig) -> Optional[SearchSettings]:
     """A search's settings, or None for ``single`` (its one trial runs without a storage)."""
     name = config.searcher["name"]
     if name == "single":
         return None
-    from det_lightning._search._settings import SearchSettings
-
     if name in ("grid", "random"):
-        return SearchSettings.from_upfront(config.searcher, config.raw["hyperparameters"])
+        return SearchSettings.from_upfront(config.searcher, config.hyperparameters)
 
-    size = config.raw["hyperparameters"].get("global_batch_size")
+    size = config.hyperparameters.get("global_batch_size")
     if isinstance(size, dict):
         size = size.get("val")
-    return SearchSettings.from_searcher(config.searcher, size if isinstance(size, int) else None)
+    return SearchSettings.from_searcher(config.searcher, config.lengths,
+                                        size if isinstance(size, int) else None)
 
 
-def _entrypoint_plan(config: ExperimentConfig) -> Any:
+def _entrypoint_plan(config: ExperimentConfig) -> Tuple[Optional[str], Optional[List[str]]]:
     """``(trial_class, command)``: exactly one of them is set. (A search's command trial gets
     its hyperparameters through ``det.get_cluster_info()``, as on a cluster.)"""
     trial_class = config.legacy_trial_class()
@@ -114,7 +114,8 @@ def _entrypoint_plan(config: ExperimentConfig) -> Any:
     return None, parsed
 
 
-def _planned_trials(config: ExperimentConfig, search: Any) -> List[Dict[str, Any]]:
+def _planned_trials(config: ExperimentConfig,
+                    search: Optional[SearchSettings]) -> List[Dict[str, Any]]:
     """The hyperparameters of each trial known before training: single's one, a grid's points
     in the order their trials run; none for searches that draw them as they go."""
     if search is None:
@@ -124,20 +125,18 @@ def _planned_trials(config: ExperimentConfig, search: Any) -> List[Dict[str, Any
     return []
 
 
-def _run_name(config: ExperimentConfig, search: Any) -> str:
+def _run_name(config: ExperimentConfig, search: Optional[SearchSettings]) -> str:
     """The experiment's TensorBoard folder: a search's is named for the search, so its every
     worker, machine and rerun writes into one root; a single trial's for when it started.
 
-    >>> from det_lightning._config import load_config
+    >>> from det_lightning._runner.config import load_config
     >>> conf = {"name": "my exp", "entrypoint": "m:T", "searcher": {"name": "single",
     ...         "metric": "loss"}}
     >>> re.fullmatch(r"my-exp-\\d{8}-\\d{6}", _run_name(load_config(conf), None)) is not None
     True
     """
-    name = re.sub(r"[^\w.-]+", "-", config.raw.get("name") or "experiment").strip("-")
+    name = re.sub(r"[^\w.-]+", "-", config.name or "experiment").strip("-")
     if search is not None:
-        from det_lightning._search._settings import search_key
-
         return f"{name}-{search_key(config.raw)}"
     return f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
 
@@ -171,10 +170,10 @@ def plan_experiment(
     if trial_class is not None and search is not None and search.searcher == "adaptive_asha":
         # The searcher sets the length; the periods must resolve for what it may draw.
         for hparams in random_points(config.hyperparameters, 4, config.experiment_seed()):
-            training_periods(config, hparams)
+            config.lengths.fit_periods(hparams)
     elif trial_class is not None:
         for hparams in config.trial_hparams():  # random: a sample of what it may draw
-            training_lengths(config, hparams)
+            config.lengths.fit_lengths(hparams)
     root = checkpoint_dir or config.checkpoint_dir() or os.environ.get(CHECKPOINT_DIR_ENV)
     tensorboard = os.environ.get(TENSORBOARD_DIR_ENV) or os.path.join(
         "tensorboard", _run_name(config, search))

@@ -23,7 +23,6 @@ from typing import Any, Callable, Dict, Iterator, Optional
 logger = logging.getLogger("det_lightning")
 
 HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT)
-RESUME_ADVICE_ENV = "DET_LIGHTNING_RESUME_ADVICE"  # how a trial of `experiment` continues
 SEARCH_ADVICE = ("To continue, rerun the same det-lightning experiment command: the search "
                  "resumes this trial from its latest checkpoint.")
 

@@ -9,7 +9,7 @@ import os
 import re
 from typing import Any, Dict
 
-from det_lightning._config._nodes import (
+from det_lightning._runner.config._nodes import (
     _KIND_CHECKS,
     _Context,
     _Custom,

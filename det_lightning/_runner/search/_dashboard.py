@@ -12,7 +12,9 @@ import shlex
 import shutil
 import subprocess
 import sys
-from typing import Any, Iterator, List, Optional
+from typing import Iterator, List, Optional
+
+from det_lightning._runner.plan import Plan
 
 INSTALL = "pip install 'det_lightning[dashboard]'"
 PROGRAM = "optuna-dashboard"
@@ -42,16 +44,17 @@ def missing_message(storage_ref: str) -> str:
             f"    {PROGRAM} {shlex.quote(storage_ref)}")
 
 
-def start_dashboard(plan: Any) -> Optional["subprocess.Popen[bytes]"]:
+def start_dashboard(plan: Plan) -> Optional["subprocess.Popen[bytes]"]:
     """Starts optuna-dashboard on the plan's search storage (created first: the dashboard
     reads a journal file only once it exists), or prints why not."""
-    from det_lightning._search._runner import open_storage, open_studies, search_key, storage_ref
+    from det_lightning._runner.search._settings import search_key
+    from det_lightning._runner.search._storage import open_storage, open_studies, storage_ref
 
     if plan.search is None:
         print("--dashboard: a 'single' experiment has no search storage to show.",
               file=sys.stderr, flush=True)
         return None
-    ref = storage_ref(plan)
+    ref = storage_ref(plan.storage, plan.checkpoint_root)
     command = dashboard_command(ref)
     if command is None:
         print(missing_message(ref), file=sys.stderr, flush=True)
@@ -75,7 +78,7 @@ def wait_dashboard(process: "subprocess.Popen[bytes]") -> None:
 
 
 @contextlib.contextmanager
-def dashboard_beside(plan: Any, wanted: bool) -> Iterator[None]:
+def dashboard_beside(plan: Plan, wanted: bool) -> Iterator[None]:
     """Runs the body with the dashboard serving (when ``wanted`` and installed), then keeps it
     serving until Ctrl-C."""
     process = start_dashboard(plan) if wanted else None

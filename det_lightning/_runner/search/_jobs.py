@@ -2,12 +2,13 @@
 how it ended::
 
     model_def trial:  legacy_job(plan, number, hparams, lengths, latest, result_path)
-        run_legacy_trial; fit() adds the search's reporter ($DET_LIGHTNING_SEARCH, as for a
-        command trial); writes result_path (JSON): {"best", "checkpoint", "batches"}, or
-        {"error": the exception's kind, "message", "traceback"}
+        run_legacy_trial, its fit() reporting to the search ($DET_LIGHTNING_SEARCH, as for a
+        command trial: ``_child.reporting_to_search``); writes result_path (JSON): {"best",
+        "checkpoint", "batches"}, or {"error": the exception's kind, "message", "traceback"}
         worker: read_legacy_result -> TrialResult, or raises what the trial raised
                 (InvalidHP, InvalidExperimentException, LeaseLost; any other: TrialProcessError)
-    command trial:    command_job(argv): ``det-lightning run ARGV``, as `python -m det_lightning`
+    command trial:    ``det_lightning._runner.cli:main(["run", ...])``, as
+                      `python -m det_lightning run ...`
 
 The worker waits with ``run_trial``: it passes a SIGTERM/SIGINT on to the trial once, kills it
 at once when its lease is lost, and a trial that ends after a signal is preempted (it stays
@@ -23,11 +24,13 @@ import sys
 import tempfile
 import threading
 import traceback
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Optional
 
 from det_lightning import errors
-from det_lightning._search._interrupt import SearchInterrupt
-from det_lightning._search._template import TrialRequest, TrialStarter
+from det_lightning._runner.plan import Plan
+from det_lightning._runner.search._interrupt import SearchInterrupt
+from det_lightning._runner.search._template import TrialRequest, TrialStarter
+from det_lightning._runner.trial import Launch, TrialResult, run_legacy_trial
 
 logger = logging.getLogger("det_lightning")
 
@@ -39,26 +42,21 @@ class TrialProcessError(RuntimeError):
     """A trial's process failed: its exception (with the trial's traceback), or how it died."""
 
 
-def command_job(argv: List[str]) -> int:
-    """In the trial's process: ``det-lightning ARGV`` (``run ...``)."""
-    from det_lightning._cli import main
-
-    return main(argv)
-
-
-def legacy_job(plan: Any, number: int, hparams: Dict[str, Any], lengths: Optional[Dict[str, Any]],
+def legacy_job(plan: Plan, number: int, hparams: Dict[str, Any], lengths: Optional[Dict[str, Any]],
                latest: Optional[str], result_path: str) -> int:
     """In the trial's process: one ``model_def:Trial`` trial; how it ended goes to
     ``result_path``."""
     import det_lightning
     from det_lightning import compat
-    from det_lightning._experiment import run_legacy_trial
-    from det_lightning._search._lease import LeaseLost
+    from det_lightning._runner.search._child import reporting_to_search
+    from det_lightning._runner.search._lease import LeaseLost
 
     logging.basicConfig(level=logging.INFO, format=det_lightning.LOG_FORMAT)
     compat.install()  # model_def.py imports determined
     try:
-        result = run_legacy_trial(plan, number, hparams, lengths=lengths, latest_checkpoint=latest)
+        with reporting_to_search():
+            result = run_legacy_trial(plan, number, hparams, lengths=lengths,
+                                      latest_checkpoint=latest)
     except (errors.InvalidHP, errors.InvalidExperimentException, LeaseLost) as e:
         message = e.msg if isinstance(e, errors.InvalidHP) else str(e)
         kind = next(k for k in PASSED_ON if any(c.__name__ == k for c in type(e).__mro__))
@@ -92,15 +90,14 @@ def describe(status: int) -> str:
 
 
 def read_legacy_result(number: int, hparams: Dict[str, Any], status: int,
-                       result_path: str) -> Any:
+                       result_path: str) -> TrialResult:
     """The ``TrialResult`` a model_def trial's process left.
 
     Raises:
         errors.InvalidHP, errors.InvalidExperimentException, LeaseLost: the trial raised it.
         TrialProcessError: it raised anything else, or its process died.
     """
-    from det_lightning._experiment import TrialResult
-    from det_lightning._search._lease import LeaseLost
+    from det_lightning._runner.search._lease import LeaseLost
     from det_lightning.pytorch._remote import checkpoint_location
 
     path = pathlib.Path(result_path)
@@ -152,17 +149,17 @@ def run_trial(starter: TrialStarter, interrupt: SearchInterrupt, request: TrialR
     return status
 
 
-def run_legacy_process(launch: Any, plan: Any, number: int, hparams: Dict[str, Any],
+def run_legacy_process(launch: Launch, plan: Plan, number: int, hparams: Dict[str, Any],
                        lengths: Optional[Dict[str, Any]], latest: Optional[str],
-                       env: Dict[str, str], lost: threading.Event) -> Any:
+                       env: Dict[str, str], lost: threading.Event) -> TrialResult:
     """One ``model_def:Trial`` trial in a process of its own (``launch``: ``run_trial`` bound
     to the worker's starter and interrupt): its ``TrialResult``, or what it raised."""
-    from det_lightning._search._lease import LeaseLost
+    from det_lightning._runner.search._lease import LeaseLost
 
     fd, result_path = tempfile.mkstemp(prefix=f"det-lightning-trial-{number}-", suffix=".json")
     os.close(fd)
     os.unlink(result_path)  # the trial's process writes it whole, at its end
-    request = TrialRequest("det_lightning._search._jobs:legacy_job",
+    request = TrialRequest("det_lightning._runner.search._jobs:legacy_job",
                            (plan, number, hparams, lengths, latest, result_path),
                            str(plan.model_dir), env, [sys.argv[0]])
     try:

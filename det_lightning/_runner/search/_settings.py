@@ -12,7 +12,8 @@ import json
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from det_lightning import errors
-from det_lightning._search._asha import Bracket, make_brackets
+from det_lightning._runner.config import Lengths
+from det_lightning._runner.search._asha import Bracket, make_brackets
 
 _TIME_UNITS = ("batches", "epochs")
 
@@ -48,7 +49,7 @@ class SearchSettings:
     @classmethod
     def from_upfront(cls, searcher: Dict[str, Any], hparams: Dict[str, Any]) -> "SearchSettings":
         """A ``grid`` or ``random`` searcher section (``hparams``: the grid's space)."""
-        from det_lightning._search._grid import grid_params
+        from det_lightning._runner.search._grid import grid_params
 
         grid = tuple(grid_params(hparams)) if searcher["name"] == "grid" else ()
         max_trials = len(grid) if grid else int(searcher["max_trials"])
@@ -62,26 +63,18 @@ class SearchSettings:
         )
 
     @classmethod
-    def from_searcher(cls, searcher: Dict[str, Any], global_batch_size: Optional[int]
-                      ) -> "SearchSettings":
+    def from_searcher(cls, searcher: Dict[str, Any], lengths: Lengths,
+                      global_batch_size: Optional[int]) -> "SearchSettings":
         """Raises ``InvalidConfigException`` naming the key when the length is missing."""
-        time_metric, max_time = searcher.get("time_metric"), searcher.get("max_time")
-        if time_metric is None or max_time is None:
-            length = searcher.get("max_length")
-            if not isinstance(length, dict):
-                raise errors.InvalidConfigException(
-                    "searcher: adaptive_asha needs time_metric and max_time (e.g. time_metric: "
-                    "batches, max_time: 1000), or max_length: {batches: 1000}."
-                )
-            (unit, number), = length.items()
-            if unit == "records":
-                if not global_batch_size:
-                    raise errors.InvalidConfigException(
-                        "searcher.max_length.records: converting records to batches needs "
-                        "hyperparameters.global_batch_size; give max_length in batches instead."
-                    )
-                unit, number = "batches", max(int(number) // int(global_batch_size), 1)
-            time_metric, max_time = unit, int(number)
+        length = lengths.searcher_time or lengths.max_length
+        if length is None or length.unit is None:
+            raise errors.InvalidConfigException(
+                "searcher: adaptive_asha needs time_metric and max_time (e.g. time_metric: "
+                "batches, max_time: 1000), or max_length: {batches: 1000}."
+            )
+        time_metric, max_time = length.unit, length.number
+        if length is lengths.max_length and length.unit == "records":
+            time_metric, max_time = "batches", length.batches_of(global_batch_size)
         if time_metric not in _TIME_UNITS:
             raise errors.InvalidConfigException(
                 f"searcher.time_metric: {time_metric!r} is not a length det-lightning can train "

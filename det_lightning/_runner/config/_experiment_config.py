@@ -7,11 +7,12 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 
 import yaml
 
-from det_lightning._config._checks import _LEGACY_ENTRYPOINT
-from det_lightning._config._nodes import _Context, _fail, _type_error, _validate_section
-from det_lightning._config._schema import _EXPERIMENT, _check_grid_counts
-from det_lightning._config._search import grid_points, random_points
-from det_lightning._config._yaml import load_yaml12
+from det_lightning._runner.config._checks import _LEGACY_ENTRYPOINT
+from det_lightning._runner.config._lengths import Length, Lengths
+from det_lightning._runner.config._nodes import _Context, _fail, _type_error, _validate_section
+from det_lightning._runner.config._schema import _EXPERIMENT, _check_grid_counts
+from det_lightning._runner.config._search import grid_points, random_points
+from det_lightning._runner.config._yaml import load_yaml12
 from det_lightning.errors import InvalidConfigException
 
 logger = logging.getLogger("det_lightning")
@@ -21,7 +22,10 @@ class ExperimentConfig:
     """A validated experiment config with Determined's defaults filled in.
 
     Attributes:
-        raw: the validated config (a plain dict) including defaults.
+        raw: the validated config (a plain dict) including defaults; the whole of it goes where
+            Determined passes ``exp_conf``, its keys are read through the properties here.
+        lengths: the training lengths and periods (``searcher.max_length``,
+            ``min_validation_period``, ...), parsed once.
         ignored_keys: dotted paths of the keys that were accepted but have no local meaning.
     """
 
@@ -34,6 +38,7 @@ class ExperimentConfig:
         """
         self.raw = raw
         self.ignored_keys = list(ignored_keys)
+        self.lengths = Lengths.from_config(raw)
 
     def __repr__(self) -> str:
         """Short form naming the entrypoint and searcher."""
@@ -58,6 +63,32 @@ class ExperimentConfig:
         value: Dict[str, Any] = self.raw["searcher"]
         return value
 
+    @property
+    def name(self) -> str:
+        """The experiment's ``name`` (``load_config`` gives an unnamed one Determined's kind)."""
+        return str(self.raw.get("name") or "")
+
+    @property
+    def checkpoint_policy(self) -> str:
+        """``checkpoint_policy``: ``best`` (default), ``all`` or ``none``."""
+        return str(self.raw["checkpoint_policy"])
+
+    @property
+    def perform_initial_validation(self) -> bool:
+        """``perform_initial_validation``: validate before the first batch."""
+        return bool(self.raw["perform_initial_validation"])
+
+    @property
+    def max_restarts(self) -> int:
+        """``max_restarts``: how often a failing trial of a search is retried."""
+        return int(self.raw.get("max_restarts") or 0)
+
+    @property
+    def checkpoint_storage(self) -> Optional[Dict[str, Any]]:
+        """The ``checkpoint_storage`` section, None when unset."""
+        storage: Optional[Dict[str, Any]] = self.raw.get("checkpoint_storage") or None
+        return storage
+
     def legacy_trial_class(self) -> Optional[str]:
         """The ``module:Class`` entrypoint, or None when the entrypoint is a command.
 
@@ -76,26 +107,16 @@ class ExperimentConfig:
             ``(n, "batches"|"epochs"|"records")``; ``(n, None)`` for the unit-less integer form
             (the training code decides the unit, as in Determined); None when absent.
         """
-        value = self.searcher.get("max_length")
-        if value is None:
-            return None
-        if isinstance(value, int):
-            return value, None
-        unit, number = next(iter(value.items()))
-        return number, unit
-
-    def _period(self, key: str) -> Optional[Tuple[int, str]]:
-        """A ``{unit: n}`` period as ``(n, unit)``, None when it is 0 (never)."""
-        unit, number = next(iter(self.raw[key].items()))
-        return (number, unit) if number > 0 else None
+        length = self.lengths.max_length
+        return None if length is None else (length.number, length.unit)
 
     def min_validation_period(self) -> Optional[Tuple[int, str]]:
         """``min_validation_period`` as ``(value, unit)``, None when unset or 0."""
-        return self._period("min_validation_period")
+        return _as_pair(self.lengths.validation_period)
 
     def min_checkpoint_period(self) -> Optional[Tuple[int, str]]:
         """``min_checkpoint_period`` as ``(value, unit)``, None when unset or 0."""
-        return self._period("min_checkpoint_period")
+        return _as_pair(self.lengths.checkpoint_period)
 
     def checkpoint_dir(self) -> Optional[str]:
         """Where checkpoints go according to ``checkpoint_storage``.
@@ -105,7 +126,7 @@ class ExperimentConfig:
             for ``directory``, ``s3://bucket/prefix`` (``gs://``, ``az://container/prefix``)
             for ``s3`` (``gcs``, ``azure``), or None when unset.
         """
-        storage = self.raw.get("checkpoint_storage")
+        storage = self.checkpoint_storage
         if not storage:
             return None
         if storage["type"] == "shared_fs":
@@ -131,8 +152,7 @@ class ExperimentConfig:
 
     def records_per_epoch(self) -> Optional[int]:
         """``records_per_epoch``, or None when unset (0)."""
-        value = int(self.raw["records_per_epoch"])
-        return value or None
+        return self.lengths.records_per_epoch
 
     def trial_hparams(self) -> List[Dict[str, Any]]:
         """The hyperparameter values of each trial the searcher would create.
@@ -156,6 +176,11 @@ class ExperimentConfig:
             return random_points(self.hyperparameters, 1, self.experiment_seed())
         raise _fail("searcher.name", f"the {name!r} searcher is not run locally.",
                     "Use single, grid or random.")
+
+
+def _as_pair(period: Length) -> Optional[Tuple[int, str]]:
+    """A period as ``(n, unit)``, None for 0 (never)."""
+    return (period.number, str(period.unit)) if period.number > 0 else None
 
 
 def _read_yaml(path: Union[str, "os.PathLike[str]"]) -> Any:

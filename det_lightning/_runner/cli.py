@@ -26,22 +26,24 @@ the interrupted trial shown INTERRUPTED); a script's own status for ``run``
 """
 
 import argparse
+import contextlib
 import logging
 import os
 import runpy
 import subprocess
 import sys
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Callable, ContextManager, Dict, List, Mapping, Optional, Sequence
 
 import det_lightning
-from det_lightning import _experiment, compat, errors
-from det_lightning._config import load_config
-from det_lightning._experiment import UsageError
-from det_lightning._search._dashboard import dashboard_beside
-from det_lightning._search._interrupt import SearchInterrupt
+from det_lightning import compat, errors
+from det_lightning._env import SEARCH_ENV, SEARCH_WORKER_ENV
+from det_lightning._runner.config import load_config
+from det_lightning._runner.experiment import INTERRUPTED_NOTE, run_experiment
+from det_lightning._runner.plan import Plan, UsageError, plan_experiment
+from det_lightning._runner.search._dashboard import dashboard_beside
+from det_lightning._runner.search._interrupt import SearchInterrupt
 from det_lightning.pytorch import _export
 from det_lightning.pytorch._launch import LAUNCH_ENV, add_launch_arguments
-from det_lightning.pytorch._trainer import SEARCH_ENV
 
 PROG = "det-lightning"
 EXIT_USAGE = 2
@@ -140,6 +142,15 @@ def run_script(target: str, script_args: List[str], as_module: bool = False) -> 
     return 0
 
 
+def _search_reporting() -> ContextManager[None]:
+    """A search's trial (``$DET_LIGHTNING_SEARCH``): its ``fit()`` reports to the search."""
+    if not os.environ.get(SEARCH_ENV):
+        return contextlib.nullcontext()
+    from det_lightning._runner.search._child import reporting_to_search  # imports optuna
+
+    return reporting_to_search()
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     if not args.module and not os.path.isfile(args.target):
         _error("run", f"can't open file {args.target!r}: no such file.")
@@ -155,12 +166,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
     for name, value in options.items():
         os.environ[LAUNCH_ENV[name]] = str(value)
     try:
-        return run_script(args.target, args.script_args, as_module=args.module)
+        with _search_reporting():
+            return run_script(args.target, args.script_args, as_module=args.module)
     except errors.InvalidHP as e:
         if not os.environ.get(SEARCH_ENV):
             raise
         # A search's trial: tell the search, and exit 0 as Determined's harness does.
-        from det_lightning._search._child import report_invalid_hp
+        from det_lightning._runner.search._child import report_invalid_hp
 
         print(f"{PROG} run: InvalidHP: {e.msg}", file=sys.stderr, flush=True)
         report_invalid_hp(e.msg)
@@ -174,13 +186,13 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format=det_lightning.LOG_FORMAT)
     try:
         config = load_config(args.config)
-        plan = _experiment.plan_experiment(
+        plan = plan_experiment(
             config, args.model_dir, _launch_options(args), args.checkpoint_dir
         )
         plan.storage = args.storage
         plan.heartbeat_timeout = args.heartbeat_timeout
         # One dashboard: this command's, not its workers' nor its torchrun processes'.
-        wanted = (args.dashboard and os.environ.get(WORKER_ENV) is None
+        wanted = (args.dashboard and os.environ.get(SEARCH_WORKER_ENV) is None
                   and not _already_launched(os.environ))
         with dashboard_beside(plan, wanted):
             return _run_plan(plan, args)
@@ -189,8 +201,8 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
         return EXIT_USAGE
 
 
-def _run_plan(plan: Any, args: argparse.Namespace) -> int:
-    if plan.search is not None and os.environ.get(WORKER_ENV) is None:
+def _run_plan(plan: Plan, args: argparse.Namespace) -> int:
+    if plan.search is not None and os.environ.get(SEARCH_WORKER_ENV) is None:
         workers = _search_workers(plan, args.workers)
         if workers > 1:
             return _run_workers(workers, plan, args.argv)
@@ -199,10 +211,7 @@ def _run_plan(plan: Any, args: argparse.Namespace) -> int:
         if status is not None:
             return status
         compat.install()  # model_def.py imports determined
-    return _experiment.run_experiment(plan)
-
-
-WORKER_ENV = _experiment.SEARCH_WORKER_ENV
+    return run_experiment(plan)
 
 
 def _positive_seconds(text: str) -> float:
@@ -215,7 +224,7 @@ def _positive_seconds(text: str) -> float:
     return value
 
 
-def _search_workers(plan: Any, asked: Optional[int]) -> int:
+def _search_workers(plan: Plan, asked: Optional[int]) -> int:
     """How many trials of a search run at once on this machine: ``--workers``, else one per
     ``resources.slots_per_trial`` GPUs (at most ``max_concurrent_trials``), else one."""
     if asked is not None:
@@ -228,7 +237,7 @@ def _search_workers(plan: Any, asked: Optional[int]) -> int:
     return max(min(gpus // slots, limit), 1)
 
 
-def _run_workers(workers: int, plan: Any, argv: Sequence[str]) -> int:
+def _run_workers(workers: int, plan: Plan, argv: Sequence[str]) -> int:
     """Starts ``workers`` processes of this command on one search (their own GPUs each); the
     first to start prints nothing more than the others, then this one prints the summary."""
     import torch
@@ -237,7 +246,7 @@ def _run_workers(workers: int, plan: Any, argv: Sequence[str]) -> int:
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     children = []
     for index in range(workers):
-        env = dict(os.environ, **{WORKER_ENV: str(index)})
+        env = dict(os.environ, **{SEARCH_WORKER_ENV: str(index)})
         if gpus:
             devices = range(index * slots, min((index + 1) * slots, gpus))
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(d) for d in devices)
@@ -245,14 +254,14 @@ def _run_workers(workers: int, plan: Any, argv: Sequence[str]) -> int:
     print(f"{PROG}: {workers} workers share this search", file=sys.stderr, flush=True)
     with SearchInterrupt():  # a signal to the process group stops the workers; wait for them
         codes = [child.wait() for child in children]
-    os.environ[WORKER_ENV] = "summary"  # every trial is done: this process only reports
+    os.environ[SEARCH_WORKER_ENV] = "summary"  # every trial is done: this process only reports
     try:
-        status = _experiment.run_experiment(plan)
+        status = run_experiment(plan)
     finally:
-        del os.environ[WORKER_ENV]
+        del os.environ[SEARCH_WORKER_ENV]
     preempted = errors.TrialPreempted.EXIT_CODE
     if preempted in codes and status != preempted:  # stopped between trials: none interrupted
-        print(_experiment.INTERRUPTED_NOTE, file=sys.stderr, flush=True)
+        print(INTERRUPTED_NOTE, file=sys.stderr, flush=True)
     return max([status, *codes])
 
 

@@ -13,8 +13,8 @@ from typing import Any, Dict, List, Sequence
 
 import optuna
 
-from det_lightning._config import grid_choices
-from det_lightning._search._lease import origin, trial_number
+from det_lightning._runner.config import grid_choices
+from det_lightning._runner.search._lease import origin, trial_number
 
 GRID_POINT = "grid_point"
 

@@ -1,0 +1,20 @@
+"""The environment variables several modules share: the runner sets them, the trial reads them.
+
+A leaf module: it imports nothing of det_lightning, so any module can name a variable without
+importing the module that sets or reads it (which made import cycles).
+"""
+
+# Where checkpoints go when neither fit() nor the config says (Trainer, the runner, export).
+CHECKPOINT_DIR_ENV = "DET_LIGHTNING_CHECKPOINT_DIR"
+# Where TensorBoard files go when Trainer(tensorboard_dir=...) is not given.
+TENSORBOARD_DIR_ENV = "DET_LIGHTNING_TENSORBOARD_DIR"
+# A resume source for fit() when latest_checkpoint is None ("latest", a path or a UUID).
+LATEST_CHECKPOINT_ENV = "DET_LIGHTNING_LATEST_CHECKPOINT"
+# A search's trial: the storage, study, trial and bracket it reports to (JSON).
+SEARCH_ENV = "DET_LIGHTNING_SEARCH"
+# A search's worker process: its index; "summary": the parent that prints the summary.
+SEARCH_WORKER_ENV = "DET_LIGHTNING_SEARCH_WORKER"
+# A search's command trial: Determined's cluster info (hyperparameters, checkpoint; JSON).
+TRIAL_INFO_ENV = "DET_LIGHTNING_TRIAL_INFO"
+# How a trial of `det-lightning experiment` stopped by a signal continues (printed after it).
+RESUME_ADVICE_ENV = "DET_LIGHTNING_RESUME_ADVICE"

@@ -1,0 +1,114 @@
+"""Inside a trial of a search: report its validations to the search's study.
+
+``det-lightning experiment`` starts a command entrypoint (``python3 train.py``) as a child
+process, ``det-lightning run``, with ``$DET_LIGHTNING_SEARCH`` naming the storage, the study, the
+trial and its bracket; ``run`` runs the script inside ``reporting_to_search()``, so each
+``pytorch.Trainer.fit`` adds the ``SearchReporter``. A model_def trial's process
+(``_jobs.legacy_job``) is given the same variable and reports the same way.
+A script that raises ``det.InvalidHP`` records it on its trial (``report_invalid_hp``) and
+exits 0, as Determined's harness reports the early exit to the master: the search then drops
+the trial and starts another, as for a model_def trial.
+"""
+
+import contextlib
+import json
+import logging
+import os
+import pathlib
+from typing import Any, Dict, Iterator, Tuple
+
+import optuna
+
+from det_lightning import errors
+from det_lightning._env import SEARCH_ENV
+from det_lightning._info import get_cluster_info
+from det_lightning._runner.config import Lengths
+from det_lightning._runner.search._asha import Bracket
+from det_lightning._runner.search._reporter import INVALID_HP, SearchReporter
+from det_lightning._runner.search._settings import SearchSettings, length_mismatch
+from det_lightning._runner.search._storage import open_storage
+from det_lightning.pytorch import PyTorchCallback, TrainUnit
+from det_lightning.pytorch._context import PyTorchTrialContext
+from det_lightning.pytorch._trainer import fit_callbacks
+
+trainer_logger = logging.getLogger("det_lightning.pytorch")  # where fit() logged this warning
+
+
+def search_environment(storage: str, study_name: str, trial_id: int, settings: SearchSettings,
+                       bracket: Bracket) -> str:
+    """The value of ``$DET_LIGHTNING_SEARCH`` for one trial."""
+    return json.dumps({
+        "storage": storage, "study": study_name, "trial_id": trial_id,
+        "metric": settings.metric, "smaller_is_better": settings.smaller_is_better,
+        "time_metric": settings.time_metric, "max_time": settings.max_time,
+        "max_trials": settings.max_trials, "divisor": settings.divisor,
+        "bracket": {"num_rungs": bracket.num_rungs, "max_trials": bracket.max_trials,
+                    "max_concurrent_trials": bracket.max_concurrent_trials,
+                    "rung_units": list(bracket.rung_units)},
+    })
+
+
+def _search_trial() -> optuna.Trial:
+    """The search's trial this process trains, from ``$DET_LIGHTNING_SEARCH``."""
+    spec: Dict[str, Any] = json.loads(os.environ[SEARCH_ENV])
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    storage = open_storage(spec["storage"], pathlib.Path("."))
+    study = optuna.load_study(study_name=spec["study"], storage=storage)
+    return optuna.trial.Trial(study, int(spec["trial_id"]))
+
+
+def report_invalid_hp(message: str) -> None:
+    """Records on the search's trial that its script raised ``InvalidHP(message)``."""
+    _search_trial().set_user_attr(INVALID_HP, message or "InvalidHP")
+
+
+def _settings(spec: Dict[str, Any]) -> Tuple[SearchSettings, Bracket]:
+    bracket = Bracket(spec["bracket"]["num_rungs"], spec["bracket"]["max_trials"],
+                      spec["bracket"]["max_concurrent_trials"],
+                      tuple(spec["bracket"]["rung_units"]))
+    settings = SearchSettings(spec["metric"], spec["smaller_is_better"], spec["time_metric"],
+                              spec["max_time"], spec["max_trials"], spec["divisor"], [bracket])
+    return settings, bracket
+
+
+def _warn_if_not_searcher_length(spec: Dict[str, Any], max_length: TrainUnit) -> None:
+    """A search's trial whose script trains for its own length: warned, as Determined does
+    when ``searcher.time_metric`` is set, and always under ``adaptive_asha`` (its rungs)."""
+    info = get_cluster_info()
+    if info is None:  # a model_def trial: the runner passes the length
+        return
+    lengths = Lengths.from_config(info.trial.config)
+    try:
+        expected = lengths.searcher_length(info.trial.hparams)
+    except errors.InvalidConfigException:  # records without global_batch_size: none to compare
+        return
+    if expected is None or expected == max_length:
+        return
+    rungs = spec["bracket"]["rung_units"]
+    if rungs or lengths.searcher_time is not None:
+        trainer_logger.warning(length_mismatch(max_length, expected, rungs, spec["time_metric"]))
+
+
+def reporter_callbacks(context: PyTorchTrialContext,
+                       max_length: TrainUnit) -> Dict[str, PyTorchCallback]:
+    """The search's reporter for a trial's ``fit()`` (on the chief: it reports); ``max_length``:
+    what the trial's ``fit()`` trains for."""
+    spec: Dict[str, Any] = json.loads(os.environ[SEARCH_ENV])
+    if context.distributed.rank != 0:
+        return {}
+    _warn_if_not_searcher_length(spec, max_length)
+    settings, bracket = _settings(spec)
+    live = _search_trial()
+    return {"_det_lightning_search": SearchReporter(live.study, live, settings, bracket, context,
+                                                    max_length)}
+
+
+@contextlib.contextmanager
+def reporting_to_search() -> Iterator[None]:
+    """Inside the block, a ``fit()`` reports to the search named by ``$DET_LIGHTNING_SEARCH``
+    (nothing changes without it): the commands that start a search's trial run it inside."""
+    if not os.environ.get(SEARCH_ENV):
+        yield
+        return
+    with fit_callbacks(reporter_callbacks):
+        yield

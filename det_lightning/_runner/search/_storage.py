@@ -1,0 +1,73 @@
+"""Where a search lives: its Optuna storage (a journal file beside the checkpoints, or a
+database several machines share) and its studies, one per bracket."""
+
+import logging
+import pathlib
+from typing import Any, List, Optional
+
+import optuna
+
+from det_lightning._runner.search._grid import enqueue_grid
+from det_lightning._runner.search._settings import SearchSettings
+from det_lightning.pytorch._remote import CheckpointRoot, local_dir
+
+logger = logging.getLogger("det_lightning")
+
+JOURNAL_NAME = "search.journal"
+
+
+def open_storage(url: Optional[str], checkpoint_root: CheckpointRoot) -> Any:
+    """The Optuna storage: ``url`` (a database URL, or a journal file path), else a journal file
+    beside the checkpoints (beside their local copies for a URL root: give several machines
+    ``--storage``)."""
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    if url and "://" in url:
+        return _open_database(url)
+    path = pathlib.Path(url) if url else local_dir(checkpoint_root) / JOURNAL_NAME
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return JournalStorage(JournalFileBackend(str(path)))
+
+
+def _open_database(url: str, attempts: int = 5) -> Any:
+    """Optuna's RDB storage for ``url``, one for all the studies of this worker.
+
+    Opening it creates Optuna's tables in a new database. Workers starting together on an empty
+    database all try to: PostgreSQL makes the others wait for the first one's transaction, then
+    fails them ("type studydirection already exists"; likewise for the schema version records
+    written next). Each failure means another worker's transaction at that step committed, so
+    trying again finds what it wrote and gets further. The tables are made through a storage
+    without a connection pool, so a failed try leaves no connection open.
+    """
+    from sqlalchemy import exc, pool
+
+    for attempt in range(attempts):
+        try:
+            optuna.storages.RDBStorage(url, engine_kwargs={"poolclass": pool.NullPool})
+            break
+        except (exc.IntegrityError, exc.ProgrammingError, exc.OperationalError):
+            if attempt == attempts - 1:
+                raise
+            logger.info("another worker is creating the search's tables; trying again")
+    return optuna.storages.get_storage(url)
+
+
+def storage_ref(url: Optional[str], checkpoint_root: CheckpointRoot) -> str:
+    """A search's storage as other processes are told it: the URL or journal file path."""
+    return str(url or local_dir(checkpoint_root) / JOURNAL_NAME)
+
+
+def open_studies(storage: Any, key: str, settings: SearchSettings) -> List[optuna.Study]:
+    """One study per bracket (a grid's with its points enqueued)."""
+    direction = (optuna.study.StudyDirection.MINIMIZE if settings.smaller_is_better
+                 else optuna.study.StudyDirection.MAXIMIZE)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    studies = [
+        optuna.create_study(study_name=f"{key}-bracket-{i}", storage=storage,
+                            direction=direction, load_if_exists=True)
+        for i in range(len(settings.brackets))
+    ]
+    if settings.grid:
+        enqueue_grid(studies[0], settings.grid)
+    return studies

@@ -1,0 +1,218 @@
+"""Running ONE trial of a local experiment, as Determined's harness runs it; the search
+(``search._worker``) and the single searcher (``experiment``) both run their trials here::
+
+    model_def:Trial entrypoint   run_legacy_trial: init(), Trial(context), Trainer.fit(lengths
+                                 from the config, or the search's); in this process
+    command entrypoint           run_command_trial: ``det-lightning run`` in MODEL_DIR, in a
+                                 child process (a search's: forked from its warm template)
+
+Each trial writes its checkpoints to ``<checkpoint dir>/trial-<n>/`` and its TensorBoard files to
+``<tensorboard dir>/trial-<n>/``. A search's trial reports to the search through the callbacks
+that the command starting it registers (``search._child.reporting_to_search``).
+"""
+
+import contextlib
+import dataclasses
+import logging
+import os
+import pathlib
+import shlex
+import subprocess
+import sys
+import threading
+from typing import Any, Callable, Dict, Iterator, List, Optional
+
+from det_lightning import errors, pytorch
+from det_lightning._env import CHECKPOINT_DIR_ENV, TENSORBOARD_DIR_ENV
+from det_lightning._import import import_from_path
+from det_lightning._runner.harness import load_trial_class
+from det_lightning._runner.plan import Plan
+from det_lightning._runner.search._template import TrialRequest
+from det_lightning.pytorch import _checkpoint as ckpt
+from det_lightning.pytorch._remote import CheckpointRoot, RemoteRoot
+
+logger = logging.getLogger("det_lightning")
+
+# A search's way to run a trial's request in a process of its own (``search._jobs.run_trial``
+# bound to its worker): the exit status, or None once ``lost`` is set (the lease was lost).
+Launch = Callable[[TrialRequest, Optional[threading.Event]], Optional[int]]
+
+LAUNCH_FLAGS = {
+    "accelerator": "--accelerator",
+    "devices": "--devices",
+    "num_nodes": "--num-nodes",
+    "strategy": "--strategy",
+    "precision": "--precision",
+}
+
+
+@dataclasses.dataclass
+class TrialResult:
+    """How one trial ended."""
+
+    number: int
+    hparams: Dict[str, Any]
+    # "COMPLETED", "ERROR", "INVALID_HP" (it raised det.InvalidHP); a search's also "STOPPED_EARLY"
+    # (ASHA ranked it out at ``rung``), "RUNNING" (another worker trains it) and "INTERRUPTED"
+    # (a signal stopped it here)
+    status: str
+    best_metric: Optional[float] = None
+    checkpoint: Optional[CheckpointRoot] = None  # a path, or a URL (s3://...)
+    batches: Optional[int] = None
+    rung: Optional[int] = None
+
+    def state(self) -> str:
+        """The status as the summary shows it.
+
+        >>> TrialResult(3, {}, "STOPPED_EARLY", rung=1).state()
+        'STOPPED EARLY at rung 1'
+        """
+        if self.status == "STOPPED_EARLY":
+            return "STOPPED EARLY" + (f" at rung {self.rung}" if self.rung is not None else "")
+        return self.status.replace("_", " ")
+
+
+# Trials that ended as they should: ranked, and no reason for a failing exit status.
+FINISHED = ("COMPLETED", "STOPPED_EARLY")
+INVALID_HP = "INVALID_HP"  # the trial rejected its hyperparameters: it exited early, no error
+
+
+@contextlib.contextmanager
+def _working_dir(path: pathlib.Path) -> Iterator[None]:
+    """Trials run in their model directory, as on a cluster (relative data paths work)."""
+    previous = os.getcwd()
+    os.chdir(path)
+    try:
+        yield
+    finally:
+        os.chdir(previous)
+
+
+def run_legacy_trial(
+    plan: Plan,
+    number: int,
+    hparams: Dict[str, Any],
+    lengths: Optional[Dict[str, Any]] = None,
+    latest_checkpoint: Optional[str] = None,
+) -> TrialResult:
+    """One trial of a ``model_def:Trial`` entrypoint, as Determined's harness runs it.
+
+    Args:
+        plan: the experiment's plan.
+        number: the trial's number (its directories are ``trial-<number>``).
+        hparams: the trial's hyperparameter values.
+        lengths: ``fit()``'s lengths (default: from the config's ``searcher.max_length``).
+        latest_checkpoint: resume from this (``"latest"``: the trial's newest checkpoint).
+    """
+    assert plan.trial_class is not None
+    config = plan.config
+    directory = plan.checkpoint_root / f"trial-{number}"
+    with import_from_path(plan.model_dir), _working_dir(plan.model_dir):
+        trial_class = load_trial_class(plan.trial_class)
+        with pytorch.init(
+            hparams=hparams,
+            exp_conf=config.raw,
+            aggregation_frequency=config.aggregation_frequency(),
+            **plan.launch,
+        ) as context:
+            trial = trial_class(context)
+            trainer = pytorch.Trainer(
+                trial,
+                context,
+                checkpoint_dir=str(directory),
+                tensorboard_dir=str(plan.tensorboard_root / f"trial-{number}"),
+            )
+            trainer.fit(
+                **(lengths or config.lengths.fit_lengths(hparams)),
+                checkpoint_policy=config.checkpoint_policy,
+                step_zero_validation=config.perform_initial_validation,
+                latest_checkpoint=latest_checkpoint,
+            )
+    metric, smaller = config.searcher["metric"], config.searcher["smaller_is_better"]
+    assert trainer.result is not None
+    best = trainer.result.best_metric(metric, smaller)
+    checkpoint = trainer.result.reported_checkpoint() or ckpt.latest_checkpoint(directory)
+    return TrialResult(number, hparams, "COMPLETED", best, checkpoint,
+                       batches=trainer.result.batches_trained)
+
+
+def launch_flags(options: Dict[str, Any]) -> List[str]:
+    """``{"devices": 2}`` -> ``["--devices", "2"]``, for ``det-lightning run``."""
+    flags: List[str] = []
+    for name, value in options.items():
+        flags += [LAUNCH_FLAGS[name], str(value)]
+    return flags
+
+
+def run_command_trial(plan: Plan, number: int, hparams: Dict[str, Any],
+                      extra_env: Optional[Dict[str, str]] = None,
+                      lost: Optional[threading.Event] = None,
+                      launch: Optional[Launch] = None) -> TrialResult:
+    """A command entrypoint: ``det-lightning run`` in a child process, in the model directory
+    (``extra_env``: what a search tells the trial, see ``search``; ``lost``: set when another
+    worker took the trial over, which ends the child at once; ``launch``: a search's way to
+    start it, ``search._jobs.run_trial``, else a new interpreter).
+
+    Raises:
+        errors.TrialPreempted: the script stopped for a signal after checkpointing.
+        LeaseLost: ``lost`` was set while the child ran.
+    """
+    assert plan.command is not None
+    directory = plan.checkpoint_root / f"trial-{number}"
+    argv = ["run", *launch_flags(plan.launch), *plan.command]
+    env = dict(os.environ)
+    env[CHECKPOINT_DIR_ENV] = str(directory)
+    if isinstance(directory, RemoteRoot):  # checkpoint_storage's endpoint and keys
+        env.update(directory.environment())
+    env[TENSORBOARD_DIR_ENV] = str(plan.tensorboard_root / f"trial-{number}")
+    env.update(extra_env or {})
+    logger.info(f"trial {number}: det-lightning {shlex.join(argv)} in {plan.model_dir}")
+    if launch is not None:
+        code = launch(TrialRequest("det_lightning._runner.cli:main", (argv,),
+                                   str(plan.model_dir), env, [sys.argv[0]]), lost)
+    else:
+        child = subprocess.Popen([sys.executable, "-m", "det_lightning", *argv],
+                                 cwd=plan.model_dir, env=env)
+        code = _wait_unless_lost(child, lost)
+    if code is None:
+        from det_lightning._runner.search._lease import LeaseLost  # imports optuna
+
+        raise LeaseLost(f"trial {number} was taken over by another worker")
+    if code == errors.TrialPreempted.EXIT_CODE:
+        raise errors.TrialPreempted(f"trial {number} was stopped by a signal.")
+    status = "COMPLETED" if code == 0 else "ERROR"
+    if code != 0:
+        logger.error(f"trial {number}: the command exited with status {code}")
+    return TrialResult(number, hparams, status, None, ckpt.latest_checkpoint(directory))
+
+
+def _wait_unless_lost(child: "subprocess.Popen[bytes]",
+                      lost: Optional[threading.Event]) -> Optional[int]:
+    """The child's exit status; None, with the child killed, once ``lost`` is set."""
+    while True:
+        try:
+            return child.wait(timeout=0.5)
+        except subprocess.TimeoutExpired:
+            if lost is not None and lost.is_set():
+                child.kill()
+                child.wait()
+                return None
+        except BaseException:  # Ctrl+C reached the child too; wait for it to checkpoint
+            child.wait()
+            raise
+
+
+
+def write_trial_hparams(plan: Plan, number: int, hparams: Dict[str, Any]) -> None:
+    """The chief writes the trial's hyperparameters for TensorBoard's HParams view into the
+    trial's run directory, once (``search._tensorboard``)."""
+    if os.environ.get("RANK", "0") != "0":
+        return
+    from det_lightning._runner.search._tensorboard import write_hparams
+
+    write_hparams(plan.tensorboard_root / f"trial-{number}", hparams,
+                  plan.config.searcher["metric"], f"trial-{number}")
+
+
+__all__ = ["FINISHED", "INVALID_HP", "TrialResult", "run_command_trial", "run_legacy_trial",
+           "write_trial_hparams"]
