@@ -159,6 +159,34 @@ class Report:
                              f"| {_ratio(value, raw)} | {_ratio(value, lit)} |")
         return lines
 
+    def cache_table(self) -> List[str]:
+        """Per step, for each system that ran ``<workload>#cache``: instructions, simulated
+        first-level instruction and data misses, last-level misses, branches and mispredicts
+        (thousands), each × Determined's."""
+        columns = (("instructions_per_step", "k instructions"), ("i1_misses_per_step", "k I1 misses"),
+                   ("d1_misses_per_step", "k D1 misses"), ("ll_misses_per_step", "k LL misses"),
+                   ("branches_per_step", "k branches"), ("mispredicts_per_step", "k mispredicts"))
+        lines = []
+        for name in self.workloads:
+            counted = f"{name}#cache"
+            if not any(k[0] == counted for k in (*self.runs, *self.failures)):
+                continue
+            if not lines:
+                lines = ["| workload | system | " + " | ".join(f"{c} (× Determined)" for _, c in columns)
+                         + " |", "|---|---|" + "---|" * len(columns)]
+            for system, _, failed in self.outcomes(counted):
+                title = self.workloads[name].title
+                if failed:
+                    lines.append(f"| {title} | {LABELS[system]} | {failed} |" + " |" * (len(columns) - 1))
+                    continue
+                cells = []
+                for key, _ in columns:
+                    value = self.median(counted, system, key)
+                    det = self.median(counted, "determined", key)
+                    cells.append("—" if value is None else f"{value / 1e3:.2f} ({_ratio(value, det)})")
+                lines.append(f"| {title} | {LABELS[system]} | " + " | ".join(cells) + " |")
+        return lines
+
     def checkpoint_table(self) -> List[str]:
         name = "checkpoint"
         if name not in self.workloads:

@@ -98,6 +98,19 @@ def run_job(system: str, ws: List[Any], quick: bool, timeout: float
 
 
 INSTRUCTION_WORKLOADS = ("mlp", "validation")
+CACHE_WORKLOADS = ("mlp",)
+
+# What --cache reports per step, from callgrind's simulated caches and branch predictor (event
+# names as callgrind writes them): a first-level miss costs ~10 cycles, a last-level one ~100-200,
+# a mispredicted branch ~15-20, which instruction counts do not show.
+CACHE_EVENTS: Dict[str, Tuple[str, ...]] = {
+    "instructions_per_step": ("Ir",),
+    "i1_misses_per_step": ("I1mr",),
+    "d1_misses_per_step": ("D1mr", "D1mw"),
+    "ll_misses_per_step": ("ILmr", "DLmr", "DLmw"),
+    "branches_per_step": ("Bc", "Bi"),
+    "mispredicts_per_step": ("Bcm", "Bim"),
+}
 
 
 def instruction_steps(quick: bool) -> Tuple[int, int]:
@@ -105,17 +118,22 @@ def instruction_steps(quick: bool) -> Tuple[int, int]:
 
 
 def instruction_jobs(args: argparse.Namespace, chosen: Dict[str, Any], systems: List[str],
-                     have_determined: bool) -> Tuple[Runs, Dict[Tuple[str, str], str]]:
-    """Instructions per training step, counted by valgrind's callgrind: the same on a busy
+                     have_determined: bool, cache: bool = False
+                     ) -> Tuple[Runs, Dict[Tuple[str, str], str]]:
+    """Instructions per training step, counted by valgrind's callgrind (with ``cache``: also its
+    simulated cache misses and branch mispredicts, ``CACHE_EVENTS``): the same on a busy
     machine as on an idle one, so all the jobs run at once."""
     steps = instruction_steps(args.quick)
-    jobs = [(system, chosen[name]) for name in INSTRUCTION_WORKLOADS if name in chosen
+    names = CACHE_WORKLOADS if cache else INSTRUCTION_WORKLOADS
+    jobs = [(system, chosen[name]) for name in names if name in chosen
             for system in systems_for(name, have_determined) if system in systems]
     runs: Runs = {}
     failures: Dict[Tuple[str, str], str] = {}
-    width = max(1, os.cpu_count() or 1)
+    width = max(1, args.jobs or os.cpu_count() or 1)
+    label = "cache" if cache else "instructions"
     for first in range(0, len(jobs), width):
-        started = [_start_callgrind(system, w, steps, args.quick) for system, w in jobs[first:first + width]]
+        started = [_start_callgrind(system, w, steps, args.quick, cache)
+                   for system, w in jobs[first:first + width]]
         for (system, w), (scratch, proc) in zip(jobs[first:first + width], started):
             code = proc.wait()
             counts = _callgrind_counts(scratch)
@@ -123,18 +141,34 @@ def instruction_jobs(args: argparse.Namespace, chosen: Dict[str, Any], systems: 
             if code != 0 or any(f"steps{n}" not in counts for n in steps):
                 failures[key] = _why(scratch / "log.txt", code)
             else:
-                added = counts[f"steps{steps[1]}"] - counts[f"steps{steps[0]}"]
-                runs[key] = [{"instructions_per_step": added / (steps[1] - steps[0])}]
-            print(f"[instructions] {w.name:<12} {system:<17} {'ok' if key in runs else 'FAILED'}",
+                wanted = CACHE_EVENTS if cache else {"instructions_per_step": ("Ir",)}
+                runs[key] = [per_step(counts, steps, wanted)]
+            print(f"[{label}] {w.name:<12} {system:<17} {'ok' if key in runs else 'FAILED'}",
                   flush=True)
             shutil.rmtree(scratch, ignore_errors=True)
     return runs, failures
 
 
-def _start_callgrind(system: str, w: Any, steps: Tuple[int, int], quick: bool
+def per_step(counts: Dict[str, Dict[str, int]], steps: Tuple[int, int],
+             wanted: Dict[str, Tuple[str, ...]]) -> Dict[str, float]:
+    """Each ``wanted`` field per training step: its events summed, in the longer fit's dump
+    minus the shorter one's, over the steps between them.
+
+    >>> counts = {"steps100": {"Ir": 1000, "Bcm": 5, "Bim": 1},
+    ...           "steps600": {"Ir": 6000, "Bcm": 55, "Bim": 11}}
+    >>> per_step(counts, (100, 600), {"ir": ("Ir",), "mispredicts": ("Bcm", "Bim")})
+    {'ir': 10.0, 'mispredicts': 0.12}
+    """
+    few, many = counts[f"steps{steps[0]}"], counts[f"steps{steps[1]}"]
+    return {field: sum(many.get(e, 0) - few.get(e, 0) for e in events) / (steps[1] - steps[0])
+            for field, events in wanted.items()}
+
+
+def _start_callgrind(system: str, w: Any, steps: Tuple[int, int], quick: bool, cache: bool
                      ) -> Tuple[pathlib.Path, subprocess.Popen]:
     scratch = pathlib.Path(tempfile.mkdtemp(prefix="det-lightning-bench-cg-"))
     cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={scratch}/cg.%p",
+           *(["--cache-sim=yes", "--branch-sim=yes"] if cache else []),
            sys.executable, str(HERE / "worker.py"), system, w.name, str(scratch / "out.json"),
            "--scratch", str(scratch), "--callgrind-steps", ",".join(map(str, steps))]
     if quick:
@@ -145,18 +179,20 @@ def _start_callgrind(system: str, w: Any, steps: Tuple[int, int], quick: bool
     return scratch, proc
 
 
-def _callgrind_counts(scratch: pathlib.Path) -> Dict[str, int]:
-    """{dump tag: instructions} from callgrind's dump files."""
+def _callgrind_counts(scratch: pathlib.Path) -> Dict[str, Dict[str, int]]:
+    """{dump tag: {event: count}} from callgrind's dump files (``Ir``: instructions)."""
     counts = {}
     for path in scratch.glob("cg.*"):
-        tag, total = None, None
+        tag, events, total = None, ["Ir"], None
         for line in path.read_text(errors="replace").splitlines()[:40]:
             if line.startswith("desc: Trigger:"):
                 tag = line.rsplit(" ", 1)[-1]
+            elif line.startswith("events:"):
+                events = line.split()[1:]
             elif line.startswith(("summary:", "totals:")):
-                total = int(line.split()[1])
+                total = [int(n) for n in line.split()[1:]]
         if tag is not None and total is not None:
-            counts[tag] = total
+            counts[tag] = dict(zip(events, total))
     return counts
 
 
@@ -281,6 +317,14 @@ def render(args: argparse.Namespace, report: Report, have_determined: bool, star
             "Deterministic, so unlike the times above it does not move with the machine's other "
             "load; it ignores cache misses and waiting.", "",
             *report.instructions_table(), ""] if args.instructions else []),
+        *(["## Cache misses and branch mispredicts per training step", "",
+            "Counted by callgrind's cache and branch-predictor simulation (`--cache`, "
+            "`--cache-sim=yes --branch-sim=yes`; the machine's own cache sizes): the same "
+            f"difference of a {steps[1]}-step and a {steps[0]}-step fit as above, so "
+            "deterministic. Where instructions per step are level and time is not, these "
+            "are where the time goes: a first-level miss costs about 10 cycles, a last-level "
+            "miss 100 or more, a mispredicted branch 15 to 20.", "",
+            *report.cache_table(), ""] if args.cache else []),
         "## Checkpoint",
         "",
         "Save: the extra time of the between-step gaps that held a save (every 2 batches), over "
@@ -342,6 +386,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--instructions", action="store_true",
                         help="also count instructions per step under valgrind (slow, but "
                         "immune to a busy machine)")
+    parser.add_argument("--cache", action="store_true",
+                        help="also count simulated cache misses and branch mispredicts per "
+                        "step on the MLP under valgrind (deterministic, like --instructions)")
+    parser.add_argument("--jobs", type=int, default=0,
+                        help="valgrind processes at once for --instructions/--cache (default: "
+                        "one per core; their counts do not depend on it, only the wall time)")
     parser.add_argument("--out", type=pathlib.Path, default=HERE / "results")
     args = parser.parse_args(argv)
     args.argv = [a for a in (sys.argv[1:] if argv is None else argv)]
@@ -358,6 +408,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         counted, failed = instruction_jobs(args, chosen, systems, have_determined)
         runs.update({(f"{w}#instructions", s): r for (w, s), r in counted.items()})
         failures.update({(f"{w}#instructions", s): r for (w, s), r in failed.items()})
+    if args.cache:
+        counted, failed = instruction_jobs(args, chosen, systems, have_determined, cache=True)
+        runs.update({(f"{w}#cache", s): r for (w, s), r in counted.items()})
+        failures.update({(f"{w}#cache", s): r for (w, s), r in failed.items()})
     report = Report(runs, failures, [s for s in ALL_SYSTEMS if s in systems], chosen)
     text = render(args, report, have_determined, started, time.perf_counter() - t0)
     theme = "overhead-quick" if args.quick else "overhead"

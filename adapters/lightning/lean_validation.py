@@ -14,11 +14,13 @@ followed are the same in all of them) against the lean step::
     convert_input, on_before_batch_transfer,      same; module hooks the TrialModule does not
       batch_to_device (profiled strategy hook)      override are skipped (they return the batch)
     _build_kwargs (an OrderedDict per batch)      (batch, batch_idx): one dataloader
-    increment_ready, logger on_batch_start        same
+    increment_ready, logger on_batch_start        same; on_batch_start's steps on the loop's own
+      (finds the results through trainer._results:  results (the trainer's, found once per pass)
+      five properties and enum comparisons)
     on_validation_batch_start: callbacks,         callbacks (hooks.py dispatch); the module
       module                                        only where it overrides the hook
     increment_started                             same
-    _build_step_args_from_hook_kwargs (inspects   the signature inspected once per pass
+    _build_step_args_from_hook_kwargs (inspects   the signature inspected once per step
       validation_step's signature every batch)
     strategy hook -> precision val_step_context   validation_step called directly (one device,
       -> validation_step                            plain precision: the context is empty);
@@ -29,9 +31,12 @@ followed are the same in all of them) against the lean step::
       metric; update_eval_step_metrics:             loggers) only once something was logged
       recompute again, log the step metrics         in this pass: until then both are empty
     increment_completed, _has_run, the step       same
-      count per dataloader, the SIGTERM check
+      count per dataloader, the SIGTERM check      (sanity checking: read once per pass)
 
-``run``, ``setup_data``, ``reset`` and the start and end hooks of a pass stay Lightning's.
+Per pass, ``_verify_dataloader_idx_requirement`` (three signature inspections, which only ever
+raise) runs again only when what it checks changed since it last passed: the module's three
+hooks and whether several dataloaders run. ``run``, ``setup_data``, ``reset`` and the start and
+end hooks of a pass stay Lightning's.
 Anything outside the narrow case (several dataloaders, an iterator-style step, a real profiler,
 a restart, a Lightning release with no row in ``versions.TABLE``, ``DET_LIGHTNING_LEAN=0`` or
 ``DET_LIGHTNING_LEAN_VALIDATION=0``) runs Lightning's own ``_evaluation_step``.
@@ -39,14 +44,15 @@ a restart, a Lightning release with no row in ``versions.TABLE``, ``DET_LIGHTNIN
 without it and requires them equal.
 """
 
-from typing import Any, NamedTuple, Optional
+from typing import Any, NamedTuple, Optional, Tuple
 
 import lightning.pytorch as pl
 from lightning.pytorch.loops.evaluation_loop import _EvaluationLoop
 from lightning.pytorch.loops.fetchers import _PrefetchDataFetcher
 from lightning.pytorch.plugins.precision import Precision
-from lightning.pytorch.strategies import SingleDeviceStrategy
+from lightning.pytorch.strategies import SingleDeviceStrategy, Strategy
 from lightning.pytorch.trainer import call
+from lightning.pytorch.trainer.connectors.logger_connector.result import _ResultCollection
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from lightning.pytorch.utilities.signature_utils import is_param_in_hook_signature
 
@@ -84,9 +90,13 @@ class _Plan(NamedTuple):
     start_hook: str
     step_hook: str
     end_hook: str
+    sanity_checking: bool    # trainer.sanity_checking, the same all pass
+    module: pl.LightningModule  # trainer.lightning_module and trainer.strategy, the same all pass
+    strategy: Strategy
+    results: Optional[_ResultCollection]  # trainer._results when it is this loop's (else None)
 
 
-def _plan(loop: _EvaluationLoop) -> _Plan:
+def _plan(loop: "LeanEvaluationLoop") -> _Plan:
     trainer = loop.trainer
     module, strategy = trainer.lightning_module, trainer.strategy
     testing = trainer.testing
@@ -96,7 +106,8 @@ def _plan(loop: _EvaluationLoop) -> _Plan:
     lean = (quiet and loop.num_dataloaders == 1
             and type(loop._data_fetcher) is _PrefetchDataFetcher
             # Lightning leaves batch_idx out of a step that does not take it
-            and is_param_in_hook_signature(getattr(module, step_hook), "batch_idx", min_args=2))
+            and loop.step_takes_batch_idx(getattr(module, step_hook)))
+    results = trainer._results
     return _Plan(
         lean=lean,
         quiet_profiler=quiet,
@@ -109,6 +120,10 @@ def _plan(loop: _EvaluationLoop) -> _Plan:
         start_hook=f"{prefix}_start",
         step_hook=step_hook,
         end_hook=f"{prefix}_end",
+        sanity_checking=trainer.sanity_checking,
+        module=module,
+        strategy=strategy,
+        results=results if results is loop._results else None,
     )
 
 
@@ -117,6 +132,30 @@ class LeanEvaluationLoop(_EvaluationLoop):
 
     _lean_plan: Optional[_Plan] = None
     _lean_logged_at_start = -1
+    # What the last _verify_dataloader_idx_requirement that passed checked, and the step whose
+    # signature was last inspected (with the answer): both the same pass after pass.
+    _verified: Any = None
+    _inspected: Tuple[Any, bool] = (None, False)
+
+    def step_takes_batch_idx(self, step: Any) -> bool:
+        """``is_param_in_hook_signature(step, "batch_idx", min_args=2)``, inspected again only
+        for another step."""
+        if self._inspected[0] != step:
+            self._inspected = (step, is_param_in_hook_signature(step, "batch_idx", min_args=2))
+        return self._inspected[1]
+
+    def _verify_dataloader_idx_requirement(self) -> None:
+        """Follows ``_EvaluationLoop._verify_dataloader_idx_requirement`` (unchanged 2.4.0 to
+        2.6.6): Lightning's check, unless it passed last time for the same hooks, dataloader
+        count and fetcher (it depends on nothing else and only ever raises)."""
+        module = self.trainer.lightning_module
+        names = (("test_step", "on_test_batch_start", "on_test_batch_end") if self.trainer.testing
+                 else ("validation_step", "on_validation_batch_start", "on_validation_batch_end"))
+        checked = (tuple(getattr(module, name) for name in names),
+                   self._is_sequential and self.num_dataloaders > 1, type(self._data_fetcher))
+        if checked != self._verified:
+            super()._verify_dataloader_idx_requirement()
+            self._verified = checked
 
     def on_run_start(self) -> None:
         self._lean_plan = _plan(self)
@@ -151,8 +190,8 @@ class LeanEvaluationLoop(_EvaluationLoop):
             super()._evaluation_step(batch, batch_idx, dataloader_idx, dataloader_iter)
             return
         trainer = self.trainer
-        module = trainer.lightning_module
-        strategy = trainer.strategy
+        module = plan.module
+        strategy = plan.strategy
         progress = self.batch_progress
         connector = trainer._logger_connector
 
@@ -163,7 +202,18 @@ class LeanEvaluationLoop(_EvaluationLoop):
             batch = call_hook(strategy, module, "batch_to_device", batch,
                                dataloader_idx=dataloader_idx)
         progress.increment_ready()
-        connector.on_batch_start(batch, None)  # one dataloader: no index in the hooks
+        results = plan.results
+        if results is None:
+            connector.on_batch_start(batch, None)  # one dataloader: no index in the hooks
+        else:  # _LoggerConnector.on_batch_start on the results it would find
+            first = connector._first_loop_iter
+            if first is None:
+                connector._first_loop_iter = True
+            elif first is True:
+                connector._first_loop_iter = False
+            results.batch = batch
+            results.batch_size = None
+            results.dataloader_idx = None
         call._call_callback_hooks(trainer, plan.start_hook, batch, batch_idx)
         if plan.module_batch_start:
             call_hook(module, module, plan.start_hook, batch, batch_idx)
@@ -184,7 +234,7 @@ class LeanEvaluationLoop(_EvaluationLoop):
         else:
             connector.on_batch_end()
         progress.increment_completed()
-        if not trainer.sanity_checking:
+        if not plan.sanity_checking:
             self._has_run = True
             seen = self._seen_batches_per_dataloader
             if not quiet:

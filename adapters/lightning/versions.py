@@ -25,6 +25,7 @@ never downloaded):
                                                               stays Lightning's
     _EvaluationLoop._evaluation_step,          none           (lean_validation.py's step)
       _on_before_fetch/_on_after_fetch,
+      _verify_dataloader_idx_requirement,
       _on_evaluation_end (resets the results),
       _LoggerConnector.on_batch_start/
       update_eval_step_metrics, Strategy.
@@ -117,6 +118,9 @@ UNCHANGED: Dict[str, str] = {
     "loops.evaluation_loop:_EvaluationLoop._build_step_args_from_hook_kwargs": "b5aa70cc7789",
     "loops.evaluation_loop:_EvaluationLoop._on_evaluation_end": "bfd8c6842e7c",
     "loops.evaluation_loop:_EvaluationLoop.on_run_start": "f22589252609",
+    # (calls loops.utilities._verify_dataloader_idx_requirement, whose only change 2.4.0 to
+    # 2.6.6 is a type annotation: Tuple -> tuple)
+    "loops.evaluation_loop:_EvaluationLoop._verify_dataloader_idx_requirement": "2f5fa122e76a",
     "trainer.connectors.logger_connector.logger_connector:_LoggerConnector.on_batch_start":
         "b86eeef7d7e3",
     "trainer.connectors.logger_connector.logger_connector:"

@@ -41,6 +41,8 @@ def _state(trainer: pl.Trainer, pl_module: Any) -> Tuple[Any, ...]:
         str(progress.total), str(progress.current), progress.is_last_batch,
         str(steps.total), trainer.should_stop, pl_module._current_fx_name,
         trainer.training, trainer.validating,
+        # what the lean validation step's copy of on_batch_start sets (decides on_step metrics)
+        connector._first_loop_iter,
         _values(trainer.callback_metrics), _values(trainer.progress_bar_metrics),
         _values(trainer.logged_metrics),
     )
@@ -174,6 +176,35 @@ def test_a_release_without_a_row_runs_lightnings_own_loop_and_says_so_once(
     assert [type(t.fit_loop.epoch_loop) for t in trainers] == [_TrainingEpochLoop]
     assert not hasattr(trainers[0], hooks._PLAN)  # Lightning's own callback dispatch
     assert len(events) > 100 and "traced" in csv
+
+
+def test_a_step_that_requires_dataloader_idx_fails_as_in_lightning_also_after_a_pass(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lean loop checks the step's signature once per hooks it has not seen pass: a
+    ``validation_step`` that requires ``dataloader_idx`` with one dataloader fails with
+    Lightning's error, also when it appears after passes that were fine."""
+    passes: List[str] = []
+
+    def on_validation_start(self: Any) -> None:
+        passes.append("pass")
+
+    def on_validation_end(self: Any) -> None:
+        if len(passes) == 2:  # from the third pass on: a step that requires dataloader_idx
+            vars(self)["validation_step"] = lambda batch, batch_idx, dataloader_idx: None
+
+    monkeypatch.setattr(TrialModule, "on_validation_start", on_validation_start, raising=False)
+    monkeypatch.setattr(TrialModule, "on_validation_end", on_validation_end, raising=False)
+    errors = []
+    for lean_on in ("1", "0"):
+        monkeypatch.setenv(lean.LEAN_ENV, lean_on)
+        passes.clear()
+        with pytest.raises(RuntimeError, match="dataloader_idx") as raised:
+            run_trial(pytorch, "MLPTrial", {"lr": 0.01},
+                      trainer_kwargs={"checkpoint_dir": str(tmp_path / lean_on)},
+                      max_length=pytorch.Batch(20), validation_period=pytorch.Batch(5))
+        errors.append((str(raised.value), len(passes)))
+    assert errors[0] == errors[1] and errors[0][1] == 2  # the third pass failed as it began
 
 
 def test_lightning_still_dispatches_through_the_replaced_function() -> None:
