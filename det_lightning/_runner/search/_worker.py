@@ -188,7 +188,7 @@ def _admit(study: optuna.Study, settings: SearchSettings, index: int, trial: opt
 
 def _suggest(trial: optuna.Trial, space: Dict[str, Any]) -> Dict[str, Any]:
     with warnings.catch_warnings():
-        # A grid's last double can be one ulp past maxval, as in Determined (``_config._search``).
+        # A grid's last double can be one ulp past maxval, as in Determined (``config._search``).
         warnings.filterwarnings("ignore", message="Fixed parameter .* is out of range")
         return suggest(trial, space)
 
