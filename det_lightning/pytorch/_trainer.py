@@ -22,6 +22,7 @@ from det_lightning.core import DistributedContext
 from det_lightning.pytorch import _launch
 from det_lightning.pytorch._callback import PyTorchCallback
 from det_lightning.pytorch._context import PyTorchTrialContext
+from det_lightning.pytorch._lengths import Lengths
 from det_lightning.pytorch._remote import checkpoint_location
 from det_lightning.pytorch._result import FitArgs, FitResult, ProfilerConfig, TrainerOptions
 from det_lightning.pytorch._trial import PyTorchTrial
@@ -333,6 +334,4 @@ def searcher_length() -> Optional[TrainUnit]:
     info = get_cluster_info()
     if info is None:
         return None
-    from det_lightning._runner.config import Lengths  # the config's own reading of the lengths
-
     return Lengths.from_config(info.trial.config).searcher_length(info.trial.hparams)

@@ -1,4 +1,4 @@
-"""The experiment config's lengths and periods, parsed once (``_runner.config._lengths``)."""
+"""The experiment config's lengths and periods, parsed once (``pytorch/_lengths.py``)."""
 
 import doctest
 import sys
@@ -9,7 +9,8 @@ import pytest
 from det_lightning import errors
 from det_lightning._env import TRIAL_INFO_ENV
 from det_lightning._info import ClusterInfo, TrialInfo
-from det_lightning._runner.config import Length, Lengths, _lengths, load_config
+from det_lightning._runner.config import Length, Lengths, load_config
+from det_lightning.pytorch import _lengths
 from det_lightning.pytorch import Batch, Epoch, TrainUnit
 from det_lightning.pytorch._trainer import searcher_length
 
