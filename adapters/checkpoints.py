@@ -83,7 +83,9 @@ def _observes_writes(callbacks: Dict[str, PyTorchCallback]) -> bool:
     write happens in the training thread, so those hooks come where Determined calls them
     (before the next batch; they may add files before the upload)."""
     observing = sorted(
-        f"{name}.{hook}" for name, callback in callbacks.items() for hook in _WRITE_HOOKS
+        f"{name}.{hook}"
+        for name, callback in callbacks.items()
+        for hook in _WRITE_HOOKS
         if getattr(type(callback), hook) is not getattr(PyTorchCallback, hook)
     )
     if observing:
@@ -370,7 +372,9 @@ class CheckpointManager:
             self.entries.remove(entry)
             if entry.uuid in self.written:
                 self.written.remove(entry.uuid)
-            logger.info(f"deleted checkpoint {entry.uuid} (not kept by {self.retention.describe()})")
+            logger.info(
+                f"deleted checkpoint {entry.uuid} (not kept by {self.retention.describe()})"
+            )
 
     def _files(self, lightning_checkpoint: Dict[str, Any]) -> CheckpointFiles:
         """The checkpoint's content as of now, after ``on_checkpoint_save_start`` (which may
@@ -416,4 +420,6 @@ class CheckpointManager:
 
     def _load_data(self) -> Dict[str, Any]:
         context = self.module.context
-        return make_load_data(type(self.module.trial), context.engine.hparams, context.engine.exp_conf)
+        return make_load_data(
+            type(self.module.trial), context.engine.hparams, context.engine.exp_conf
+        )

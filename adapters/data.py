@@ -89,7 +89,12 @@ def build_training_view(
     if isinstance(loader, DataLoader):
         assert loader.batch_sampler is not None
         sampler = ResumableBatchSampler(
-            loader.batch_sampler, dist.size, dist.rank, start_batch, pass_states, base_seed,
+            loader.batch_sampler,
+            dist.size,
+            dist.rank,
+            start_batch,
+            pass_states,
+            base_seed,
             pass_starts,
         )
         epoch_len = dist.broadcast(len(sampler))
@@ -136,7 +141,9 @@ def build_validation_loader(trial: Any, context: Any, evaluate_batch: bool) -> A
         return WholeLoader(None)
     if isinstance(loader, DataLoader):
         replicas, rank = (dist.size, dist.rank) if evaluate_batch else (1, 0)
-        torch_loader = loader.get_data_loader(repeat=False, skip=0, num_replicas=replicas, rank=rank)
+        torch_loader = loader.get_data_loader(
+            repeat=False, skip=0, num_replicas=replicas, rank=rank
+        )
     else:
         _check_plain_loader(context, "build_validation_data_loader", loader)
         torch_loader = loader

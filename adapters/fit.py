@@ -153,19 +153,33 @@ def run_fit(
 
 
 def _train(
-    trial: Any, context: Any, args: FitArgs, options: TrainerOptions,
-    stop_signal: Callable[[bool], bool], callbacks: Dict[str, PyTorchCallback],
-    plan: ResumePlan, root: CheckpointRoot,
+    trial: Any,
+    context: Any,
+    args: FitArgs,
+    options: TrainerOptions,
+    stop_signal: Callable[[bool], bool],
+    callbacks: Dict[str, PyTorchCallback],
+    plan: ResumePlan,
+    root: CheckpointRoot,
 ) -> Tuple[FitResult, pl.Trainer]:
-    module = TrialModule(TrialSetup(
-        trial, context, callbacks, TrialProgress.from_trial_state(plan.trial_state),
-        options.stop_on_nonfinite_loss,
-    ))
+    module = TrialModule(
+        TrialSetup(
+            trial,
+            context,
+            callbacks,
+            TrialProgress.from_trial_state(plan.trial_state),
+            options.stop_on_nonfinite_loss,
+        )
+    )
     start_batch = module.progress.batches_trained
     extra = plan.data_state
     base_seed = _base_seed(context, extra)
     view, sampler = build_training_view(
-        trial, context, start_batch, extra.get("pass_states"), base_seed,
+        trial,
+        context,
+        start_batch,
+        extra.get("pass_states"),
+        base_seed,
         extra.get("pass_starts"),
     )
     module.set_epoch_len(view.epoch_len)
@@ -178,12 +192,21 @@ def _train(
             logger.info(f"Restoring trial from checkpoint {plan.path}")
             apply_state(module, plan.state)
         schedule = Schedule(
-            args.max_length, args.validation_period, args.checkpoint_period,
-            args.reporting_period, view.epoch_len, args.test_mode,
+            args.max_length,
+            args.validation_period,
+            args.checkpoint_period,
+            args.reporting_period,
+            view.epoch_len,
+            args.test_mode,
         )
         manager = CheckpointManager(
-            root, module, args.checkpoint_policy, options.searcher_metric,
-            options.smaller_is_better, sampler, base_seed,
+            root,
+            module,
+            args.checkpoint_policy,
+            options.searcher_metric,
+            options.smaller_is_better,
+            sampler,
+            base_seed,
             [pathlib.Path(options.tensorboard_dir)],
             background=not sync_checkpoints(options.sync_checkpoints),
         )
@@ -197,9 +220,7 @@ def _train(
         )
         # len(view): a run resumed mid-epoch starts with a shorter epoch, and Lightning warns
         # when an epoch is shorter than log_every_n_steps.
-        trainer = _lightning_trainer(
-            context, options, trial_hooks, schedule_cb, args, len(view)
-        )
+        trainer = _lightning_trainer(context, options, trial_hooks, schedule_cb, args, len(view))
         _align_progress(trainer, module, len(context.optimizers))
         if plan.path is not None:
             restore_lightning_callbacks(trainer, plan.path)
@@ -241,9 +262,13 @@ def _train(
 def _quiet_lightning_setup() -> Iterator[None]:
     """Lightning announces devices and settings we chose on purpose (validation scheduling, no
     sanity check); keep the user's log to what concerns their run."""
-    quiet = [logging.getLogger(name) for name in (
-        "lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero"
-    )]
+    quiet = [
+        logging.getLogger(name)
+        for name in (
+            "lightning.pytorch.utilities.rank_zero",
+            "lightning.fabric.utilities.rank_zero",
+        )
+    ]
     levels = [q.level for q in quiet]
     for q in quiet:
         q.setLevel(logging.WARNING)
@@ -267,8 +292,12 @@ def _base_seed(context: Any, extra: Dict[str, Any]) -> Optional[int]:
 
 
 def _lightning_trainer(
-    context: Any, options: TrainerOptions, trial_hooks: TrialHooks,
-    schedule_cb: ScheduleCallback, args: FitArgs, epoch_len: int,
+    context: Any,
+    options: TrainerOptions,
+    trial_hooks: TrialHooks,
+    schedule_cb: ScheduleCallback,
+    args: FitArgs,
+    epoch_len: int,
 ) -> pl.Trainer:
     """The ``lightning.Trainer`` for one fit. Callback order: the trial's hooks, the schedule
     (which acts on the validation they reported), profiling, then the user's."""

@@ -70,7 +70,10 @@ def _launch_strategy(options: Dict[str, Any]) -> Any:
         early["strategy"] = copy.deepcopy(early["strategy"])
     with _quiet_lightning_setup():
         trainer = pl.Trainer(
-            **early, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+            **early,
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
             enable_model_summary=False,
         )
     strategy = trainer.strategy

@@ -243,4 +243,3 @@ def _tensorboard_dir(trainer: pl.Trainer) -> pathlib.Path:
     one, else ``<default_root_dir>/tensorboard``."""
     log_dir = getattr(trainer.logger, "log_dir", None) if trainer.logger is not None else None
     return pathlib.Path(log_dir or pathlib.Path(trainer.default_root_dir) / "tensorboard")
-

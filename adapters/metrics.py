@@ -119,8 +119,11 @@ def stop_on_non_finite(option: Optional[bool] = None) -> bool:
     (True, False)
     """
     return switch(
-        option, "stop_on_nonfinite_loss", STOP_ON_NONFINITE_LOSS_ENV,
-        on="stop on a NaN or infinite loss", off="train on, the default",
+        option,
+        "stop_on_nonfinite_loss",
+        STOP_ON_NONFINITE_LOSS_ENV,
+        on="stop on a NaN or infinite loss",
+        off="train on, the default",
     )
 
 
@@ -170,7 +173,9 @@ def average_training_metrics(
     batch_metrics = _per_batch_numpy(per_batch)
     if dist.size > 1:
         gathered = dist.allgather(batch_metrics)
-        batch_metrics = [_mean_over_ranks([g[i] for g in gathered]) for i in range(len(batch_metrics))]
+        batch_metrics = [
+            _mean_over_ranks([g[i] for g in gathered]) for i in range(len(batch_metrics))
+        ]
     averages: Dict[str, Any] = {}
     for name in batch_metrics[0] if batch_metrics else {}:
         values = [m[name] for m in batch_metrics if m.get(name) is not None]
@@ -303,7 +308,5 @@ def log_validation(steps_completed: int, metrics: Dict[str, Any]) -> None:
 def scalars(metrics: Dict[str, Any], prefix: str = "") -> Dict[str, float]:
     """The numerical scalars of ``metrics``, as floats, for loggers."""
     return {
-        prefix + name: float(value)
-        for name, value in metrics.items()
-        if is_numerical_scalar(value)
+        prefix + name: float(value) for name, value in metrics.items() if is_numerical_scalar(value)
     }

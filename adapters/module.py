@@ -90,7 +90,9 @@ class LightningBackend:
             optimizers = [optimizers]
         self._lightning_optimizers = {id(o.optimizer): o for o in optimizers}
         trainer = self._module.trainer
-        self._fast = lean.BackendFastPath(trainer) if lean.BackendFastPath.applies(trainer) else None
+        self._fast = (
+            lean.BackendFastPath(trainer) if lean.BackendFastPath.applies(trainer) else None
+        )
 
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
         gradient = kwargs.pop("gradient", None)
@@ -193,7 +195,9 @@ class TrialModule(pl.LightningModule):
         return self.val_loader
 
     @override
-    def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
+    def transfer_batch_to_device(
+        self, batch: Any, device: torch.device, dataloader_idx: int
+    ) -> Any:
         # The context moves batches (honouring disable_auto_to_device), as Determined does.
         return batch
 
@@ -268,8 +272,11 @@ class TrialModule(pl.LightningModule):
                 continue
             for _ in range(
                 due_steps(
-                    scheduler._step_mode, scheduler._frequency, idx,
-                    self.context.engine.aggregation_frequency, self.epoch_len,
+                    scheduler._step_mode,
+                    scheduler._frequency,
+                    idx,
+                    self.context.engine.aggregation_frequency,
+                    self.epoch_len,
                 )
             ):
                 scheduler.step()

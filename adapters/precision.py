@@ -33,7 +33,10 @@ from typing_extensions import override
 from det_lightning.pytorch._lr_scheduler import LRScheduler
 
 _MIXED = {
-    "16": "16-mixed", "16-mixed": "16-mixed", "bf16": "bf16-mixed", "bf16-mixed": "bf16-mixed",
+    "16": "16-mixed",
+    "16-mixed": "16-mixed",
+    "bf16": "bf16-mixed",
+    "bf16-mixed": "bf16-mixed",
 }
 
 
@@ -108,7 +111,8 @@ def apply_precision(context: Any, kwargs: Dict[str, Any]) -> Dict[str, Any]:
     scaler = _scaler_for(context, precision)
     out = {k: v for k, v in kwargs.items() if k != "precision"}
     out["plugins"] = [
-        *plugins, TrialPrecision(precision, context.device.type, scaler)  # type: ignore[arg-type]
+        *plugins,
+        TrialPrecision(precision, context.device.type, scaler),  # type: ignore[arg-type]
     ]
     return out
 

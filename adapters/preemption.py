@@ -156,7 +156,9 @@ class StopAgreement:
     """
 
     def __init__(
-        self, distributed: Any, wants_stop: Callable[[bool], bool],
+        self,
+        distributed: Any,
+        wants_stop: Callable[[bool], bool],
         environ: Optional[Mapping[str, str]] = None,
     ) -> None:
         self.distributed = distributed
@@ -172,8 +174,9 @@ class StopAgreement:
     def due(self, batches_trained: int, reached: AbstractSet[Boundary]) -> bool:
         return stop_agreement_due(batches_trained, reached, self.distributed.size, self.next_at)
 
-    def after_batch(self, batches_trained: int, reached: AbstractSet[Boundary], local: bool
-                    ) -> bool:
+    def after_batch(
+        self, batches_trained: int, reached: AbstractSet[Boundary], local: bool
+    ) -> bool:
         """Whether to stop after this batch: ``agree`` when an agreement is ``due`` (with one
         process, after every batch: its own wish, no collective), else no."""
         if self.distributed.size == 1:  # the shortcut of stop_agreement_due, on the hot path

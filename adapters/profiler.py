@@ -140,7 +140,11 @@ class SystemMetricsMonitor(Callback):
 
     @override
     def on_train_batch_end(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        outputs: Any,
+        batch: Any,
         batch_idx: int,
     ) -> None:
         if self._started_at is not None:
@@ -221,12 +225,14 @@ class SystemSampler:
             return values
         seconds = max(now["time"] - last["time"], 1e-9)
         disk, old_disk, net, old_net = now["disk"], last["disk"], now["net"], last["net"]
-        values.update({
-            "system/disk/disk_throughput_read": disk.read_bytes - old_disk.read_bytes,
-            "system/disk/disk_throughput_write": disk.write_bytes - old_disk.write_bytes,
-            "system/network/net_throughput_sent": net.bytes_sent - old_net.bytes_sent,
-            "system/network/net_throughput_recv": net.bytes_recv - old_net.bytes_recv,
-        })
+        values.update(
+            {
+                "system/disk/disk_throughput_read": disk.read_bytes - old_disk.read_bytes,
+                "system/disk/disk_throughput_write": disk.write_bytes - old_disk.write_bytes,
+                "system/network/net_throughput_sent": net.bytes_sent - old_net.bytes_sent,
+                "system/network/net_throughput_recv": net.bytes_recv - old_net.bytes_recv,
+            }
+        )
         for name in [n for n in values if "throughput" in n]:
             values[name] /= seconds  # bytes per second
         return values

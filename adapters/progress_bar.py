@@ -64,8 +64,9 @@ class TrialProgressBar(TQDMProgressBar):
         self._stop_redirect()
 
     @override
-    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
-                     exception: BaseException) -> None:
+    def on_exception(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
+    ) -> None:
         self._stop_redirect()
 
     @override

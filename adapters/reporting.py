@@ -1,23 +1,23 @@
 """Reporting a trial's metrics, as Determined's controller does, for both front ends.
 
-    training workload ends (a REPORT action, or log_every_n_steps under LightningTrial)
-      TrainingReport.report(trainer)
-        average the workload's per-batch metrics over batches and ranks; add the reducers'
-        on_training_workload_end(avg_metrics, batch_metrics)           # every rank
-        rank 0: the "training metrics" log line; Determined/<name> per batch to the loggers;
-                the averages to self.log (ModelCheckpoint/EarlyStopping can monitor them)
+training workload ends (a REPORT action, or log_every_n_steps under LightningTrial)
+  TrainingReport.report(trainer)
+    average the workload's per-batch metrics over batches and ranks; add the reducers'
+    on_training_workload_end(avg_metrics, batch_metrics)           # every rank
+    rank 0: the "training metrics" log line; Determined/<name> per batch to the loggers;
+            the averages to self.log (ModelCheckpoint/EarlyStopping can monitor them)
 
-    each validation batch
-      ValidationBuffer.add(...)     evaluate_batch's metrics, checked (TrialHooks fills it)
-    validation ends
-      ValidationBuffer.reduce(...)  evaluate_batch outputs reduced over batches and ranks (or
-                                    evaluate_full_dataset's dict, broadcast from the chief), plus
-                                    the reducers
-      log_validation_to_loggers(...) Determined/val_<name> to the loggers (rank 0)
+each validation batch
+  ValidationBuffer.add(...)     evaluate_batch's metrics, checked (TrialHooks fills it)
+validation ends
+  ValidationBuffer.reduce(...)  evaluate_batch outputs reduced over batches and ranks (or
+                                evaluate_full_dataset's dict, broadcast from the chief), plus
+                                the reducers
+  log_validation_to_loggers(...) Determined/val_<name> to the loggers (rank 0)
 
-    fit() ends
-      closing_summary(result, ...)  a few lines for the chief's log: what was trained, the
-                                    searcher metric, the checkpoint to resume from
+fit() ends
+  closing_summary(result, ...)  a few lines for the chief's log: what was trained, the
+                                searcher metric, the checkpoint to resume from
 """
 
 import dataclasses
@@ -124,7 +124,9 @@ def log_validation_to_loggers(trainer: pl.Trainer, metrics: Dict[str, Any], step
 
 
 def _log_per_batch(
-    trainer: pl.Trainer, batch_metrics: List[Dict[str, Any]], averages: Dict[str, Any],
+    trainer: pl.Trainer,
+    batch_metrics: List[Dict[str, Any]],
+    averages: Dict[str, Any],
     first_idx: int,
 ) -> None:
     """Per-batch training metrics at their own steps, named as Determined names them."""
@@ -139,7 +141,9 @@ def _log_per_batch(
             lg.log_metrics(values, step=first_idx + offset)
     rest = {k: v for k, v in averages.items() if k not in seen and k not in COUNTERS}
     for lg in loggers:
-        lg.log_metrics(metric_utils.scalars(rest, "Determined/"), step=first_idx + len(batch_metrics))
+        lg.log_metrics(
+            metric_utils.scalars(rest, "Determined/"), step=first_idx + len(batch_metrics)
+        )
 
 
 def closing_summary(

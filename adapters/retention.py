@@ -52,8 +52,11 @@ class Retention(NamedTuple):
         """
         storage = (exp_conf or {}).get("checkpoint_storage") or {}
         counts: Dict[str, int] = {}
-        for key, field in (("save_trial_best", "trial_best"), ("save_trial_latest",
-                           "trial_latest"), ("save_experiment_best", "experiment_best")):
+        for key, field in (
+            ("save_trial_best", "trial_best"),
+            ("save_trial_latest", "trial_latest"),
+            ("save_experiment_best", "experiment_best"),
+        ):
             value = storage.get(key, cls._field_defaults[field])
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise errors.InvalidExperimentException(
@@ -61,18 +64,19 @@ class Retention(NamedTuple):
                     "number of checkpoints to keep)."
                 )
             counts[field] = value
-        configured = any(k in storage for k in (
-            "save_trial_best", "save_trial_latest", "save_experiment_best"))
+        configured = any(
+            k in storage for k in ("save_trial_best", "save_trial_latest", "save_experiment_best")
+        )
         return cls(configured=configured, **counts)
 
     def describe(self) -> str:
-        return (f"save_trial_best={self.trial_best}, save_trial_latest={self.trial_latest}, "
-                f"save_experiment_best={self.experiment_best}")
+        return (
+            f"save_trial_best={self.trial_best}, save_trial_latest={self.trial_latest}, "
+            f"save_experiment_best={self.experiment_best}"
+        )
 
 
-def choose_kept(
-    entries: List[Entry], retention: Retention, smaller_is_better: bool
-) -> Set[str]:
+def choose_kept(entries: List[Entry], retention: Retention, smaller_is_better: bool) -> Set[str]:
     """The UUIDs one trial keeps: its ``trial_latest`` newest checkpoints, its
     ``max(trial_best, experiment_best)`` best validated ones (a trial's share of the
     experiment's best is among its own best; ``retain_experiment_best`` trims the rest after the
@@ -86,12 +90,12 @@ def choose_kept(
     >>> sorted(choose_kept(e[:2], Retention(0, 3), True))
     ['a', 'b']
     """
-    keep = {e.uuid for e in entries[max(0, len(entries) - retention.trial_latest):]}
+    keep = {e.uuid for e in entries[max(0, len(entries) - retention.trial_latest) :]}
     if entries:
         keep.add(entries[-1].uuid)
     validated = [e for e in entries if e.value is not None]
     validated.sort(key=lambda e: e.value if smaller_is_better else -e.value)  # type: ignore
-    keep.update(e.uuid for e in validated[:max(retention.trial_best, retention.experiment_best)])
+    keep.update(e.uuid for e in validated[: max(retention.trial_best, retention.experiment_best)])
     return keep
 
 
@@ -134,7 +138,7 @@ def retain_experiment_best(
             per_trial[directory] = run_entries(directory, run_id, metric, listed)
     ranked = [(d, e) for d, entries in per_trial.items() for e in entries if e.value is not None]
     ranked.sort(key=lambda de: de[1].value if smaller else -de[1].value)  # type: ignore
-    experiment_best = {(d, e.uuid) for d, e in ranked[:retention.experiment_best]}
+    experiment_best = {(d, e.uuid) for d, e in ranked[: retention.experiment_best]}
     own = retention._replace(experiment_best=0)
     deleted = []
     for directory, entries in per_trial.items():

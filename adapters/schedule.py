@@ -86,7 +86,11 @@ class ScheduleCallback(Callback):
 
     @override
     def on_train_batch_end(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        outputs: Any,
+        batch: Any,
         batch_idx: int,
     ) -> None:
         checkpoints = self.checkpoints
@@ -104,7 +108,9 @@ class ScheduleCallback(Callback):
         # Never short-circuit on the local flag: a rank that skipped the agreement would leave
         # the others waiting in it forever.
         module = self.module
-        return self.stops.agree(module.progress.batches_trained, module.context.get_stop_requested())
+        return self.stops.agree(
+            module.progress.batches_trained, module.context.get_stop_requested()
+        )
 
     def _run(self, trainer: pl.Trainer, actions: Tuple[Action, ...]) -> None:
         """Carries ``actions`` out in order, up to a validation (which Lightning runs next)."""
@@ -120,7 +126,7 @@ class ScheduleCallback(Callback):
                     self.checkpoints.save(trainer)
             else:  # VALIDATE
                 self.validate_now = True
-                self.waiting = actions[position + 1:]
+                self.waiting = actions[position + 1 :]
                 return
 
     @override
@@ -151,9 +157,12 @@ class ScheduleCallback(Callback):
         # that raised InvalidHP exits (_pytorch_trial.py). Saving is collective: with several
         # processes the other ranks never raised, so only a single process saves.
         state = self.module.progress
-        if (isinstance(exception, errors.InvalidHP) and state.batches_trained > 0
-                and not state.checkpoint_is_current()
-                and self.module.context.distributed.size == 1):
+        if (
+            isinstance(exception, errors.InvalidHP)
+            and state.batches_trained > 0
+            and not state.checkpoint_is_current()
+            and self.module.context.distributed.size == 1
+        ):
             self.checkpoints.save(trainer)
 
     @override

@@ -65,19 +65,33 @@ def trial_slots(context: Any, callbacks: Dict[str, Any]) -> List[Slot]:
     """Every stateful object of a trial, in ``state_dict.pth``'s order (Determined's)."""
     slots = [
         Slot(ckpt.MODELS, _Models(context.models), "model_state_dict", empty=[]),
-        Slot(ckpt.OPTIMIZERS, _Each(context.optimizers, "optimizer"), "optimizer_state_dict",
-             empty=[]),
-        Slot(ckpt.LR_SCHEDULERS, _Each(context.lr_schedulers, "LR scheduler"), "lr_scheduler",
-             empty=[]),
+        Slot(
+            ckpt.OPTIMIZERS,
+            _Each(context.optimizers, "optimizer"),
+            "optimizer_state_dict",
+            empty=[],
+        ),
+        Slot(
+            ckpt.LR_SCHEDULERS,
+            _Each(context.lr_schedulers, "LR scheduler"),
+            "lr_scheduler",
+            empty=[],
+        ),
         Slot(ckpt.CALLBACKS, _ByName(callbacks)),
-        Slot(ckpt.RNG_STATE, _GlobalRNG(cuda_index(context.device)),
-             warning="The checkpoint has no random state to restore."),
+        Slot(
+            ckpt.RNG_STATE,
+            _GlobalRNG(cuda_index(context.device)),
+            warning="The checkpoint has no random state to restore.",
+        ),
     ]
     if context.engine.scaler is not None:
-        slots.append(Slot(
-            ckpt.SCALER, context.engine.scaler,
-            warning="The experiment uses a GradScaler but the checkpoint has no scaler state.",
-        ))
+        slots.append(
+            Slot(
+                ckpt.SCALER,
+                context.engine.scaler,
+                warning="The experiment uses a GradScaler but the checkpoint has no scaler state.",
+            )
+        )
     return slots
 
 

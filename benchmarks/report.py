@@ -54,12 +54,16 @@ def _copied(system: str, runs: List[Dict[str, Any]]) -> str:
 
 def _paired_save_ratios(runs: List[Dict[str, Any]]) -> List[float]:
     """Per run: its mean save time over the mean of the bare ``torch.save`` it did itself."""
-    return [_mean_list(r["save_s"]) / _mean_list(r["bare_save_s"])
-            for r in runs if r.get("save_s") and r.get("bare_save_s")]
+    return [
+        _mean_list(r["save_s"]) / _mean_list(r["bare_save_s"])
+        for r in runs
+        if r.get("save_s") and r.get("bare_save_s")
+    ]
 
 
-def _failure(runs: List[Dict[str, Any]], failures: Dict[Tuple[str, str], str],
-             key: Tuple[str, str]) -> Optional[str]:
+def _failure(
+    runs: List[Dict[str, Any]], failures: Dict[Tuple[str, str], str], key: Tuple[str, str]
+) -> Optional[str]:
     if runs:
         return None
     return "not measured: " + failures.get(key, "no run")
@@ -75,15 +79,21 @@ class Report:
         workloads: the ``Workload`` objects by name.
     """
 
-    def __init__(self, runs: Runs, failures: Dict[Tuple[str, str], str], systems: List[str],
-                 workloads: Dict[str, Any]) -> None:
+    def __init__(
+        self,
+        runs: Runs,
+        failures: Dict[Tuple[str, str], str],
+        systems: List[str],
+        workloads: Dict[str, Any],
+    ) -> None:
         self.runs = runs
         self.failures = failures
         self.systems = systems
         self.workloads = workloads
 
-    def median(self, workload: str, system: str, key: str, pick: Callable = lambda v: v
-               ) -> Optional[float]:
+    def median(
+        self, workload: str, system: str, key: str, pick: Callable = lambda v: v
+    ) -> Optional[float]:
         return _median(_values(self.runs.get((workload, system), []), key, pick))
 
     def outcomes(self, workload: str) -> Iterator[Tuple[str, List[Dict[str, Any]], Optional[str]]]:
@@ -138,12 +148,17 @@ class Report:
         return "yes" if worst < 1e-5 else f"no (rel. diff {worst:.1e})"
 
     def instructions_table(self) -> List[str]:
-        names = [n for n in ("mlp", "validation")
-                 if any(k[0] == f"{n}#instructions" for k in (*self.runs, *self.failures))]
+        names = [
+            n
+            for n in ("mlp", "validation")
+            if any(k[0] == f"{n}#instructions" for k in (*self.runs, *self.failures))
+        ]
         if not names:
             return []
-        lines = ["| workload | system | M instructions / step | × raw | × Lightning |",
-                 "|---|---|---|---|---|"]
+        lines = [
+            "| workload | system | M instructions / step | × raw | × Lightning |",
+            "|---|---|---|---|---|",
+        ]
         for name in names:
             counted = f"{name}#instructions"
             raw = self.median(counted, "raw", "instructions_per_step")
@@ -155,35 +170,50 @@ class Report:
                     continue
                 value = self.median(counted, system, "instructions_per_step")
                 assert value is not None
-                lines.append(f"| {title} | {LABELS[system]} | {value / 1e6:.3f} "
-                             f"| {_ratio(value, raw)} | {_ratio(value, lit)} |")
+                lines.append(
+                    f"| {title} | {LABELS[system]} | {value / 1e6:.3f} "
+                    f"| {_ratio(value, raw)} | {_ratio(value, lit)} |"
+                )
         return lines
 
     def cache_table(self) -> List[str]:
         """Per step, for each system that ran ``<workload>#cache``: instructions, simulated
         first-level instruction and data misses, last-level misses, branches and mispredicts
         (thousands), each × Determined's."""
-        columns = (("instructions_per_step", "k instructions"), ("i1_misses_per_step", "k I1 misses"),
-                   ("d1_misses_per_step", "k D1 misses"), ("ll_misses_per_step", "k LL misses"),
-                   ("branches_per_step", "k branches"), ("mispredicts_per_step", "k mispredicts"))
+        columns = (
+            ("instructions_per_step", "k instructions"),
+            ("i1_misses_per_step", "k I1 misses"),
+            ("d1_misses_per_step", "k D1 misses"),
+            ("ll_misses_per_step", "k LL misses"),
+            ("branches_per_step", "k branches"),
+            ("mispredicts_per_step", "k mispredicts"),
+        )
         lines = []
         for name in self.workloads:
             counted = f"{name}#cache"
             if not any(k[0] == counted for k in (*self.runs, *self.failures)):
                 continue
             if not lines:
-                lines = ["| workload | system | " + " | ".join(f"{c} (× Determined)" for _, c in columns)
-                         + " |", "|---|---|" + "---|" * len(columns)]
+                lines = [
+                    "| workload | system | "
+                    + " | ".join(f"{c} (× Determined)" for _, c in columns)
+                    + " |",
+                    "|---|---|" + "---|" * len(columns),
+                ]
             for system, _, failed in self.outcomes(counted):
                 title = self.workloads[name].title
                 if failed:
-                    lines.append(f"| {title} | {LABELS[system]} | {failed} |" + " |" * (len(columns) - 1))
+                    lines.append(
+                        f"| {title} | {LABELS[system]} | {failed} |" + " |" * (len(columns) - 1)
+                    )
                     continue
                 cells = []
                 for key, _ in columns:
                     value = self.median(counted, system, key)
                     det = self.median(counted, "determined", key)
-                    cells.append("—" if value is None else f"{value / 1e3:.2f} ({_ratio(value, det)})")
+                    cells.append(
+                        "—" if value is None else f"{value / 1e3:.2f} ({_ratio(value, det)})"
+                    )
                 lines.append(f"| {title} | {LABELS[system]} | " + " | ".join(cells) + " |")
         return lines
 
@@ -217,8 +247,10 @@ class Report:
             )
             if system == "raw":
                 fsync = _values(runs, "save_fsync_s", _mean_list)
-                lines.append(f"| torch.save + fsync | {_cell(fsync, 1, 3)} "
-                             f"| {_ratio(_median(fsync), raw_save)} | | | | | | | |")
+                lines.append(
+                    f"| torch.save + fsync | {_cell(fsync, 1, 3)} "
+                    f"| {_ratio(_median(fsync), raw_save)} | | | | | | | |"
+                )
         return lines
 
     def startup_table(self) -> List[str]:
@@ -235,9 +267,11 @@ class Report:
                 lines.append(f"| {LABELS[system]} | {failed} | | |")
                 continue
             values = _values(runs, "startup_s")
-            lines.append(f"| {LABELS[system]} | {_cell(values, 1, 2)} "
-                         f"| {_ratio(_median(values), raw)} "
-                         f"| {_cell(_values(runs, 'maxrss_mb'), 1, 0).split(' ')[0]} |")
+            lines.append(
+                f"| {LABELS[system]} | {_cell(values, 1, 2)} "
+                f"| {_ratio(_median(values), raw)} "
+                f"| {_cell(_values(runs, 'maxrss_mb'), 1, 0).split(' ')[0]} |"
+            )
         return lines
 
     def import_lines(self) -> List[str]:
@@ -259,8 +293,13 @@ class Report:
         """(target, measured, met) for each stated target; met is None when not measured."""
         found: List[Tuple[str, str, Optional[bool]]] = []
 
-        def ratio_target(label: str, a: Optional[float], b: Optional[float], limit: float,
-                         strict_less: bool = False) -> None:
+        def ratio_target(
+            label: str,
+            a: Optional[float],
+            b: Optional[float],
+            limit: float,
+            strict_less: bool = False,
+        ) -> None:
             if a is None or b is None or not b:
                 found.append((label, "not measured", None))
                 return
@@ -269,49 +308,92 @@ class Report:
             found.append((label, f"{r:.3f}", met))
 
         med = self.median
-        ratio_target("MLP: det_lightning / Lightning ≤ 1.05", med("mlp", "det_lightning", "cpu_per_step_s"),
-                     med("mlp", "lightning", "cpu_per_step_s"), 1.05)
-        ratio_target("CNN: det_lightning / Lightning ≤ 1.01", med("cnn", "det_lightning", "cpu_per_step_s"),
-                     med("cnn", "lightning", "cpu_per_step_s"), 1.01)
-        ratio_target("MLP: det_lightning / Determined < 1", med("mlp", "det_lightning", "cpu_per_step_s"),
-                     med("mlp", "determined", "cpu_per_step_s"), 1.0, strict_less=True)
-        ratio_target("MLP, TensorBoard on: det_lightning / Determined ≤ 1",
-                     med("mlp", "det_lightning+tb", "cpu_per_step_s"),
-                     med("mlp", "determined+tb", "cpu_per_step_s"), 1.0)
-        ratio_target("validation: det_lightning / Determined < 1",
-                     med("validation", "det_lightning", "cpu_per_step_s"),
-                     med("validation", "determined", "cpu_per_step_s"), 1.0, strict_less=True)
-        ratio_target("checkpoint save: det_lightning / bare torch.save ≤ 1.10",
-                     med("checkpoint", "det_lightning", "save_s", _mean_list),
-                     med("checkpoint", "raw", "save_s", _mean_list), 1.10)
-        ratio_target("checkpoint save: det_lightning / bare torch.save in the same process ≤ 1.10",
-                     _median(_paired_save_ratios(self.runs.get(("checkpoint", "det_lightning"), []))),
-                     1.0, 1.10)
+        ratio_target(
+            "MLP: det_lightning / Lightning ≤ 1.05",
+            med("mlp", "det_lightning", "cpu_per_step_s"),
+            med("mlp", "lightning", "cpu_per_step_s"),
+            1.05,
+        )
+        ratio_target(
+            "CNN: det_lightning / Lightning ≤ 1.01",
+            med("cnn", "det_lightning", "cpu_per_step_s"),
+            med("cnn", "lightning", "cpu_per_step_s"),
+            1.01,
+        )
+        ratio_target(
+            "MLP: det_lightning / Determined < 1",
+            med("mlp", "det_lightning", "cpu_per_step_s"),
+            med("mlp", "determined", "cpu_per_step_s"),
+            1.0,
+            strict_less=True,
+        )
+        ratio_target(
+            "MLP, TensorBoard on: det_lightning / Determined ≤ 1",
+            med("mlp", "det_lightning+tb", "cpu_per_step_s"),
+            med("mlp", "determined+tb", "cpu_per_step_s"),
+            1.0,
+        )
+        ratio_target(
+            "validation: det_lightning / Determined < 1",
+            med("validation", "det_lightning", "cpu_per_step_s"),
+            med("validation", "determined", "cpu_per_step_s"),
+            1.0,
+            strict_less=True,
+        )
+        ratio_target(
+            "checkpoint save: det_lightning / bare torch.save ≤ 1.10",
+            med("checkpoint", "det_lightning", "save_s", _mean_list),
+            med("checkpoint", "raw", "save_s", _mean_list),
+            1.10,
+        )
+        ratio_target(
+            "checkpoint save: det_lightning / bare torch.save in the same process ≤ 1.10",
+            _median(_paired_save_ratios(self.runs.get(("checkpoint", "det_lightning"), []))),
+            1.0,
+            1.10,
+        )
         counted = "instructions_per_step"
         if ("mlp#instructions", "det_lightning") in self.runs:
-            ratio_target("MLP: det_lightning / Lightning ≤ 1.05 (instructions)",
-                         med("mlp#instructions", "det_lightning", counted),
-                         med("mlp#instructions", "lightning", counted), 1.05)
-            ratio_target("MLP: det_lightning / Determined < 1 (instructions)",
-                         med("mlp#instructions", "det_lightning", counted),
-                         med("mlp#instructions", "determined", counted), 1.0, strict_less=True)
-            ratio_target("MLP, TensorBoard on: det_lightning / Determined ≤ 1 (instructions)",
-                         med("mlp#instructions", "det_lightning+tb", counted),
-                         med("mlp#instructions", "determined+tb", counted), 1.0)
+            ratio_target(
+                "MLP: det_lightning / Lightning ≤ 1.05 (instructions)",
+                med("mlp#instructions", "det_lightning", counted),
+                med("mlp#instructions", "lightning", counted),
+                1.05,
+            )
+            ratio_target(
+                "MLP: det_lightning / Determined < 1 (instructions)",
+                med("mlp#instructions", "det_lightning", counted),
+                med("mlp#instructions", "determined", counted),
+                1.0,
+                strict_less=True,
+            )
+            ratio_target(
+                "MLP, TensorBoard on: det_lightning / Determined ≤ 1 (instructions)",
+                med("mlp#instructions", "det_lightning+tb", counted),
+                med("mlp#instructions", "determined+tb", counted),
+                1.0,
+            )
         if ("validation#instructions", "det_lightning") in self.runs:
-            ratio_target("validation: det_lightning / Determined < 1 (instructions)",
-                         med("validation#instructions", "det_lightning", counted),
-                         med("validation#instructions", "determined", counted), 1.0,
-                         strict_less=True)
+            ratio_target(
+                "validation: det_lightning / Determined < 1 (instructions)",
+                med("validation#instructions", "det_lightning", counted),
+                med("validation#instructions", "determined", counted),
+                1.0,
+                strict_less=True,
+            )
         own = med("import", "import", "det_lightning_import_s")
         runs = self.runs.get(("import", "import"), [])
         if own is None:
             found.append(("`import det_lightning` < 0.3 s, no lightning", "not measured", None))
         else:
             pulled = any(r.get("lightning_imported") for r in runs)
-            found.append(("`import det_lightning` < 0.3 s, no lightning",
-                          f"{own:.3f} s after torch; lightning {'imported' if pulled else 'not imported'}",
-                          own < 0.3 and not pulled))
+            found.append(
+                (
+                    "`import det_lightning` < 0.3 s, no lightning",
+                    f"{own:.3f} s after torch; lightning {'imported' if pulled else 'not imported'}",
+                    own < 0.3 and not pulled,
+                )
+            )
         return found
 
     def targets_table(self) -> List[str]:
@@ -322,5 +404,7 @@ class Report:
         return lines
 
     def failure_lines(self) -> List[str]:
-        return [f"- {w} / {LABELS.get(s, s)}: {reason}"
-                for (w, s), reason in sorted(self.failures.items())]
+        return [
+            f"- {w} / {LABELS.get(s, s)}: {reason}"
+            for (w, s), reason in sorted(self.failures.items())
+        ]

@@ -30,8 +30,15 @@ sys.path.insert(0, str(HERE))
 import workloads  # noqa: E402
 from report import Report, Runs  # noqa: E402
 
-ALL_SYSTEMS = ["raw", "lightning", "det_lightning", "det_lightning+tb", "det_lightning+sync",
-               "determined", "determined+tb"]
+ALL_SYSTEMS = [
+    "raw",
+    "lightning",
+    "det_lightning",
+    "det_lightning+tb",
+    "det_lightning+sync",
+    "determined",
+    "determined+tb",
+]
 
 
 def systems_for(name: str, have_determined: bool) -> List[str]:
@@ -50,7 +57,9 @@ def systems_for(name: str, have_determined: bool) -> List[str]:
 def _env(scratch: pathlib.Path, system: str) -> Dict[str, str]:
     env = dict(os.environ)
     env.update(
-        OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONUNBUFFERED="1",
+        OMP_NUM_THREADS="1",
+        MKL_NUM_THREADS="1",
+        PYTHONUNBUFFERED="1",
         DET_LIGHTNING_CHECKPOINT_DIR=str(scratch / "checkpoints"),
         DET_LIGHTNING_TENSORBOARD_DIR=str(scratch / "tensorboard"),
         XDG_DATA_HOME=str(scratch / "determined-storage"),
@@ -63,30 +72,48 @@ def _env(scratch: pathlib.Path, system: str) -> Dict[str, str]:
     return env
 
 
-def run_job(system: str, ws: List[Any], quick: bool, timeout: float
-            ) -> Tuple[Optional[Dict[str, Dict[str, Any]]], str]:
+def run_job(
+    system: str, ws: List[Any], quick: bool, timeout: float
+) -> Tuple[Optional[Dict[str, Dict[str, Any]]], str]:
     """Runs one worker process for ``ws`` (all with the same process count); returns
     ({workload: result}, "") or (None, why it failed)."""
     scratch = pathlib.Path(tempfile.mkdtemp(prefix="det-lightning-bench-"))
     out = scratch / "result.json"
     cmd = [sys.executable]
     if ws[0].processes > 1:
-        cmd += ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ws[0].processes}"]
-    cmd += [str(HERE / "worker.py"), system, ",".join(w.name for w in ws), str(out),
-            "--scratch", str(scratch)]
+        cmd += [
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc_per_node={ws[0].processes}",
+        ]
+    cmd += [
+        str(HERE / "worker.py"),
+        system,
+        ",".join(w.name for w in ws),
+        str(out),
+        "--scratch",
+        str(scratch),
+    ]
     if quick:
         cmd.append("--quick")
     log = scratch / "log.txt"
     try:
         with open(log, "wb") as f:
             started = time.time()
-            proc = subprocess.run(cmd, env=_env(scratch, system), stdout=f, stderr=subprocess.STDOUT,
-                                  timeout=timeout, cwd=scratch)
+            proc = subprocess.run(
+                cmd,
+                env=_env(scratch, system),
+                stdout=f,
+                stderr=subprocess.STDOUT,
+                timeout=timeout,
+                cwd=scratch,
+            )
         if proc.returncode != 0 or not out.exists():
             return None, _why(log, proc.returncode)
         output = json.loads(out.read_text())
         results = output["results"]
-        for name, result in results.items():
+        for result in results.values():
             result["maxrss_mb"] = output["maxrss_mb"]
         if "startup" in results and ws[0].name == "startup":
             results["startup"]["startup_s"] = results["startup"]["first_done_wall"] - started
@@ -117,24 +144,35 @@ def instruction_steps(quick: bool) -> Tuple[int, int]:
     return (10, 30) if quick else (100, 600)
 
 
-def instruction_jobs(args: argparse.Namespace, chosen: Dict[str, Any], systems: List[str],
-                     have_determined: bool, cache: bool = False
-                     ) -> Tuple[Runs, Dict[Tuple[str, str], str]]:
+def instruction_jobs(
+    args: argparse.Namespace,
+    chosen: Dict[str, Any],
+    systems: List[str],
+    have_determined: bool,
+    cache: bool = False,
+) -> Tuple[Runs, Dict[Tuple[str, str], str]]:
     """Instructions per training step, counted by valgrind's callgrind (with ``cache``: also its
     simulated cache misses and branch mispredicts, ``CACHE_EVENTS``): the same on a busy
     machine as on an idle one, so all the jobs run at once."""
     steps = instruction_steps(args.quick)
     names = CACHE_WORKLOADS if cache else INSTRUCTION_WORKLOADS
-    jobs = [(system, chosen[name]) for name in names if name in chosen
-            for system in systems_for(name, have_determined) if system in systems]
+    jobs = [
+        (system, chosen[name])
+        for name in names
+        if name in chosen
+        for system in systems_for(name, have_determined)
+        if system in systems
+    ]
     runs: Runs = {}
     failures: Dict[Tuple[str, str], str] = {}
     width = max(1, args.jobs or os.cpu_count() or 1)
     label = "cache" if cache else "instructions"
     for first in range(0, len(jobs), width):
-        started = [_start_callgrind(system, w, steps, args.quick, cache)
-                   for system, w in jobs[first:first + width]]
-        for (system, w), (scratch, proc) in zip(jobs[first:first + width], started):
+        started = [
+            _start_callgrind(system, w, steps, args.quick, cache)
+            for system, w in jobs[first : first + width]
+        ]
+        for (system, w), (scratch, proc) in zip(jobs[first : first + width], started):
             code = proc.wait()
             counts = _callgrind_counts(scratch)
             key = (w.name, system)
@@ -143,14 +181,17 @@ def instruction_jobs(args: argparse.Namespace, chosen: Dict[str, Any], systems: 
             else:
                 wanted = CACHE_EVENTS if cache else {"instructions_per_step": ("Ir",)}
                 runs[key] = [per_step(counts, steps, wanted)]
-            print(f"[{label}] {w.name:<12} {system:<17} {'ok' if key in runs else 'FAILED'}",
-                  flush=True)
+            print(
+                f"[{label}] {w.name:<12} {system:<17} {'ok' if key in runs else 'FAILED'}",
+                flush=True,
+            )
             shutil.rmtree(scratch, ignore_errors=True)
     return runs, failures
 
 
-def per_step(counts: Dict[str, Dict[str, int]], steps: Tuple[int, int],
-             wanted: Dict[str, Tuple[str, ...]]) -> Dict[str, float]:
+def per_step(
+    counts: Dict[str, Dict[str, int]], steps: Tuple[int, int], wanted: Dict[str, Tuple[str, ...]]
+) -> Dict[str, float]:
     """Each ``wanted`` field per training step: its events summed, in the longer fit's dump
     minus the shorter one's, over the steps between them.
 
@@ -160,17 +201,31 @@ def per_step(counts: Dict[str, Dict[str, int]], steps: Tuple[int, int],
     {'ir': 10.0, 'mispredicts': 0.12}
     """
     few, many = counts[f"steps{steps[0]}"], counts[f"steps{steps[1]}"]
-    return {field: sum(many.get(e, 0) - few.get(e, 0) for e in events) / (steps[1] - steps[0])
-            for field, events in wanted.items()}
+    return {
+        field: sum(many.get(e, 0) - few.get(e, 0) for e in events) / (steps[1] - steps[0])
+        for field, events in wanted.items()
+    }
 
 
-def _start_callgrind(system: str, w: Any, steps: Tuple[int, int], quick: bool, cache: bool
-                     ) -> Tuple[pathlib.Path, subprocess.Popen]:
+def _start_callgrind(
+    system: str, w: Any, steps: Tuple[int, int], quick: bool, cache: bool
+) -> Tuple[pathlib.Path, subprocess.Popen]:
     scratch = pathlib.Path(tempfile.mkdtemp(prefix="det-lightning-bench-cg-"))
-    cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={scratch}/cg.%p",
-           *(["--cache-sim=yes", "--branch-sim=yes"] if cache else []),
-           sys.executable, str(HERE / "worker.py"), system, w.name, str(scratch / "out.json"),
-           "--scratch", str(scratch), "--callgrind-steps", ",".join(map(str, steps))]
+    cmd = [
+        "valgrind",
+        "--tool=callgrind",
+        f"--callgrind-out-file={scratch}/cg.%p",
+        *(["--cache-sim=yes", "--branch-sim=yes"] if cache else []),
+        sys.executable,
+        str(HERE / "worker.py"),
+        system,
+        w.name,
+        str(scratch / "out.json"),
+        "--scratch",
+        str(scratch),
+        "--callgrind-steps",
+        ",".join(map(str, steps)),
+    ]
     if quick:
         cmd.append("--quick")
     env = dict(_env(scratch, system), PYTHONHASHSEED="0")
@@ -198,8 +253,13 @@ def _callgrind_counts(scratch: pathlib.Path) -> Dict[str, Dict[str, int]]:
 
 def _why(log: pathlib.Path, code: int) -> str:
     lines = [ln.strip() for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
-    errors = [ln for ln in lines if ("Error" in ln or "Exception" in ln)
-              and "ChildFailedError" not in ln and not ln.startswith("raise ")]
+    errors = [
+        ln
+        for ln in lines
+        if ("Error" in ln or "Exception" in ln)
+        and "ChildFailedError" not in ln
+        and not ln.startswith("raise ")
+    ]
     last = (errors or lines or ["no output"])[-1]
     return f"exit code {code}: {last[:300]}".replace("|", "/")
 
@@ -219,8 +279,13 @@ def machine() -> Dict[str, str]:
         mem = f"{kb / 2**20:.0f} GiB"
     except (OSError, ValueError, IndexError):
         pass
-    return {"cpu": cpu, "cores": str(os.cpu_count()), "memory": mem,
-            "os": platform.platform(), "python": platform.python_version()}
+    return {
+        "cpu": cpu,
+        "cores": str(os.cpu_count()),
+        "memory": mem,
+        "os": platform.platform(),
+        "python": platform.python_version(),
+    }
 
 
 def versions() -> Dict[str, str]:
@@ -233,8 +298,9 @@ def versions() -> Dict[str, str]:
     return found
 
 
-def plan(chosen: Dict[str, Any], systems: List[str], quick: bool, have_determined: bool
-         ) -> List[Tuple[str, List[Any]]]:
+def plan(
+    chosen: Dict[str, Any], systems: List[str], quick: bool, have_determined: bool
+) -> List[Tuple[str, List[Any]]]:
     """(system, workloads) per worker process, in run order: one process per workload and
     system; with ``quick``, one per system and process count (start-up first, as it must be)."""
     jobs: List[Tuple[str, List[Any]]] = []
@@ -252,8 +318,9 @@ def plan(chosen: Dict[str, Any], systems: List[str], quick: bool, have_determine
     return jobs
 
 
-def collect(args: argparse.Namespace, jobs: List[Tuple[str, List[Any]]]
-            ) -> Tuple[Runs, Dict[Tuple[str, str], str], List[Dict[str, Any]]]:
+def collect(
+    args: argparse.Namespace, jobs: List[Tuple[str, List[Any]]]
+) -> Tuple[Runs, Dict[Tuple[str, str], str], List[Dict[str, Any]]]:
     runs: Runs = {}
     failures: Dict[Tuple[str, str], str] = {}
     every: List[Dict[str, Any]] = []
@@ -268,8 +335,10 @@ def collect(args: argparse.Namespace, jobs: List[Tuple[str, List[Any]]]
             took = time.perf_counter() - t0
             names = ",".join(w.name for w in ws)
             status = "ok" if results else f"FAILED ({why})"
-            print(f"[rep {rep + 1}/{args.repeats}] {names:<12} {system:<17} {took:6.1f} s  {status}",
-                  flush=True)
+            print(
+                f"[rep {rep + 1}/{args.repeats}] {names:<12} {system:<17} {took:6.1f} s  {status}",
+                flush=True,
+            )
             for key in keys:
                 if results is None:
                     failures[key] = why
@@ -282,8 +351,9 @@ def collect(args: argparse.Namespace, jobs: List[Tuple[str, List[Any]]]
     return runs, failures, every
 
 
-def render(args: argparse.Namespace, report: Report, have_determined: bool, started: str,
-           took: float) -> str:
+def render(
+    args: argparse.Namespace, report: Report, have_determined: bool, started: str, took: float
+) -> str:
     counted = args.repeats - 1 if args.repeats > 1 else 1
     steps = instruction_steps(args.quick)
     mach, vers = machine(), versions()
@@ -311,20 +381,38 @@ def render(args: argparse.Namespace, report: Report, have_determined: bool, star
         "",
         *report.steps_table(),
         "",
-        *(["## Instructions per training step", "",
-            "Counted by valgrind's callgrind (`--instructions`): the instructions of a fit of "
-            f"{steps[1]} steps minus those of a fit of {steps[0]}, over {steps[1] - steps[0]}. "
-            "Deterministic, so unlike the times above it does not move with the machine's other "
-            "load; it ignores cache misses and waiting.", "",
-            *report.instructions_table(), ""] if args.instructions else []),
-        *(["## Cache misses and branch mispredicts per training step", "",
-            "Counted by callgrind's cache and branch-predictor simulation (`--cache`, "
-            "`--cache-sim=yes --branch-sim=yes`; the machine's own cache sizes): the same "
-            f"difference of a {steps[1]}-step and a {steps[0]}-step fit as above, so "
-            "deterministic. Where instructions per step are level and time is not, these "
-            "are where the time goes: a first-level miss costs about 10 cycles, a last-level "
-            "miss 100 or more, a mispredicted branch 15 to 20.", "",
-            *report.cache_table(), ""] if args.cache else []),
+        *(
+            [
+                "## Instructions per training step",
+                "",
+                "Counted by valgrind's callgrind (`--instructions`): the instructions of a fit of "
+                f"{steps[1]} steps minus those of a fit of {steps[0]}, over {steps[1] - steps[0]}. "
+                "Deterministic, so unlike the times above it does not move with the machine's other "
+                "load; it ignores cache misses and waiting.",
+                "",
+                *report.instructions_table(),
+                "",
+            ]
+            if args.instructions
+            else []
+        ),
+        *(
+            [
+                "## Cache misses and branch mispredicts per training step",
+                "",
+                "Counted by callgrind's cache and branch-predictor simulation (`--cache`, "
+                "`--cache-sim=yes --branch-sim=yes`; the machine's own cache sizes): the same "
+                f"difference of a {steps[1]}-step and a {steps[0]}-step fit as above, so "
+                "deterministic. Where instructions per step are level and time is not, these "
+                "are where the time goes: a first-level miss costs about 10 cycles, a last-level "
+                "miss 100 or more, a mispredicted branch 15 to 20.",
+                "",
+                *report.cache_table(),
+                "",
+            ]
+            if args.cache
+            else []
+        ),
         "## Checkpoint",
         "",
         "Save: the extra time of the between-step gaps that held a save (every 2 batches), over "
@@ -335,7 +423,7 @@ def render(args: argparse.Namespace, report: Report, have_determined: bool, star
         "step's start to last step's end; fit(): the whole first fit, start-up and the wait for "
         "the last write included. State copied: the tensors a background write copies. "
         "Bare `torch.save` is of the same state (weights + Adam) by the raw "
-        "loop; \"same process\" compares with two bare saves each process does after its own "
+        'loop; "same process" compares with two bare saves each process does after its own '
         "(on this VM the same 289 MB `torch.save` takes from 0.28 s to 0.75 s from one process "
         "or moment to the next, so read the ratios with care). det_lightning fsyncs its files; the real "
         "Determined does not. Load: time to the first step of a resumed fit minus that of a fresh "
@@ -362,10 +450,19 @@ def render(args: argparse.Namespace, report: Report, have_determined: bool, star
 def source_state() -> str:
     """The checkout measured: commit, and whether the working tree differed from it."""
     try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE,
-                                capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "det_lightning", "adapters"],
-                               cwd=HERE.parent, capture_output=True, text=True).stdout.strip()
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=HERE,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", "det_lightning", "adapters"],
+            cwd=HERE.parent,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown (not a git checkout)"
     return f"{commit}{' + uncommitted changes' if dirty else ''}"
@@ -378,20 +475,36 @@ def hardware() -> str:
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a few steps per workload")
-    parser.add_argument("--repeats", type=int, default=None,
-                        help="repetitions, the first dropped (default 5, quick 1)")
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=None,
+        help="repetitions, the first dropped (default 5, quick 1)",
+    )
     parser.add_argument("--workloads", default=",".join(w.name for w in workloads.WORKLOADS))
-    parser.add_argument("--systems", default=",".join(ALL_SYSTEMS),
-                        help="comma-separated subset of " + ",".join(ALL_SYSTEMS))
-    parser.add_argument("--instructions", action="store_true",
-                        help="also count instructions per step under valgrind (slow, but "
-                        "immune to a busy machine)")
-    parser.add_argument("--cache", action="store_true",
-                        help="also count simulated cache misses and branch mispredicts per "
-                        "step on the MLP under valgrind (deterministic, like --instructions)")
-    parser.add_argument("--jobs", type=int, default=0,
-                        help="valgrind processes at once for --instructions/--cache (default: "
-                        "one per core; their counts do not depend on it, only the wall time)")
+    parser.add_argument(
+        "--systems",
+        default=",".join(ALL_SYSTEMS),
+        help="comma-separated subset of " + ",".join(ALL_SYSTEMS),
+    )
+    parser.add_argument(
+        "--instructions",
+        action="store_true",
+        help="also count instructions per step under valgrind (slow, but immune to a busy machine)",
+    )
+    parser.add_argument(
+        "--cache",
+        action="store_true",
+        help="also count simulated cache misses and branch mispredicts per "
+        "step on the MLP under valgrind (deterministic, like --instructions)",
+    )
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=0,
+        help="valgrind processes at once for --instructions/--cache (default: "
+        "one per core; their counts do not depend on it, only the wall time)",
+    )
     parser.add_argument("--out", type=pathlib.Path, default=HERE / "results")
     args = parser.parse_args(argv)
     args.argv = [a for a in (sys.argv[1:] if argv is None else argv)]

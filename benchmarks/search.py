@@ -53,17 +53,36 @@ TAKEOVER_TIMEOUT_S = 4.0
 
 
 def _env(work: pathlib.Path, **extra: str) -> Dict[str, str]:
-    return dict(os.environ, OMP_NUM_THREADS="1", DET_LIGHTNING_CHECKPOINT_DIR=str(work / "ckpt"),
-                BENCH_TIMES=str(work / "times.jsonl"), **extra)
+    return dict(
+        os.environ,
+        OMP_NUM_THREADS="1",
+        DET_LIGHTNING_CHECKPOINT_DIR=str(work / "ckpt"),
+        BENCH_TIMES=str(work / "times.jsonl"),
+        **extra,
+    )
 
 
-def _experiment(work: pathlib.Path, text: str, *extra: str, env: Optional[Dict[str, str]] = None
-                ) -> "subprocess.Popen[str]":
+def _experiment(
+    work: pathlib.Path, text: str, *extra: str, env: Optional[Dict[str, str]] = None
+) -> "subprocess.Popen[str]":
     (work / "exp.yaml").write_text(text)
     return subprocess.Popen(
-        [sys.executable, "-m", "det_lightning", "experiment", *extra, str(work / "exp.yaml"),
-         str(make_project(work / "project"))], cwd=work, env=env or _env(work),
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        [
+            sys.executable,
+            "-m",
+            "det_lightning",
+            "experiment",
+            *extra,
+            str(work / "exp.yaml"),
+            str(make_project(work / "project")),
+        ],
+        cwd=work,
+        env=env or _env(work),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
 
 
 def _finish(process: "subprocess.Popen[str]") -> None:
@@ -75,8 +94,11 @@ def _finish(process: "subprocess.Popen[str]") -> None:
 def _batches(work: pathlib.Path) -> int:
     batches = 0
     for trial_dir in (work / "ckpt").glob("trial-*"):
-        steps = [json.loads((p / "metadata.json").read_text())["steps_completed"]
-                 for p in trial_dir.iterdir() if (p / "metadata.json").exists()]
+        steps = [
+            json.loads((p / "metadata.json").read_text())["steps_completed"]
+            for p in trial_dir.iterdir()
+            if (p / "metadata.json").exists()
+        ]
         batches += max(steps, default=0)
     return batches
 
@@ -91,8 +113,11 @@ def _search(text: str, *extra: str, env: Optional[Dict[str, str]] = None) -> Dic
         work = pathlib.Path(tmp)
         start = time.perf_counter()
         _finish(_experiment(work, text, *extra, env=env and {**_env(work), **env}))
-        return {"seconds": time.perf_counter() - start, "batches": _batches(work),
-                "events": _events(work)}
+        return {
+            "seconds": time.perf_counter() - start,
+            "batches": _batches(work),
+            "events": _events(work),
+        }
 
 
 # ----- sections ------------------------------------------------------------------------------
@@ -102,17 +127,23 @@ def asha_section(trials: int, max_time: int, workers: List[int]) -> List[str]:
     runs = {SEQUENTIAL: _search(config("random", trials, max_time))}
     for count in workers:
         runs[f"asha, {count} worker{'s' if count > 1 else ''}"] = _search(
-            config("asha", trials, max_time), "--workers", str(count))
+            config("asha", trials, max_time), "--workers", str(count)
+        )
     base = runs[SEQUENTIAL]
     per_batch = base["seconds"] / max(base["batches"], 1)
-    lines = ["## adaptive_asha against a sequential search", "",
-             "| run | wall s | batches trained | vs sequential | engine cost per trial, s |",
-             "|---|---|---|---|---|"]
+    lines = [
+        "## adaptive_asha against a sequential search",
+        "",
+        "| run | wall s | batches trained | vs sequential | engine cost per trial, s |",
+        "|---|---|---|---|---|",
+    ]
     for name, run in runs.items():
         engine = (run["seconds"] - run["batches"] * per_batch) / trials
-        lines.append(f"| {name} | {run['seconds']:.1f} | {run['batches']} | "
-                     f"{run['seconds'] / base['seconds']:.2f} | "
-                     f"{'-' if run is base else f'{engine:.2f}'} |")
+        lines.append(
+            f"| {name} | {run['seconds']:.1f} | {run['batches']} | "
+            f"{run['seconds'] / base['seconds']:.2f} | "
+            f"{'-' if run is base else f'{engine:.2f}'} |"
+        )
     return lines
 
 
@@ -146,10 +177,15 @@ def postgres_databases() -> Iterator[Optional[Any]]:
 
 
 def workers_section(trials: int, max_time: int, workers: List[int], database: Any) -> List[str]:
-    lines = ["## Workers and storages", "",
-             f"A random search of {trials} trials of {max_time} batches; each storage's 1-worker "
-             "run is the same trials one after another.", "",
-             "| storage | workers | wall s | vs 1 worker | trials per minute |", "|---|---|---|---|---|"]
+    lines = [
+        "## Workers and storages",
+        "",
+        f"A random search of {trials} trials of {max_time} batches; each storage's 1-worker "
+        "run is the same trials one after another.",
+        "",
+        "| storage | workers | wall s | vs 1 worker | trials per minute |",
+        "|---|---|---|---|---|",
+    ]
     storages: Dict[str, Any] = {"journal file": lambda: None}
     if database is not None:
         storages["PostgreSQL"] = database
@@ -160,11 +196,15 @@ def workers_section(trials: int, max_time: int, workers: List[int], database: An
             extra = ["--workers", str(count)] + (["--storage", where] if where else [])
             seconds = _search(config("random", trials, max_time), *extra)["seconds"]
             base = base or seconds
-            lines.append(f"| {storage} | {count} | {seconds:.1f} | {seconds / base:.2f} | "
-                         f"{trials * 60 / seconds:.1f} |")
+            lines.append(
+                f"| {storage} | {count} | {seconds:.1f} | {seconds / base:.2f} | "
+                f"{trials * 60 / seconds:.1f} |"
+            )
     if database is None:
-        lines.append("| PostgreSQL | - | not measured: no server installed "
-                     "(scripts/ensure-postgres.sh) | | |")
+        lines.append(
+            "| PostgreSQL | - | not measured: no server installed "
+            "(scripts/ensure-postgres.sh) | | |"
+        )
     return lines
 
 
@@ -197,11 +237,16 @@ def storage_cost(url: Any, trials: int) -> float:
 
 
 def storage_section(trials: int, database: Any) -> List[str]:
-    lines = ["## Storage cost per trial", "",
-             "The storage operations one trial of a search makes (2 reads to pick and admit it, "
-             "4 attribute writes, a lease, 3 validations each with a read and 3 writes, 3 at "
-             f"the end, tell), timed without training over {trials} trials in one study.", "",
-             "| storage | ms per trial |", "|---|---|"]
+    lines = [
+        "## Storage cost per trial",
+        "",
+        "The storage operations one trial of a search makes (2 reads to pick and admit it, "
+        "4 attribute writes, a lease, 3 validations each with a read and 3 writes, 3 at "
+        f"the end, tell), timed without training over {trials} trials in one study.",
+        "",
+        "| storage | ms per trial |",
+        "|---|---|",
+    ]
     with tempfile.TemporaryDirectory() as tmp:
         from optuna.storages import JournalStorage
         from optuna.storages.journal import JournalFileBackend
@@ -237,15 +282,19 @@ def takeover_seconds() -> Dict[str, float]:
         marker = work / "held"
         text = config("random", 1, 8, checkpoint_every=2)
         timeout = ["--heartbeat-timeout", str(TAKEOVER_TIMEOUT_S)]
-        doomed = _experiment(work, text, *timeout,
-                             env=_env(work, BENCH_HOLD_MARKER=str(marker),
-                                      DET_LIGHTNING_HOST_ID="machine-a"))
+        doomed = _experiment(
+            work,
+            text,
+            *timeout,
+            env=_env(work, BENCH_HOLD_MARKER=str(marker), DET_LIGHTNING_HOST_ID="machine-a"),
+        )
         while not marker.exists():
             if doomed.poll() is not None:
                 raise RuntimeError(f"worker A ended first:\n{doomed.communicate()[0][-4000:]}")
             time.sleep(0.05)
-        survivor = _experiment(work, text, *timeout,
-                               env=_env(work, DET_LIGHTNING_HOST_ID="machine-b"))
+        survivor = _experiment(
+            work, text, *timeout, env=_env(work, DET_LIGHTNING_HOST_ID="machine-b")
+        )
         seen = _watch(survivor, [started, resumed])
         while started not in seen and survivor.poll() is None:
             time.sleep(0.05)  # B runs its search loop: it waits for A's trial
@@ -261,16 +310,19 @@ def takeover_seconds() -> Dict[str, float]:
 
 def takeover_section() -> List[str]:
     seconds = takeover_seconds()
-    return ["## Takeover after a worker's death", "",
-            "Worker A (machine-a) holds its trial at batch 2, checkpointed; once worker B "
-            "(machine-b) runs its search loop, A is killed with SIGKILL. B finds the trial's "
-            f"lease expired after `--heartbeat-timeout {TAKEOVER_TIMEOUT_S:g}` (it looks every "
-            f"{TAKEOVER_TIMEOUT_S / 4:g} s), takes it over and resumes it from that checkpoint "
-            "(B's first trial: its process is forked from a template still importing).", "",
-            "| lease timeout, s | kill to takeover, s | kill to B's first batch of it, s |",
-            "|---|---|---|",
-            f"| {TAKEOVER_TIMEOUT_S:g} | {seconds['takeover']:.1f} | "
-            f"{seconds['first batch']:.1f} |"]
+    return [
+        "## Takeover after a worker's death",
+        "",
+        "Worker A (machine-a) holds its trial at batch 2, checkpointed; once worker B "
+        "(machine-b) runs its search loop, A is killed with SIGKILL. B finds the trial's "
+        f"lease expired after `--heartbeat-timeout {TAKEOVER_TIMEOUT_S:g}` (it looks every "
+        f"{TAKEOVER_TIMEOUT_S / 4:g} s), takes it over and resumes it from that checkpoint "
+        "(B's first trial: its process is forked from a template still importing).",
+        "",
+        "| lease timeout, s | kill to takeover, s | kill to B's first batch of it, s |",
+        "|---|---|---|",
+        f"| {TAKEOVER_TIMEOUT_S:g} | {seconds['takeover']:.1f} | {seconds['first batch']:.1f} |",
+    ]
 
 
 def gaps(events: List[Dict[str, Any]]) -> List[float]:
@@ -286,18 +338,28 @@ def gaps(events: List[Dict[str, Any]]) -> List[float]:
 
 
 def startup_section(trials: int) -> List[str]:
-    lines = ["## Trial start-up", "",
-             f"A random search of {trials} trials of 4 batches in one worker: from one trial's "
-             "end (fit()'s last hook) to the next trial's first batch.", "",
-             "| trial | start | median s | max s |", "|---|---|---|---|"]
-    for kind, entrypoint in (("model_def", "timed_def:TimedTrial"),
-                             ("command", "python3 timed_train.py")):
+    lines = [
+        "## Trial start-up",
+        "",
+        f"A random search of {trials} trials of 4 batches in one worker: from one trial's "
+        "end (fit()'s last hook) to the next trial's first batch.",
+        "",
+        "| trial | start | median s | max s |",
+        "|---|---|---|---|",
+    ]
+    for kind, entrypoint in (
+        ("model_def", "timed_def:TimedTrial"),
+        ("command", "python3 timed_train.py"),
+    ):
         for start, warm in (("forked from the warm template", "1"), ("new interpreter", "0")):
-            run = _search(config("random", trials, 4, entrypoint=entrypoint),
-                          env={"DET_LIGHTNING_WARM_START": warm})
+            run = _search(
+                config("random", trials, 4, entrypoint=entrypoint),
+                env={"DET_LIGHTNING_WARM_START": warm},
+            )
             found = gaps(run["events"])
-            lines.append(f"| {kind} | {start} | {statistics.median(found):.2f} | "
-                         f"{max(found):.2f} |")
+            lines.append(
+                f"| {kind} | {start} | {statistics.median(found):.2f} | {max(found):.2f} |"
+            )
     return lines
 
 
@@ -305,18 +367,26 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--trials", type=int, default=12)
     parser.add_argument("--max-time", type=int, default=32)
-    parser.add_argument("--quick", action="store_true",
-                        help="3 trials of 4 batches, ASHA on 1 worker, 2 workers per storage, "
-                        "2 trials per start-up row: checks that it all runs (the CI smoke test)")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="3 trials of 4 batches, ASHA on 1 worker, 2 workers per storage, "
+        "2 trials per start-up row: checks that it all runs (the CI smoke test)",
+    )
     parser.add_argument("--out", default=str(HERE / "results"))
     args = parser.parse_args()
     trials, max_time = (3, 4) if args.quick else (args.trials, args.max_time)
     workers = [2] if args.quick else [1, 2, 4]
     command = "python benchmarks/search.py " + (
-        "--quick" if args.quick else f"--trials {trials} --max-time {max_time}")
-    lines = [f"# Searches: {trials} trials, max_time {max_time} batches", "",
-             f"Command: `{command}`, {datetime.date.today()}, {os.cpu_count()} cores, "
-             f"load average {os.getloadavg()[0]:.1f} at the start.", ""]
+        "--quick" if args.quick else f"--trials {trials} --max-time {max_time}"
+    )
+    lines = [
+        f"# Searches: {trials} trials, max_time {max_time} batches",
+        "",
+        f"Command: `{command}`, {datetime.date.today()}, {os.cpu_count()} cores, "
+        f"load average {os.getloadavg()[0]:.1f} at the start.",
+        "",
+    ]
     # --quick: ASHA with one worker (the workers section runs two).
     lines += asha_section(trials, max_time, [1] if args.quick else [1, 2]) + [""]
     with postgres_databases() as database:
@@ -327,7 +397,9 @@ def main() -> None:
     text = "\n".join(lines) + "\n"
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    name = f"search{'-quick' if args.quick else ''}_cpu-{os.cpu_count()}core_{datetime.date.today()}"
+    name = (
+        f"search{'-quick' if args.quick else ''}_cpu-{os.cpu_count()}core_{datetime.date.today()}"
+    )
     (out / f"{name}.md").write_text(text)
     print(text)
 

@@ -14,7 +14,7 @@ import shutil
 HERE = pathlib.Path(__file__).resolve().parent
 FIXTURE = HERE.parent / "tests" / "fixtures" / "determined_project"
 
-TIMED_TRIAL = '''
+TIMED_TRIAL = """
 import json
 import os
 import pathlib
@@ -54,9 +54,9 @@ class TimedTrial(RegressionTrial):
             while True:  # checkpointed at 2 batches: the benchmark kills this worker now
                 time.sleep(0.05)
         return super().train_batch(batch, epoch_idx, batch_idx)
-'''
+"""
 
-TIMED_SCRIPT = '''
+TIMED_SCRIPT = """
 import determined as det
 from determined import pytorch
 
@@ -68,7 +68,7 @@ if __name__ == "__main__":
         trial = timed_def.TimedTrial(context)
         trainer = pytorch.Trainer(trial, context)
         trainer.fit(validation_period=pytorch.Batch(4), latest_checkpoint=info.latest_checkpoint)
-'''
+"""
 
 
 def make_project(directory: pathlib.Path) -> pathlib.Path:
@@ -81,20 +81,29 @@ def make_project(directory: pathlib.Path) -> pathlib.Path:
     return directory
 
 
-def config(searcher: str, trials: int, max_time: int, entrypoint: str = "timed_def:TimedTrial",
-           checkpoint_every: int = 0) -> str:
+def config(
+    searcher: str,
+    trials: int,
+    max_time: int,
+    entrypoint: str = "timed_def:TimedTrial",
+    checkpoint_every: int = 0,
+) -> str:
     """An experiment config over the project: ``asha`` (adaptive_asha) or ``random``."""
-    search = (f"  name: adaptive_asha\n  max_trials: {trials}\n  time_metric: batches\n"
-              f"  max_time: {max_time}\n  divisor: 2\n  mode: aggressive\n  max_rungs: 4\n"
-              if searcher == "asha" else
-              f"  name: random\n  max_trials: {trials}\n  max_length:\n    batches: {max_time}\n")
-    checkpoints = (f"min_checkpoint_period:\n  batches: {checkpoint_every}\n"
-                   if checkpoint_every else "")
+    search = (
+        f"  name: adaptive_asha\n  max_trials: {trials}\n  time_metric: batches\n"
+        f"  max_time: {max_time}\n  divisor: 2\n  mode: aggressive\n  max_rungs: 4\n"
+        if searcher == "asha"
+        else f"  name: random\n  max_trials: {trials}\n  max_length:\n    batches: {max_time}\n"
+    )
+    checkpoints = (
+        f"min_checkpoint_period:\n  batches: {checkpoint_every}\n" if checkpoint_every else ""
+    )
     return (
         f"name: bench\nentrypoint: {entrypoint}\nhyperparameters:\n"
         "  global_batch_size: 8\n  hidden_size: 8\n"
         "  learning_rate: {type: log, minval: -3, maxval: -0.5, base: 10}\n"
-        "searcher:\n  metric: validation_loss\n" + search +
-        f"min_validation_period:\n  batches: {max_time}\n{checkpoints}"
+        "searcher:\n  metric: validation_loss\n"
+        + search
+        + f"min_validation_period:\n  batches: {max_time}\n{checkpoints}"
         "reproducibility:\n  experiment_seed: 3\n"
     )

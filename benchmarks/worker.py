@@ -17,8 +17,15 @@ import sys
 import time
 from typing import Any, Dict, List
 
-SYSTEMS = ("raw", "lightning", "det_lightning", "det_lightning+tb", "det_lightning+sync",
-           "determined", "determined+tb")
+SYSTEMS = (
+    "raw",
+    "lightning",
+    "det_lightning",
+    "det_lightning+tb",
+    "det_lightning+sync",
+    "determined",
+    "determined+tb",
+)
 
 
 def _measure(system: str, workload: Any, work: pathlib.Path) -> Dict[str, Any]:
@@ -32,8 +39,13 @@ def _measure(system: str, workload: Any, work: pathlib.Path) -> Dict[str, Any]:
         return lightning_module.run(workload, work)
     import det_trial
 
-    return det_trial.run(system.split("+")[0], workload, work,
-                         tensorboard=system.endswith("+tb"), sync=system.endswith("+sync"))
+    return det_trial.run(
+        system.split("+")[0],
+        workload,
+        work,
+        tensorboard=system.endswith("+tb"),
+        sync=system.endswith("+sync"),
+    )
 
 
 def _import_only(result: Dict[str, Any]) -> None:
@@ -48,8 +60,10 @@ def _import_only(result: Dict[str, Any]) -> None:
     result.update(
         torch_import_s=after_torch - start,
         det_lightning_import_s=done - after_torch,
-        lightning_imported=any(m == "lightning" or m.startswith(("lightning.", "pytorch_lightning"))
-                               for m in sys.modules),
+        lightning_imported=any(
+            m == "lightning" or m.startswith(("lightning.", "pytorch_lightning"))
+            for m in sys.modules
+        ),
     )
 
 
@@ -69,9 +83,13 @@ def _run_workload(system: str, w: Any, scratch: pathlib.Path, tag: str) -> Dict[
 def _callgrind_phases(system: str, w: Any, scratch: pathlib.Path, steps: List[int]) -> None:
     """Under valgrind's callgrind: a warm-up fit, then one fit per step count, each followed by
     a counter dump named ``steps<N>`` (``run.py --instructions`` reads the dumps)."""
+
     def dump(tag: str) -> None:
-        subprocess.run(["callgrind_control", "--dump=" + tag, str(os.getpid())], check=True,
-                       capture_output=True)
+        subprocess.run(
+            ["callgrind_control", "--dump=" + tag, str(os.getpid())],
+            check=True,
+            capture_output=True,
+        )
 
     _run_workload(system, dataclasses.replace(w, steps=20), scratch, "warm-up")
     dump("warm-up")
@@ -97,8 +115,11 @@ def main() -> None:
     parser.add_argument("out", type=pathlib.Path)
     parser.add_argument("--scratch", type=pathlib.Path, required=True)
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--callgrind-steps", default="",
-                        help="comma-separated step counts: count instructions (under callgrind)")
+    parser.add_argument(
+        "--callgrind-steps",
+        default="",
+        help="comma-separated step counts: count instructions (under callgrind)",
+    )
     args = parser.parse_args()
     output: Dict[str, Any] = {"system": args.system, "results": {}}
     if args.system == "import":
@@ -117,7 +138,9 @@ def main() -> None:
                 _callgrind_phases(args.system, known[name], args.scratch / name, steps)
                 output["results"][name] = {}
             else:
-                output["results"][name] = _run_workload(args.system, known[name], args.scratch, name)
+                output["results"][name] = _run_workload(
+                    args.system, known[name], args.scratch, name
+                )
     _close_process_group()
     if int(os.environ.get("RANK", "0")) != 0:
         return

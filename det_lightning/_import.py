@@ -58,8 +58,12 @@ def without_project_modules() -> Iterator[None]:
     """
     dirs = _project_dirs()
     saved_path = list(sys.path)
-    stashed = {name: module for path in dirs for name, module in _modules_from_dir(path).items()
-               if name.split(".")[0] != "det_lightning"}
+    stashed = {
+        name: module
+        for path in dirs
+        for name, module in _modules_from_dir(path).items()
+        if name.split(".")[0] != "det_lightning"
+    }
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) not in dirs]
     for name in stashed:
         del sys.modules[name]
@@ -82,9 +86,7 @@ def import_from_path(path: Union[str, "os.PathLike[str]"]) -> Iterator[None]:
     path = os.path.abspath(str(pathlib.Path(path)))
     shadowed = _shadowed_names(path) if os.path.isdir(path) else set()
     stashed = {
-        name: module
-        for name, module in sys.modules.items()
-        if name.split(".")[0] in shadowed
+        name: module for name, module in sys.modules.items() if name.split(".")[0] in shadowed
     }
     for name in stashed:
         del sys.modules[name]

@@ -51,14 +51,27 @@ REFUSED: Dict[str, str] = {
     ),
     **_same(
         f"{_CLUSTER}; the local command is det-lightning (run, experiment, checkpoint)",
-        ["determined.cli", "determined.common", "determined.deploy", "determined.exec",
-         "determined.ipc", "determined.load", "determined.workload", "determined.gpu",
-         "determined.constants"],
+        [
+            "determined.cli",
+            "determined.common",
+            "determined.deploy",
+            "determined.exec",
+            "determined.ipc",
+            "determined.load",
+            "determined.workload",
+            "determined.gpu",
+            "determined.constants",
+        ],
     ),
     **_same(
         f"{_OTHER_FRAMEWORK}; for Lightning or Hugging Face code use Lightning directly",
-        ["determined.keras", "determined.layers", "determined.horovod",
-         "determined.lightning", "determined.transformers"],
+        [
+            "determined.keras",
+            "determined.layers",
+            "determined.horovod",
+            "determined.lightning",
+            "determined.transformers",
+        ],
     ),
     # ----- determined.pytorch ----------------------------------------------------------------
     "determined.pytorch.deepspeed": (
@@ -72,17 +85,25 @@ REFUSED: Dict[str, str] = {
     # ----- determined.util -------------------------------------------------------------------
     **_same(
         f"{_CLUSTER}; Determined's harness uses it internally",
-        ["determined.util.check_sshd", "determined.util.write_user_code",
-         "determined.util.make_metrics", "determined.util.validate_batch_metrics",
-         "determined.util.make_timing_log", "determined.util.mask_checkpoint_storage",
-         "determined.util.mask_config_dict", "determined.util.signal_process_tree",
-         "determined.util.json_encode"],
+        [
+            "determined.util.check_sshd",
+            "determined.util.write_user_code",
+            "determined.util.make_metrics",
+            "determined.util.validate_batch_metrics",
+            "determined.util.make_timing_log",
+            "determined.util.mask_checkpoint_storage",
+            "determined.util.mask_config_dict",
+            "determined.util.signal_process_tree",
+            "determined.util.json_encode",
+        ],
     ),
     **_same(
         "legacy `--trial model_def:Trial` entrypoints are handled by det-lightning experiment "
         "(entrypoint: model_def:Trial)",
-        ["determined.util.legacy_trial_entrypoint_to_script",
-         "determined.util.match_legacy_trial_class"],
+        [
+            "determined.util.legacy_trial_entrypoint_to_script",
+            "determined.util.match_legacy_trial_class",
+        ],
     ),
     # ----- determined.core -------------------------------------------------------------------
     "determined.core.init": f"{_CORE}: use pytorch.init()",
@@ -90,37 +111,53 @@ REFUSED: Dict[str, str] = {
     **_same(
         f"{_CORE}: Trainer.fit(checkpoint_period=...) saves, "
         "pytorch.load_trial_from_checkpoint_path() loads",
-        ["determined.core.CheckpointContext", "determined.core.DummyCheckpointContext",
-         "determined.core.DownloadMode"],
+        [
+            "determined.core.CheckpointContext",
+            "determined.core.DummyCheckpointContext",
+            "determined.core.DownloadMode",
+        ],
     ),
     **_same(
         f"{_CORE}: SIGTERM checkpoints and stops; context.set_stop_requested(True) stops",
-        ["determined.core.PreemptContext", "determined.core.DummyPreemptContext",
-         "determined.core.PreemptMode"],
+        [
+            "determined.core.PreemptContext",
+            "determined.core.DummyPreemptContext",
+            "determined.core.PreemptMode",
+        ],
     ),
     **_same(
         f"{_CORE}: searches run with det-lightning experiment (grid, random, adaptive_asha); "
         "lengths are pytorch.Batch/pytorch.Epoch",
-        ["determined.core.SearcherContext", "determined.core.DummySearcherContext",
-         "determined.core.SearcherOperation", "determined.core.DummySearcherOperation",
-         "determined.core.SearcherContextMissing", "determined.core.SearcherMode",
-         "determined.core.Unit"],
+        [
+            "determined.core.SearcherContext",
+            "determined.core.DummySearcherContext",
+            "determined.core.SearcherOperation",
+            "determined.core.DummySearcherOperation",
+            "determined.core.SearcherContextMissing",
+            "determined.core.SearcherMode",
+            "determined.core.Unit",
+        ],
     ),
     **_same(
         f"{_CORE}: Trainer.fit reports training and validation metrics; raise det.InvalidHP "
         "to reject hyperparameters",
-        ["determined.core.TrainContext", "determined.core.DummyTrainContext",
-         "determined.core.EarlyExitReason"],
+        [
+            "determined.core.TrainContext",
+            "determined.core.DummyTrainContext",
+            "determined.core.EarlyExitReason",
+        ],
     ),
     **_same(
-        f"{_CORE}: profile with Trainer(trial, context, profiler='simple') (Lightning's "
-        "profilers)",
+        f"{_CORE}: profile with Trainer(trial, context, profiler='simple') (Lightning's profilers)",
         ["determined.core.ProfilerContext", "determined.core.DummyProfilerContext"],
     ),
     **_same(
         f"{_CORE}: {_TB_SYNC}",
-        ["determined.core.TensorboardMode", "determined.core.ExperimentalCoreContext",
-         "determined.core.DummyExperimentalCoreContext"],
+        [
+            "determined.core.TensorboardMode",
+            "determined.core.ExperimentalCoreContext",
+            "determined.core.DummyExperimentalCoreContext",
+        ],
     ),
     # ----- determined.launch -----------------------------------------------------------------
     **_same(
@@ -133,24 +170,49 @@ REFUSED: Dict[str, str] = {
     ),
     **_same(
         f"{_CLUSTER} (the commands a cluster node runs); {_LAUNCHER}",
-        ["determined.launch.torch_distributed.C10D_PORT",
-         "determined.launch.torch_distributed.create_launch_cmd",
-         "determined.launch.torch_distributed.create_log_redirect_cmd",
-         "determined.launch.torch_distributed.create_pid_server_cmd",
-         "determined.launch.torch_distributed.create_pid_client_cmd"],
+        [
+            "determined.launch.torch_distributed.C10D_PORT",
+            "determined.launch.torch_distributed.create_launch_cmd",
+            "determined.launch.torch_distributed.create_log_redirect_cmd",
+            "determined.launch.torch_distributed.create_pid_server_cmd",
+            "determined.launch.torch_distributed.create_pid_client_cmd",
+        ],
     ),
     # ----- determined.tensorboard ------------------------------------------------------------
     **_same(
         _TB_SYNC,
-        [f"determined.tensorboard.{name}" for name in (
-            "TensorboardManager", "S3TensorboardManager", "SharedFSTensorboardManager",
-            "AzureTensorboardManager", "build", "get_base_path", "get_sync_path",
-            "get_experiment_sync_path", "get_metric_writer", "MetricWriter",
-            "BatchMetricWriter", "azure", "base", "directory", "fetchers", "gcs", "s3",
-            "shared", "util",
-        )] + [f"determined.tensorboard.metric_writers.{name}" for name in (
-            "MetricWriter", "BatchMetricWriter", "callback",
-        )],
+        [
+            f"determined.tensorboard.{name}"
+            for name in (
+                "TensorboardManager",
+                "S3TensorboardManager",
+                "SharedFSTensorboardManager",
+                "AzureTensorboardManager",
+                "build",
+                "get_base_path",
+                "get_sync_path",
+                "get_experiment_sync_path",
+                "get_metric_writer",
+                "MetricWriter",
+                "BatchMetricWriter",
+                "azure",
+                "base",
+                "directory",
+                "fetchers",
+                "gcs",
+                "s3",
+                "shared",
+                "util",
+            )
+        ]
+        + [
+            f"determined.tensorboard.metric_writers.{name}"
+            for name in (
+                "MetricWriter",
+                "BatchMetricWriter",
+                "callback",
+            )
+        ],
     ),
     "determined.tensorboard.metric_writers.tensorflow": _OTHER_FRAMEWORK,
 }
@@ -175,7 +237,7 @@ def module_getattr(module_name: str) -> Callable[[str], NoReturn]:
     Names not refused (dunders that the import system probes, typos) raise ``AttributeError``
     as usual.
     """
-    alias = "determined" + module_name[len("det_lightning"):]
+    alias = "determined" + module_name[len("det_lightning") :]
 
     def __getattr__(name: str) -> NoReturn:
         full = f"{alias}.{name}"

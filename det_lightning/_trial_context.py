@@ -14,8 +14,10 @@ from det_lightning.core import DistributedContext, DummyDistributedContext
 
 logger = logging.getLogger("det_lightning.pytorch")
 
-NOT_CONFIGURED = "is undefined in this Trial because {what} was not configured. " \
+NOT_CONFIGURED = (
+    "is undefined in this Trial because {what} was not configured. "
     "Please check the init() call to Trainer API: pass init({arg}=...)."
+)
 
 
 class TrialContext:

@@ -27,6 +27,7 @@ low_pid=$!
 set +m
 trap 'kill -- -"$low_pid" 2>/dev/null || true; rm -f "$low_log"' EXIT
 .venv/bin/python -m ruff check .  # the linter (pyproject.toml's [tool.ruff])
+.venv/bin/python -m ruff format --check .  # the formatter: `ruff format .` fixes what it lists
 "${pytest[@]}" -m "not gpu and not slow and not distributed" -n 2
 # Two at a time as well: most of these wait on processes of their own (imports, servers,
 # leases expiring), and every one waits for events, not durations (the README's "under load").

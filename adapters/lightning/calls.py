@@ -21,8 +21,7 @@ def set_fx_name(module: pl.LightningModule, name: Optional[str]) -> None:
     module.__dict__["_current_fx_name"] = name
 
 
-def call_hook(owner: Any, module: pl.LightningModule, name: str, *args: Any, **kwargs: Any
-              ) -> Any:
+def call_hook(owner: Any, module: pl.LightningModule, name: str, *args: Any, **kwargs: Any) -> Any:
     """``owner.<name>(...)`` with ``module._current_fx_name`` set meanwhile: Lightning's
     ``_call_lightning_module_hook`` (owner: the module) or ``_call_strategy_hook`` (owner: the
     strategy) under the pass-through profiler.
@@ -39,8 +38,11 @@ def call_hook(owner: Any, module: pl.LightningModule, name: str, *args: Any, **k
 def plain_run(trainer: pl.Trainer) -> bool:
     """The setting every lean piece assumes: manual optimization, no real profiler."""
     module = trainer.lightning_module
-    return (module is not None and not module.automatic_optimization
-            and type(getattr(trainer, "profiler", None)) is PassThroughProfiler)
+    return (
+        module is not None
+        and not module.automatic_optimization
+        and type(getattr(trainer, "profiler", None)) is PassThroughProfiler
+    )
 
 
 def batch_stays(module: pl.LightningModule, strategy: Strategy) -> bool:
@@ -49,7 +51,8 @@ def batch_stays(module: pl.LightningModule, strategy: Strategy) -> bool:
     batches) and nothing overrides the rest of the chain. Follows ``Strategy.batch_to_device``
     and ``LightningModule._apply_batch_transfer_handler``, unchanged 2.4.0 to 2.6.6."""
     kind = type(module)
-    return (getattr(kind, "transfer_batch_to_device", None) is getattr(kind, "keeps_batch", 0)
-            and not overrides(module, pl.LightningModule, "on_after_batch_transfer")
-            and type(strategy).batch_to_device is Strategy.batch_to_device)
-
+    return (
+        getattr(kind, "transfer_batch_to_device", None) is getattr(kind, "keeps_batch", 0)
+        and not overrides(module, pl.LightningModule, "on_after_batch_transfer")
+        and type(strategy).batch_to_device is Strategy.batch_to_device
+    )

@@ -53,8 +53,9 @@ def _overrides(callback: Callback, hook_name: str) -> bool:
     return getattr(kind, hook_name, None) is not getattr(Callback, hook_name, None)
 
 
-def _callbacks_for(trainer: Any, plan: Dict[Any, Any], hook_name: str,
-                   monitoring: Optional[bool]) -> List[Callback]:
+def _callbacks_for(
+    trainer: Any, plan: Dict[Any, Any], hook_name: str, monitoring: Optional[bool]
+) -> List[Callback]:
     callbacks = trainer.callbacks
     if plan.get("_callbacks") != callbacks:  # the list changed: forget what was worked out
         plan.clear()
@@ -71,16 +72,22 @@ def _callbacks_for(trainer: Any, plan: Dict[Any, Any], hook_name: str,
     return found
 
 
-def _lean_dispatch(trainer: Any, hook_name: str, *args: Any,
-                   monitoring_callbacks: Optional[bool] = None, **kwargs: Any) -> None:
+def _lean_dispatch(
+    trainer: Any,
+    hook_name: str,
+    *args: Any,
+    monitoring_callbacks: Optional[bool] = None,
+    **kwargs: Any,
+) -> None:
     """Follows ``lightning.pytorch.trainer.call._call_callback_hooks`` (the same in every
     release of ``versions.TABLE``, 2.4.0 to 2.6.6): the callbacks in ``trainer.callbacks``
     order, filtered by ``monitoring_callbacks``, with the module's ``_current_fx_name`` set to
     the hook; the pass-through profiler and the debug message it skips have no effect."""
     plan = getattr(trainer, _PLAN, None)
     if plan is None or type(trainer.profiler) is not PassThroughProfiler:
-        _lightning_dispatch(trainer, hook_name, *args,
-                            monitoring_callbacks=monitoring_callbacks, **kwargs)
+        _lightning_dispatch(
+            trainer, hook_name, *args, monitoring_callbacks=monitoring_callbacks, **kwargs
+        )
         return
     callbacks = _callbacks_for(trainer, plan, hook_name, monitoring_callbacks)
     if not callbacks:  # nothing runs, so nothing could see the hook name either

@@ -67,8 +67,9 @@ def batches_seen(trainer: pl.Trainer) -> int:
     return int(trainer.fit_loop.total_batch_idx)
 
 
-def supersede_signals(trainer: pl.Trainer, no_handlers: Callable[[], None],
-                      no_broadcast: Callable[[], None]) -> None:
+def supersede_signals(
+    trainer: pl.Trainer, no_handlers: Callable[[], None], no_broadcast: Callable[[], None]
+) -> None:
     """Keeps Lightning from installing its SIGTERM handler and (2.5.2 on,
     ``versions.Shape.broadcasts_sigterm``) from broadcasting its SIGTERM flag before every
     batch; ``no_handlers``/``no_broadcast`` run instead. Replaces
@@ -80,10 +81,11 @@ def supersede_signals(trainer: pl.Trainer, no_handlers: Callable[[], None],
             "This Lightning version has no Trainer._signal_connector.register_signal_handlers; "
             "det_lightning cannot take over its SIGTERM handling."
         )
-    setattr(connector, "register_signal_handlers", no_handlers)
+    # setattr: replacing a bound method on one instance, which mypy refuses as an assignment.
+    setattr(connector, "register_signal_handlers", no_handlers)  # noqa: B010
     epoch_loop = trainer.fit_loop.epoch_loop
     if hasattr(epoch_loop, "_broadcast_sigterm_tensor"):
-        setattr(epoch_loop, "_broadcast_sigterm_tensor", no_broadcast)
+        setattr(epoch_loop, "_broadcast_sigterm_tensor", no_broadcast)  # noqa: B010
 
 
 def count_optimizer_step(lightning_optimizer: Any, step: Callable[[], Any]) -> None:

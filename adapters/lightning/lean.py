@@ -89,15 +89,15 @@ def install(trainer: pl.Trainer) -> None:
 class _Plan(NamedTuple):
     """What the lean ``advance`` may skip for one module and strategy, worked out per epoch."""
 
-    lean: bool                   # the narrow case holds (else: Lightning's advance)
-    before_transfer: bool        # the module overrides on_before_batch_transfer
-    to_device: bool              # strategy.batch_to_device may change the batch
-    module_batch_start: bool     # the module overrides on_train_batch_start
-    strategy_batch_start: bool   # the strategy overrides on_train_batch_start
-    step: str                    # how training_step is called: STEP_DIRECT, STEP_DDP, or
-                                 # "" (Lightning's _ManualOptimization.run)
-    module_batch_end: bool       # the module overrides on_train_batch_end
-    marks_last_batch: bool       # a skipped batch (-1) is marked the last one (versions.Shape)
+    lean: bool  # the narrow case holds (else: Lightning's advance)
+    before_transfer: bool  # the module overrides on_before_batch_transfer
+    to_device: bool  # strategy.batch_to_device may change the batch
+    module_batch_start: bool  # the module overrides on_train_batch_start
+    strategy_batch_start: bool  # the strategy overrides on_train_batch_start
+    step: str  # how training_step is called: STEP_DIRECT, STEP_DDP, or
+    # "" (Lightning's _ManualOptimization.run)
+    module_batch_end: bool  # the module overrides on_train_batch_end
+    marks_last_batch: bool  # a skipped batch (-1) is marked the last one (versions.Shape)
 
 
 def _plan(trainer: pl.Trainer) -> _Plan:
@@ -128,8 +128,12 @@ class LeanTrainingEpochLoop(_TrainingEpochLoop):
         """Follows ``_TrainingEpochLoop.advance`` of the release ``versions.SHAPE.advance``
         names (2.4.0, 2.5.0, 2.5.2 or 2.6.0; the differences: the module docstring's table)."""
         plan = self._lean_plan
-        if (plan is None or not plan.lean or self.restarting
-                or type(data_fetcher) is not _PrefetchDataFetcher):
+        if (
+            plan is None
+            or not plan.lean
+            or self.restarting
+            or type(data_fetcher) is not _PrefetchDataFetcher
+        ):
             super().advance(data_fetcher)
             return
         trainer = self.trainer
@@ -170,8 +174,14 @@ class LeanTrainingEpochLoop(_TrainingEpochLoop):
             else:
                 progress.increment_started()
                 if plan.step:
-                    output = _manual_step(self.manual_optimization, module, strategy, batch,
-                                          batch_idx, plan.step == STEP_DDP)
+                    output = _manual_step(
+                        self.manual_optimization,
+                        module,
+                        strategy,
+                        batch,
+                        batch_idx,
+                        plan.step == STEP_DDP,
+                    )
                 else:
                     output = self.manual_optimization.run(
                         OrderedDict(batch=batch, batch_idx=batch_idx)
@@ -207,15 +217,19 @@ def _step_kind(module: pl.LightningModule, strategy: Strategy, trainer: pl.Train
         return ""
     if type(strategy) is SingleDeviceStrategy and strategy.model is module:
         return STEP_DIRECT
-    if (type(strategy) is DDPStrategy and isinstance(strategy.model, DistributedDataParallel)
-            and strategy.model.module is module
-            and type(strategy._forward_redirection) is _DDPForwardRedirection):
+    if (
+        type(strategy) is DDPStrategy
+        and isinstance(strategy.model, DistributedDataParallel)
+        and strategy.model.module is module
+        and type(strategy._forward_redirection) is _DDPForwardRedirection
+    ):
         return STEP_DDP
     return ""
 
 
-def _ddp_training_step(strategy: Strategy, module: pl.LightningModule, batch: Any,
-                       batch_idx: int) -> Any:
+def _ddp_training_step(
+    strategy: Strategy, module: pl.LightningModule, batch: Any, batch_idx: int
+) -> Any:
     """``DDPStrategy.training_step`` under manual optimization and the plain precision
     plugin: the call goes through the DDP wrapper's forward (its reducer bookkeeping, buffer
     broadcasts) into ``training_step``, as Lightning's ``_DDPForwardRedirection`` routes it,
@@ -240,8 +254,14 @@ def _ddp_training_step(strategy: Strategy, module: pl.LightningModule, batch: An
     return output
 
 
-def _manual_step(manual: Any, module: pl.LightningModule, strategy: Strategy, batch: Any,
-                 batch_idx: int, ddp: bool) -> Any:
+def _manual_step(
+    manual: Any,
+    module: pl.LightningModule,
+    strategy: Strategy,
+    batch: Any,
+    batch_idx: int,
+    ddp: bool,
+) -> Any:
     """``_ManualOptimization.run`` for a ``_step_kind`` the lean path reproduces: the
     optimizers count their steps into the loop's progress while ``training_step`` runs, as
     Lightning has them do. Follows ``_ManualOptimization.run`` (on_run_start, advance,
@@ -291,7 +311,8 @@ class BackendFastPath:
         self.trainer = trainer
         self.module = module = trainer.lightning_module
         self.module_hooks = {
-            name for name in ("on_before_backward", "on_after_backward", "on_before_optimizer_step")
+            name
+            for name in ("on_before_backward", "on_after_backward", "on_before_optimizer_step")
             if overrides(module, pl.LightningModule, name)
         }
 
@@ -303,10 +324,14 @@ class BackendFastPath:
         module = trainer.lightning_module
         plain_strategy = type(strategy) in (SingleDeviceStrategy, DDPStrategy)
         averaging = getattr(strategy, "_model_averager", None) is not None
-        return (plain_strategy and not averaging and type(trainer.precision_plugin) is Precision
-                and type(strategy).backward is Strategy.backward
-                and not overrides(module, pl.LightningModule, "backward")
-                and not overrides(module, pl.LightningModule, "manual_backward"))
+        return (
+            plain_strategy
+            and not averaging
+            and type(trainer.precision_plugin) is Precision
+            and type(strategy).backward is Strategy.backward
+            and not overrides(module, pl.LightningModule, "backward")
+            and not overrides(module, pl.LightningModule, "manual_backward")
+        )
 
     def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         trainer, module = self.trainer, self.module
@@ -340,4 +365,3 @@ class BackendFastPath:
         output = optimizer.step(closure=closure)  # type: ignore[arg-type]
         lightning_optimizer._on_after_step()
         return output
-

@@ -80,17 +80,17 @@ def install(trainer: pl.Trainer) -> None:
 class _Plan(NamedTuple):
     """What the lean step may skip for one module and strategy, worked out per pass."""
 
-    lean: bool               # the narrow case holds (else: Lightning's _evaluation_step)
-    quiet_profiler: bool     # the profiler is the pass-through one
-    before_transfer: bool    # the module overrides on_before_batch_transfer
-    to_device: bool          # strategy.batch_to_device may change the batch
+    lean: bool  # the narrow case holds (else: Lightning's _evaluation_step)
+    quiet_profiler: bool  # the profiler is the pass-through one
+    before_transfer: bool  # the module overrides on_before_batch_transfer
+    to_device: bool  # strategy.batch_to_device may change the batch
     module_batch_start: bool  # the module overrides on_{validation,test}_batch_start
-    direct_step: bool        # the step may be called directly (one device, plain precision)
-    module_batch_end: bool   # the module overrides on_{validation,test}_batch_end
+    direct_step: bool  # the step may be called directly (one device, plain precision)
+    module_batch_end: bool  # the module overrides on_{validation,test}_batch_end
     start_hook: str
     step_hook: str
     end_hook: str
-    sanity_checking: bool    # trainer.sanity_checking, the same all pass
+    sanity_checking: bool  # trainer.sanity_checking, the same all pass
     module: pl.LightningModule  # trainer.lightning_module and trainer.strategy, the same all pass
     strategy: Strategy
     results: Optional[_ResultCollection]  # trainer._results when it is this loop's (else None)
@@ -103,10 +103,13 @@ def _plan(loop: "LeanEvaluationLoop") -> _Plan:
     prefix = "on_test_batch" if testing else "on_validation_batch"
     step_hook = "test_step" if testing else "validation_step"
     quiet = plain_run(trainer)
-    lean = (quiet and loop.num_dataloaders == 1
-            and type(loop._data_fetcher) is _PrefetchDataFetcher
-            # Lightning leaves batch_idx out of a step that does not take it
-            and loop.step_takes_batch_idx(getattr(module, step_hook)))
+    lean = (
+        quiet
+        and loop.num_dataloaders == 1
+        and type(loop._data_fetcher) is _PrefetchDataFetcher
+        # Lightning leaves batch_idx out of a step that does not take it
+        and loop.step_takes_batch_idx(getattr(module, step_hook))
+    )
     results = trainer._results
     return _Plan(
         lean=lean,
@@ -114,8 +117,11 @@ def _plan(loop: "LeanEvaluationLoop") -> _Plan:
         before_transfer=overrides(module, pl.LightningModule, "on_before_batch_transfer"),
         to_device=not batch_stays(module, strategy),
         module_batch_start=overrides(module, pl.LightningModule, f"{prefix}_start"),
-        direct_step=(type(strategy) is SingleDeviceStrategy and strategy.model is module
-                     and type(trainer.precision_plugin) is Precision),
+        direct_step=(
+            type(strategy) is SingleDeviceStrategy
+            and strategy.model is module
+            and type(trainer.precision_plugin) is Precision
+        ),
         module_batch_end=overrides(module, pl.LightningModule, f"{prefix}_end"),
         start_hook=f"{prefix}_start",
         step_hook=step_hook,
@@ -149,10 +155,16 @@ class LeanEvaluationLoop(_EvaluationLoop):
         2.6.6): Lightning's check, unless it passed last time for the same hooks, dataloader
         count and fetcher (it depends on nothing else and only ever raises)."""
         module = self.trainer.lightning_module
-        names = (("test_step", "on_test_batch_start", "on_test_batch_end") if self.trainer.testing
-                 else ("validation_step", "on_validation_batch_start", "on_validation_batch_end"))
-        checked = (tuple(getattr(module, name) for name in names),
-                   self._is_sequential and self.num_dataloaders > 1, type(self._data_fetcher))
+        names = (
+            ("test_step", "on_test_batch_start", "on_test_batch_end")
+            if self.trainer.testing
+            else ("validation_step", "on_validation_batch_start", "on_validation_batch_end")
+        )
+        checked = (
+            tuple(getattr(module, name) for name in names),
+            self._is_sequential and self.num_dataloaders > 1,
+            type(self._data_fetcher),
+        )
         if checked != self._verified:
             super()._verify_dataloader_idx_requirement()
             self._verified = checked
@@ -181,8 +193,9 @@ class LeanEvaluationLoop(_EvaluationLoop):
         if plan is None or not plan.quiet_profiler:
             super()._on_after_fetch()
 
-    def _evaluation_step(self, batch: Any, batch_idx: int, dataloader_idx: int,
-                         dataloader_iter: Any) -> None:
+    def _evaluation_step(
+        self, batch: Any, batch_idx: int, dataloader_idx: int, dataloader_iter: Any
+    ) -> None:
         """Follows ``_EvaluationLoop._evaluation_step`` (unchanged 2.4.0 to 2.6.6) for one
         dataloader and a ``(batch, batch_idx)`` step."""
         plan = self._lean_plan
@@ -199,8 +212,9 @@ class LeanEvaluationLoop(_EvaluationLoop):
         if plan.before_transfer:
             batch = module._on_before_batch_transfer(batch, dataloader_idx=dataloader_idx)
         if plan.to_device:
-            batch = call_hook(strategy, module, "batch_to_device", batch,
-                               dataloader_idx=dataloader_idx)
+            batch = call_hook(
+                strategy, module, "batch_to_device", batch, dataloader_idx=dataloader_idx
+            )
         progress.increment_ready()
         results = plan.results
         if results is None:

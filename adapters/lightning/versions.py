@@ -59,27 +59,51 @@ from packaging.version import Version
 class Shape(NamedTuple):
     """What the lean code depends on, for one range of Lightning releases."""
 
-    first: str                 # the first release of the range
-    last: str                  # the last release checked (inclusive)
-    advance: str               # the release whose _TrainingEpochLoop.advance the lean one follows
-    advance_digest: str        # fingerprint() of that release's advance (the contract test
-                               # checks the installed one against it)
-    marks_last_batch: bool     # a batch skipped by on_train_batch_start is marked the last one
-    broadcasts_sigterm: bool   # advance broadcasts the SIGTERM flag before each batch
+    first: str  # the first release of the range
+    last: str  # the last release checked (inclusive)
+    advance: str  # the release whose _TrainingEpochLoop.advance the lean one follows
+    advance_digest: str  # fingerprint() of that release's advance (the contract test
+    # checks the installed one against it)
+    marks_last_batch: bool  # a batch skipped by on_train_batch_start is marked the last one
+    broadcasts_sigterm: bool  # advance broadcasts the SIGTERM flag before each batch
 
 
 # One row per range of releases with the same ``advance`` (and the same everything else the
 # lean path follows). scripts/test-lightning-releases.sh runs the trace and contract tests on
 # one release of each row.
 TABLE: Tuple[Shape, ...] = (
-    Shape("2.4.0", "2.4.0", advance="2.4.0", advance_digest="7ba935fd01c4",
-          marks_last_batch=False, broadcasts_sigterm=False),
-    Shape("2.5.0", "2.5.1.post0", advance="2.5.0", advance_digest="419c08cd10df",
-          marks_last_batch=False, broadcasts_sigterm=False),
-    Shape("2.5.2", "2.5.6", advance="2.5.2", advance_digest="b77340a10ed2",
-          marks_last_batch=False, broadcasts_sigterm=True),
-    Shape("2.6.0", "2.6.6", advance="2.6.0", advance_digest="a89952bfe388",
-          marks_last_batch=True, broadcasts_sigterm=True),
+    Shape(
+        "2.4.0",
+        "2.4.0",
+        advance="2.4.0",
+        advance_digest="7ba935fd01c4",
+        marks_last_batch=False,
+        broadcasts_sigterm=False,
+    ),
+    Shape(
+        "2.5.0",
+        "2.5.1.post0",
+        advance="2.5.0",
+        advance_digest="419c08cd10df",
+        marks_last_batch=False,
+        broadcasts_sigterm=False,
+    ),
+    Shape(
+        "2.5.2",
+        "2.5.6",
+        advance="2.5.2",
+        advance_digest="b77340a10ed2",
+        marks_last_batch=False,
+        broadcasts_sigterm=True,
+    ),
+    Shape(
+        "2.6.0",
+        "2.6.6",
+        advance="2.6.0",
+        advance_digest="a89952bfe388",
+        marks_last_batch=True,
+        broadcasts_sigterm=True,
+    ),
 )
 
 # The functions the lean pieces mirror that are the same in every row (fingerprints of 2.4.0 to
@@ -108,8 +132,7 @@ UNCHANGED: Dict[str, str] = {
     "plugins.precision.precision:Precision.optimizer_step": "23d46ba09e0a",
     "plugins.precision.precision:Precision._wrap_closure": "cda4db0304fb",
     "plugins.precision.precision:Precision._after_closure": "9cb08fca04c0",
-    "trainer.connectors.logger_connector.logger_connector:_LoggerConnector.on_batch_end":
-        "910e37278afb",
+    "trainer.connectors.logger_connector.logger_connector:_LoggerConnector.on_batch_end": "910e37278afb",
     # lean_validation.py
     "loops.evaluation_loop:_EvaluationLoop._evaluation_step": "a2f5504c0b30",
     "loops.evaluation_loop:_EvaluationLoop._on_before_fetch": "75d2bc59a1e7",
@@ -121,12 +144,10 @@ UNCHANGED: Dict[str, str] = {
     # (calls loops.utilities._verify_dataloader_idx_requirement, whose only change 2.4.0 to
     # 2.6.6 is a type annotation: Tuple -> tuple)
     "loops.evaluation_loop:_EvaluationLoop._verify_dataloader_idx_requirement": "2f5fa122e76a",
-    "trainer.connectors.logger_connector.logger_connector:_LoggerConnector.on_batch_start":
-        "b86eeef7d7e3",
+    "trainer.connectors.logger_connector.logger_connector:_LoggerConnector.on_batch_start": "b86eeef7d7e3",
     "trainer.connectors.logger_connector.logger_connector:"
     "_LoggerConnector.update_eval_step_metrics": "c9a6aea0b920",
-    "trainer.connectors.logger_connector.logger_connector:_LoggerConnector.reset_results":
-        "ee8e971689ed",
+    "trainer.connectors.logger_connector.logger_connector:_LoggerConnector.reset_results": "ee8e971689ed",
     "trainer.connectors.logger_connector.result:_ResultCollection.metrics": "6a7f15d68406",
     "trainer.connectors.logger_connector.result:_ResultCollection.valid_items": "510dfc10b180",
     "trainer.connectors.logger_connector.result:_ResultCollection.reset": "8429e6fc269d",
@@ -178,8 +199,10 @@ _warned = False
 
 def switched_off(*env_names: str) -> bool:
     """Whether one of ``env_names`` (or ``DET_LIGHTNING_LEAN``) turns the lean pieces off."""
-    return any(os.environ.get(name, "1").strip().lower() in ("0", "false", "no", "off")
-               for name in (*env_names, LEAN_ENV))
+    return any(
+        os.environ.get(name, "1").strip().lower() in ("0", "false", "no", "off")
+        for name in (*env_names, LEAN_ENV)
+    )
 
 
 def lean_allowed(*env_names: str) -> bool:

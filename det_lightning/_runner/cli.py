@@ -98,7 +98,8 @@ def torchrun_command(
                 "or start them yourself with torchrun -m det_lightning ... on every node."
             )
         command += [
-            f"--nnodes={nodes}", f"--node-rank={environ['NODE_RANK']}",
+            f"--nnodes={nodes}",
+            f"--node-rank={environ['NODE_RANK']}",
             f"--master-addr={environ['MASTER_ADDR']}",
             f"--master-port={environ.get('MASTER_PORT', '29500')}",
         ]
@@ -111,8 +112,11 @@ def _start_processes(options: Mapping[str, Any], argv: Sequence[str]) -> Optiona
     command = torchrun_command(options, os.environ, argv)
     if command is None:
         return None
-    print(f"{PROG}: starting {options['devices']} processes: {' '.join(command[1:])}",
-          file=sys.stderr, flush=True)
+    print(
+        f"{PROG}: starting {options['devices']} processes: {' '.join(command[1:])}",
+        file=sys.stderr,
+        flush=True,
+    )
     return subprocess.call(command)
 
 
@@ -186,14 +190,15 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format=det_lightning.LOG_FORMAT)
     try:
         config = load_config(args.config)
-        plan = plan_experiment(
-            config, args.model_dir, _launch_options(args), args.checkpoint_dir
-        )
+        plan = plan_experiment(config, args.model_dir, _launch_options(args), args.checkpoint_dir)
         plan.storage = args.storage
         plan.heartbeat_timeout = args.heartbeat_timeout
         # One dashboard: this command's, not its workers' nor its torchrun processes'.
-        wanted = (args.dashboard and os.environ.get(SEARCH_WORKER_ENV) is None
-                  and not _already_launched(os.environ))
+        wanted = (
+            args.dashboard
+            and os.environ.get(SEARCH_WORKER_ENV) is None
+            and not _already_launched(os.environ)
+        )
         with dashboard_beside(plan, wanted):
             return _run_plan(plan, args)
     except (errors.InvalidConfigException, NotImplementedError, UsageError) as e:
@@ -284,55 +289,80 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     run = commands.add_parser(
-        "run", help="run a Trainer-API script with `import determined` aliased to det_lightning",
+        "run",
+        help="run a Trainer-API script with `import determined` aliased to det_lightning",
         description="Run a Trainer-API script (python train.py ARGS) with `import determined` "
         "resolving to det_lightning. Launch options go before the script.",
     )
     add_launch_arguments(run)
-    run.add_argument("-m", dest="module", action="store_true",
-                     help="TARGET is a module to run, as with python -m")
+    run.add_argument(
+        "-m",
+        dest="module",
+        action="store_true",
+        help="TARGET is a module to run, as with python -m",
+    )
     run.add_argument("target", metavar="SCRIPT", help="the script (or module, with -m)")
-    run.add_argument("script_args", metavar="ARGS", nargs=argparse.REMAINDER,
-                     help="arguments for the script")
+    run.add_argument(
+        "script_args", metavar="ARGS", nargs=argparse.REMAINDER, help="arguments for the script"
+    )
     run.set_defaults(handler=_cmd_run)
 
     experiment = commands.add_parser(
-        "experiment", help="run a Determined experiment config locally",
+        "experiment",
+        help="run a Determined experiment config locally",
         description="Run a Determined experiment config locally: searchers grid, random and "
         "adaptive_asha on Optuna (several workers may share one search through --storage, and "
         "rerunning continues it), single as one trial; each trial checkpoints to "
         "<checkpoint dir>/trial-<n>/.",
     )
     add_launch_arguments(experiment)
-    experiment.add_argument("--checkpoint-dir", default=None,
-                            help="where checkpoints go (default: checkpoint_storage, else "
-                            "$DET_LIGHTNING_CHECKPOINT_DIR, else ./checkpoints)")
-    experiment.add_argument("--storage", default=None,
-                            help="grid, random, adaptive_asha: the Optuna storage every worker "
-                            "of the search "
-                            "shares (a database URL, or a journal file path; default: "
-                            "<checkpoint dir>/search.journal). Rerun to continue a search.")
-    experiment.add_argument("--heartbeat-timeout", type=_positive_seconds, default=120.0,
-                            metavar="SECONDS",
-                            help="grid, random, adaptive_asha: a trial whose worker has not "
-                            "renewed its lease for this long (its machine died) is taken over "
-                            "by another worker and resumed from its latest checkpoint "
-                            "(default: 120)")
-    experiment.add_argument("--workers", type=int, default=None,
-                            help="a search: how many trials run at once on this machine, "
-                            "each in a worker process (default: one per slots_per_trial GPUs, "
-                            "at most max_concurrent_trials; one on a machine without GPUs)")
-    experiment.add_argument("--dashboard", action="store_true",
-                            help="start optuna-dashboard on the search's storage while it runs "
-                            "(and after, until Ctrl-C); needs pip install "
-                            "'det_lightning[dashboard]'")
+    experiment.add_argument(
+        "--checkpoint-dir",
+        default=None,
+        help="where checkpoints go (default: checkpoint_storage, else "
+        "$DET_LIGHTNING_CHECKPOINT_DIR, else ./checkpoints)",
+    )
+    experiment.add_argument(
+        "--storage",
+        default=None,
+        help="grid, random, adaptive_asha: the Optuna storage every worker "
+        "of the search "
+        "shares (a database URL, or a journal file path; default: "
+        "<checkpoint dir>/search.journal). Rerun to continue a search.",
+    )
+    experiment.add_argument(
+        "--heartbeat-timeout",
+        type=_positive_seconds,
+        default=120.0,
+        metavar="SECONDS",
+        help="grid, random, adaptive_asha: a trial whose worker has not "
+        "renewed its lease for this long (its machine died) is taken over "
+        "by another worker and resumed from its latest checkpoint "
+        "(default: 120)",
+    )
+    experiment.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="a search: how many trials run at once on this machine, "
+        "each in a worker process (default: one per slots_per_trial GPUs, "
+        "at most max_concurrent_trials; one on a machine without GPUs)",
+    )
+    experiment.add_argument(
+        "--dashboard",
+        action="store_true",
+        help="start optuna-dashboard on the search's storage while it runs "
+        "(and after, until Ctrl-C); needs pip install "
+        "'det_lightning[dashboard]'",
+    )
     experiment.add_argument("config", metavar="CONFIG", help="the experiment config (YAML)")
     experiment.add_argument("model_dir", metavar="MODEL_DIR", help="the model definition directory")
     experiment.set_defaults(handler=_cmd_experiment)
 
     checkpoint = commands.add_parser(
-        "checkpoint", help="Lightning .ckpt files to Determined checkpoints (export), and back "
-        "(convert)", description="export FILE.ckpt [--checkpoint-dir DIR] [--code DIR] [--trust]; "
+        "checkpoint",
+        help="Lightning .ckpt files to Determined checkpoints (export), and back (convert)",
+        description="export FILE.ckpt [--checkpoint-dir DIR] [--code DIR] [--trust]; "
         "convert CHECKPOINT_DIR FILE.ckpt [--trust]. `det-lightning checkpoint export --help` "
         "for more.",
     )

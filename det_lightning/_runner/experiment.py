@@ -39,6 +39,7 @@ from det_lightning._runner.trial import (
 
 logger = logging.getLogger("det_lightning")
 
+
 def _flat(hparams: Dict[str, Any], prefix: str = "") -> Dict[str, Any]:
     out: Dict[str, Any] = {}
     for key, value in hparams.items():
@@ -176,11 +177,12 @@ def run_experiment(plan: Plan) -> int:
     return 1 if any(r.status not in (*FINISHED, "RUNNING", INVALID_HP) for r in results) else 0
 
 
-SINGLE_ADVICE = ("To continue from it, rerun the same command with "
-                 f"{LATEST_CHECKPOINT_ENV}=latest.")
-INTERRUPTED_NOTE = ("det-lightning experiment: the search was interrupted by a signal. Rerun "
-                    "the same command to continue it: an interrupted trial resumes from its "
-                    f"latest checkpoint. Exiting with status {errors.TrialPreempted.EXIT_CODE}.")
+SINGLE_ADVICE = f"To continue from it, rerun the same command with {LATEST_CHECKPOINT_ENV}=latest."
+INTERRUPTED_NOTE = (
+    "det-lightning experiment: the search was interrupted by a signal. Rerun "
+    "the same command to continue it: an interrupted trial resumes from its "
+    f"latest checkpoint. Exiting with status {errors.TrialPreempted.EXIT_CODE}."
+)
 
 
 def _report(results: Sequence[TrialResult], searcher: Dict[str, Any], interrupted: bool) -> None:

@@ -98,8 +98,9 @@ def _search_settings(config: ExperimentConfig) -> Optional[SearchSettings]:
     size = config.hyperparameters.get("global_batch_size")
     if isinstance(size, dict):
         size = size.get("val")
-    return SearchSettings.from_searcher(config.searcher, config.lengths,
-                                        size if isinstance(size, int) else None)
+    return SearchSettings.from_searcher(
+        config.searcher, config.lengths, size if isinstance(size, int) else None
+    )
 
 
 def _entrypoint_plan(config: ExperimentConfig) -> Tuple[Optional[str], Optional[List[str]]]:
@@ -114,8 +115,9 @@ def _entrypoint_plan(config: ExperimentConfig) -> Tuple[Optional[str], Optional[
     return None, parsed
 
 
-def _planned_trials(config: ExperimentConfig,
-                    search: Optional[SearchSettings]) -> List[Dict[str, Any]]:
+def _planned_trials(
+    config: ExperimentConfig, search: Optional[SearchSettings]
+) -> List[Dict[str, Any]]:
     """The hyperparameters of each trial known before training: single's one, a grid's points
     in the order their trials run; none for searches that draw them as they go."""
     if search is None:
@@ -176,7 +178,8 @@ def plan_experiment(
             config.lengths.fit_lengths(hparams)
     root = checkpoint_dir or config.checkpoint_dir() or os.environ.get(CHECKPOINT_DIR_ENV)
     tensorboard = os.environ.get(TENSORBOARD_DIR_ENV) or os.path.join(
-        "tensorboard", _run_name(config, search))
+        "tensorboard", _run_name(config, search)
+    )
     return Plan(
         config=config,
         model_dir=directory,

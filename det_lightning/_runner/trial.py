@@ -132,8 +132,9 @@ def run_legacy_trial(
     assert trainer.result is not None
     best = trainer.result.best_metric(metric, smaller)
     checkpoint = trainer.result.reported_checkpoint() or ckpt.latest_checkpoint(directory)
-    return TrialResult(number, hparams, "COMPLETED", best, checkpoint,
-                       batches=trainer.result.batches_trained)
+    return TrialResult(
+        number, hparams, "COMPLETED", best, checkpoint, batches=trainer.result.batches_trained
+    )
 
 
 def launch_flags(options: Dict[str, Any]) -> List[str]:
@@ -144,10 +145,14 @@ def launch_flags(options: Dict[str, Any]) -> List[str]:
     return flags
 
 
-def run_command_trial(plan: Plan, number: int, hparams: Dict[str, Any],
-                      extra_env: Optional[Dict[str, str]] = None,
-                      lost: Optional[threading.Event] = None,
-                      launch: Optional[Launch] = None) -> TrialResult:
+def run_command_trial(
+    plan: Plan,
+    number: int,
+    hparams: Dict[str, Any],
+    extra_env: Optional[Dict[str, str]] = None,
+    lost: Optional[threading.Event] = None,
+    launch: Optional[Launch] = None,
+) -> TrialResult:
     """A command entrypoint: ``det-lightning run`` in a child process, in the model directory
     (``extra_env``: what a search tells the trial, see ``search``; ``lost``: set when another
     worker took the trial over, which ends the child at once; ``launch``: a search's way to
@@ -168,11 +173,16 @@ def run_command_trial(plan: Plan, number: int, hparams: Dict[str, Any],
     env.update(extra_env or {})
     logger.info(f"trial {number}: det-lightning {shlex.join(argv)} in {plan.model_dir}")
     if launch is not None:
-        code = launch(TrialRequest("det_lightning._runner.cli:main", (argv,),
-                                   str(plan.model_dir), env, [sys.argv[0]]), lost)
+        code = launch(
+            TrialRequest(
+                "det_lightning._runner.cli:main", (argv,), str(plan.model_dir), env, [sys.argv[0]]
+            ),
+            lost,
+        )
     else:
-        child = subprocess.Popen([sys.executable, "-m", "det_lightning", *argv],
-                                 cwd=plan.model_dir, env=env)
+        child = subprocess.Popen(
+            [sys.executable, "-m", "det_lightning", *argv], cwd=plan.model_dir, env=env
+        )
         code = _wait_unless_lost(child, lost)
     if code is None:
         from det_lightning._runner.search._lease import LeaseLost  # imports optuna
@@ -186,8 +196,9 @@ def run_command_trial(plan: Plan, number: int, hparams: Dict[str, Any],
     return TrialResult(number, hparams, status, None, ckpt.latest_checkpoint(directory))
 
 
-def _wait_unless_lost(child: "subprocess.Popen[bytes]",
-                      lost: Optional[threading.Event]) -> Optional[int]:
+def _wait_unless_lost(
+    child: "subprocess.Popen[bytes]", lost: Optional[threading.Event]
+) -> Optional[int]:
     """The child's exit status; None, with the child killed, once ``lost`` is set."""
     while True:
         try:
@@ -202,7 +213,6 @@ def _wait_unless_lost(child: "subprocess.Popen[bytes]",
             raise
 
 
-
 def write_trial_hparams(plan: Plan, number: int, hparams: Dict[str, Any]) -> None:
     """The chief writes the trial's hyperparameters for TensorBoard's HParams view into the
     trial's run directory, once (``search._tensorboard``)."""
@@ -210,9 +220,19 @@ def write_trial_hparams(plan: Plan, number: int, hparams: Dict[str, Any]) -> Non
         return
     from det_lightning._runner.search._tensorboard import write_hparams
 
-    write_hparams(plan.tensorboard_root / f"trial-{number}", hparams,
-                  plan.config.searcher["metric"], f"trial-{number}")
+    write_hparams(
+        plan.tensorboard_root / f"trial-{number}",
+        hparams,
+        plan.config.searcher["metric"],
+        f"trial-{number}",
+    )
 
 
-__all__ = ["FINISHED", "INVALID_HP", "TrialResult", "run_command_trial", "run_legacy_trial",
-           "write_trial_hparams"]
+__all__ = [
+    "FINISHED",
+    "INVALID_HP",
+    "TrialResult",
+    "run_command_trial",
+    "run_legacy_trial",
+    "write_trial_hparams",
+]

@@ -17,5 +17,12 @@ from det_lightning.experimental.client import (
 )
 
 __all__ = [
-    "Checkpoint", "Determined", "Experiment", "Model", "ModelVersion", "Project", "Trial", "client",
+    "Checkpoint",
+    "Determined",
+    "Experiment",
+    "Model",
+    "ModelVersion",
+    "Project",
+    "Trial",
+    "client",
 ]

@@ -63,6 +63,7 @@ def __getattr__(name: str) -> Any:
     if name.startswith("__"):
         raise AttributeError(name)
     if name not in _FUNCTIONS:
+
         def needs_master(*args: Any, **kwargs: Any) -> NoReturn:
             _refuse(name)
 

@@ -108,8 +108,11 @@ def main(override_args: List[str], script: List[str]) -> int:
         print(f"torch_distributed: error: {e}", file=sys.stderr)
         return cli.EXIT_USAGE
     if isinstance(target, str):  # `python3 -m determined.launch.X --trial model_def:Trial`
-        print(f"torch_distributed: error: {target!r} is a legacy Trial entrypoint; run it with "
-              "`det-lightning experiment CONFIG.yaml MODEL_DIR`.", file=sys.stderr)
+        print(
+            f"torch_distributed: error: {target!r} is a legacy Trial entrypoint; run it with "
+            "`det-lightning experiment CONFIG.yaml MODEL_DIR`.",
+            file=sys.stderr,
+        )
         return cli.EXIT_USAGE
     logger.debug("launching: det-lightning run %s", " ".join([*flags, *target]))
     return cli.main(["run", *flags, *target])

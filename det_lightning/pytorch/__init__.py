@@ -16,6 +16,7 @@ from det_lightning.pytorch._export import export_lightning_checkpoint, to_lightn
 from det_lightning.pytorch._launch import add_launch_arguments, launch_kwargs
 from det_lightning.pytorch._load import CheckpointLoadContext, load_trial_from_checkpoint_path
 from det_lightning.pytorch._lr_scheduler import LRScheduler
+
 # ``_SimpleReducer`` is private in Determined too, but exported there and subclassed by trials.
 from det_lightning.pytorch._reducer import MetricReducer, Reducer
 from det_lightning.pytorch._reducer import _SimpleReducer as _SimpleReducer

@@ -32,8 +32,11 @@ def sync_checkpoints(option: Optional[bool] = None) -> bool:
     (True, False)
     """
     return switch(
-        option, "sync_checkpoints", SYNC_CHECKPOINTS_ENV,
-        on="write checkpoints in the training thread", off="in the background, the default",
+        option,
+        "sync_checkpoints",
+        SYNC_CHECKPOINTS_ENV,
+        on="write checkpoints in the training thread",
+        off="in the background, the default",
     )
 
 

@@ -166,8 +166,11 @@ def stop_agreement_due(
 
 
 def next_agreement_interval(
-    batch_seconds: float, agreement_seconds: float, share: float = 0.01,
-    most_seconds: float = 1.0, most: int = 4096,
+    batch_seconds: float,
+    agreement_seconds: float,
+    share: float = 0.01,
+    most_seconds: float = 1.0,
+    most: int = 4096,
 ) -> int:
     """Batches until the next stop agreement: agreeing costs about ``share`` of the training
     time, and a stop waits at most about ``most_seconds`` of batches (and ``most`` batches).

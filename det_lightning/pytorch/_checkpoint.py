@@ -75,8 +75,12 @@ def new_uuid() -> str:
 def new_trial_state() -> Dict[str, int]:
     """Determined's ``_TrialState`` of a trial that has not trained yet."""
     return {
-        "trial_id": LOCAL_TRIAL_ID, "last_ckpt": 0, "step_id": 0, "last_val": 0,
-        "batches_trained": 0, "epochs_trained": 0,
+        "trial_id": LOCAL_TRIAL_ID,
+        "last_ckpt": 0,
+        "step_id": 0,
+        "last_val": 0,
+        "batches_trained": 0,
+        "epochs_trained": 0,
     }
 
 
@@ -112,9 +116,12 @@ def read_trial_state(ckpt_dir: pathlib.Path) -> Optional[Dict[str, int]]:
     if not isinstance(batches, int):
         raise errors.InvalidCheckpointException(f"{legacy} holds no batch count.")
     return {
-        "trial_id": old.get("trial_id", 0), "last_ckpt": old.get("last_ckpt", batches),
-        "step_id": old.get("step_id", 0), "last_val": old.get("last_val", 0),
-        "batches_trained": batches, "epochs_trained": 0,
+        "trial_id": old.get("trial_id", 0),
+        "last_ckpt": old.get("last_ckpt", batches),
+        "step_id": old.get("step_id", 0),
+        "last_val": old.get("last_val", 0),
+        "batches_trained": batches,
+        "epochs_trained": 0,
     }
 
 
@@ -147,8 +154,13 @@ def find_state_dict_file(ckpt_dir: pathlib.Path) -> pathlib.Path:
     Raises:
         InvalidCheckpointException: ``ckpt_dir`` does not exist or holds no state dict.
     """
-    for relative in (STATE_DICT_FILE, STATE_DICT_FILE_DOCS, "determined/state_dict.pth",
-                     "pedl/state_dict.pth", "checkpoint.pt"):
+    for relative in (
+        STATE_DICT_FILE,
+        STATE_DICT_FILE_DOCS,
+        "determined/state_dict.pth",
+        "pedl/state_dict.pth",
+        "checkpoint.pt",
+    ):
         candidate = ckpt_dir / relative
         if candidate.is_file():
             return candidate
@@ -194,8 +206,10 @@ def refused_by_weights_only(e: BaseException) -> bool:
     file), rather than because the file is damaged."""
     message = str(e).lower()
     # A file that is not a pickle at all fails in the weights-only unpickler too, on an opcode.
-    return isinstance(e, pickle.UnpicklingError) and "weights only load failed" in message and (
-        "unsupported operand" not in message
+    return (
+        isinstance(e, pickle.UnpicklingError)
+        and "weights only load failed" in message
+        and ("unsupported operand" not in message)
     )
 
 
@@ -246,10 +260,10 @@ def latest_checkpoint(root: pathlib.Path) -> Optional[pathlib.Path]: ...
 def latest_checkpoint(root: "RemoteRoot") -> Optional["RemoteRoot"]: ...
 @overload
 def latest_checkpoint(
-    root: Union[pathlib.Path, "RemoteRoot"]
+    root: Union[pathlib.Path, "RemoteRoot"],
 ) -> Optional[Union[pathlib.Path, "RemoteRoot"]]: ...
 def latest_checkpoint(
-    root: Union[pathlib.Path, "RemoteRoot"]
+    root: Union[pathlib.Path, "RemoteRoot"],
 ) -> Optional[Union[pathlib.Path, "RemoteRoot"]]:
     """The complete checkpoint under ``root`` with the most batches trained (newest on ties);
     under a URL root (``_remote.RemoteRoot``, which lists its own) only checkpoints with their

@@ -86,6 +86,7 @@ def make_metadata(steps_completed: int) -> Dict[str, Any]:
         "format": "pickle",
     }
 
+
 def write_json(path: pathlib.Path, content: Any) -> None:
     """Writes ``content`` as JSON, turning numpy and torch scalars into numbers."""
     path.write_text(json.dumps(content, default=_json_default, indent=2))
@@ -130,7 +131,8 @@ def write_files(
         pickle.dump({k: int(v) for k, v in trial_state.items()}, f)
     write_json(directory / LOAD_DATA_FILE, load_data)
     write_json(
-        directory / METADATA_FILE, {**make_metadata(trial_state["batches_trained"]), **(metadata or {})}
+        directory / METADATA_FILE,
+        {**make_metadata(trial_state["batches_trained"]), **(metadata or {})},
     )
     copy_code(code, directory / CODE_DIR, code_skip)
 
@@ -151,8 +153,14 @@ class CheckpointFiles:
     def write(self, directory: pathlib.Path) -> None:
         """Writes the files into ``directory`` (see ``write_files``)."""
         write_files(
-            directory, self.state_dict, self.trial_state, self.load_data, self.code,
-            self.code_skip, self.lightning_callbacks, self.metadata,
+            directory,
+            self.state_dict,
+            self.trial_state,
+            self.load_data,
+            self.code,
+            self.code_skip,
+            self.lightning_callbacks,
+            self.metadata,
         )
 
 

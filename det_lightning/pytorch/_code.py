@@ -64,8 +64,11 @@ def _install_dirs() -> Set[pathlib.Path]:
     import site
     import sysconfig
 
-    dirs = {pathlib.Path(p).resolve() for key, p in sysconfig.get_paths().items()
-            if key in ("stdlib", "platstdlib", "purelib", "platlib")}
+    dirs = {
+        pathlib.Path(p).resolve()
+        for key, p in sysconfig.get_paths().items()
+        if key in ("stdlib", "platstdlib", "purelib", "platlib")
+    }
     dirs.update(pathlib.Path(p).resolve() for p in site.getsitepackages())
     return dirs
 
@@ -87,8 +90,11 @@ def copy_code(
             for name in names:
                 full = pathlib.Path(directory, name)
                 relative = full.relative_to(root).as_posix()
-                if (_skip_entry(full, skip_resolved) or _is_run_output(full)
-                        or detignore.ignored(relative, full.is_dir())):
+                if (
+                    _skip_entry(full, skip_resolved)
+                    or _is_run_output(full)
+                    or detignore.ignored(relative, full.is_dir())
+                ):
                     ignored.append(name)
                 elif full.is_file() and full.stat().st_size > MAX_CODE_FILE_BYTES:
                     large.append(str(full))

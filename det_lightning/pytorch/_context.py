@@ -128,18 +128,16 @@ class PyTorchTrialContext(TrialContext):
     def get_global_batch_size(self) -> int:
         if self._global_batch_size is None:
             raise ValueError(
-                "global_batch_size " + NOT_CONFIGURED.format(
-                    what="hparams['global_batch_size']", arg="hparams"
-                )
+                "global_batch_size "
+                + NOT_CONFIGURED.format(what="hparams['global_batch_size']", arg="hparams")
             )
         return self._global_batch_size
 
     def get_per_slot_batch_size(self) -> int:
         if self._per_slot_batch_size is None:
             raise ValueError(
-                "per_slot_batch_size " + NOT_CONFIGURED.format(
-                    what="hparams['global_batch_size']", arg="hparams"
-                )
+                "per_slot_batch_size "
+                + NOT_CONFIGURED.format(what="hparams['global_batch_size']", arg="hparams")
             )
         return self._per_slot_batch_size
 

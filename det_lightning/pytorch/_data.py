@@ -73,8 +73,16 @@ class DataLoader:
         persistent_workers: bool = False,
     ) -> None:
         _check_loader_args(
-            dataset, batch_size, shuffle, sampler, batch_sampler, num_workers, drop_last,
-            timeout, prefetch_factor, persistent_workers,
+            dataset,
+            batch_size,
+            shuffle,
+            sampler,
+            batch_sampler,
+            num_workers,
+            drop_last,
+            timeout,
+            prefetch_factor,
+            persistent_workers,
         )
         if sampler is None:
             sampler = (
@@ -100,9 +108,7 @@ class DataLoader:
         self.multiprocessing_context = multiprocessing_context
         self.persistent_workers = persistent_workers
         if collate_fn is None:
-            collate_fn = (
-                data.default_collate if batch_sampler is not None else data.default_convert
-            )
+            collate_fn = data.default_collate if batch_sampler is not None else data.default_convert
         self.collate_fn = collate_fn
 
     def _torch_loader(self, batch_sampler: data.Sampler) -> data.DataLoader:
@@ -167,7 +173,9 @@ def _check_loader_args(
             "DataLoader(sampler=..., shuffle=True): sampler option is mutually exclusive with "
             "shuffle. Drop shuffle=True (the sampler decides the order) or drop the sampler."
         )
-    if batch_sampler is not None and (batch_size != 1 or shuffle or sampler is not None or drop_last):
+    if batch_sampler is not None and (
+        batch_size != 1 or shuffle or sampler is not None or drop_last
+    ):
         raise ValueError(
             "DataLoader(batch_sampler=...): batch_sampler option is mutually exclusive with "
             "batch_size, shuffle, sampler, and drop_last."
@@ -365,9 +373,7 @@ def data_length(data: _Data) -> int:
     )
 
 
-def to_device(
-    data: Any, device: torch.device, warned_types: Optional[Set[Type]] = None
-) -> Any:
+def to_device(data: Any, device: torch.device, warned_types: Optional[Set[Type]] = None) -> Any:
     """Moves tensors (and numeric numpy arrays) in nested dicts, lists and tuples to ``device``.
 
     Anything else with a ``.to()`` method is moved too; other objects are returned unchanged

@@ -58,7 +58,7 @@ def _translate(glob: str) -> str:
             if end == -1:
                 out.append(re.escape(char))
             else:
-                body = glob[i + 1:end]
+                body = glob[i + 1 : end]
                 if body.startswith("!"):
                     body = "^" + body[1:]
                 out.append(f"[{body}]")

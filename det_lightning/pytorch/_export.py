@@ -153,7 +153,7 @@ def _state_from_lightning(content: Dict[str, Any], path: Any) -> Dict[str, Any]:
     models: Dict[int, Dict[str, Any]] = {}
     for key, value in content["state_dict"].items():
         if key.startswith(ckpt.MODEL_PREFIX):
-            idx, _, name = key[len(ckpt.MODEL_PREFIX):].partition(".")
+            idx, _, name = key[len(ckpt.MODEL_PREFIX) :].partition(".")
             models.setdefault(int(idx), {})[name] = value
     if not models:
         raise errors.InvalidCheckpointException(
@@ -171,8 +171,10 @@ def _state_from_lightning(content: Dict[str, Any], path: Any) -> Dict[str, Any]:
 def _trial_state(content: Dict[str, Any]) -> Dict[str, int]:
     state = dict(content.get(ckpt.LIGHTNING_TRIAL_STATE_KEY) or ckpt.new_trial_state())
     if ckpt.LIGHTNING_TRIAL_STATE_KEY not in content:
-        state.update(batches_trained=int(content.get("global_step", 0)),
-                     epochs_trained=int(content.get("epoch", 0)))
+        state.update(
+            batches_trained=int(content.get("global_step", 0)),
+            epochs_trained=int(content.get("epoch", 0)),
+        )
     state["last_ckpt"] = state["batches_trained"]  # this is a checkpoint of that batch
     return state
 
@@ -205,7 +207,8 @@ def _lightning_content(
         "pytorch-lightning_version": _lightning_version(),
         "state_dict": {
             f"{ckpt.MODEL_PREFIX}{i}.{key}": value
-            for i, model in enumerate(models) for key, value in model.items()
+            for i, model in enumerate(models)
+            for key, value in model.items()
         },
         "optimizer_states": list(state.get(ckpt.OPTIMIZERS, [])),
         "lr_schedulers": [],
@@ -283,4 +286,3 @@ def _run(args: argparse.Namespace) -> pathlib.Path:
             args.ckpt_file, args.checkpoint_dir, code_dir=args.code, trust=args.trust
         )
     return to_lightning_checkpoint(args.checkpoint_path, args.ckpt_file, trust=args.trust)
-

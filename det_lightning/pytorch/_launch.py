@@ -76,16 +76,23 @@ def add_launch_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPa
         "--accelerator", default=None, help="cpu, gpu, cuda, mps, tpu or auto (default: auto)"
     )
     group.add_argument(
-        "--devices", type=_devices, default=None,
+        "--devices",
+        type=_devices,
+        default=None,
         help="devices per node: a count, -1 for all, or a list like 0,1 (default: auto); "
         "with more than one, Lightning runs this script once per device",
     )
     group.add_argument(
-        "--num-nodes", "--num_nodes", dest="num_nodes", type=int, default=None,
+        "--num-nodes",
+        "--num_nodes",
+        dest="num_nodes",
+        type=int,
+        default=None,
         help="number of nodes; run the script on each (SLURM, torchrun, or NODE_RANK/MASTER_ADDR)",
     )
     group.add_argument(
-        "--strategy", default=None,
+        "--strategy",
+        default=None,
         help="ddp (the default with several devices), ddp_find_unused_parameters_true, fsdp, "
         "deepspeed_stage_2, ...",
     )

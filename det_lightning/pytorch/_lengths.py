@@ -67,7 +67,7 @@ class Length:
             return None
         if isinstance(value, int) and not isinstance(value, bool):
             return cls(path, value, None)
-        (unit, number), = value.items()
+        ((unit, number),) = value.items()
         return cls(path, int(number), str(unit))
 
     def batches_of(self, global_batch_size: Any) -> int:

@@ -96,8 +96,10 @@ def _read_json(path: pathlib.Path) -> Dict[str, Any]:
 def _import_trial_class(ckpt_dir: pathlib.Path, spec: str, in_main: bool) -> Type[PyTorchTrial]:
     module_name, _, qualname = spec.partition(":")
     if not module_name or not qualname or "<locals>" in qualname:
-        where = "the entrypoint script, which is not an importable module" if in_main else (
-            "a function" if "<locals>" in qualname else "no importable module"
+        where = (
+            "the entrypoint script, which is not an importable module"
+            if in_main
+            else ("a function" if "<locals>" in qualname else "no importable module")
         )
         raise ValueError(
             f"Unable to import trial class {spec!r} from checkpoint {ckpt_dir}: it was defined in "

@@ -8,6 +8,7 @@ the mean over all batches, whichever rank saw them.
 
 import abc
 import enum
+import functools
 import itertools
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, TypeVar, Union
 
@@ -224,7 +225,7 @@ class ReducerRegistry:
             per_slot = list(gathered_slots)
             reduced = wrapped._call(
                 "cross_slot_reduce",
-                lambda: wrapped.reducer.cross_slot_reduce(per_slot),
+                functools.partial(wrapped.reducer.cross_slot_reduce, per_slot),
                 f" with per_slot_metrics={per_slot}",
             )
             _check_reduced(wrapped, reduced)

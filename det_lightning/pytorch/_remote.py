@@ -140,9 +140,12 @@ class RemoteRoot:
     def environment(self) -> Dict[str, str]:
         """The environment variables that give a child process this root's endpoint and keys
         (a command trial, which has no experiment config of its own)."""
-        names = {"endpoint_url": "AWS_ENDPOINT_URL_S3", "key": "AWS_ACCESS_KEY_ID",
-                 "secret": "AWS_SECRET_ACCESS_KEY",
-                 "connection_string": "AZURE_STORAGE_CONNECTION_STRING"}
+        names = {
+            "endpoint_url": "AWS_ENDPOINT_URL_S3",
+            "key": "AWS_ACCESS_KEY_ID",
+            "secret": "AWS_SECRET_ACCESS_KEY",
+            "connection_string": "AZURE_STORAGE_CONNECTION_STRING",
+        }
         return {names[k]: v for k, v in self.options if k in names}
 
     def staging(self) -> pathlib.Path:
@@ -158,7 +161,7 @@ class RemoteRoot:
         groups: Dict[str, Dict[str, Dict[str, Any]]] = {}
         for path, info in self.filesystem().find(self.key, detail=True).items():
             if path.startswith(base):
-                child, _, rest = path[len(base):].partition("/")
+                child, _, rest = path[len(base) :].partition("/")
                 if rest:
                     groups.setdefault(child, {})[rest] = info
         return groups
@@ -203,11 +206,12 @@ class RemoteRoot:
         cache.mkdir(parents=True, exist_ok=True)
         # A directory of this process's own, renamed when complete: several ranks of one
         # machine may download the same checkpoint at once, and the first rename wins.
-        download = pathlib.Path(tempfile.mkdtemp(prefix=f".{self.name}.", suffix=DOWNLOADING,
-                                                 dir=cache))
+        download = pathlib.Path(
+            tempfile.mkdtemp(prefix=f".{self.name}.", suffix=DOWNLOADING, dir=cache)
+        )
         try:
             for key in keys:
-                target = download / key[len(self.key) + 1:]
+                target = download / key[len(self.key) + 1 :]
                 target.parent.mkdir(parents=True, exist_ok=True)
                 fs.get_file(key, str(target))
             os.replace(download, local)
@@ -309,16 +313,20 @@ class RemoteRoot:
         """Which endpoint and credentials were used, for error messages (no secrets)."""
         options = dict(self.effective_options())
         if self.scheme != "s3":
-            return (f"Credentials: {'checkpoint_storage' if options else 'the default chain'} "
-                    f"of {SCHEMES[self.scheme][1]}.")
+            return (
+                f"Credentials: {'checkpoint_storage' if options else 'the default chain'} "
+                f"of {SCHEMES[self.scheme][1]}."
+            )
         endpoint = options.get("endpoint_url") or "AWS's default endpoint"
         if "key" in options:
             tried = "checkpoint_storage's access_key/secret_key"
         elif os.environ.get("AWS_ACCESS_KEY_ID"):
             tried = "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY from the environment"
         else:
-            tried = ("boto's default chain (AWS_PROFILE, ~/.aws/credentials, instance role); "
-                     "AWS_ACCESS_KEY_ID is not set")
+            tried = (
+                "boto's default chain (AWS_PROFILE, ~/.aws/credentials, instance role); "
+                "AWS_ACCESS_KEY_ID is not set"
+            )
         return f"Endpoint: {endpoint}; credentials tried: {tried}."
 
 

@@ -131,10 +131,12 @@ def _strip_prefixes(state: Dict[str, Any], expected: Dict[str, Any]) -> Dict[str
     """Drops DDP's ``module.`` and torch.compile's ``_orig_mod.`` (as Determined wrote them for
     wrapped models) when every key has them and the model's own keys do not."""
     for prefix in ("module.", "_orig_mod.", "module."):
-        if state and all(k.startswith(prefix) for k in state) and not any(
-            k.startswith(prefix) for k in expected
+        if (
+            state
+            and all(k.startswith(prefix) for k in state)
+            and not any(k.startswith(prefix) for k in expected)
         ):
-            state = {k[len(prefix):]: v for k, v in state.items()}
+            state = {k[len(prefix) :]: v for k, v in state.items()}
     return state
 
 

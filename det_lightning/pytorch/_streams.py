@@ -34,8 +34,7 @@ def as_int(value: Any, name: str, wrapper: str) -> int:
         return operator.index(value)
     except TypeError:
         raise TypeError(
-            f"{wrapper}: {name} must be an integer, got {value!r} "
-            f"of type {type(value).__name__}."
+            f"{wrapper}: {name} must be an integer, got {value!r} of type {type(value).__name__}."
         ) from None
 
 

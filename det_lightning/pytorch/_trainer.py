@@ -92,8 +92,13 @@ def init(
         hparams, exp_conf = info.trial.hparams, info.trial.config
     seed = _experiment_seed(exp_conf)
     launched = _launch.start(
-        {"accelerator": accelerator, "devices": devices, "num_nodes": num_nodes,
-         "strategy": strategy, "precision": precision},
+        {
+            "accelerator": accelerator,
+            "devices": devices,
+            "num_nodes": num_nodes,
+            "strategy": strategy,
+            "precision": precision,
+        },
         distributed,
     )
     if seed is not None:
@@ -256,7 +261,9 @@ class Trainer:
             "`trainer.configure_profiler` has been replaced with "
             "`fit(..., profiling_enabled=True)` and will be removed in a future release."
         )
-        profiler = ProfilerConfig(sync_timings, begin_on_batch, end_after_batch) if enabled else None
+        profiler = (
+            ProfilerConfig(sync_timings, begin_on_batch, end_after_batch) if enabled else None
+        )
         self._options = dataclasses.replace(self._options, profiler=profiler)
 
     def fit(

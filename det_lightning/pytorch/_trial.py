@@ -86,5 +86,8 @@ def pre_012_api(trial_class: type) -> "list[str]":
 
     found = ["build_model()"] if callable(getattr(trial_class, "build_model", None)) else []
     found += ["optimizer(model)"] if takes_model("optimizer") else []
-    return found + [f"{name}(batch, model, ...)" for name in ("train_batch", "evaluate_batch")
-                    if takes_model(name)]
+    return found + [
+        f"{name}(batch, model, ...)"
+        for name in ("train_batch", "evaluate_batch")
+        if takes_model(name)
+    ]

@@ -58,7 +58,13 @@ import numpy as np
 import torch
 
 from det_lightning.pytorch._streams import (
-    check_shard, check_skip, drop_first, every_nth, length_of, repeat_forever, shard_length,
+    check_shard,
+    check_skip,
+    drop_first,
+    every_nth,
+    length_of,
+    repeat_forever,
+    shard_length,
     shuffled,
 )
 

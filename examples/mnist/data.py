@@ -23,8 +23,10 @@ def get_dataset(train: bool, size: int = 0) -> TensorDataset:
     labels = torch.randint(0, 10, (size,), generator=generator)
     shifts = torch.randint(-2, 3, (size, 2), generator=generator)
     images = torch.stack(
-        [torch.roll(templates[c], shifts=(int(dy), int(dx)), dims=(1, 2))
-         for c, (dy, dx) in zip(labels.tolist(), shifts.tolist())]
+        [
+            torch.roll(templates[c], shifts=(int(dy), int(dx)), dims=(1, 2))
+            for c, (dy, dx) in zip(labels.tolist(), shifts.tolist())
+        ]
     )
     images = images + 0.8 * torch.randn(images.shape, generator=generator)
     return TensorDataset((images - 0.1307) / 0.3081, labels)

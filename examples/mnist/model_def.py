@@ -26,8 +26,12 @@ class MNistTrial(pytorch.PyTorchTrial):
             nn.Sequential(
                 nn.Conv2d(1, self.context.get_hparam("n_filters1"), 3, 1),
                 nn.ReLU(),
-                nn.Conv2d(self.context.get_hparam("n_filters1"),
-                          self.context.get_hparam("n_filters2"), 3, 1),
+                nn.Conv2d(
+                    self.context.get_hparam("n_filters1"),
+                    self.context.get_hparam("n_filters2"),
+                    3,
+                    1,
+                ),
                 nn.ReLU(),
                 nn.MaxPool2d(2),
                 nn.Dropout2d(self.context.get_hparam("dropout1")),
@@ -40,7 +44,9 @@ class MNistTrial(pytorch.PyTorchTrial):
             )
         )
         self.optimizer = self.context.wrap_optimizer(
-            torch.optim.Adadelta(self.model.parameters(), lr=self.context.get_hparam("learning_rate"))
+            torch.optim.Adadelta(
+                self.model.parameters(), lr=self.context.get_hparam("learning_rate")
+            )
         )
         self.scheduler = self.context.wrap_lr_scheduler(
             torch.optim.lr_scheduler.StepLR(self.optimizer, step_size=1, gamma=0.9),
@@ -48,14 +54,16 @@ class MNistTrial(pytorch.PyTorchTrial):
         )
 
     def build_training_data_loader(self) -> pytorch.DataLoader:
-        return pytorch.DataLoader(data.get_dataset(train=True), batch_size=self.batch_size,
-                                  shuffle=True)
+        return pytorch.DataLoader(
+            data.get_dataset(train=True), batch_size=self.batch_size, shuffle=True
+        )
 
     def build_validation_data_loader(self) -> pytorch.DataLoader:
         return pytorch.DataLoader(data.get_dataset(train=False), batch_size=self.batch_size)
 
-    def train_batch(self, batch: pytorch.TorchData, epoch_idx: int, batch_idx: int
-                    ) -> Dict[str, torch.Tensor]:
+    def train_batch(
+        self, batch: pytorch.TorchData, epoch_idx: int, batch_idx: int
+    ) -> Dict[str, torch.Tensor]:
         images, labels = batch
         output = self.model(images)
         loss = torch.nn.functional.nll_loss(output, labels)

@@ -1,12 +1,12 @@
 """Train the MNIST trial locally: Determined's Trainer-API script with one import changed.
 
-    python train.py                            # 1 epoch on generated data
-    python train.py --epochs 3
-    python train.py --devices 2 --accelerator cpu     # Lightning launches 2 processes (DDP)
-    torchrun --nproc_per_node=2 train.py       # or let torchrun launch them
-    python train.py --latest-checkpoint latest # continue from the newest checkpoint
-    det-lightning experiment adaptive.yaml .   # an adaptive_asha search: each trial runs this
-                                               # script, which takes its cluster branch
+python train.py                            # 1 epoch on generated data
+python train.py --epochs 3
+python train.py --devices 2 --accelerator cpu     # Lightning launches 2 processes (DDP)
+torchrun --nproc_per_node=2 train.py       # or let torchrun launch them
+python train.py --latest-checkpoint latest # continue from the newest checkpoint
+det-lightning experiment adaptive.yaml .   # an adaptive_asha search: each trial runs this
+                                           # script, which takes its cluster branch
 """
 
 import argparse
@@ -49,8 +49,11 @@ if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO, format=det.LOG_FORMAT)
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--epochs", type=int, default=1)
-    parser.add_argument("--latest-checkpoint", default=None,
-                        help="a checkpoint directory, its UUID, or 'latest' to resume")
+    parser.add_argument(
+        "--latest-checkpoint",
+        default=None,
+        help="a checkpoint directory, its UUID, or 'latest' to resume",
+    )
     pytorch.add_launch_arguments(parser)  # --devices 2, --num-nodes, --strategy, ...
     args = parser.parse_args()
     main(args.epochs, args.latest_checkpoint, **pytorch.launch_kwargs(args))

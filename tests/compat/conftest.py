@@ -19,8 +19,10 @@ def _installed() -> bool:
         return False
 
 
-_WHY = ("the parity tests compare with the real Determined 0.38.1, which is not installed: "
-        "pip install -e '.[interop]' (or bash scripts/setup.sh test)")
+_WHY = (
+    "the parity tests compare with the real Determined 0.38.1, which is not installed: "
+    "pip install -e '.[interop]' (or bash scripts/setup.sh test)"
+)
 
 
 class _Unavailable(pytest.Item):

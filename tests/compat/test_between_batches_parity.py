@@ -58,7 +58,8 @@ def _run(api: Any, batches: int = 2) -> Any:
     with api.init(hparams={}, aggregation_frequency=2, enable_tensorboard_logging=False) as context:
         trial = make_trial(api)(context)
         api.Trainer(trial, context).fit(
-            max_length=api.Batch(batches), validation_period=api.Batch(1),
+            max_length=api.Batch(batches),
+            validation_period=api.Batch(1),
             reporting_period=api.Batch(1),
         )
     return trial

@@ -37,9 +37,18 @@ def test_on_training_epoch_start_without_epoch_idx_is_called_without_it(
     with caplog.at_level(logging.WARNING):
         calls = _run(dl_pytorch)
     assert calls == [
-        "epoch_start", "epoch_start", ("epoch_end", 0), ("epoch_end", 0),
-        "epoch_start", "epoch_start", ("epoch_end", 1), ("epoch_end", 1),
-        "epoch_start", "epoch_start", ("epoch_end", 2), ("epoch_end", 2),
+        "epoch_start",
+        "epoch_start",
+        ("epoch_end", 0),
+        ("epoch_end", 0),
+        "epoch_start",
+        "epoch_start",
+        ("epoch_end", 1),
+        ("epoch_end", 1),
+        "epoch_start",
+        "epoch_start",
+        ("epoch_end", 2),
+        ("epoch_end", 2),
     ]
     deprecations = [r for r in caplog.records if "without parameters is deprecated" in r.message]
     assert len(deprecations) == 2  # once per callback, not once per epoch

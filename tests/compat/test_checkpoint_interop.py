@@ -22,7 +22,8 @@ HPARAMS = {"lr": 0.01, "dropout": 0.3}
 def by_steps(root: pathlib.Path) -> Dict[int, pathlib.Path]:
     return {
         json.loads((path / "metadata.json").read_text())["steps_completed"]: path
-        for path in root.iterdir() if not path.name.startswith(".")
+        for path in root.iterdir()
+        if not path.name.startswith(".")
     }
 
 
@@ -46,8 +47,9 @@ def test_determined_loads_our_checkpoint_with_weights_only_loading(
     ``weights_only``, which torch >= 2.6 reads as ``weights_only=True``: with the test suite's
     override removed, our checkpoint loads anyway, and predicts what our trained trial does."""
     monkeypatch.delenv("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD")
-    ours, _ = run_trial(dl_pytorch, "MLPTrial", HPARAMS, max_length=dl_pytorch.Batch(10),
-                        checkpoint_policy="none")
+    ours, _ = run_trial(
+        dl_pytorch, "MLPTrial", HPARAMS, max_length=dl_pytorch.Batch(10), checkpoint_policy="none"
+    )
     [path] = by_steps(checkpoint_dir).values()
     theirs = load_in_determined(path, ours)
     assert theirs.context.get_hparams() == HPARAMS
@@ -69,15 +71,18 @@ class QuietMLPTrial(make_trials(dl_pytorch)["MLPTrial"]):  # type: ignore[misc]
 
 
 def test_determined_loads_a_checkpoint_written_in_the_background(
-    monkeypatch: pytest.MonkeyPatch, checkpoint_dir: pathlib.Path,
+    monkeypatch: pytest.MonkeyPatch,
+    checkpoint_dir: pathlib.Path,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     monkeypatch.delenv("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD")
     with caplog.at_level("INFO"), dl_pytorch.init(hparams=dict(HPARAMS)) as context:
         ours = QuietMLPTrial(context)
         dl_pytorch.Trainer(ours, context, logger=False).fit(
-            max_length=dl_pytorch.Batch(10), checkpoint_period=dl_pytorch.Batch(4),
-            checkpoint_policy="none")
+            max_length=dl_pytorch.Batch(10),
+            checkpoint_period=dl_pytorch.Batch(4),
+            checkpoint_policy="none",
+        )
     assert "written in the training thread" not in caplog.text
     last = by_steps(checkpoint_dir)[10]
     load_in_determined(last, ours)
@@ -89,8 +94,14 @@ def _storage(isolated_run: pathlib.Path) -> pathlib.Path:
 
 def _run(api: Any, seed: int = 11, **fit_kwargs: Any) -> Any:
     trial, _ = run_trial(
-        api, "MLPTrial", HPARAMS, seed=seed, max_length=api.Batch(16),
-        checkpoint_period=api.Batch(8), checkpoint_policy="none", **fit_kwargs,
+        api,
+        "MLPTrial",
+        HPARAMS,
+        seed=seed,
+        max_length=api.Batch(16),
+        checkpoint_period=api.Batch(8),
+        checkpoint_policy="none",
+        **fit_kwargs,
     )
     return trial
 
@@ -155,8 +166,9 @@ def test_the_real_determineds_writer_left_open_is_closed_in_the_tests_directory(
     background flush would otherwise fail in whatever test runs next)."""
     from tests.fixtures.writers import close_open_writers
 
-    trial, _ = run_trial(det_pytorch, "MLPTrial", HPARAMS, max_length=det_pytorch.Batch(2),
-                         checkpoint_policy="none")
+    trial, _ = run_trial(
+        det_pytorch, "MLPTrial", HPARAMS, max_length=det_pytorch.Batch(2), checkpoint_policy="none"
+    )
     writer = trial.context._tbd_writer
     assert writer is not None and writer.file_writer is not None  # left open by Determined
     assert close_open_writers() >= 1

@@ -40,7 +40,9 @@ def _cases(api: Any) -> Dict[str, Any]:
         "ReducerNotAReducer": (ReducerNotAReducer, "InvalidExperimentException", {}),
         "BatchBeforeTraining": (BatchBeforeTraining, "InternalException", {}),
         "NoAutoZeroGrads": (
-            NoAutoZeroGrads, "InvalidExperimentException", {"aggregation_frequency": 2}
+            NoAutoZeroGrads,
+            "InvalidExperimentException",
+            {"aggregation_frequency": 2},
         ),
     }
 
@@ -56,9 +58,7 @@ def _raised(api: Any, errors: Any, case: str) -> BaseException:
             hparams={"n": 16}, **init_kwargs, enable_tensorboard_logging=False
         ) as context:
             trial = trial_cls(context)
-            api.Trainer(trial, context).fit(
-                max_length=api.Batch(4), validation_period=api.Batch(2)
-            )
+            api.Trainer(trial, context).fit(max_length=api.Batch(4), validation_period=api.Batch(2))
     return info.value
 
 
@@ -88,7 +88,8 @@ def test_every_determined_error_class_has_a_det_lightning_namesake() -> None:
     from determined import errors as real_errors
 
     real = {
-        name: cls for name, cls in vars(real_errors).items()
+        name: cls
+        for name, cls in vars(real_errors).items()
         if inspect.isclass(cls) and issubclass(cls, BaseException)
     }
     assert len(real) > 10

@@ -46,7 +46,7 @@ def _determined_is(ours: bool) -> Iterator[None]:
 
         for name, module in list(sys.modules.items()):
             if name == "det_lightning" or name.startswith("det_lightning."):
-                sys.modules["determined" + name[len("det_lightning"):]] = module
+                sys.modules["determined" + name[len("det_lightning") :]] = module
     try:
         yield
     finally:
@@ -100,8 +100,13 @@ def _assert_close(ours: Any, theirs: Any, where: str) -> None:
         assert ours == theirs, (where, ours, theirs)
 
 
-def _fit(api: Any, trial_class: Any, hparams: Dict[str, Any], fit_kwargs: Dict[str, Any],
-         tmp: pathlib.Path) -> Any:
+def _fit(
+    api: Any,
+    trial_class: Any,
+    hparams: Dict[str, Any],
+    fit_kwargs: Dict[str, Any],
+    tmp: pathlib.Path,
+) -> Any:
     seed_everything(21)
     with api.init(hparams=hparams, enable_tensorboard_logging=False) as context:
         trial = trial_class(context)
@@ -116,46 +121,103 @@ ONEVAR = {"global_batch_size": 4, "dataloader_type": "determined", "learning_rat
 
 # (module, trial class, hyperparameters, fit() arguments (units by name), what to compare)
 CASES: List[Tuple[str, str, Dict[str, Any], Dict[str, Any]]] = [
-    ("pytorch_onevar_model.py", "OneVarTrial", ONEVAR,
-     {"max_length": ("Batch", 20), "validation_period": ("Batch", 8)}),
-    ("pytorch_onevar_model.py", "OneVarTrialWithMultiValidation", ONEVAR,
-     {"max_length": ("Epoch", 2), "validation_period": ("Batch", 10)}),
-    ("pytorch_onevar_model.py", "OneVarTrialPerMetricReducers", ONEVAR,
-     {"max_length": ("Batch", 12), "validation_period": ("Batch", 5)}),
-    ("pytorch_onevar_model.py", "OneVarTrialWithTrainingMetrics", ONEVAR,
-     {"max_length": ("Batch", 12), "reporting_period": ("Batch", 5)}),
-    ("pytorch_onevar_model.py", "OneVarTrialCustomEval", ONEVAR,
-     {"max_length": ("Batch", 10), "validation_period": ("Batch", 4)}),
-    ("pytorch_onevar_model.py", "OneVarTrialGradClipping",
-     {**ONEVAR, "gradient_clipping_l2_norm": 0.0001},
-     {"max_length": ("Batch", 8)}),
-    ("pytorch_onevar_model.py", "OneVarTrialGradClipping",
-     {**ONEVAR, "gradient_clipping_value": 0.0001},
-     {"max_length": ("Batch", 8)}),
-    ("pytorch_onevar_model.py", "OneVarTrialWithNonScalarValidation", ONEVAR,
-     {"max_length": ("Batch", 8), "validation_period": ("Batch", 4)}),
-    *[("pytorch_onevar_model.py", "OneVarTrialWithLRScheduler",
-       {**ONEVAR, "lr_scheduler_step_mode": mode},
-       {"max_length": ("Epoch", 2), "validation_period": ("Batch", 6)})
-      for mode in (1, 2, 3, 4)],  # StepMode values, as Determined's tests pass them
-    ("pytorch_onevar_model.py", "OneVarTrialAccessContext",
-     {**ONEVAR, "lr_scheduler_step_mode": 2},  # its BCE loss leaves [0, 1] after one step
-     {"max_length": ("Batch", 1), "step_zero_validation": True}),
-    ("pytorch_onevar_model.py", "OneVarTrialCallbacks", ONEVAR,
-     {"max_length": ("Epoch", 3), "validation_period": ("Epoch", 1),
-      "checkpoint_period": ("Batch", 10)}),
-    ("pytorch_identity/model_def.py", "IdentityPyTorchTrial", {"global_batch_size": 4},
-     {"max_length": ("Batch", 16), "validation_period": ("Batch", 4)}),
-    ("pytorch_no_op/model_def.py", "NoopPyTorchTrial",
-     {"global_batch_size": 4, "dataset_len": 32},
-     {"max_length": ("Batch", 12), "validation_period": ("Batch", 6),
-      "checkpoint_period": ("Batch", 6)}),
+    (
+        "pytorch_onevar_model.py",
+        "OneVarTrial",
+        ONEVAR,
+        {"max_length": ("Batch", 20), "validation_period": ("Batch", 8)},
+    ),
+    (
+        "pytorch_onevar_model.py",
+        "OneVarTrialWithMultiValidation",
+        ONEVAR,
+        {"max_length": ("Epoch", 2), "validation_period": ("Batch", 10)},
+    ),
+    (
+        "pytorch_onevar_model.py",
+        "OneVarTrialPerMetricReducers",
+        ONEVAR,
+        {"max_length": ("Batch", 12), "validation_period": ("Batch", 5)},
+    ),
+    (
+        "pytorch_onevar_model.py",
+        "OneVarTrialWithTrainingMetrics",
+        ONEVAR,
+        {"max_length": ("Batch", 12), "reporting_period": ("Batch", 5)},
+    ),
+    (
+        "pytorch_onevar_model.py",
+        "OneVarTrialCustomEval",
+        ONEVAR,
+        {"max_length": ("Batch", 10), "validation_period": ("Batch", 4)},
+    ),
+    (
+        "pytorch_onevar_model.py",
+        "OneVarTrialGradClipping",
+        {**ONEVAR, "gradient_clipping_l2_norm": 0.0001},
+        {"max_length": ("Batch", 8)},
+    ),
+    (
+        "pytorch_onevar_model.py",
+        "OneVarTrialGradClipping",
+        {**ONEVAR, "gradient_clipping_value": 0.0001},
+        {"max_length": ("Batch", 8)},
+    ),
+    (
+        "pytorch_onevar_model.py",
+        "OneVarTrialWithNonScalarValidation",
+        ONEVAR,
+        {"max_length": ("Batch", 8), "validation_period": ("Batch", 4)},
+    ),
+    *[
+        (
+            "pytorch_onevar_model.py",
+            "OneVarTrialWithLRScheduler",
+            {**ONEVAR, "lr_scheduler_step_mode": mode},
+            {"max_length": ("Epoch", 2), "validation_period": ("Batch", 6)},
+        )
+        for mode in (1, 2, 3, 4)
+    ],  # StepMode values, as Determined's tests pass them
+    (
+        "pytorch_onevar_model.py",
+        "OneVarTrialAccessContext",
+        {**ONEVAR, "lr_scheduler_step_mode": 2},  # its BCE loss leaves [0, 1] after one step
+        {"max_length": ("Batch", 1), "step_zero_validation": True},
+    ),
+    (
+        "pytorch_onevar_model.py",
+        "OneVarTrialCallbacks",
+        ONEVAR,
+        {
+            "max_length": ("Epoch", 3),
+            "validation_period": ("Epoch", 1),
+            "checkpoint_period": ("Batch", 10),
+        },
+    ),
+    (
+        "pytorch_identity/model_def.py",
+        "IdentityPyTorchTrial",
+        {"global_batch_size": 4},
+        {"max_length": ("Batch", 16), "validation_period": ("Batch", 4)},
+    ),
+    (
+        "pytorch_no_op/model_def.py",
+        "NoopPyTorchTrial",
+        {"global_batch_size": 4, "dataset_len": 32},
+        {
+            "max_length": ("Batch", 12),
+            "validation_period": ("Batch", 6),
+            "checkpoint_period": ("Batch", 6),
+        },
+    ),
 ]
 
 
 def _units(api: Any, spec: Dict[str, Any]) -> Dict[str, Any]:
-    return {key: getattr(api, value[0])(value[1]) if isinstance(value, tuple) else value
-            for key, value in spec.items()}
+    return {
+        key: getattr(api, value[0])(value[1]) if isinstance(value, tuple) else value
+        for key, value in spec.items()
+    }
 
 
 def _report(trial: Any) -> Dict[str, Any]:
@@ -177,20 +239,34 @@ def _report(trial: Any) -> Dict[str, Any]:
 # OneVarTrialAccessContext steps an LR scheduler whose optimizer never steps; torch says so.
 @pytest.mark.filterwarnings("ignore:Detected call of `lr_scheduler.step\\(\\)` before")
 @pytest.mark.parametrize(
-    "module_path, class_name, hparams, fit_spec", CASES,
+    "module_path, class_name, hparams, fit_spec",
+    CASES,
     ids=[f"{c[1]}-{i}" for i, c in enumerate(CASES)],
 )
 def test_determineds_fixture_trial_reports_the_same(
-    module_path: str, class_name: str, hparams: Dict[str, Any], fit_spec: Dict[str, Any],
+    module_path: str,
+    class_name: str,
+    hparams: Dict[str, Any],
+    fit_spec: Dict[str, Any],
     tmp_path: pathlib.Path,
 ) -> None:
     theirs_module, ours_module = _load(module_path, ours=False), _load(module_path, ours=True)
     assert ours_module.pytorch is dl_pytorch and theirs_module.pytorch is det_pytorch
     fit_kwargs = {"checkpoint_policy": "none"}
-    theirs = _fit(det_pytorch, getattr(theirs_module, class_name), hparams,
-                  {**fit_kwargs, **_units(det_pytorch, fit_spec)}, tmp_path)
-    ours = _fit(dl_pytorch, getattr(ours_module, class_name), hparams,
-                {**fit_kwargs, **_units(dl_pytorch, fit_spec)}, tmp_path)
+    theirs = _fit(
+        det_pytorch,
+        getattr(theirs_module, class_name),
+        hparams,
+        {**fit_kwargs, **_units(det_pytorch, fit_spec)},
+        tmp_path,
+    )
+    ours = _fit(
+        dl_pytorch,
+        getattr(ours_module, class_name),
+        hparams,
+        {**fit_kwargs, **_units(dl_pytorch, fit_spec)},
+        tmp_path,
+    )
     expected, got = _report(theirs), _report(ours)
     assert sorted(got) == sorted(expected)
     for key in expected:

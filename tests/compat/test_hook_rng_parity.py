@@ -20,9 +20,16 @@ from tests.fixtures.trials import make_trials, regression_data, seed_everything
 pytestmark = pytest.mark.interop
 
 HOOKS = (
-    "on_trial_startup", "on_training_start", "on_training_epoch_start", "on_training_epoch_end",
-    "on_training_workload_end", "on_validation_start", "on_validation_epoch_start",
-    "on_validation_epoch_end", "on_validation_end", "on_checkpoint_save_start",
+    "on_trial_startup",
+    "on_training_start",
+    "on_training_epoch_start",
+    "on_training_epoch_end",
+    "on_training_workload_end",
+    "on_validation_start",
+    "on_validation_epoch_start",
+    "on_validation_epoch_end",
+    "on_validation_end",
+    "on_checkpoint_save_start",
     "on_checkpoint_write_end",
 )
 
@@ -39,6 +46,7 @@ def make_trial(api: Any) -> type:
     def drawing_hook(name: str) -> Any:
         def hook(self: Any, *args: Any, **kwargs: Any) -> None:
             self.draws.append((name, torch.rand(2).tolist()))
+
         return hook
 
     for name in HOOKS:
@@ -55,8 +63,10 @@ def make_trial(api: Any) -> type:
         def evaluate_batch(self, batch: Any) -> Dict[str, Any]:
             x, y = batch
             noisy = x + 0.1 * torch.randn_like(x)  # test-time augmentation, from the generator
-            return {"validation_loss": torch.nn.functional.mse_loss(self.model(noisy), y),
-                    "first": x[0, 0]}
+            return {
+                "validation_loss": torch.nn.functional.mse_loss(self.model(noisy), y),
+                "first": x[0, 0],
+            }
 
         def build_callbacks(self) -> Dict[str, Any]:
             return {"recorder": self.recorder, "drawing": self.drawing}
@@ -66,8 +76,9 @@ def make_trial(api: Any) -> type:
 
 def _run(api: Any, **fit: Any) -> Any:
     seed_everything(4)
-    with api.init(hparams={"dropout": 0.3, "batch_size": 8, "n": 40},
-                  enable_tensorboard_logging=False) as context:
+    with api.init(
+        hparams={"dropout": 0.3, "batch_size": 8, "n": 40}, enable_tensorboard_logging=False
+    ) as context:
         trial = make_trial(api)(context)
         api.Trainer(trial, context).fit(**fit)
     return trial, torch.rand(3).tolist()
@@ -75,25 +86,26 @@ def _run(api: Any, **fit: Any) -> Any:
 
 SCHEDULES = {
     "validate-mid-epoch-and-at-epoch-ends": dict(
-        max_length=("Epoch", 3), validation_period=("Batch", 3), checkpoint_period=("Epoch", 1),
+        max_length=("Epoch", 3),
+        validation_period=("Batch", 3),
+        checkpoint_period=("Epoch", 1),
         checkpoint_policy="all",  # "best" is honoured here, Determined falls back to "all"
         reporting_period=("Batch", 2),
     ),
     "step-zero-validation": dict(
-        max_length=("Batch", 7), validation_period=("Epoch", 1), step_zero_validation=True,
+        max_length=("Batch", 7),
+        validation_period=("Epoch", 1),
+        step_zero_validation=True,
     ),
 }
 
 
 def _fit_kwargs(api: Any, schedule: Dict[str, Any]) -> Dict[str, Any]:
-    return {k: getattr(api, v[0])(v[1]) if isinstance(v, tuple) else v
-            for k, v in schedule.items()}
+    return {k: getattr(api, v[0])(v[1]) if isinstance(v, tuple) else v for k, v in schedule.items()}
 
 
 @pytest.mark.parametrize("name", sorted(SCHEDULES))
-def test_hook_draws_and_metrics_match_real_determined(
-    name: str, isolated_run: Any
-) -> None:
+def test_hook_draws_and_metrics_match_real_determined(name: str, isolated_run: Any) -> None:
     theirs, after_theirs = _run(det_pytorch, **_fit_kwargs(det_pytorch, SCHEDULES[name]))
     ours, after_ours = _run(dl_pytorch, **_fit_kwargs(dl_pytorch, SCHEDULES[name]))
 

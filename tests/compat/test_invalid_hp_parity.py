@@ -57,16 +57,32 @@ def _run(tmp_path: pathlib.Path, api: str, where: str) -> Tuple[int, str, List[i
     work.mkdir(parents=True)
     script = base / "script.py"
     script.write_text(SCRIPT.format(repo=str(REPO_ROOT)))
-    env = {"API": api, "WHERE": where, "OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin",
-           "DET_LIGHTNING_CHECKPOINT_DIR": str(storage), "XDG_DATA_HOME": str(storage),
-           "DET_LIGHTNING_TENSORBOARD_DIR": str(base / "tb"),
-           "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"}
-    result = subprocess.run([sys.executable, str(script)], cwd=work, env=env,
-                            capture_output=True, text=True, timeout=300)
-    lines = [line.split(": ", 2)[-1] for line in result.stderr.splitlines()
-             if "InvalidHP" in line or "early_exit" in line]
-    steps = sorted(json.loads(p.read_text())["steps_completed"]
-                   for p in storage.rglob("metadata.json"))
+    env = {
+        "API": api,
+        "WHERE": where,
+        "OMP_NUM_THREADS": "1",
+        "PATH": "/usr/bin:/bin",
+        "DET_LIGHTNING_CHECKPOINT_DIR": str(storage),
+        "XDG_DATA_HOME": str(storage),
+        "DET_LIGHTNING_TENSORBOARD_DIR": str(base / "tb"),
+        "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1",
+    }
+    result = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    lines = [
+        line.split(": ", 2)[-1]
+        for line in result.stderr.splitlines()
+        if "InvalidHP" in line or "early_exit" in line
+    ]
+    steps = sorted(
+        json.loads(p.read_text())["steps_completed"] for p in storage.rglob("metadata.json")
+    )
     assert "after fit" not in result.stdout  # the exit ends the script at the with-block
     return result.returncode, "\n".join(lines), steps
 

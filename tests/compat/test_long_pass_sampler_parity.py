@@ -31,7 +31,7 @@ class UnevenSampler(Sampler):
 
     def __iter__(self) -> Iterator[List[int]]:
         order = torch.randperm(64).tolist()  # the global generator, as a shuffled loader draws
-        batches = [order[i:i + 8] for i in range(0, 64, 8)]
+        batches = [order[i : i + 8] for i in range(0, 64, 8)]
         count = 7 + self.EXTRA[self.passes % 3]
         self.passes += 1
         for i in range(count):
@@ -84,13 +84,16 @@ class WordModelSampler(Sampler):
             yield list(range(start, start + 8))
 
 
-def _fit_deterministic(length: int, checkpoint_dir: pathlib.Path, seed: int = 5,
-                       **fit_kwargs: Any) -> Any:
+def _fit_deterministic(
+    length: int, checkpoint_dir: pathlib.Path, seed: int = 5, **fit_kwargs: Any
+) -> Any:
     base = make_trials(dl_pytorch)["MLPTrial"]
 
     class Trial(base):  # type: ignore[misc, valid-type]
         def build_training_data_loader(self) -> Any:
-            return dl_pytorch.DataLoader(regression_data(64), batch_sampler=WordModelSampler(length))
+            return dl_pytorch.DataLoader(
+                regression_data(64), batch_sampler=WordModelSampler(length)
+            )
 
     seed_everything(seed)
     with dl_pytorch.init(hparams={"lr": 0.01}) as context:
@@ -107,15 +110,21 @@ def test_resume_anywhere_continues_with_the_next_batch(
     length: int, stop_at: int, tmp_path: pathlib.Path
 ) -> None:
     common: Dict[str, Any] = dict(validation_period=dl_pytorch.Batch(stop_at))
-    straight = _fit_deterministic(length, tmp_path / "straight", max_length=dl_pytorch.Batch(24),
-                                  **common)
+    straight = _fit_deterministic(
+        length, tmp_path / "straight", max_length=dl_pytorch.Batch(24), **common
+    )
     assert len(set(straight.seen[:8])) == 8 and straight.seen[8:16] == straight.seen[:8]
     split = tmp_path / "split"
     first = _fit_deterministic(length, split, max_length=dl_pytorch.Batch(stop_at), **common)
     [checkpoint] = [p for p in split.iterdir() if not p.name.startswith(".")]
-    resumed = _fit_deterministic(length, tmp_path / "resumed", seed=99,
-                                 max_length=dl_pytorch.Batch(24), latest_checkpoint=str(checkpoint),
-                                 **common)
+    resumed = _fit_deterministic(
+        length,
+        tmp_path / "resumed",
+        seed=99,
+        max_length=dl_pytorch.Batch(24),
+        latest_checkpoint=str(checkpoint),
+        **common,
+    )
     assert first.seen + resumed.seen == straight.seen
     for a, b in zip(resumed.model.parameters(), straight.model.parameters()):
         assert torch.equal(a, b)

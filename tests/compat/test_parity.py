@@ -22,11 +22,15 @@ SCHEDULES: Dict[str, Dict[str, Any]] = {
         max_length="Epoch(3)", validation_period="Batch(10)", reporting_period="Batch(5)"
     ),
     "batches-across-epochs": dict(
-        max_length="Batch(21)", validation_period="Epoch(1)", reporting_period="Batch(4)",
+        max_length="Batch(21)",
+        validation_period="Epoch(1)",
+        reporting_period="Batch(4)",
         checkpoint_period="Batch(7)",
     ),
     "container-periods": dict(
-        max_length="Batch(20)", validation_period="Batch([3, 11, 17])", reporting_period="Batch(100)"
+        max_length="Batch(20)",
+        validation_period="Batch([3, 11, 17])",
+        reporting_period="Batch(100)",
     ),
 }
 

@@ -55,7 +55,13 @@ def test_refused_with_determineds_class_and_a_hint(isolated_run: Any) -> None:
     ours = _raised(dl_pytorch, dl_errors)
     assert "Must have at least one model" in str(theirs)
     message = str(ours)
-    for fragment in ("OldTrial", "before 0.12", "build_model()", "optimizer(model)",
-                     "train_batch(batch, model, ...)", "context.wrap_model",
-                     "train_batch(self, batch, epoch_idx, batch_idx)"):
+    for fragment in (
+        "OldTrial",
+        "before 0.12",
+        "build_model()",
+        "optimizer(model)",
+        "train_batch(batch, model, ...)",
+        "context.wrap_model",
+        "train_batch(self, batch, epoch_idx, batch_idx)",
+    ):
         assert fragment in message, fragment

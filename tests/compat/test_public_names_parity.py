@@ -30,20 +30,56 @@ pytestmark = pytest.mark.interop
 # What det_lightning provides, module by module: every name here resolves under both paths.
 PROVIDED: Dict[str, Set[str]] = {
     "determined": {
-        "ClusterInfo", "InvalidHP", "LOG_FORMAT", "TrialContext", "TrialInfo", "core", "errors",
-        "experimental", "get_cluster_info", "import_from_path", "launch", "pytorch",
-        "tensorboard", "util",
+        "ClusterInfo",
+        "InvalidHP",
+        "LOG_FORMAT",
+        "TrialContext",
+        "TrialInfo",
+        "core",
+        "errors",
+        "experimental",
+        "get_cluster_info",
+        "import_from_path",
+        "launch",
+        "pytorch",
+        "tensorboard",
+        "util",
     },
     "determined.pytorch": {
-        "Batch", "CheckpointLoadContext", "DataLoader", "Epoch", "LRScheduler", "MetricReducer",
-        "PyTorchCallback", "PyTorchExperimentalContext", "PyTorchTrial", "PyTorchTrialContext",
-        "Reducer", "TorchData", "TrainUnit", "Trainer", "adapt_batch_sampler", "data_length",
-        "init", "load_trial_from_checkpoint_path", "samplers", "to_device",
+        "Batch",
+        "CheckpointLoadContext",
+        "DataLoader",
+        "Epoch",
+        "LRScheduler",
+        "MetricReducer",
+        "PyTorchCallback",
+        "PyTorchExperimentalContext",
+        "PyTorchTrial",
+        "PyTorchTrialContext",
+        "Reducer",
+        "TorchData",
+        "TrainUnit",
+        "Trainer",
+        "adapt_batch_sampler",
+        "data_length",
+        "init",
+        "load_trial_from_checkpoint_path",
+        "samplers",
+        "to_device",
     },
     "determined.util": {
-        "calculate_batch_sizes", "download_gcs_blob_with_backoff", "filter_duplicates",
-        "force_create_symlink", "forward_signals", "get_member_func", "has_param",
-        "humanize_float", "is_numerical_scalar", "is_overridden", "logger", "merge_dicts",
+        "calculate_batch_sizes",
+        "download_gcs_blob_with_backoff",
+        "filter_duplicates",
+        "force_create_symlink",
+        "forward_signals",
+        "get_member_func",
+        "has_param",
+        "humanize_float",
+        "is_numerical_scalar",
+        "is_overridden",
+        "logger",
+        "merge_dicts",
         "rmtree_nfs_safe",
     },
     "determined.core": {"DistributedContext", "DummyDistributedContext"},
@@ -64,8 +100,9 @@ def _top_level(body: List[ast.stmt]) -> Iterator[ast.stmt]:
         if isinstance(node, (ast.If, ast.Try, ast.With)):
             for block in ("body", "orelse", "finalbody", "handlers"):
                 for inner in getattr(node, block, []):
-                    yield from _top_level(inner.body if isinstance(inner, ast.ExceptHandler)
-                                          else [inner])
+                    yield from _top_level(
+                        inner.body if isinstance(inner, ast.ExceptHandler) else [inner]
+                    )
         else:
             yield node
 
@@ -96,12 +133,15 @@ def determined_public_names(module: str) -> Set[str]:
 
 def _refused_in(module: str) -> Set[str]:
     prefix = module + "."
-    return {name[len(prefix):] for name in _refused.REFUSED
-            if name.startswith(prefix) and "." not in name[len(prefix):]}
+    return {
+        name[len(prefix) :]
+        for name in _refused.REFUSED
+        if name.startswith(prefix) and "." not in name[len(prefix) :]
+    }
 
 
 def _ours(module: str) -> str:
-    return "det_lightning" + module[len("determined"):]
+    return "det_lightning" + module[len("determined") :]
 
 
 @pytest.mark.parametrize("module", MODULES)
@@ -124,12 +164,16 @@ def test_the_walk_sees_what_determined_exports() -> None:
     import determined.pytorch
 
     assert {"InvalidHP", "ClusterInfo", "LegacyTrial", "keras", "launch"} <= (
-        determined_public_names("determined"))
+        determined_public_names("determined")
+    )
     assert "metadata" not in determined_public_names("determined")  # importlib's, not theirs
     for module in (determined, determined.pytorch):
-        exported = {n for n in vars(module) if not n.startswith("_")
-                    and getattr(getattr(module, n), "__module__", "determined")
-                    .startswith("determined")}
+        exported = {
+            n
+            for n in vars(module)
+            if not n.startswith("_")
+            and getattr(getattr(module, n), "__module__", "determined").startswith("determined")
+        }
         assert exported <= determined_public_names(module.__name__) | {"metadata"}
 
 
@@ -202,11 +246,14 @@ def test_every_name_through_the_determined_alias() -> None:
     """``import determined`` resolving to det_lightning: provided names are det_lightning's own
     objects, refused ones fail with the reason, both as attributes and as ``from`` imports."""
     provided = {m: sorted(PROVIDED[m] | PROVIDED_PRIVATE.get(m, set())) for m in MODULES}
-    refused = {name: why for name, why in _refused.REFUSED.items()
-               if name.rpartition(".")[0] in PROVIDED}
+    refused = {
+        name: why for name, why in _refused.REFUSED.items() if name.rpartition(".")[0] in PROVIDED
+    }
     result = subprocess.run(
         [sys.executable, "-c", _THROUGH_ALIAS, json.dumps(provided), json.dumps(refused)],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout.strip().splitlines()[-1]) == []

@@ -67,14 +67,18 @@ def make_trial(api: Any) -> Any:
             err = self.model(x) - y
             self.counter.update(err)
             return {
-                "avg_loss": (err ** 2).mean(), "sum_loss": (err ** 2).sum(),
-                "max_loss": (err ** 2).max(), "min_loss": (err ** 2).min(),
+                "avg_loss": (err**2).mean(),
+                "sum_loss": (err**2).sum(),
+                "max_loss": (err**2).max(),
+                "min_loss": (err**2).min(),
             }
 
         def evaluation_reducer(self) -> Dict[str, Any]:
             return {
-                "avg_loss": api.Reducer.AVG, "sum_loss": api.Reducer.SUM,
-                "max_loss": api.Reducer.MAX, "min_loss": api.Reducer.MIN,
+                "avg_loss": api.Reducer.AVG,
+                "sum_loss": api.Reducer.SUM,
+                "max_loss": api.Reducer.MAX,
+                "min_loss": api.Reducer.MIN,
             }
 
         def build_callbacks(self) -> Dict[str, Any]:
@@ -108,8 +112,9 @@ def test_reducers_and_averages_match_real_determined() -> None:
     for mine, real in zip(ours.workloads, theirs.workloads):
         assert mine.keys() == real.keys()
         for key in real:
-            np.testing.assert_array_equal(np.asarray(mine[key], dtype=object),
-                                          np.asarray(real[key], dtype=object))
+            np.testing.assert_array_equal(
+                np.asarray(mine[key], dtype=object), np.asarray(real[key], dtype=object)
+            )
     validation = [w["val"] for w in ours.workloads if "val" in w]
     assert validation[0]["records"] == 30  # the custom reducer saw every record once
     assert validation[0]["sum_loss"] > validation[0]["max_loss"] >= validation[0]["min_loss"]

@@ -40,10 +40,14 @@ def make_trial(api: Any, full_dataset: bool) -> Any:
             self.opt = context.wrap_optimizer(torch.optim.SGD(self.model.parameters(), lr=0.01))
             self.counter = context.wrap_reducer(Counter(), name="label_sum")
             self.mean = context.wrap_reducer(lambda v: float(np.mean(v)), name="py_float")
-            self.many = context.wrap_reducer(lambda v: {
-                "count": len(v), "np_mean": np.mean(v), "first": torch.tensor([v[0]]),
-                "listed": list(v[:2]),
-            })
+            self.many = context.wrap_reducer(
+                lambda v: {
+                    "count": len(v),
+                    "np_mean": np.mean(v),
+                    "first": torch.tensor([v[0]]),
+                    "listed": list(v[:2]),
+                }
+            )
             self.seen: List[Tuple[str, Dict[str, Any]]] = []
 
         def _update(self, y: torch.Tensor) -> None:
@@ -106,8 +110,12 @@ def _described(value: Any) -> Any:
     """Type, dtype and shape all the way down, then the value."""
     if isinstance(value, list):
         return ("list", [_described(v) for v in value])
-    return (type(value).__name__, str(getattr(value, "dtype", "")), np.shape(value),
-            np.asarray(value).tolist())
+    return (
+        type(value).__name__,
+        str(getattr(value, "dtype", "")),
+        np.shape(value),
+        np.asarray(value).tolist(),
+    )
 
 
 @pytest.mark.parametrize("full_dataset", [False, True])
@@ -129,9 +137,15 @@ def test_custom_reducer_values_have_determineds_types(full_dataset: bool) -> Non
 def _logged_metrics(line: str) -> Dict[str, Any]:
     """The ``metrics={...}`` of a ``report_*_metrics(...)`` line, read back (Determined's lines
     hold numpy reprs such as ``array(2., dtype=float32)``)."""
-    body = line[line.index("metrics=") + len("metrics="):line.rindex(")")]
-    names = {"array": np.array, "float32": np.float32, "float64": np.float64, "np": np,
-             "int64": np.int64, "dtype": np.dtype}
+    body = line[line.index("metrics=") + len("metrics=") : line.rindex(")")]
+    names = {
+        "array": np.array,
+        "float32": np.float32,
+        "float64": np.float64,
+        "np": np,
+        "int64": np.int64,
+        "dtype": np.dtype,
+    }
     return dict(eval(body, {"__builtins__": {}}, names))  # our own test's log lines
 
 
@@ -152,7 +166,8 @@ def test_reported_metrics_read_as_determineds(
         with caplog.at_level(logging.INFO):
             _run(api, full_dataset)
         return [
-            r.getMessage() for r in caplog.records
+            r.getMessage()
+            for r in caplog.records
             if re.match(r"report_(training|validation)_metrics\(", r.getMessage())
         ]
 
@@ -166,5 +181,6 @@ def test_reported_metrics_read_as_determineds(
         assert list(mine_metrics) == list(real_metrics)
         for name, value in real_metrics.items():
             expected = np.asarray(value, dtype=float)
-            assert np.allclose(np.asarray(mine_metrics[name], dtype=float), expected,
-                               rtol=5e-4, atol=0), (name, mine, real)
+            assert np.allclose(
+                np.asarray(mine_metrics[name], dtype=float), expected, rtol=5e-4, atol=0
+            ), (name, mine, real)

@@ -20,23 +20,24 @@ PERIODS = {
         max_length="Batch(23)", validation_period="Batch(6)", checkpoint_period="Epoch(2)"
     ),
     "container-periods": dict(
-        max_length="Batch(20)", validation_period="Batch([2, 9, 16])",
+        max_length="Batch(20)",
+        validation_period="Batch([2, 9, 16])",
         checkpoint_period="Batch([9, 13])",
     ),
     "epoch-containers": dict(
         max_length="Epoch(4)", validation_period="Epoch([1, 3])", checkpoint_period="Epoch(2)"
     ),
     "step-zero-and-test-mode": dict(
-        max_length="Epoch(2)", validation_period="Batch(4)", step_zero_validation="True",
+        max_length="Epoch(2)",
+        validation_period="Batch(4)",
+        step_zero_validation="True",
         test_mode="True",
     ),
 }
 
 
 def _run(api: Any, periods: Dict[str, str], hparams: Dict[str, Any]) -> Any:
-    kwargs = {
-        k: eval(v, {"Batch": api.Batch, "Epoch": api.Epoch}) for k, v in periods.items()
-    }
+    kwargs = {k: eval(v, {"Batch": api.Batch, "Epoch": api.Epoch}) for k, v in periods.items()}
     trial, _ = run_trial(
         api, "MLPTrial", {"n": 60, "lr": 0.01, **hparams}, seed=5, checkpoint_policy="all", **kwargs
     )
@@ -58,7 +59,7 @@ def test_shuffled_batch_order_over_three_epochs_matches() -> None:
     ours = _run(dl_pytorch, periods, {"shuffle": True})
     assert len(ours.seen) == 24
     assert ours.seen == theirs.seen
-    totals = [sum(ours.seen[i * 8:(i + 1) * 8]) for i in range(3)]
+    totals = [sum(ours.seen[i * 8 : (i + 1) * 8]) for i in range(3)]
     assert totals[0] == pytest.approx(totals[1], abs=1e-3)  # every record once per epoch
     assert totals[0] == pytest.approx(totals[2], abs=1e-3)
     assert ours.seen[:8] != ours.seen[8:16]  # and reshuffled each pass
@@ -77,13 +78,19 @@ def test_shuffled_batch_order_over_three_epochs_matches() -> None:
         ("MANUAL_STEP", 1, 1),
     ],
 )
-def test_lr_scheduler_steps_like_determined(step_mode: str, frequency: int, aggregation: int) -> None:
+def test_lr_scheduler_steps_like_determined(
+    step_mode: str, frequency: int, aggregation: int
+) -> None:
     hparams = {"step_mode": step_mode, "frequency": frequency}
     results = []
     for api in (det_pytorch, dl_pytorch):
         trial, _ = run_trial(
-            api, "MLPTrial", {"n": 60, "lr": 0.01, **hparams}, seed=5,
-            init_kwargs={"aggregation_frequency": aggregation}, max_length=api.Batch(20),
+            api,
+            "MLPTrial",
+            {"n": 60, "lr": 0.01, **hparams},
+            seed=5,
+            init_kwargs={"aggregation_frequency": aggregation},
+            max_length=api.Batch(20),
         )
         results.append(trial.lrs)
     theirs, ours = results

@@ -26,15 +26,24 @@ def scalars(root: pathlib.Path) -> Dict[str, List[Tuple[int, float]]]:
 def test_tensorboard_scalars_equal_determineds(
     isolated_run: pathlib.Path, tmp_path: pathlib.Path, reporting: int
 ) -> None:
-    fit = dict(max_length=det_pytorch.Batch(10), validation_period=det_pytorch.Batch(5),
-               reporting_period=det_pytorch.Batch(reporting))
+    fit = dict(
+        max_length=det_pytorch.Batch(10),
+        validation_period=det_pytorch.Batch(5),
+        reporting_period=det_pytorch.Batch(reporting),
+    )
     # Determined writes its local runs under ./runs/<time>_<host> (a SummaryWriter's default).
     run_trial(det_pytorch, "MLPTrial", {"lr": 0.01}, **fit)
     theirs = scalars(isolated_run / "runs")
     ours_dir = tmp_path / "ours"
-    run_trial(dl_pytorch, "MLPTrial", {"lr": 0.01}, trainer_kwargs={"tensorboard_dir": str(ours_dir)},
-              max_length=dl_pytorch.Batch(10), validation_period=dl_pytorch.Batch(5),
-              reporting_period=dl_pytorch.Batch(reporting))
+    run_trial(
+        dl_pytorch,
+        "MLPTrial",
+        {"lr": 0.01},
+        trainer_kwargs={"tensorboard_dir": str(ours_dir)},
+        max_length=dl_pytorch.Batch(10),
+        validation_period=dl_pytorch.Batch(5),
+        reporting_period=dl_pytorch.Batch(reporting),
+    )
     ours = scalars(ours_dir)
     assert theirs and "Determined/loss" in theirs and "Determined/validation_loss" in theirs
     determined_tags = {tag: v for tag, v in ours.items() if tag.startswith("Determined/")}

@@ -77,30 +77,44 @@ def _parent_child() -> Any:
     return Parent, Child
 
 
-@pytest.mark.parametrize("call", [
-    lambda u: u.humanize_float(1.33333333),
-    lambda u: u.humanize_float(3333.3333),
-    lambda u: u.humanize_float(-0.000123456789),
-    lambda u: u.humanize_float(float("inf")),
-    lambda u: u.merge_dicts({"a": {"x": 1, "y": [2]}, "b": 1}, {"a": {"y": 3}, "c": {"d": 4}}),
-    lambda u: sorted(u.filter_duplicates([3, 1, 3, 2, 1, 1])),
-    lambda u: [u.is_numerical_scalar(v) for v in
-               (1, 2.5, np.float32(2), np.array(3), np.zeros(2), "4", None, np.array("x"))],
-    lambda u: [u.has_param(lambda a, b=1: None, "b"), u.has_param(lambda a: None, "z", 0),
-               u.has_param(lambda a: None, "z", 1)],
-    lambda u: [u.is_overridden(_parent_child()[1]().hook, _parent_child()[0]),
-               u.is_overridden(_parent_child()[0]().hook, _parent_child()[0]),
-               u.is_overridden(3, _parent_child()[0])],
-    lambda u: u.get_member_func([], "append") is not None and u.get_member_func([], "x") is None,
-    lambda u: u.calculate_batch_sizes({"global_batch_size": 10}, 3, "PyTorchTrial"),
-    lambda u: u.calculate_batch_sizes({"global_batch_size": 8}, 0, "PyTorchTrial"),
-], ids=lambda _: "")
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda u: u.humanize_float(1.33333333),
+        lambda u: u.humanize_float(3333.3333),
+        lambda u: u.humanize_float(-0.000123456789),
+        lambda u: u.humanize_float(float("inf")),
+        lambda u: u.merge_dicts({"a": {"x": 1, "y": [2]}, "b": 1}, {"a": {"y": 3}, "c": {"d": 4}}),
+        lambda u: sorted(u.filter_duplicates([3, 1, 3, 2, 1, 1])),
+        lambda u: [
+            u.is_numerical_scalar(v)
+            for v in (1, 2.5, np.float32(2), np.array(3), np.zeros(2), "4", None, np.array("x"))
+        ],
+        lambda u: [
+            u.has_param(lambda a, b=1: None, "b"),
+            u.has_param(lambda a: None, "z", 0),
+            u.has_param(lambda a: None, "z", 1),
+        ],
+        lambda u: [
+            u.is_overridden(_parent_child()[1]().hook, _parent_child()[0]),
+            u.is_overridden(_parent_child()[0]().hook, _parent_child()[0]),
+            u.is_overridden(3, _parent_child()[0]),
+        ],
+        lambda u: (
+            u.get_member_func([], "append") is not None and u.get_member_func([], "x") is None
+        ),
+        lambda u: u.calculate_batch_sizes({"global_batch_size": 10}, 3, "PyTorchTrial"),
+        lambda u: u.calculate_batch_sizes({"global_batch_size": 8}, 0, "PyTorchTrial"),
+    ],
+    ids=lambda _: "",
+)
 def test_helpers_answer_as_determineds_do(call: Any) -> None:
     assert call(util) == call(det_util)
 
 
-@pytest.mark.parametrize("hparams,slots", [({}, 1), ({"global_batch_size": 2.0}, 1),
-                                           ({"global_batch_size": 2}, 4)])
+@pytest.mark.parametrize(
+    "hparams,slots", [({}, 1), ({"global_batch_size": 2.0}, 1), ({"global_batch_size": 2}, 4)]
+)
 def test_batch_size_errors_match(hparams: dict, slots: int) -> None:
     with pytest.raises(det_errors.InvalidExperimentException) as theirs:
         det_util.calculate_batch_sizes(hparams, slots, "PyTorchTrial")
@@ -125,10 +139,16 @@ def _batches(api: Any, **kwargs: Any) -> List[List[int]]:
     return list(itertools.islice(api.adapt_batch_sampler(base, **kwargs), 12))
 
 
-@pytest.mark.parametrize("kwargs", [
-    {}, {"repeat": True}, {"skip": 2}, {"num_replicas": 2, "rank": 1},
-    {"repeat": True, "skip": 3, "num_replicas": 3, "rank": 2},
-])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {},
+        {"repeat": True},
+        {"skip": 2},
+        {"num_replicas": 2, "rank": 1},
+        {"repeat": True, "skip": 3, "num_replicas": 3, "rank": 2},
+    ],
+)
 def test_adapt_batch_sampler_yields_determineds_batches(kwargs: dict) -> None:
     assert _batches(dl_pytorch, **kwargs) == _batches(det_pytorch, **kwargs)
 

@@ -22,20 +22,27 @@ ANCIENT = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "ancient"
 
 
 def _warm(api: Any, path: pathlib.Path, trial: str = "MLPTrial") -> Any:
-    fit_kwargs = dict(max_length=api.Batch(12), validation_period=api.Batch(6),
-                      checkpoint_policy="none")
+    fit_kwargs = dict(
+        max_length=api.Batch(12), validation_period=api.Batch(6), checkpoint_policy="none"
+    )
     if api is dl_pytorch:
         fitted, _ = run_trial(
-            api, trial, HPARAMS, seed=5, latest_checkpoint=str(path),
-            trainer_kwargs={"checkpoint_dir": str(path.parent / "out")}, **fit_kwargs,
+            api,
+            trial,
+            HPARAMS,
+            seed=5,
+            latest_checkpoint=str(path),
+            trainer_kwargs={"checkpoint_dir": str(path.parent / "out")},
+            **fit_kwargs,
         )
         return fitted
     # Determined's local mode finds a checkpoint by UUID in its storage directory.
     storage = pathlib.Path.cwd().parent / "determined-storage" / "determined"
     shutil.copytree(path, storage / path.name)
     with pytest.warns(UserWarning, match="TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"):
-        fitted, _ = run_trial(api, trial, HPARAMS, seed=5, latest_checkpoint=path.name,
-                              **fit_kwargs)
+        fitted, _ = run_trial(
+            api, trial, HPARAMS, seed=5, latest_checkpoint=path.name, **fit_kwargs
+        )
     return fitted
 
 
@@ -43,8 +50,9 @@ def test_a_checkpoint_of_another_trial_warm_starts_like_determined(
     tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("DET_LIGHTNING_CHECKPOINT_DIR", str(tmp_path / "first"))
-    run_trial(dl_pytorch, "MLPTrial", HPARAMS, max_length=dl_pytorch.Batch(5),
-              checkpoint_policy="none")
+    run_trial(
+        dl_pytorch, "MLPTrial", HPARAMS, max_length=dl_pytorch.Batch(5), checkpoint_policy="none"
+    )
     (written,) = [p for p in (tmp_path / "first").iterdir() if ckpt.is_complete(p)]
     state = ckpt.read_trial_state(written)
     assert state is not None and state["batches_trained"] == 5

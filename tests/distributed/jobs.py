@@ -48,8 +48,12 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start(args: Sequence[str], workdir: pathlib.Path, env: Optional[Mapping[str, str]] = None,
-          log_name: str = "output.txt") -> subprocess.Popen:
+def start(
+    args: Sequence[str],
+    workdir: pathlib.Path,
+    env: Optional[Mapping[str, str]] = None,
+    log_name: str = "output.txt",
+) -> subprocess.Popen:
     """Starts ``python *args`` in ``workdir``, in a new session, with its own storage."""
     workdir.mkdir(parents=True, exist_ok=True)
     full_env = {
@@ -61,13 +65,22 @@ def start(args: Sequence[str], workdir: pathlib.Path, env: Optional[Mapping[str,
     }
     with open(workdir / log_name, "w") as log:
         return subprocess.Popen(
-            [sys.executable, *args], cwd=workdir, env=full_env, stdout=log,
-            stderr=subprocess.STDOUT, start_new_session=True,
+            [sys.executable, *args],
+            cwd=workdir,
+            env=full_env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
 
 
-def finish(procs: Sequence[subprocess.Popen], workdir: pathlib.Path, started: float,
-           timeout: float, log_names: Sequence[str] = ("output.txt",)) -> Job:
+def finish(
+    procs: Sequence[subprocess.Popen],
+    workdir: pathlib.Path,
+    started: float,
+    timeout: float,
+    log_names: Sequence[str] = ("output.txt",),
+) -> Job:
     """Waits for ``procs`` and everything in their sessions until ``timeout`` seconds after
     ``started``, then kills what is left."""
     deadline = started + timeout
@@ -85,8 +98,12 @@ def finish(procs: Sequence[subprocess.Popen], workdir: pathlib.Path, started: fl
     return Job(returncode, output, time.monotonic() - started, workdir, hung)
 
 
-def run(args: Sequence[str], workdir: pathlib.Path, timeout: float = 240,
-        env: Optional[Mapping[str, str]] = None) -> Job:
+def run(
+    args: Sequence[str],
+    workdir: pathlib.Path,
+    timeout: float = 240,
+    env: Optional[Mapping[str, str]] = None,
+) -> Job:
     started = time.monotonic()
     return finish([start(args, workdir, env)], workdir, started, timeout)
 

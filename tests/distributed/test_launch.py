@@ -33,8 +33,11 @@ def two_procs(tmp_path_factory: pytest.TempPathFactory) -> jobs.Job:
 def two_procs_plain(tmp_path_factory: pytest.TempPathFactory) -> jobs.Job:
     """``two_procs`` on Lightning's own loop, backward and step (``DET_LIGHTNING_LEAN=0``)."""
     workdir = tmp_path_factory.mktemp("two_procs_plain")
-    return jobs.run([PROBE, "--out", "out", "--devices", "2", *COMMON, "--batches", "8"], workdir,
-                    env={"DET_LIGHTNING_LEAN": "0"})
+    return jobs.run(
+        [PROBE, "--out", "out", "--devices", "2", *COMMON, "--batches", "8"],
+        workdir,
+        env={"DET_LIGHTNING_LEAN": "0"},
+    )
 
 
 @pytest.fixture(scope="module")
@@ -51,8 +54,19 @@ def torchrun_resumed(tmp_path_factory: pytest.TempPathFactory, two_procs: jobs.J
     (checkpoint,) = two_procs.checkpoints()
     workdir = tmp_path_factory.mktemp("torchrun")
     return jobs.run(
-        [*jobs.TORCHRUN, PROBE, "--out", "out", *COMMON, "--batches", "12", "--val-size", "30",
-         "--resume", str(checkpoint)],
+        [
+            *jobs.TORCHRUN,
+            PROBE,
+            "--out",
+            "out",
+            *COMMON,
+            "--batches",
+            "12",
+            "--val-size",
+            "30",
+            "--resume",
+            str(checkpoint),
+        ],
         workdir,
     )
 
@@ -64,11 +78,20 @@ def _close(a: List[float], b: List[float], tol: float = 1e-6) -> bool:
 def test_the_trial_sees_its_rank_and_a_joined_process_group_in_init(two_procs: jobs.Job) -> None:
     for rank, record in enumerate(two_procs.ranks(2)):
         assert record["init"] == {
-            "rank": rank, "size": 2, "local_rank": rank, "local_size": 2, "cross_rank": 0,
-            "cross_size": 1, "per_slot_batch_size": 4, "global_batch_size": 8, "device": "cpu",
-            "process_group": True, "gathered_ranks": [0, 1],
+            "rank": rank,
+            "size": 2,
+            "local_rank": rank,
+            "local_size": 2,
+            "cross_rank": 0,
+            "cross_size": 1,
+            "per_slot_batch_size": 4,
+            "global_batch_size": 8,
+            "device": "cpu",
+            "process_group": True,
+            "gathered_ranks": [0, 1],
             "gathered_by_chief": [0, 1] if rank == 0 else None,
-            "local_ranks": [0, 1], "local_chief": 0,
+            "local_ranks": [0, 1],
+            "local_chief": 0,
             "node0_only": [0, 1] if rank == 0 else None,
         }
 
@@ -136,7 +159,10 @@ def test_a_metric_reducer_sees_every_validation_record_exactly_once(
 def test_callbacks_run_on_every_rank_and_only_the_chief_writes(two_procs: jobs.Job) -> None:
     chief, worker = two_procs.ranks(2)
     assert [e for e, _ in chief["events"]] == [
-        "startup", "checkpoint_save", "checkpoint_upload_end", "shutdown"
+        "startup",
+        "checkpoint_save",
+        "checkpoint_upload_end",
+        "shutdown",
     ]
     assert [e for e, _ in worker["events"]] == ["startup", "checkpoint_upload_end", "shutdown"]
     assert worker["validations"] == chief["validations"]
@@ -165,8 +191,20 @@ def test_determined_recipe_with_a_strategy_object_and_evaluate_full_dataset(
     init(strategy=DDPStrategy(find_unused_parameters=True)) for a model with an unused
     parameter, validated by evaluate_full_dataset, which runs on the chief only."""
     job = jobs.run(
-        [*jobs.TORCHRUN, PROBE, "--out", "out", "--accelerator", "cpu", "--torch-distributed",
-         "--find-unused-parameters", "--unused-parameter", "--full-dataset", "--batches", "4"],
+        [
+            *jobs.TORCHRUN,
+            PROBE,
+            "--out",
+            "out",
+            "--accelerator",
+            "cpu",
+            "--torch-distributed",
+            "--find-unused-parameters",
+            "--unused-parameter",
+            "--full-dataset",
+            "--batches",
+            "4",
+        ],
         tmp_path / "recipe",
     )
     chief, worker = job.ranks(2)
@@ -178,21 +216,27 @@ def test_determined_recipe_with_a_strategy_object_and_evaluate_full_dataset(
     assert worker["validations"] == chief["validations"]
     assert worker["init"]["size"] == 2 and worker["init"]["process_group"]
     for rank in (0, 1):
-        exit_record = json.loads((tmp_path / "recipe" / "out" / f"rank{rank}-exit.json").read_text())
+        exit_record = json.loads(
+            (tmp_path / "recipe" / "out" / f"rank{rank}-exit.json").read_text()
+        )
         # The script made the process group, so closing it is the script's call; once it has,
         # nothing of ours keeps the group's threads running into the interpreter's teardown.
-        assert exit_record == {
-            "open_after_init": True, "process_group": False, "c10d_threads": []
-        }
+        assert exit_record == {"open_after_init": True, "process_group": False, "c10d_threads": []}
 
 
-def _run_nodes(workdir: pathlib.Path, args_of: Callable[[int], List[str]], timeout: float,
-               env_of: Callable[[int], Dict[str, str]] = lambda node: {}) -> jobs.Job:
+def _run_nodes(
+    workdir: pathlib.Path,
+    args_of: Callable[[int], List[str]],
+    timeout: float,
+    env_of: Callable[[int], Dict[str, str]] = lambda node: {},
+) -> jobs.Job:
     """Two "nodes" on this machine sharing ``workdir`` (as a shared file system): node ``n``
     runs ``python *args_of(n)`` in its own session, with ``env_of(n)``."""
     started = jobs.time.monotonic()
-    procs = [jobs.start(args_of(node), workdir, env_of(node), log_name=f"node{node}.txt")
-             for node in (0, 1)]
+    procs = [
+        jobs.start(args_of(node), workdir, env_of(node), log_name=f"node{node}.txt")
+        for node in (0, 1)
+    ]
     return jobs.finish(procs, workdir, started, timeout, log_names=("node0.txt", "node1.txt"))
 
 
@@ -204,14 +248,25 @@ def test_two_nodes_of_two_processes_train_like_one(
     port = str(jobs.free_port())
     workdir = tmp_path / "nodes"
     args = [PROBE, "--out", "out", "--devices", "2", "--num-nodes", "2", *COMMON, "--batches", "8"]
-    job = _run_nodes(workdir, lambda node: args, timeout=240, env_of=lambda node: {
-        "NODE_RANK": str(node), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port})
+    job = _run_nodes(
+        workdir,
+        lambda node: args,
+        timeout=240,
+        env_of=lambda node: {
+            "NODE_RANK": str(node),
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": port,
+        },
+    )
     (single,) = one_proc.ranks(1)
     for rank, record in enumerate(job.ranks(4)):
         init = record["init"]
         node = rank // 2
         assert (init["rank"], init["size"], init["local_rank"], init["cross_rank"]) == (
-            rank, 4, rank % 2, node
+            rank,
+            4,
+            rank % 2,
+            node,
         )
         assert init["per_slot_batch_size"] == 2 and init["cross_size"] == 2
         assert init["local_ranks"] == [2 * node, 2 * node + 1]
@@ -224,17 +279,36 @@ def test_two_nodes_of_two_processes_train_like_one(
     assert len(job.checkpoints()) == 1
 
 
-def _torchrun_nodes(workdir: pathlib.Path, *args: str,
-                    checkpoints: Optional[pathlib.Path] = None) -> jobs.Job:
+def _torchrun_nodes(
+    workdir: pathlib.Path, *args: str, checkpoints: Optional[pathlib.Path] = None
+) -> jobs.Job:
     """``torchrun --nnodes 2 --node_rank N --nproc_per_node 1 probe.py`` as each of two "nodes",
     meeting at a free port on loopback (what ``srun torchrun ... --node_rank $SLURM_NODEID``
     starts on a cluster); ``checkpoints``: another run's checkpoint folder."""
     port = str(jobs.free_port())
 
     def args_of(node: int) -> List[str]:
-        return ["-m", "torch.distributed.run", "--nnodes", "2", "--node_rank", str(node),
-                "--nproc_per_node", "1", "--master_addr", "127.0.0.1", "--master_port", port,
-                PROBE, "--out", "out", "--num-nodes", "2", *COMMON, *args]
+        return [
+            "-m",
+            "torch.distributed.run",
+            "--nnodes",
+            "2",
+            "--node_rank",
+            str(node),
+            "--nproc_per_node",
+            "1",
+            "--master_addr",
+            "127.0.0.1",
+            "--master_port",
+            port,
+            PROBE,
+            "--out",
+            "out",
+            "--num-nodes",
+            "2",
+            *COMMON,
+            *args,
+        ]
 
     env = {"DET_LIGHTNING_CHECKPOINT_DIR": str(checkpoints)} if checkpoints else {}
     job = _run_nodes(workdir, args_of, timeout=900, env_of=lambda node: env)
@@ -255,19 +329,38 @@ def test_two_torchrun_nodes_checkpoint_once_and_resume_like_a_straight_run(
     of a run that never stopped, bit for bit."""
     first = _torchrun_nodes(tmp_path / "first", "--batches", "8", "--checkpoint-period", "4")
     chief, other = first.ranks(2)
-    assert [(r["init"]["rank"], r["init"]["cross_rank"], r["init"]["local_rank"])
-            for r in (chief, other)] == [(0, 0, 0), (1, 1, 0)]
+    assert [
+        (r["init"]["rank"], r["init"]["cross_rank"], r["init"]["local_rank"])
+        for r in (chief, other)
+    ] == [(0, 0, 0), (1, 1, 0)]
     assert [e for e, _ in chief["events"]] == [
-        "startup", "checkpoint_save", "checkpoint_upload_end", "checkpoint_save",
-        "checkpoint_upload_end", "shutdown"]
+        "startup",
+        "checkpoint_save",
+        "checkpoint_upload_end",
+        "checkpoint_save",
+        "checkpoint_upload_end",
+        "shutdown",
+    ]
     assert [e for e, _ in other["events"]] == [
-        "startup", "checkpoint_upload_end", "checkpoint_upload_end", "shutdown"]
+        "startup",
+        "checkpoint_upload_end",
+        "checkpoint_upload_end",
+        "shutdown",
+    ]
     kept = sorted(_steps(c) for c in first.checkpoints())
     assert kept in ([8], [4, 8]), kept  # retention may have deleted the first; none twice
 
     straight = _torchrun_nodes(tmp_path / "straight", "--batches", "12", "--checkpoint-period", "4")
-    resumed = _torchrun_nodes(tmp_path / "resumed", "--batches", "12", "--checkpoint-period", "4",
-                              "--resume", "latest", checkpoints=first.workdir / "checkpoints")
+    resumed = _torchrun_nodes(
+        tmp_path / "resumed",
+        "--batches",
+        "12",
+        "--checkpoint-period",
+        "4",
+        "--resume",
+        "latest",
+        checkpoints=first.workdir / "checkpoints",
+    )
     for mine, oracle in zip(resumed.ranks(2), straight.ranks(2)):
         assert mine["events"][:2] == [["startup", 8], ["checkpoint_load", 0]]
         assert mine["weights"] == oracle["weights"]
@@ -280,20 +373,34 @@ def test_background_writes_on_two_nodes_resume_like_a_straight_run(tmp_path: pat
     """The chief writes in the background while both ranks train on; the next checkpoint and
     fit()'s end wait for it on every rank, and a rerun resumes bit for bit."""
     background = "--background-writes"
-    first = _torchrun_nodes(tmp_path / "first", "--batches", "8", "--checkpoint-period", "4",
-                            background)
+    first = _torchrun_nodes(
+        tmp_path / "first", "--batches", "8", "--checkpoint-period", "4", background
+    )
     chief, other = first.ranks(2)
     assert [e for e, _ in chief["events"]] == [
-        "startup", "checkpoint_save", "checkpoint_save", "shutdown"]
+        "startup",
+        "checkpoint_save",
+        "checkpoint_save",
+        "shutdown",
+    ]
     assert [e for e, _ in other["events"]] == ["startup", "shutdown"]
     assert sorted(_steps(c) for c in first.checkpoints())[-1] == 8
     assert not [p for p in (first.workdir / "checkpoints").iterdir() if p.name.startswith(".")]
 
-    straight = _torchrun_nodes(tmp_path / "straight", "--batches", "12", "--checkpoint-period",
-                               "4", background)
-    resumed = _torchrun_nodes(tmp_path / "resumed", "--batches", "12", "--checkpoint-period", "4",
-                              "--resume", "latest", background,
-                              checkpoints=first.workdir / "checkpoints")
+    straight = _torchrun_nodes(
+        tmp_path / "straight", "--batches", "12", "--checkpoint-period", "4", background
+    )
+    resumed = _torchrun_nodes(
+        tmp_path / "resumed",
+        "--batches",
+        "12",
+        "--checkpoint-period",
+        "4",
+        "--resume",
+        "latest",
+        background,
+        checkpoints=first.workdir / "checkpoints",
+    )
     for mine, oracle in zip(resumed.ranks(2), straight.ranks(2)):
         assert mine["events"][:2] == [["startup", 8], ["checkpoint_load", 0]]
         assert mine["weights"] == oracle["weights"]
@@ -306,9 +413,21 @@ def test_an_exception_on_one_rank_ends_the_job_with_that_error(
     tmp_path: pathlib.Path, crashing_rank: int
 ) -> None:
     job = jobs.run(
-        [PROBE, "--out", "out", "--devices", "2", "--accelerator", "cpu",
-         "--crash-rank", str(crashing_rank), "--crash-batch", "1"],
-        tmp_path / "crash", timeout=400,
+        [
+            PROBE,
+            "--out",
+            "out",
+            "--devices",
+            "2",
+            "--accelerator",
+            "cpu",
+            "--crash-rank",
+            str(crashing_rank),
+            "--crash-batch",
+            "1",
+        ],
+        tmp_path / "crash",
+        timeout=400,
     )
     assert job.returncode != 0
     assert f"probe crash on rank {crashing_rank} at batch 1" in job.output

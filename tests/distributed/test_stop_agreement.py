@@ -25,7 +25,8 @@ def test_one_rank_asking_to_stop_stops_every_rank_at_the_same_batch(
 ) -> None:
     job = jobs.run(
         [PROBE, *COMMON, "--stop-rank", str(stopping_rank), "--stop-batch", "5"],
-        tmp_path / "stop", timeout=400,
+        tmp_path / "stop",
+        timeout=400,
     )
     assert not job.hung, f"the job hung until killed:\n{job.output[-3000:]}"
     ranks = job.ranks(2)
@@ -46,7 +47,8 @@ def test_an_error_on_one_rank_while_validating_or_checkpointing_ends_the_job(
 ) -> None:
     job = jobs.run(
         [PROBE, *COMMON, "--crash-phase", phase, "--crash-rank", str(crashing_rank)],
-        tmp_path / "crash", timeout=400,
+        tmp_path / "crash",
+        timeout=400,
     )
     assert job.returncode != 0
     expected = "while validating" if phase == "validation" else "while checkpointing"
@@ -59,9 +61,25 @@ def _agreement_batches(tmp_path: pathlib.Path, env: "dict[str, str]") -> "list[d
     """40 batches, no period boundary before the end: the collectives each rank ran after each
     batch. DDP's gradient all-reduce runs in C++ inside backward and is not counted."""
     job = jobs.run(
-        [PROBE, "--out", "out", "--devices", "2", "--accelerator", "cpu", "--batches", "40",
-         "--validation-period", "1000", "--reporting-period", "1000", "--count-collectives"],
-        tmp_path / "count", timeout=150, env=env,
+        [
+            PROBE,
+            "--out",
+            "out",
+            "--devices",
+            "2",
+            "--accelerator",
+            "cpu",
+            "--batches",
+            "40",
+            "--validation-period",
+            "1000",
+            "--reporting-period",
+            "1000",
+            "--count-collectives",
+        ],
+        tmp_path / "count",
+        timeout=150,
+        env=env,
     )
     return [{int(b): n for b, n in rank["collectives"].items()} for rank in job.ranks(2)]
 

@@ -71,22 +71,36 @@ def test_resume_on_the_gpu_is_bit_exact_mid_epoch(
     half would drop other units than the straight run does. Both runs validate where the first
     half stops (a validation pass draws from the global generator)."""
     straight, _ = run_trial(
-        pytorch, "MLPTrial", HPARAMS, init_kwargs={"accelerator": "gpu"},
+        pytorch,
+        "MLPTrial",
+        HPARAMS,
+        init_kwargs={"accelerator": "gpu"},
         trainer_kwargs={"checkpoint_dir": str(tmp_path / "straight"), "logger": False},
-        max_length=pytorch.Batch(12), validation_period=pytorch.Batch(5),
+        max_length=pytorch.Batch(12),
+        validation_period=pytorch.Batch(5),
         checkpoint_policy="none",
     )
     run_trial(
-        pytorch, "MLPTrial", HPARAMS, init_kwargs={"accelerator": "gpu"},
+        pytorch,
+        "MLPTrial",
+        HPARAMS,
+        init_kwargs={"accelerator": "gpu"},
         trainer_kwargs={"checkpoint_dir": str(checkpoint_dir), "logger": False},
-        max_length=pytorch.Batch(5), validation_period=pytorch.Batch(5),
+        max_length=pytorch.Batch(5),
+        validation_period=pytorch.Batch(5),
         checkpoint_policy="none",
     )
     resumed, _ = run_trial(
-        pytorch, "MLPTrial", HPARAMS, seed=99, init_kwargs={"accelerator": "gpu"},
+        pytorch,
+        "MLPTrial",
+        HPARAMS,
+        seed=99,
+        init_kwargs={"accelerator": "gpu"},
         trainer_kwargs={"checkpoint_dir": str(checkpoint_dir), "logger": False},
-        max_length=pytorch.Batch(12), validation_period=pytorch.Batch(5),
-        checkpoint_policy="none", latest_checkpoint="latest",
+        max_length=pytorch.Batch(12),
+        validation_period=pytorch.Batch(5),
+        checkpoint_policy="none",
+        latest_checkpoint="latest",
     )
     assert resumed.seen == straight.seen[5:]
     for a, b in zip(resumed.model.parameters(), straight.model.parameters()):
@@ -99,7 +113,9 @@ class AmpTrial(pytorch.PyTorchTrial):
     def __init__(self, context: Any) -> None:
         self.context = context
         context.experimental.use_amp()
-        self.model = context.wrap_model(nn.Sequential(nn.Linear(8, 64), nn.ReLU(), nn.Linear(64, 1)))
+        self.model = context.wrap_model(
+            nn.Sequential(nn.Linear(8, 64), nn.ReLU(), nn.Linear(64, 1))
+        )
         self.opt = context.wrap_optimizer(torch.optim.SGD(self.model.parameters(), lr=0.01))
         self.dtypes: List[torch.dtype] = []  # what the first layer computed in
         self.model[0].register_forward_hook(self._record)
@@ -134,7 +150,8 @@ def test_use_amp_on_a_gpu_is_float16_with_a_checkpointed_scaler(
     with pytorch.init(hparams={}, accelerator="gpu") as context:
         trial = AmpTrial(context)
         pytorch.Trainer(trial, context, logger=False).fit(
-            max_length=pytorch.Batch(16), validation_period=pytorch.Batch(8),
+            max_length=pytorch.Batch(16),
+            validation_period=pytorch.Batch(8),
             checkpoint_policy="none",
         )
     assert trial.dtypes == [torch.float16] * (16 + 2 * 2)  # and two validations of 2 batches
@@ -153,7 +170,9 @@ class ExplicitScalerTrial(AmpTrial):
     def __init__(self, context: Any) -> None:
         self.context = context
         self.scaler = context.wrap_scaler(torch.amp.GradScaler("cuda"))
-        self.model = context.wrap_model(nn.Sequential(nn.Linear(8, 64), nn.ReLU(), nn.Linear(64, 1)))
+        self.model = context.wrap_model(
+            nn.Sequential(nn.Linear(8, 64), nn.ReLU(), nn.Linear(64, 1))
+        )
         self.opt = context.wrap_optimizer(torch.optim.SGD(self.model.parameters(), lr=0.01))
         self.dtypes = []
         self.model[0].register_forward_hook(self._record)
@@ -192,8 +211,13 @@ def test_determineds_explicit_scaler_recipe_trains_on_a_gpu() -> None:
 
 def test_a_gpu_checkpoint_loads_onto_the_cpu(checkpoint_dir: pathlib.Path) -> None:
     trained, _ = run_trial(
-        pytorch, "MLPTrial", HPARAMS, init_kwargs={"accelerator": "gpu"},
-        trainer_kwargs={"logger": False}, max_length=pytorch.Batch(4), checkpoint_policy="none",
+        pytorch,
+        "MLPTrial",
+        HPARAMS,
+        init_kwargs={"accelerator": "gpu"},
+        trainer_kwargs={"logger": False},
+        max_length=pytorch.Batch(4),
+        checkpoint_policy="none",
     )
     [path] = checkpoints(checkpoint_dir).values()
     loaded: Any = pytorch.load_trial_from_checkpoint_path(
@@ -221,12 +245,15 @@ def test_no_cuda_synchronisation_between_batches() -> None:
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        with pytorch.init(hparams={"lr": 0.01, "n": 256, "shuffle": True},
-                          accelerator="gpu") as context:
+        with pytorch.init(
+            hparams={"lr": 0.01, "n": 256, "shuffle": True}, accelerator="gpu"
+        ) as context:
             trial = Probe(context)
             pytorch.Trainer(trial, context, logger=False).fit(
-                max_length=pytorch.Batch(40), reporting_period=pytorch.Batch(1000),
-                validation_period=pytorch.Batch(1000), checkpoint_policy="none",
+                max_length=pytorch.Batch(40),
+                reporting_period=pytorch.Batch(1000),
+                validation_period=pytorch.Batch(1000),
+                checkpoint_policy="none",
             )
     torch.cuda.set_sync_debug_mode(0)
     syncs = [str(w.message) for w in caught if "synchroniz" in str(w.message)]

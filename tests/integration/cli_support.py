@@ -31,7 +31,9 @@ class PickyTrial(RegressionTrial):
 
 
 def run_cli(
-    *args: str, cwd: pathlib.Path, env: Optional[Dict[str, str]] = None,
+    *args: str,
+    cwd: pathlib.Path,
+    env: Optional[Dict[str, str]] = None,
     command: Optional[List[str]] = None,
 ) -> subprocess.CompletedProcess:
     """``python -m det_lightning ARGS`` (or ``command ARGS``) in ``cwd``; never writes bytecode
@@ -55,7 +57,9 @@ def read_validation_log(path: pathlib.Path) -> List[Dict[str, Any]]:
 def project_files() -> Dict[str, bytes]:
     """Every file of the fixture project with its contents (to prove nothing changed)."""
     return {
-        str(p.relative_to(PROJECT)): p.read_bytes() for p in sorted(PROJECT.rglob("*")) if p.is_file()
+        str(p.relative_to(PROJECT)): p.read_bytes()
+        for p in sorted(PROJECT.rglob("*"))
+        if p.is_file()
     }
 
 

@@ -76,14 +76,18 @@ def slow_project(tmp_path: pathlib.Path) -> pathlib.Path:
     for name in ("model_def.py", "data.py"):
         (project / name).write_text((PROJECT / name).read_text())
     (project / "slow_def.py").write_text(SLOW_TRIAL)
-    config = (PROJECT / "asha.yaml").read_text().replace(
-        "model_def:RegressionTrial", "slow_def:SlowTrial")
+    config = (
+        (PROJECT / "asha.yaml")
+        .read_text()
+        .replace("model_def:RegressionTrial", "slow_def:SlowTrial")
+    )
     (project / "asha.yaml").write_text(config + "min_checkpoint_period:\n  batches: 2\n")
     return project
 
 
-def read_trials(storage: Union[pathlib.Path, str],
-               checkpoint_dir: Optional[pathlib.Path] = None) -> List[optuna.trial.FrozenTrial]:
+def read_trials(
+    storage: Union[pathlib.Path, str], checkpoint_dir: Optional[pathlib.Path] = None
+) -> List[optuna.trial.FrozenTrial]:
     """The search's trials in ``storage`` (a journal file, or a database URL), oldest first,
     without the surplus ones (asked for by a worker after another filled the budget), which
     are checked to have never run (no ``trial-<n>`` in ``checkpoint_dir``, by default the
@@ -127,8 +131,9 @@ def checkpoint_steps(checkpoint: pathlib.Path) -> int:
     return int(json.loads((checkpoint / "metadata.json").read_text())["steps_completed"])
 
 
-def check_search(checkpoint_dir: pathlib.Path, trials: List[optuna.trial.FrozenTrial],
-                  replay: bool = True) -> None:
+def check_search(
+    checkpoint_dir: pathlib.Path, trials: List[optuna.trial.FrozenTrial], replay: bool = True
+) -> None:
     """Six trials, each run once to its end, trained exactly to the last rung it reached;
     with ``replay`` (one worker: trials arrive in order), each stopped exactly where
     Determined's rule, replayed on the recorded rung metrics, stops it."""
@@ -143,30 +148,53 @@ def check_search(checkpoint_dir: pathlib.Path, trials: List[optuna.trial.FrozenT
             value = recorded.get(str(index))
             if value is None:
                 break
-            ranked_out = replay and index < 2 and not sum(
-                1 for v in rungs[index] if v < value) < max(int((len(rungs[index]) + 1) / 2), 1)
+            ranked_out = (
+                replay
+                and index < 2
+                and not sum(1 for v in rungs[index] if v < value)
+                < max(int((len(rungs[index]) + 1) / 2), 1)
+            )
             rungs[index].append(value)
             if ranked_out or index == 2 or (not replay and str(index + 1) not in recorded):
                 stop_rung = index
                 break
         assert stop_rung is not None and stop_rung == len(recorded) - 1, (trial.number, recorded)
-        expected_state = (optuna.trial.TrialState.COMPLETE if stop_rung == 2
-                          else optuna.trial.TrialState.PRUNED)
+        expected_state = (
+            optuna.trial.TrialState.COMPLETE if stop_rung == 2 else optuna.trial.TrialState.PRUNED
+        )
         assert trial.state == expected_state, (trial.number, recorded)
         number = number_of(trial)
-        newest = max((p for p in (checkpoint_dir / f"trial-{number}").iterdir()
-                      if not p.name.startswith(".")), key=checkpoint_steps)
+        newest = max(
+            (
+                p
+                for p in (checkpoint_dir / f"trial-{number}").iterdir()
+                if not p.name.startswith(".")
+            ),
+            key=checkpoint_steps,
+        )
         assert checkpoint_steps(newest) == UNITS[stop_rung]  # trained exactly to its last rung
     assert any(t.state == optuna.trial.TrialState.PRUNED for t in trials)
 
 
-def start_search(workdir: pathlib.Path, project: pathlib.Path, *extra: str,
-                 env: Optional[Dict[str, str]] = None) -> subprocess.Popen:
+def start_search(
+    workdir: pathlib.Path, project: pathlib.Path, *extra: str, env: Optional[Dict[str, str]] = None
+) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "det_lightning", "experiment", *extra,
-         str(project / "asha.yaml"), str(project)],
-        cwd=workdir, env=dict(os.environ, OMP_NUM_THREADS="1", **(env or {})),
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True, text=True,
+        [
+            sys.executable,
+            "-m",
+            "det_lightning",
+            "experiment",
+            *extra,
+            str(project / "asha.yaml"),
+            str(project),
+        ],
+        cwd=workdir,
+        env=dict(os.environ, OMP_NUM_THREADS="1", **(env or {})),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        text=True,
     )
 
 
@@ -177,14 +205,19 @@ def barrier(workdir: pathlib.Path, workers: int) -> Dict[str, str]:
     return {"TEST_BARRIER_DIR": str(directory), "TEST_BARRIER_COUNT": str(workers)}
 
 
-def start_and_kill_at_batch(workdir: pathlib.Path, project: pathlib.Path, batch: int,
-                            *extra: str) -> None:
+def start_and_kill_at_batch(
+    workdir: pathlib.Path, project: pathlib.Path, batch: int, *extra: str
+) -> None:
     """Starts the search (``extra``: more command-line options), and kills its process group
     with SIGKILL once its first trial is held at ``batch`` (its checkpoint of ``batch``
     batches complete)."""
     marker = workdir / "held"
-    process = start_search(workdir, project, *extra,
-                           env={"TEST_HOLD_AT_BATCH": str(batch), "TEST_HOLD_MARKER": str(marker)})
+    process = start_search(
+        workdir,
+        project,
+        *extra,
+        env={"TEST_HOLD_AT_BATCH": str(batch), "TEST_HOLD_MARKER": str(marker)},
+    )
     deadline = time.monotonic() + 240
     while not marker.exists():
         assert process.poll() is None, f"the search ended first:\n{process.communicate()[0]}"
@@ -204,8 +237,10 @@ GRID_ORDER = [(8, 0.1), (8, 0.001), (2, 0.1), (2, 0.001)]
 
 def grid_points(trials: List[optuna.trial.FrozenTrial]) -> List[tuple]:
     by_number = sorted(trials, key=lambda t: t._trial_id)
-    return [(t.user_attrs["hparams"]["hidden_size"],
-             round(t.user_attrs["hparams"]["learning_rate"], 6)) for t in by_number]
+    return [
+        (t.user_attrs["hparams"]["hidden_size"], round(t.user_attrs["hparams"]["learning_rate"], 6))
+        for t in by_number
+    ]
 
 
 def slow_config(project: pathlib.Path, searcher: str, space: str = "") -> None:
@@ -215,7 +250,8 @@ def slow_config(project: pathlib.Path, searcher: str, space: str = "") -> None:
         head = head.split("hyperparameters:")[0] + space
     (project / "asha.yaml").write_text(
         head + searcher + "min_validation_period:\n  batches: 4\nmin_checkpoint_period:\n"
-        "  batches: 2\nreproducibility:\n  experiment_seed: 7\n")
+        "  batches: 2\nreproducibility:\n  experiment_seed: 7\n"
+    )
 
 
 def slow_grid_config(project: pathlib.Path) -> None:

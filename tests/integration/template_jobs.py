@@ -30,7 +30,16 @@ def kill_self() -> None:
 
 
 def describe() -> int:
-    print(json.dumps({"cwd": os.getcwd(), "argv": sys.argv, "var": os.environ.get("TEMPLATE_VAR"),
-                      "own_group": os.getpgid(0) == os.getpid(),
-                      "lightning": "lightning" in sys.modules}), flush=True)
+    print(
+        json.dumps(
+            {
+                "cwd": os.getcwd(),
+                "argv": sys.argv,
+                "var": os.environ.get("TEMPLATE_VAR"),
+                "own_group": os.getpgid(0) == os.getpid(),
+                "lightning": "lightning" in sys.modules,
+            }
+        ),
+        flush=True,
+    )
     return 0

@@ -99,10 +99,14 @@ def wait(event: threading.Event, what: str) -> None:
         )
 
 
-def fit(root: pathlib.Path, callbacks: Dict[str, Any],
-        on_batch: Callable[[int], None] = lambda batch_idx: None,
-        trainer_kwargs: Optional[Dict[str, Any]] = None, exp_conf: Optional[Dict] = None,
-        **fit_kwargs: Any) -> Any:
+def fit(
+    root: pathlib.Path,
+    callbacks: Dict[str, Any],
+    on_batch: Callable[[int], None] = lambda batch_idx: None,
+    trainer_kwargs: Optional[Dict[str, Any]] = None,
+    exp_conf: Optional[Dict] = None,
+    **fit_kwargs: Any,
+) -> Any:
     class Trial(GatedTrial):
         pass
 
@@ -110,8 +114,9 @@ def fit(root: pathlib.Path, callbacks: Dict[str, Any],
     seed_everything(3)
     with pytorch.init(hparams=dict(HPARAMS), accelerator="cpu", exp_conf=exp_conf) as context:
         trial = Trial(context)
-        trainer = pytorch.Trainer(trial, context, logger=False, checkpoint_dir=str(root),
-                                  **(trainer_kwargs or {}))
+        trainer = pytorch.Trainer(
+            trial, context, logger=False, checkpoint_dir=str(root), **(trainer_kwargs or {})
+        )
         trainer.fit(**{"checkpoint_policy": "none", **fit_kwargs})
     return trial, trainer
 
@@ -120,7 +125,8 @@ def complete(root: pathlib.Path) -> Dict[int, pathlib.Path]:
     """The complete checkpoints under ``root`` by ``steps_completed``."""
     return {
         json.loads((p / ckpt.METADATA_FILE).read_text())["steps_completed"]: p
-        for p in root.iterdir() if not p.name.startswith(".")
+        for p in root.iterdir()
+        if not p.name.startswith(".")
     }
 
 
@@ -130,7 +136,7 @@ def writer_threads() -> List[threading.Thread]:
 
 # ----- training goes on -----------------------------------------------------------------------
 def test_training_goes_on_during_the_write_and_the_checkpoint_has_the_weights_of_its_batch(
-    tmp_path: pathlib.Path
+    tmp_path: pathlib.Path,
 ) -> None:
     trained_on = threading.Event()
     gate = Gate(lambda: wait(trained_on, "batch 3 trained while checkpoint 2 was written"))
@@ -153,8 +159,11 @@ def test_training_goes_on_during_the_write_and_the_checkpoint_has_the_weights_of
     root = tmp_path / "checkpoints"
     with pytorch.init(hparams=dict(HPARAMS), accelerator="cpu") as context:
         trainer = pytorch.Trainer(Trial(context), context, logger=False, checkpoint_dir=str(root))
-        trainer.fit(max_length=pytorch.Batch(8), checkpoint_period=pytorch.Batch(2),
-                    checkpoint_policy="none")
+        trainer.fit(
+            max_length=pytorch.Batch(8),
+            checkpoint_period=pytorch.Batch(2),
+            checkpoint_policy="none",
+        )
     assert gate.threads == [WRITER]  # pickled by the writer thread, not the training thread
     saved = torch.load(complete(root)[2] / ckpt.STATE_DICT_FILE, weights_only=False)  # the gate
     model_state = saved[ckpt.MODELS][0]
@@ -174,8 +183,13 @@ def test_sync_checkpoints_switch_writes_in_the_training_thread(
             kwargs["sync_checkpoints"] = True
         else:
             monkeypatch.setenv(_background.SYNC_CHECKPOINTS_ENV, "1")
-        fit(tmp_path / how, {"gate": GateCallback({0: gate})}, trainer_kwargs=kwargs,
-            max_length=pytorch.Batch(4), checkpoint_period=pytorch.Batch(2))
+        fit(
+            tmp_path / how,
+            {"gate": GateCallback({0: gate})},
+            trainer_kwargs=kwargs,
+            max_length=pytorch.Batch(4),
+            checkpoint_period=pytorch.Batch(2),
+        )
         assert gate.threads == [threading.main_thread().name], how
         assert sorted(complete(tmp_path / how)) == [2, 4]
 
@@ -201,16 +215,21 @@ def test_the_next_checkpoint_and_retention_wait_for_the_write(tmp_path: pathlib.
         wait(trained_on, "batch 5 trained while checkpoint 4 was written")
 
     callbacks = {"gate": GateCallback({1: Gate(during_write)})}
-    fit(root, callbacks, on_batch=lambda i: trained_on.set() if i == 5 else None,
+    fit(
+        root,
+        callbacks,
+        on_batch=lambda i: trained_on.set() if i == 5 else None,
         exp_conf={"checkpoint_storage": {"save_trial_latest": 1, "save_trial_best": 0}},
-        max_length=pytorch.Batch(8), checkpoint_period=pytorch.Batch(2))
+        max_length=pytorch.Batch(8),
+        checkpoint_period=pytorch.Batch(2),
+    )
     assert seen_during_write == [[2]]  # checkpoint 2 still there while 4 was being written
     assert sorted(complete(root)) == [8]
     assert not [p for p in root.iterdir() if p.name.endswith((PARTIAL_SUFFIX, DELETING_SUFFIX))]
 
 
 def test_a_validation_is_reported_after_the_checkpoint_before_it_is_complete(
-    tmp_path: pathlib.Path
+    tmp_path: pathlib.Path,
 ) -> None:
     root = tmp_path / "checkpoints"
     validating = threading.Event()
@@ -220,8 +239,13 @@ def test_a_validation_is_reported_after_the_checkpoint_before_it_is_complete(
             validating.set()
 
     gates = GateCallback({0: Gate(lambda: wait(validating, "a validation started"))}, root)
-    fit(root, {"gate": gates, "validating": Validating()}, max_length=pytorch.Batch(3),
-        checkpoint_period=pytorch.Batch(2), validation_period=pytorch.Batch(3))
+    fit(
+        root,
+        {"gate": gates, "validating": Validating()},
+        max_length=pytorch.Batch(3),
+        checkpoint_period=pytorch.Batch(2),
+        validation_period=pytorch.Batch(3),
+    )
     assert gates.at_reports == [[2]]  # reported at batch 3, checkpoint 2 complete by then
 
 
@@ -241,9 +265,13 @@ def test_a_callback_on_the_write_hooks_gets_them_where_determined_calls_them(
     trained: List[int] = []
     gate = Gate()
     with caplog.at_level("INFO"):
-        fit(root, {"gate": GateCallback({0: gate}), "write_end": WriteEnd()},
-            on_batch=trained.append, max_length=pytorch.Batch(4),
-            checkpoint_period=pytorch.Batch(2))
+        fit(
+            root,
+            {"gate": GateCallback({0: gate}), "write_end": WriteEnd()},
+            on_batch=trained.append,
+            max_length=pytorch.Batch(4),
+            checkpoint_period=pytorch.Batch(2),
+        )
     assert gate.threads == [threading.main_thread().name]
     assert batches == [2, 4]
     assert "write_end.on_checkpoint_write_end runs right after each write" in caplog.text
@@ -260,8 +288,13 @@ def test_an_error_in_training_waits_for_the_write_in_flight(tmp_path: pathlib.Pa
 
     gate = Gate(lambda: wait(failing, "the training error"))
     with pytest.raises(Boom, match="training failed"):
-        fit(root, {"gate": GateCallback({0: gate})}, on_batch=on_batch,
-            max_length=pytorch.Batch(8), checkpoint_period=pytorch.Batch(2))
+        fit(
+            root,
+            {"gate": GateCallback({0: gate})},
+            on_batch=on_batch,
+            max_length=pytorch.Batch(8),
+            checkpoint_period=pytorch.Batch(2),
+        )
     assert not writer_threads()
     assert sorted(complete(root)) == [2]  # finished, not cut off
     assert [p.name for p in root.iterdir() if p.name.startswith(".")] == []
@@ -282,8 +315,7 @@ def test_a_failed_background_write_fails_the_run_with_its_error_and_leaves_nothi
     root = tmp_path / "checkpoints"
     gates = GateCallback({which: failing_gate()})
     with pytest.raises(Boom, match="disk on fire"):
-        fit(root, {"gate": gates}, max_length=pytorch.Batch(8),
-            checkpoint_period=pytorch.Batch(2))
+        fit(root, {"gate": gates}, max_length=pytorch.Batch(8), checkpoint_period=pytorch.Batch(2))
     assert sorted(complete(root)) == [2, 4, 6][:which]
     assert [p.name for p in root.iterdir() if p.name.startswith(".")] == []
     assert not writer_threads()
@@ -294,7 +326,8 @@ def archive_records(path: pathlib.Path) -> Dict[str, bytes]:
     """The records of a ``torch.save`` file, less the id torch makes up for every save."""
     with zipfile.ZipFile(io.BytesIO(path.read_bytes())) as archive:
         return {
-            name: archive.read(name) for name in archive.namelist()
+            name: archive.read(name)
+            for name in archive.namelist()
             if not name.endswith("serialization_id")
         }
 
@@ -303,21 +336,29 @@ def test_the_background_files_are_the_synchronous_files(tmp_path: pathlib.Path) 
     roots = {}
     for sync in (True, False):
         roots[sync] = tmp_path / f"sync-{sync}"
-        fit(roots[sync], {}, trainer_kwargs={"sync_checkpoints": sync},
-            max_length=pytorch.Batch(6), checkpoint_period=pytorch.Batch(2),
-            validation_period=pytorch.Batch(3))
+        fit(
+            roots[sync],
+            {},
+            trainer_kwargs={"sync_checkpoints": sync},
+            max_length=pytorch.Batch(6),
+            checkpoint_period=pytorch.Batch(2),
+            validation_period=pytorch.Batch(3),
+        )
     sync, background = complete(roots[True]), complete(roots[False])
     assert sorted(sync) == sorted(background) == [2, 4, 6]
     for steps, mine in background.items():
         theirs = sync[steps]
         assert archive_records(mine / ckpt.STATE_DICT_FILE) == archive_records(
-            theirs / ckpt.STATE_DICT_FILE)
+            theirs / ckpt.STATE_DICT_FILE
+        )
         for name in (ckpt.TRIAL_STATE_FILE, ckpt.LOAD_DATA_FILE):
             assert (mine / name).read_bytes() == (theirs / name).read_bytes(), name
         meta = [json.loads((d / ckpt.METADATA_FILE).read_text()) for d in (mine, theirs)]
         for m in meta:
             m.pop("det_lightning_run")  # each run's own id
         assert meta[0] == meta[1]
-        files = [sorted(str(p.relative_to(d)) for p in (d / ckpt.CODE_DIR).rglob("*"))
-                 for d in (mine, theirs)]
+        files = [
+            sorted(str(p.relative_to(d)) for p in (d / ckpt.CODE_DIR).rglob("*"))
+            for d in (mine, theirs)
+        ]
         assert files[0] == files[1] and files[0]

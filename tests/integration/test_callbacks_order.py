@@ -19,7 +19,9 @@ from tests.fixtures.trials import make_trials, seed_everything
 Event = Tuple[Any, ...]
 
 SCHEDULE = dict(
-    max_length=("Epoch", 2), validation_period=("Batch", 6), checkpoint_period=("Batch", 10),
+    max_length=("Epoch", 2),
+    validation_period=("Batch", 6),
+    checkpoint_period=("Batch", 10),
     reporting_period=("Batch", 4),
 )
 HPARAMS = {"n": 64, "batch_size": 8, "lr": 0.05}
@@ -53,8 +55,11 @@ def recorder_class(api: Any, with_values: bool) -> type:
 
         def on_training_workload_end(self, avg_metrics: Dict, batch_metrics: List) -> None:
             event: Event = (
-                "on_training_workload_end", sorted(avg_metrics), avg_metrics["batches"],
-                avg_metrics["epochs"], len(batch_metrics),
+                "on_training_workload_end",
+                sorted(avg_metrics),
+                avg_metrics["batches"],
+                avg_metrics["epochs"],
+                len(batch_metrics),
             )
             if with_values:
                 event += (float(avg_metrics["loss"]), [float(m["loss"]) for m in batch_metrics])
@@ -101,13 +106,29 @@ class LightningHookCounter(Callback):
     """Counts every Lightning callback hook it sees (composer's ``EventCounterCallback``)."""
 
     HOOKS = (
-        "setup", "teardown", "on_fit_start", "on_fit_end", "on_train_start", "on_train_end",
-        "on_train_epoch_start", "on_train_epoch_end", "on_train_batch_start",
-        "on_train_batch_end", "on_validation_start", "on_validation_end",
-        "on_validation_epoch_start", "on_validation_epoch_end", "on_validation_batch_start",
-        "on_validation_batch_end", "on_sanity_check_start", "on_save_checkpoint",
-        "on_load_checkpoint", "on_before_backward", "on_after_backward",
-        "on_before_optimizer_step", "on_exception",
+        "setup",
+        "teardown",
+        "on_fit_start",
+        "on_fit_end",
+        "on_train_start",
+        "on_train_end",
+        "on_train_epoch_start",
+        "on_train_epoch_end",
+        "on_train_batch_start",
+        "on_train_batch_end",
+        "on_validation_start",
+        "on_validation_end",
+        "on_validation_epoch_start",
+        "on_validation_epoch_end",
+        "on_validation_batch_start",
+        "on_validation_batch_end",
+        "on_sanity_check_start",
+        "on_save_checkpoint",
+        "on_load_checkpoint",
+        "on_before_backward",
+        "on_after_backward",
+        "on_before_optimizer_step",
+        "on_exception",
     )
 
     def __init__(self) -> None:
@@ -176,8 +197,10 @@ def test_hook_sequence_matches_real_determined() -> None:
     assert names[0] == "on_trial_startup" and names[-1] == "on_trial_shutdown"
     # A checkpoint's hooks run in this order, state_dict() first.
     first_save = names.index("state_dict")
-    assert names[first_save:first_save + 4] == [
-        "state_dict", "on_checkpoint_save_start", "on_checkpoint_write_end",
+    assert names[first_save : first_save + 4] == [
+        "state_dict",
+        "on_checkpoint_save_start",
+        "on_checkpoint_write_end",
         "on_checkpoint_upload_end",
     ]
 
@@ -210,10 +233,16 @@ def test_hook_sequence_after_resume_matches_real_determined(
     theirs, ours = sequences
     assert ours == theirs
     assert ours[:3] == [
-        ("on_checkpoint_load_start", [
-            "callbacks", "lr_schedulers_state_dict", "models_state_dict",
-            "optimizers_state_dict", "rng_state",
-        ]),
+        (
+            "on_checkpoint_load_start",
+            [
+                "callbacks",
+                "lr_schedulers_state_dict",
+                "models_state_dict",
+                "optimizers_state_dict",
+                "rng_state",
+            ],
+        ),
         ("load_state_dict", {"events_so_far": 14}),
         ("on_training_start",),
     ]
@@ -232,7 +261,10 @@ def test_shutdown_hook_runs_after_an_error_as_in_real_determined() -> None:
     theirs, ours = sequences
     assert ours == theirs
     assert _names(ours) == [
-        "on_trial_startup", "on_training_start", "on_training_epoch_start", "on_trial_shutdown",
+        "on_trial_startup",
+        "on_training_start",
+        "on_training_epoch_start",
+        "on_trial_shutdown",
     ]
 
 
@@ -241,15 +273,28 @@ def test_lightning_callback_hook_counts_beside_pytorch_callbacks() -> None:
     recorder = fit_recorded(dl_pytorch, trainer_kwargs={"callbacks": [counter]})
 
     assert counter.counts == {
-        "setup": 1, "teardown": 1, "on_fit_start": 1, "on_fit_end": 1,
-        "on_train_start": 1, "on_train_end": 1,
-        "on_train_epoch_start": 2, "on_train_epoch_end": 2,
-        "on_train_batch_start": 16, "on_train_batch_end": 16,
-        "on_validation_start": 3, "on_validation_end": 3,
-        "on_validation_epoch_start": 3, "on_validation_epoch_end": 3,
-        "on_validation_batch_start": 12, "on_validation_batch_end": 12,  # 4 batches each
-        "on_sanity_check_start": 0, "on_save_checkpoint": 2, "on_load_checkpoint": 0,
-        "on_before_backward": 16, "on_after_backward": 16, "on_before_optimizer_step": 16,
+        "setup": 1,
+        "teardown": 1,
+        "on_fit_start": 1,
+        "on_fit_end": 1,
+        "on_train_start": 1,
+        "on_train_end": 1,
+        "on_train_epoch_start": 2,
+        "on_train_epoch_end": 2,
+        "on_train_batch_start": 16,
+        "on_train_batch_end": 16,
+        "on_validation_start": 3,
+        "on_validation_end": 3,
+        "on_validation_epoch_start": 3,
+        "on_validation_epoch_end": 3,
+        "on_validation_batch_start": 12,
+        "on_validation_batch_end": 12,  # 4 batches each
+        "on_sanity_check_start": 0,
+        "on_save_checkpoint": 2,
+        "on_load_checkpoint": 0,
+        "on_before_backward": 16,
+        "on_after_backward": 16,
+        "on_before_optimizer_step": 16,
         "on_exception": 0,
     }
     assert _names(recorder.events).count("on_validation_end") == counter.counts["on_validation_end"]

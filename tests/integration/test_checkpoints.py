@@ -48,7 +48,8 @@ def snapshot(root: pathlib.Path) -> Dict[str, Tuple[int, str]]:
     return {
         str(p.relative_to(root)): (
             (p.stat().st_mtime_ns, hashlib.sha256(p.read_bytes()).hexdigest())
-            if p.is_file() else (0, "dir")
+            if p.is_file()
+            else (0, "dir")
         )
         for p in sorted(root.rglob("*"))
     }
@@ -84,8 +85,13 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> Dict[int, pathlib.Path]
     """Checkpoints at batches 4, 8 and 12 of MLPTrial (never modified by the tests)."""
     root = tmp_path_factory.mktemp("trained") / "checkpoints"
     run_trial(
-        pytorch, "MLPTrial", HPARAMS, trainer_kwargs={"checkpoint_dir": str(root), "logger": False},
-        max_length=pytorch.Batch(12), checkpoint_period=pytorch.Batch(4), checkpoint_policy="none",
+        pytorch,
+        "MLPTrial",
+        HPARAMS,
+        trainer_kwargs={"checkpoint_dir": str(root), "logger": False},
+        max_length=pytorch.Batch(12),
+        checkpoint_period=pytorch.Batch(4),
+        checkpoint_policy="none",
     )
     return by_steps(root)
 
@@ -99,27 +105,44 @@ def test_checkpoint_directory_has_determined_layout(trained: Dict[int, pathlib.P
     assert sorted(trained) == [4, 8, 12]
     path = trained[8]
     assert sorted(p.name for p in path.iterdir()) == [
-        "code", "load_data.json", "metadata.json", "state_dict.pth", "trial_state.pkl"
+        "code",
+        "load_data.json",
+        "metadata.json",
+        "state_dict.pth",
+        "trial_state.pkl",
     ]
     state = torch.load(path / "state_dict.pth", weights_only=True)
     assert set(state) == {
-        "models_state_dict", "optimizers_state_dict", "lr_schedulers_state_dict", "callbacks",
-        "rng_state", "det_lightning",
+        "models_state_dict",
+        "optimizers_state_dict",
+        "lr_schedulers_state_dict",
+        "callbacks",
+        "rng_state",
+        "det_lightning",
     }
     assert set(state["rng_state"]) == {"cpu_rng_state", "np_rng_state", "random_rng_state"}
     assert list(state["models_state_dict"][0]) == ["0.weight", "0.bias", "3.weight", "3.bias"]
     assert state["optimizers_state_dict"][0]["state"][0]["momentum_buffer"].shape == (16, 8)
     load_data = json.loads((path / "load_data.json").read_text())
     assert load_data == {
-        "trial_type": "PyTorchTrial", "experiment_config": None, "hparams": HPARAMS,
-        "trial_cls_spec": f"tests.fixtures.trials:{MLPTrial.__qualname__}", "is_trainer": True,
+        "trial_type": "PyTorchTrial",
+        "experiment_config": None,
+        "hparams": HPARAMS,
+        "trial_cls_spec": f"tests.fixtures.trials:{MLPTrial.__qualname__}",
+        "is_trainer": True,
     }
     metadata = json.loads((path / "metadata.json").read_text())
     assert metadata["steps_completed"] == 8 and metadata["format"] == "pickle"
     assert metadata["framework"].startswith("torch-")
     trial_state = pickle.loads((path / "trial_state.pkl").read_bytes())
-    assert trial_state == {"trial_id": 0, "last_ckpt": 8, "step_id": 0, "last_val": 0,
-                           "batches_trained": 8, "epochs_trained": 1}
+    assert trial_state == {
+        "trial_id": 0,
+        "last_ckpt": 8,
+        "step_id": 0,
+        "last_val": 0,
+        "batches_trained": 8,
+        "epochs_trained": 1,
+    }
     assert (path / "code" / "tests" / "fixtures" / "trials.py").is_file()
 
 
@@ -139,9 +162,14 @@ class ScalerTrial(OneVarTrial):
         return loss
 
 
-def fit(trial_cls: Any, hparams: Optional[Dict[str, Any]] = None, seed: int = 3,
-        exp_conf: Optional[Dict[str, Any]] = None, trainer_kwargs: Optional[Dict] = None,
-        **fit_kwargs: Any) -> Any:
+def fit(
+    trial_cls: Any,
+    hparams: Optional[Dict[str, Any]] = None,
+    seed: int = 3,
+    exp_conf: Optional[Dict[str, Any]] = None,
+    trainer_kwargs: Optional[Dict] = None,
+    **fit_kwargs: Any,
+) -> Any:
     seed_everything(seed)
     with pytorch.init(hparams=dict(hparams or {}), exp_conf=exp_conf) as context:
         trial = trial_cls(context)
@@ -177,8 +205,14 @@ def test_compiled_model_is_saved_with_plain_keys(checkpoint_dir: pathlib.Path) -
 
 @pytest.mark.gpu
 def test_gpu_rng_state_is_saved_on_a_gpu(checkpoint_dir: pathlib.Path) -> None:
-    run_trial(pytorch, "MLPTrial", HPARAMS, init_kwargs={"accelerator": "gpu"},
-              max_length=pytorch.Batch(2), checkpoint_policy="none")
+    run_trial(
+        pytorch,
+        "MLPTrial",
+        HPARAMS,
+        init_kwargs={"accelerator": "gpu"},
+        max_length=pytorch.Batch(2),
+        checkpoint_policy="none",
+    )
     [path] = by_steps(checkpoint_dir).values()
     rng_state = ckpt.read_state_dict(path)["rng_state"]
     assert set(rng_state) == {"cpu_rng_state", "np_rng_state", "random_rng_state", "gpu_rng_state"}
@@ -206,9 +240,13 @@ def test_code_never_contains_the_checkpoint_directory(
     import cwd_trial  # type: ignore[import-not-found]
 
     root = isolated_run / "checkpoints"
-    fit(cwd_trial.FileTrial, trainer_kwargs={"checkpoint_dir": str(root),
-                                             "tensorboard_dir": str(isolated_run / "tb")},
-        max_length=pytorch.Batch(2), checkpoint_period=pytorch.Batch(1), checkpoint_policy="none")
+    fit(
+        cwd_trial.FileTrial,
+        trainer_kwargs={"checkpoint_dir": str(root), "tensorboard_dir": str(isolated_run / "tb")},
+        max_length=pytorch.Batch(2),
+        checkpoint_period=pytorch.Batch(1),
+        checkpoint_policy="none",
+    )
     monkeypatch.delitem(sys.modules, "cwd_trial")
     second = by_steps(root)[2]
     assert sorted(p.name for p in (second / "code").iterdir()) == ["cwd_trial.py"]
@@ -228,8 +266,9 @@ class HookRecorder(pytorch.PyTorchCallback):
 
     def on_checkpoint_write_end(self, checkpoint_dir: str) -> None:
         # The final directory, complete already, as Determined's shared_fs storage passes it.
-        self.events.append(("write_end", (checkpoint_dir, ckpt.is_complete(pathlib.Path(
-            checkpoint_dir)))))
+        self.events.append(
+            ("write_end", (checkpoint_dir, ckpt.is_complete(pathlib.Path(checkpoint_dir))))
+        )
 
     def on_checkpoint_upload_end(self, uuid: str) -> None:
         self.events.append(("upload_end", ckpt.is_complete(self.root / uuid) and uuid))
@@ -253,14 +292,24 @@ def test_saves_go_through_lightning_and_callbacks_run_in_determined_order(
             return {"hooks": recorder}
 
     with pytest.warns(FutureWarning, match="on_checkpoint_end"), caplog.at_level(logging.INFO):
-        fit(Trial, HPARAMS, trainer_kwargs={"callbacks": [spy]}, max_length=pytorch.Batch(6),
-            checkpoint_period=pytorch.Batch(3), checkpoint_policy="none")
+        fit(
+            Trial,
+            HPARAMS,
+            trainer_kwargs={"callbacks": [spy]},
+            max_length=pytorch.Batch(6),
+            checkpoint_period=pytorch.Batch(3),
+            checkpoint_policy="none",
+        )
     uuids = sorted(by_steps(checkpoint_dir).items())
     assert spy.saved == [3, 6]  # a Lightning callback saw both saves
     expected: List[Tuple[str, Any]] = []
     for _, path in uuids:
-        expected += [("save_start", sorted(ckpt.read_state_dict(path))), ("end", str(path)),
-                     ("write_end", (str(path), True)), ("upload_end", path.name)]
+        expected += [
+            ("save_start", sorted(ckpt.read_state_dict(path))),
+            ("end", str(path)),
+            ("write_end", (str(path), True)),
+            ("upload_end", path.name),
+        ]
     assert recorder.events == expected
     # A callback that keeps the path to copy or upload the checkpoint later finds it there.
     kept = [event[1][0] for event in recorder.events if event[0] == "write_end"]
@@ -270,7 +319,7 @@ def test_saves_go_through_lightning_and_callbacks_run_in_determined_order(
 
 
 def test_a_failed_write_leaves_no_checkpoint_and_keeps_earlier_ones(
-    checkpoint_dir: pathlib.Path
+    checkpoint_dir: pathlib.Path,
 ) -> None:
     class FailSecond(pytorch.PyTorchCallback):
         writes = 0
@@ -285,8 +334,13 @@ def test_a_failed_write_leaves_no_checkpoint_and_keeps_earlier_ones(
             return {"fail": FailSecond()}
 
     with pytest.raises(OSError, match="disk full"):
-        fit(Trial, HPARAMS, max_length=pytorch.Batch(6), checkpoint_period=pytorch.Batch(3),
-            checkpoint_policy="none")
+        fit(
+            Trial,
+            HPARAMS,
+            max_length=pytorch.Batch(6),
+            checkpoint_period=pytorch.Batch(3),
+            checkpoint_policy="none",
+        )
     assert [p.name.startswith(".") for p in checkpoint_dir.iterdir()] == [False]
     assert list(by_steps(checkpoint_dir)) == [3]
 
@@ -295,8 +349,13 @@ def test_a_killed_writer_leaves_only_a_hidden_partial(tmp_path: pathlib.Path) ->
     """SIGKILL in the middle of a write: nothing appears under the UUID's name, and
     ``latest_checkpoint`` keeps pointing at the last complete one."""
     root = tmp_path / "checkpoints"
-    ckpt_write.write_atomically(root, "done", lambda d: ckpt_write.write_files(
-        d, {}, {**ckpt.new_trial_state(), "batches_trained": 3}, {}, [], []))
+    ckpt_write.write_atomically(
+        root,
+        "done",
+        lambda d: ckpt_write.write_files(
+            d, {}, {**ckpt.new_trial_state(), "batches_trained": 3}, {}, [], []
+        ),
+    )
     script = textwrap.dedent(f"""
         import os, pathlib, signal, sys
         sys.path.insert(0, {str(REPO)!r})
@@ -323,8 +382,10 @@ class ScriptedMetricTrial(OneVarTrial):
         self.validations = 0
 
     def evaluate_batch(self, batch: Any, batch_idx: int) -> Dict[str, Any]:
-        return {**super().evaluate_batch(batch, batch_idx),
-                "score": torch.tensor(self.scores[self.validations])}
+        return {
+            **super().evaluate_batch(batch, batch_idx),
+            "score": torch.tensor(self.scores[self.validations]),
+        }
 
     def build_callbacks(self) -> Dict[str, Any]:
         trial = self
@@ -339,37 +400,57 @@ class ScriptedMetricTrial(OneVarTrial):
 SCORES = [1.0, 3.0, 2.0, 0.5, 2.5]  # validations at batches 2, 4, 6, 8, 10
 
 
-@pytest.mark.parametrize("policy,smaller_is_better,kept", [
-    ("all", True, [2, 4, 6, 8, 10]),
-    ("none", True, [10]),  # the final checkpoint is still written
-    ("best", True, [8, 10]),  # the best (0.5 at 8) and the latest
-    ("best", False, [4, 10]),  # the best (3.0 at 4) and the latest
-])
+@pytest.mark.parametrize(
+    "policy,smaller_is_better,kept",
+    [
+        ("all", True, [2, 4, 6, 8, 10]),
+        ("none", True, [10]),  # the final checkpoint is still written
+        ("best", True, [8, 10]),  # the best (0.5 at 8) and the latest
+        ("best", False, [4, 10]),  # the best (3.0 at 4) and the latest
+    ],
+)
 def test_checkpoint_policy_keeps_the_right_checkpoints(
     checkpoint_dir: pathlib.Path, policy: str, smaller_is_better: bool, kept: List[int]
 ) -> None:
     exp_conf = {"searcher": {"metric": "score", "smaller_is_better": smaller_is_better}}
-    fit(ScriptedMetricTrial, {"lr": 0.1, "scores": SCORES}, exp_conf=exp_conf,
-        max_length=pytorch.Batch(10), validation_period=pytorch.Batch(2), checkpoint_policy=policy)
+    fit(
+        ScriptedMetricTrial,
+        {"lr": 0.1, "scores": SCORES},
+        exp_conf=exp_conf,
+        max_length=pytorch.Batch(10),
+        validation_period=pytorch.Batch(2),
+        checkpoint_policy=policy,
+    )
     assert sorted(by_steps(checkpoint_dir)) == kept
 
 
-@pytest.mark.parametrize("policy,storage,kept", [
-    # the 2 best (0.5 at 8, 1.0 at 2) and the 2 newest (8, 10)
-    ("all", {"save_trial_best": 2, "save_trial_latest": 2}, [2, 8, 10]),
-    ("all", {"save_trial_best": 0, "save_trial_latest": 3}, [6, 8, 10]),
-    ("all", {"save_trial_best": 0, "save_trial_latest": 0}, [10]),  # the newest stays: resume
-    ("best", {"save_trial_best": 2}, [2, 8, 10]),  # 'best' wrote 2, 8 and the final 10
-    ("all", {"type": "shared_fs", "host_path": "/x"}, [2, 4, 6, 8, 10]),  # no counts: keep all
-    ("all", {"save_experiment_best": 2}, [2, 8, 10]),  # a trial's share of the best is kept
-])
+@pytest.mark.parametrize(
+    "policy,storage,kept",
+    [
+        # the 2 best (0.5 at 8, 1.0 at 2) and the 2 newest (8, 10)
+        ("all", {"save_trial_best": 2, "save_trial_latest": 2}, [2, 8, 10]),
+        ("all", {"save_trial_best": 0, "save_trial_latest": 3}, [6, 8, 10]),
+        ("all", {"save_trial_best": 0, "save_trial_latest": 0}, [10]),  # the newest stays: resume
+        ("best", {"save_trial_best": 2}, [2, 8, 10]),  # 'best' wrote 2, 8 and the final 10
+        ("all", {"type": "shared_fs", "host_path": "/x"}, [2, 4, 6, 8, 10]),  # no counts: keep all
+        ("all", {"save_experiment_best": 2}, [2, 8, 10]),  # a trial's share of the best is kept
+    ],
+)
 def test_checkpoint_storage_retention_is_honoured(
     checkpoint_dir: pathlib.Path, policy: str, storage: Dict[str, Any], kept: List[int]
 ) -> None:
-    exp_conf = {"searcher": {"metric": "score", "smaller_is_better": True},
-                "checkpoint_storage": storage}
-    fit(ScriptedMetricTrial, {"lr": 0.1, "scores": SCORES}, exp_conf=exp_conf,
-        max_length=pytorch.Batch(10), validation_period=pytorch.Batch(2), checkpoint_policy=policy)
+    exp_conf = {
+        "searcher": {"metric": "score", "smaller_is_better": True},
+        "checkpoint_storage": storage,
+    }
+    fit(
+        ScriptedMetricTrial,
+        {"lr": 0.1, "scores": SCORES},
+        exp_conf=exp_conf,
+        max_length=pytorch.Batch(10),
+        validation_period=pytorch.Batch(2),
+        checkpoint_policy=policy,
+    )
     assert sorted(by_steps(checkpoint_dir)) == kept
 
 
@@ -378,20 +459,34 @@ def test_save_experiment_best_spans_the_trials_of_an_experiment(tmp_path: pathli
     experiment each keeps its best and latest plus the experiment's 3 best (0.5, 0.6, 0.7)."""
     from det_lightning.adapters.retention import retain_experiment_best
 
-    exp_conf = {"searcher": {"metric": "score", "smaller_is_better": True},
-                "checkpoint_storage": {"save_trial_best": 1, "save_trial_latest": 1,
-                                       "save_experiment_best": 3}}
+    exp_conf = {
+        "searcher": {"metric": "score", "smaller_is_better": True},
+        "checkpoint_storage": {
+            "save_trial_best": 1,
+            "save_trial_latest": 1,
+            "save_experiment_best": 3,
+        },
+    }
     dirs = [tmp_path / "trial-1", tmp_path / "trial-2"]
     for directory, scores in zip(dirs, (SCORES, [0.7, 0.6, 4.0, 4.0, 4.0])):
-        fit(ScriptedMetricTrial, {"lr": 0.1, "scores": scores}, exp_conf=exp_conf,
-            trainer_kwargs={"checkpoint_dir": str(directory)}, max_length=pytorch.Batch(10),
-            validation_period=pytorch.Batch(2), checkpoint_policy="all")
+        fit(
+            ScriptedMetricTrial,
+            {"lr": 0.1, "scores": scores},
+            exp_conf=exp_conf,
+            trainer_kwargs={"checkpoint_dir": str(directory)},
+            max_length=pytorch.Batch(10),
+            validation_period=pytorch.Batch(2),
+            checkpoint_policy="all",
+        )
     assert [sorted(by_steps(d)) for d in dirs] == [[2, 6, 8, 10], [2, 4, 6, 10]]
     before = {d.name: {v.name: k for k, v in by_steps(d).items()} for d in dirs}
     deleted = retain_experiment_best(dirs, exp_conf)
     assert [sorted(by_steps(d)) for d in dirs] == [[8, 10], [2, 4, 10]]
     assert sorted((p.parent.name, before[p.parent.name][p.name]) for p in deleted) == [
-        ("trial-1", 2), ("trial-1", 6), ("trial-2", 6)]
+        ("trial-1", 2),
+        ("trial-1", 6),
+        ("trial-2", 6),
+    ]
 
 
 def test_a_bad_retention_count_is_a_clear_error(checkpoint_dir: pathlib.Path) -> None:
@@ -401,16 +496,21 @@ def test_a_bad_retention_count_is_a_clear_error(checkpoint_dir: pathlib.Path) ->
 
 
 def test_best_knows_the_earlier_runs_of_the_trial_after_a_resume(
-    checkpoint_dir: pathlib.Path
+    checkpoint_dir: pathlib.Path,
 ) -> None:
     """Run 1 validates 1.0, 3.0, 2.0 (batches 2, 4, 6); resumed, 1.5 and 2.5 (8, 10). 1.5 does
     not beat run 1's 1.0, so no checkpoint at 8; at the end the trial keeps its best (batch 2,
     written by run 1) and its latest (10), and run 1's checkpoint at 6 goes."""
     exp_conf = {"searcher": {"metric": "score", "smaller_is_better": True}}
-    common: Dict[str, Any] = dict(exp_conf=exp_conf, validation_period=pytorch.Batch(2),
-                                  checkpoint_policy="best")
-    fit(ScriptedMetricTrial, {"lr": 0.1, "scores": [1.0, 3.0, 2.0]},
-        max_length=pytorch.Batch(6), **common)
+    common: Dict[str, Any] = dict(
+        exp_conf=exp_conf, validation_period=pytorch.Batch(2), checkpoint_policy="best"
+    )
+    fit(
+        ScriptedMetricTrial,
+        {"lr": 0.1, "scores": [1.0, 3.0, 2.0]},
+        max_length=pytorch.Batch(6),
+        **common,
+    )
     assert sorted(by_steps(checkpoint_dir)) == [2, 6]
     metadata = json.loads((by_steps(checkpoint_dir)[2] / "metadata.json").read_text())
     assert metadata["det_lightning_validation"] == {"metric": "score", "value": 1.0}
@@ -429,8 +529,11 @@ def test_best_knows_the_earlier_runs_of_the_trial_after_a_resume(
     seed_everything(3)
     with pytorch.init(hparams={"lr": 0.1, "scores": [1.5, 2.5]}, exp_conf=exp_conf) as context:
         trainer = pytorch.Trainer(Resumed(context), context)
-        trainer.fit(max_length=pytorch.Batch(10), latest_checkpoint="latest",
-                    **{k: v for k, v in common.items() if k != "exp_conf"})
+        trainer.fit(
+            max_length=pytorch.Batch(10),
+            latest_checkpoint="latest",
+            **{k: v for k, v in common.items() if k != "exp_conf"},
+        )
     found = by_steps(checkpoint_dir)
     assert sorted(found) == [2, 10]
     assert trainer.result is not None and trainer.result.best_checkpoint == found[2].name
@@ -438,14 +541,19 @@ def test_best_knows_the_earlier_runs_of_the_trial_after_a_resume(
 
 
 def test_best_policy_fails_clearly_when_the_metric_is_never_reported(
-    checkpoint_dir: pathlib.Path
+    checkpoint_dir: pathlib.Path,
 ) -> None:
     exp_conf = {"searcher": {"metric": "accuracy", "smaller_is_better": False}}
     # As in Determined, the list is of what was reported, Determined's counters included.
     reported = r"\['batches', 'epochs', 'validation_loss'\]"
     with pytest.raises(RuntimeError, match=r"metric 'accuracy'.*" + reported):
-        fit(OneVarTrial, exp_conf=exp_conf, max_length=pytorch.Batch(4),
-            validation_period=pytorch.Batch(2), checkpoint_policy="best")
+        fit(
+            OneVarTrial,
+            exp_conf=exp_conf,
+            max_length=pytorch.Batch(4),
+            validation_period=pytorch.Batch(2),
+            checkpoint_policy="best",
+        )
 
 
 # ----- resume ---------------------------------------------------------------------------------
@@ -462,7 +570,8 @@ def test_resume_matches_a_straight_run_bit_for_bit(
     """
     hparams = {**HPARAMS, "step_mode": "STEP_EVERY_EPOCH"}
     common: Dict[str, Any] = dict(
-        validation_period=pytorch.Batch(stop_at), checkpoint_period=pytorch.Batch(4),
+        validation_period=pytorch.Batch(stop_at),
+        checkpoint_period=pytorch.Batch(4),
         checkpoint_policy="none",
     )
     monkeypatch.setenv("DET_LIGHTNING_CHECKPOINT_DIR", str(tmp_path / "straight"))
@@ -471,8 +580,15 @@ def test_resume_matches_a_straight_run_bit_for_bit(
     first, _ = run_trial(pytorch, "MLPTrial", hparams, max_length=pytorch.Batch(stop_at), **common)
     path = by_steps(tmp_path / "split")[stop_at]
     name = path.name if stop_at % 2 else str(path)  # a UUID under the checkpoint dir, or a path
-    resumed, _ = run_trial(pytorch, "MLPTrial", hparams, seed=99, max_length=pytorch.Epoch(4),
-                           latest_checkpoint=name, **common)
+    resumed, _ = run_trial(
+        pytorch,
+        "MLPTrial",
+        hparams,
+        seed=99,
+        max_length=pytorch.Epoch(4),
+        latest_checkpoint=name,
+        **common,
+    )
 
     assert len(first.seen) == stop_at and len(resumed.seen) == 32 - stop_at
     assert first.seen + resumed.seen == straight.seen
@@ -544,7 +660,7 @@ def straight_from(weight: float, lr: float, batches: int) -> float:
     xs = [i / 16 for i in range(1, 17)]
     w = weight
     for b in range(batches):
-        chunk = xs[4 * (b % 4): 4 * (b % 4) + 4]
+        chunk = xs[4 * (b % 4) : 4 * (b % 4) + 4]
         w -= lr * sum(2 * (w * x - 2 * x) * x for x in chunk) / len(chunk)
     return w
 
@@ -558,8 +674,13 @@ def test_a_cluster_trials_checkpoint_is_a_warm_start_from_batch_0(
     path = copy_of(ANCIENT / version, tmp_path)
     saved = torch.load(path / "state_dict.pth", map_location="cpu", weights_only=False)
     weight = saved["models_state_dict"][0]["weight"].item()
-    trial = fit(WarmStarted, {"lr": 0.01}, max_length=pytorch.Batch(6),
-                checkpoint_policy="none", latest_checkpoint=str(path))
+    trial = fit(
+        WarmStarted,
+        {"lr": 0.01},
+        max_length=pytorch.Batch(6),
+        checkpoint_policy="none",
+        latest_checkpoint=str(path),
+    )
     assert trial.batches == 6
     assert trial.probe.events[:3] == [("startup", 0), ("start", weight), ("epoch", 0)]
     assert trial.opt.param_groups[0]["lr"] == 0.001
@@ -582,11 +703,21 @@ def test_our_checkpoint_of_another_trial_id_is_a_warm_start(
             seen.append(batch_idx)
             return super().train_batch(batch, epoch_idx, batch_idx)
 
-    fit(Trial, HPARAMS, max_length=pytorch.Batch(5), checkpoint_policy="none",
-        latest_checkpoint=str(path))
+    fit(
+        Trial,
+        HPARAMS,
+        max_length=pytorch.Batch(5),
+        checkpoint_policy="none",
+        latest_checkpoint=str(path),
+    )
     assert seen == [0, 1, 2, 3, 4]
-    resumed = fit(MLPTrial, HPARAMS, max_length=pytorch.Batch(5), checkpoint_policy="none",
-                  latest_checkpoint=str(trained[4]))
+    resumed = fit(
+        MLPTrial,
+        HPARAMS,
+        max_length=pytorch.Batch(5),
+        checkpoint_policy="none",
+        latest_checkpoint=str(trained[4]),
+    )
     assert len(resumed.seen) == 1  # the same checkpoint of this trial continues at batch 4
 
 
@@ -667,17 +798,25 @@ def test_a_trial_defined_in_the_main_script_is_imported_from_code(tmp_path: path
     """Determined's usual local script: the trial class lives in ``__main__``."""
     project = tmp_path / "project"
     project.mkdir()
-    (project / "train_main.py").write_text(FILE_TRIAL + textwrap.dedent("""
+    (project / "train_main.py").write_text(
+        FILE_TRIAL
+        + textwrap.dedent("""
         if __name__ == "__main__":
             import sys
             with pytorch.init() as context:
                 trainer = pytorch.Trainer(FileTrial(context), context, checkpoint_dir=sys.argv[1],
                                           logger=False)
                 trainer.fit(max_length=pytorch.Batch(2), checkpoint_policy="none")
-    """))
+    """)
+    )
     root = tmp_path / "checkpoints"
-    subprocess.run([sys.executable, "train_main.py", str(root)], cwd=project, check=True,
-                   capture_output=True, timeout=300)
+    subprocess.run(
+        [sys.executable, "train_main.py", str(root)],
+        cwd=project,
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     [path] = by_steps(root).values()
     load_data = json.loads((path / "load_data.json").read_text())
     assert load_data["trial_cls_spec"] == "train_main:FileTrial" and load_data["trial_in_main"]
@@ -722,7 +861,9 @@ DAMAGE = {
 
 @pytest.mark.parametrize("damage", sorted(DAMAGE))
 def test_damaged_checkpoint_is_a_clear_error_and_nothing_is_touched(
-    damage: str, trained: Dict[int, pathlib.Path], tmp_path: pathlib.Path,
+    damage: str,
+    trained: Dict[int, pathlib.Path],
+    tmp_path: pathlib.Path,
     checkpoint_dir: pathlib.Path,
 ) -> None:
     spoil, message = DAMAGE[damage]
@@ -748,12 +889,18 @@ class WideMLPTrial(OneVarTrial):
         self.opt = context.wrap_optimizer(torch.optim.SGD(self.model.parameters(), lr=0.01))
 
 
-@pytest.mark.parametrize("trial_cls,message", [
-    (OneVarTrial, r"missing keys \['weight'\], unexpected keys \['0.bias'"),
-    (WideMLPTrial, "size mismatch for 0.weight"),
-])
+@pytest.mark.parametrize(
+    "trial_cls,message",
+    [
+        (OneVarTrial, r"missing keys \['weight'\], unexpected keys \['0.bias'"),
+        (WideMLPTrial, "size mismatch for 0.weight"),
+    ],
+)
 def test_checkpoint_of_another_trial_shape_is_a_clear_error(
-    trial_cls: Any, message: str, trained: Dict[int, pathlib.Path], tmp_path: pathlib.Path,
+    trial_cls: Any,
+    message: str,
+    trained: Dict[int, pathlib.Path],
+    tmp_path: pathlib.Path,
 ) -> None:
     path = copy_of(trained[8], tmp_path)
     before = snapshot(tmp_path)
@@ -781,11 +928,17 @@ def test_a_path_that_does_not_exist_is_a_clear_error(
 def _lightning_run(tmp_path: pathlib.Path) -> Tuple[Any, Dict[int, pathlib.Path]]:
     """A run with checkpoint_policy='all' and a ModelCheckpoint: a Determined checkpoint and
     a .ckpt file after each validation (batches 8, 16, 20)."""
-    saver = ModelCheckpoint(dirpath=str(tmp_path / "lightning"), monitor="validation_loss",
-                            save_top_k=-1)
-    trial = fit(MLPTrial, HPARAMS, trainer_kwargs={"callbacks": [saver]},
-                max_length=pytorch.Batch(20), validation_period=pytorch.Batch(8),
-                checkpoint_policy="all")
+    saver = ModelCheckpoint(
+        dirpath=str(tmp_path / "lightning"), monitor="validation_loss", save_top_k=-1
+    )
+    trial = fit(
+        MLPTrial,
+        HPARAMS,
+        trainer_kwargs={"callbacks": [saver]},
+        max_length=pytorch.Batch(20),
+        validation_period=pytorch.Batch(8),
+        checkpoint_policy="all",
+    )
     files = {}
     for file in (tmp_path / "lightning").iterdir():
         content = torch.load(file, weights_only=True)
@@ -814,9 +967,15 @@ def test_exported_checkpoint_resumes_exactly(
 ) -> None:
     straight, files = _lightning_run(tmp_path)
     exported = pytorch.export_lightning_checkpoint(files[8], tmp_path / "exported")
-    resumed = fit(MLPTrial, HPARAMS, seed=99, max_length=pytorch.Batch(20),
-                  validation_period=pytorch.Batch(8), checkpoint_policy="all",
-                  latest_checkpoint=str(exported))
+    resumed = fit(
+        MLPTrial,
+        HPARAMS,
+        seed=99,
+        max_length=pytorch.Batch(20),
+        validation_period=pytorch.Batch(8),
+        checkpoint_policy="all",
+        latest_checkpoint=str(exported),
+    )
     assert resumed.seen == straight.seen[8:]
     assert_same(resumed.model.state_dict(), straight.model.state_dict())
 
@@ -828,9 +987,10 @@ def test_determined_checkpoint_converts_to_lightning_and_back(
     content = torch.load(out, weights_only=True)
     state = ckpt.read_state_dict(trained[8])
     assert content["global_step"] == 8 and content["epoch"] == 1
-    assert_same(content["state_dict"], {
-        f"wrapped_models.0.{k}": v for k, v in state["models_state_dict"][0].items()
-    })
+    assert_same(
+        content["state_dict"],
+        {f"wrapped_models.0.{k}": v for k, v in state["models_state_dict"][0].items()},
+    )
     back = pytorch.export_lightning_checkpoint(out, tmp_path / "back")
     assert_same(ckpt.read_state_dict(back), state)
     before = out.read_bytes()
@@ -843,16 +1003,18 @@ def test_plain_lightning_keys_export_models_and_optimizers(
     trained: Dict[int, pathlib.Path], tmp_path: pathlib.Path
 ) -> None:
     """A .ckpt without the det_lightning keys (Lightning's own only) still gives the weights."""
-    full = torch.load(pytorch.to_lightning_checkpoint(trained[12], tmp_path / "a.ckpt"),
-                      weights_only=True)
+    full = torch.load(
+        pytorch.to_lightning_checkpoint(trained[12], tmp_path / "a.ckpt"), weights_only=True
+    )
     plain = {k: v for k, v in full.items() if not k.startswith("det_lightning")}
     torch.save(plain, tmp_path / "plain.ckpt")
     exported = pytorch.export_lightning_checkpoint(tmp_path / "plain.ckpt", tmp_path / "out")
     loaded: Any = pytorch.load_trial_from_checkpoint_path(str(exported), trial_class=MLPTrial)
     state = ckpt.read_state_dict(trained[12])
     assert_same(loaded.model.state_dict(), state["models_state_dict"][0])
-    assert_same(ckpt.read_state_dict(exported)["optimizers_state_dict"],
-                state["optimizers_state_dict"])
+    assert_same(
+        ckpt.read_state_dict(exported)["optimizers_state_dict"], state["optimizers_state_dict"]
+    )
     assert (ckpt.read_trial_state(exported) or {}).get("batches_trained") == 12
 
 

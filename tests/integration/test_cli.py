@@ -27,8 +27,14 @@ def test_run_trains_a_determined_script_and_its_checkpoint_loads(
     """train.py does ``import determined as det`` and takes its local branch."""
     before = project_files()
     log = isolated_run / "validations.jsonl"
-    result = run_cli("run", str(PROJECT / "train.py"), "--batches", "6", cwd=isolated_run,
-                     env={VALIDATION_LOG_ENV: str(log)})
+    result = run_cli(
+        "run",
+        str(PROJECT / "train.py"),
+        "--batches",
+        "6",
+        cwd=isolated_run,
+        env={VALIDATION_LOG_ENV: str(log)},
+    )
     assert result.returncode == 0, output(result)
     assert [v["batches"] for v in read_validation_log(log)] == [4, 6]  # validation_period Batch(4)
     checkpoints = list(checkpoint_dir.iterdir())
@@ -47,8 +53,14 @@ def test_console_script_runs_the_mnist_example_as_is(
 ) -> None:
     console_script = pathlib.Path(sys.executable).with_name("det-lightning")
     assert console_script.exists(), "pip install -e . declares the det-lightning console script"
-    result = run_cli("run", str(REPO_ROOT / "examples" / "mnist" / "train.py"), "--epochs", "1",
-                     cwd=isolated_run, command=[str(console_script)])
+    result = run_cli(
+        "run",
+        str(REPO_ROOT / "examples" / "mnist" / "train.py"),
+        "--epochs",
+        "1",
+        cwd=isolated_run,
+        command=[str(console_script)],
+    )
     assert result.returncode == 0, output(result)
     assert "report_validation_metrics(steps_completed=64" in result.stderr  # 4096 / 64 records
     assert any((p / "state_dict.pth").exists() for p in checkpoint_dir.iterdir())
@@ -57,13 +69,15 @@ def test_console_script_runs_the_mnist_example_as_is(
 def test_run_gives_the_script_its_argv_the_alias_and_no_cluster(isolated_run: pathlib.Path) -> None:
     (isolated_run / "pkg").mkdir()
     (isolated_run / "pkg" / "__init__.py").write_text("")
-    (isolated_run / "pkg" / "probe.py").write_text(textwrap.dedent("""
+    (isolated_run / "pkg" / "probe.py").write_text(
+        textwrap.dedent("""
         import sys
         import determined as det
         from determined import pytorch
         print("probe", det.__name__, pytorch.__name__, det.get_cluster_info(), sys.argv[1:])
         sys.exit(int(sys.argv[1]))
-    """))
+    """)
+    )
     (isolated_run / "script.py").write_text("from pkg import probe\n")
     result = run_cli("run", "script.py", "3", "--flag", cwd=isolated_run)
     assert result.returncode == 3, output(result)
@@ -96,7 +110,9 @@ def test_run_missing_script_is_a_usage_error(
     isolated_run: pathlib.Path, capsys: pytest.CaptureFixture
 ) -> None:
     assert _cli.main(["run", "no_such_script.py"]) == 2
-    assert "det-lightning run: error: can't open file 'no_such_script.py'" in capsys.readouterr().err
+    assert (
+        "det-lightning run: error: can't open file 'no_such_script.py'" in capsys.readouterr().err
+    )
     assert not compat.is_installed()
 
 
@@ -115,8 +131,18 @@ def test_run_with_two_devices_starts_two_aliased_processes(
     isolated_run: pathlib.Path, checkpoint_dir: pathlib.Path
 ) -> None:
     log = isolated_run / "validations.jsonl"
-    result = run_cli("run", "--devices", "2", "--accelerator", "cpu", str(PROJECT / "train.py"),
-                     "--batches", "6", cwd=isolated_run, env={VALIDATION_LOG_ENV: str(log)})
+    result = run_cli(
+        "run",
+        "--devices",
+        "2",
+        "--accelerator",
+        "cpu",
+        str(PROJECT / "train.py"),
+        "--batches",
+        "6",
+        cwd=isolated_run,
+        env={VALIDATION_LOG_ENV: str(log)},
+    )
     assert result.returncode == 0, output(result)
     assert "Initializing distributed: GLOBAL_RANK: 1, MEMBER: 2/2" in result.stderr, output(result)
     # Both processes ran the unmodified script (ValidationLog runs on every rank).
@@ -139,9 +165,17 @@ def test_torchrun_command() -> None:
     )
     assert command is not None and command[0] == sys.executable
     assert command[2:] == [
-        "torch.distributed.run", "--nproc-per-node=2", "--nnodes=3", "--node-rank=1",
-        "--master-addr=10.0.0.1", "--master-port=29500",
-        "-m", "det_lightning", "experiment", "c.yaml", ".",
+        "torch.distributed.run",
+        "--nproc-per-node=2",
+        "--nnodes=3",
+        "--node-rank=1",
+        "--master-addr=10.0.0.1",
+        "--master-port=29500",
+        "-m",
+        "det_lightning",
+        "experiment",
+        "c.yaml",
+        ".",
     ]
     with pytest.raises(ValueError, match="--num-nodes 3 needs MASTER_ADDR and NODE_RANK"):
         _cli.torchrun_command({"devices": 2, "num_nodes": 3}, {}, ["run"])

@@ -52,10 +52,17 @@ def test_code_leaves_out_run_output_and_what_detignore_names(
     import model_def  # type: ignore[import-not-found]
 
     root = isolated_run / "checkpoints"
-    fit(model_def.FileTrial, trainer_kwargs={"checkpoint_dir": str(root)},
-        max_length=pytorch.Batch(1), checkpoint_policy="none")
+    fit(
+        model_def.FileTrial,
+        trainer_kwargs={"checkpoint_dir": str(root)},
+        max_length=pytorch.Batch(1),
+        checkpoint_policy="none",
+    )
     monkeypatch.delitem(sys.modules, "model_def")
     [checkpoint] = by_steps(root).values()
     assert _files(checkpoint / "code") == [
-        "keep.bin", "lib/helpers.py", "lib/notes.txt", "model_def.py",
+        "keep.bin",
+        "lib/helpers.py",
+        "lib/notes.txt",
+        "model_def.py",
     ]

@@ -37,9 +37,11 @@ class TwoModelTrial(pytorch.PyTorchTrial):
         x, y = batch
         loss = nn.functional.mse_loss(self.b(self.a(x)), y)
         self.context.backward(loss)
-        order = [self.opt_b, self.opt_a] if self.context.get_hparam("b_first") else [
-            self.opt_a, self.opt_b
-        ]
+        order = (
+            [self.opt_b, self.opt_a]
+            if self.context.get_hparam("b_first")
+            else [self.opt_a, self.opt_b]
+        )
         for opt in order:
             self.context.step_optimizer(opt, clip_grads=self._clip if self.clip else None)
         return {"loss": loss}
@@ -60,7 +62,7 @@ def reference_loop(clip: float, b_first: bool, batches: int) -> List[torch.Tenso
         for x, y in loader:
             loss = nn.functional.mse_loss(b(a(x)), y)
             loss.backward()
-            for opt, params in ([(opt_b, b), (opt_a, a)] if b_first else [(opt_a, a), (opt_b, b)]):
+            for opt, params in [(opt_b, b), (opt_a, a)] if b_first else [(opt_a, a), (opt_b, b)]:
                 if clip:
                     torch.nn.utils.clip_grad_norm_(list(params.parameters()), clip)
                 opt.step()
@@ -72,7 +74,9 @@ def reference_loop(clip: float, b_first: bool, batches: int) -> List[torch.Tenso
 
 
 @pytest.mark.parametrize("clip,b_first", [(0.0, False), (0.0, True), (0.05, False), (0.05, True)])
-def test_two_models_two_optimizers_and_clipping_match_a_plain_loop(clip: float, b_first: bool) -> None:
+def test_two_models_two_optimizers_and_clipping_match_a_plain_loop(
+    clip: float, b_first: bool
+) -> None:
     seed_everything(0)
     with pytorch.init(hparams={"clip": clip, "b_first": b_first}) as context:
         trial = TwoModelTrial(context)

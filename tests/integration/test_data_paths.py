@@ -22,7 +22,11 @@ def test_worker_processes_resume_exactly(checkpoint_dir: pathlib.Path) -> None:
     # Every run validates at batch 5, where the first one stops (a run's end always validates).
     every5 = pytorch.Batch(5)
     straight, _ = run_trial(
-        pytorch, "MLPTrial", hparams, seed=4, max_length=pytorch.Batch(14),
+        pytorch,
+        "MLPTrial",
+        hparams,
+        seed=4,
+        max_length=pytorch.Batch(14),
         validation_period=every5,
         trainer_kwargs={"checkpoint_dir": str(checkpoint_dir.parent / "straight")},
     )
@@ -30,8 +34,13 @@ def test_worker_processes_resume_exactly(checkpoint_dir: pathlib.Path) -> None:
         pytorch, "MLPTrial", hparams, seed=4, max_length=every5, validation_period=every5
     )
     resumed, _ = run_trial(
-        pytorch, "MLPTrial", hparams, seed=99, max_length=pytorch.Batch(14),
-        validation_period=every5, latest_checkpoint="latest",
+        pytorch,
+        "MLPTrial",
+        hparams,
+        seed=99,
+        max_length=pytorch.Batch(14),
+        validation_period=every5,
+        latest_checkpoint="latest",
     )
     assert first.seen + resumed.seen == straight.seen  # batch 5 is mid-epoch (8 per epoch)
     for mine, expected in zip(resumed.model.parameters(), straight.model.parameters()):
@@ -53,12 +62,14 @@ class _PlainLoaderTrial(pytorch.PyTorchTrial):
         self.records: List[int] = []
 
     def build_training_data_loader(self) -> Any:
-        return data.DataLoader(_ShardedStream(self.context.distributed), batch_size=3,
-                               collate_fn=_numpy_collate)
+        return data.DataLoader(
+            _ShardedStream(self.context.distributed), batch_size=3, collate_fn=_numpy_collate
+        )
 
     def build_validation_data_loader(self) -> Any:
-        return data.DataLoader(_ShardedStream(self.context.distributed), batch_size=4,
-                               collate_fn=_numpy_collate)
+        return data.DataLoader(
+            _ShardedStream(self.context.distributed), batch_size=4, collate_fn=_numpy_collate
+        )
 
     def train_batch(self, batch: Any, epoch_idx: int, batch_idx: int) -> Dict[str, Any]:
         self.batch_types.append(type(batch["x"]))

@@ -49,8 +49,13 @@ def test_legacy_entrypoint_validates_at_config_batches_and_checkpoints(
     """const.yaml: max_length {batches: 12}, min_validation_period {batches: 5}."""
     before = project_files()
     log = isolated_run / "validations.jsonl"
-    result = run_cli("experiment", str(PROJECT / "const.yaml"), str(PROJECT), cwd=isolated_run,
-                     env={VALIDATION_LOG_ENV: str(log)})
+    result = run_cli(
+        "experiment",
+        str(PROJECT / "const.yaml"),
+        str(PROJECT),
+        cwd=isolated_run,
+        env={VALIDATION_LOG_ENV: str(log)},
+    )
     assert result.returncode == 0, output(result)
 
     # Validation after batches 5 and 10 (the period) and 12 (the end), as Determined does.
@@ -58,12 +63,15 @@ def test_legacy_entrypoint_validates_at_config_batches_and_checkpoints(
     steps = re.findall(r"report_validation_metrics\(steps_completed=(\d+)", result.stderr)
     assert steps == ["5", "10", "12"]
     # Keys that only matter on a cluster are reported once.
-    ignored = [line for line in result.stderr.splitlines() if "ignored when running locally" in line]
+    ignored = [
+        line for line in result.stderr.splitlines() if "ignored when running locally" in line
+    ]
     assert len(ignored) == 1 and "max_restarts" in ignored[0] and "environment" in ignored[0]
 
     # The summary names the trial's best checkpoint, under its own trial directory.
-    best = re.search(r"^best: trial 1 \(validation_loss=([\d.e+-]+)\), checkpoint (\S+)$",
-                     result.stdout, re.M)
+    best = re.search(
+        r"^best: trial 1 \(validation_loss=([\d.e+-]+)\), checkpoint (\S+)$", result.stdout, re.M
+    )
     assert best, output(result)
     losses = [v["validation_loss"] for v in read_validation_log(log)]
     assert float(best.group(1)) == pytest.approx(min(losses), rel=1e-3)
@@ -93,8 +101,13 @@ def test_grid_search_runs_each_point_and_reports_the_best(
 ) -> None:
     """search.yaml: learning_rate (log, count 2) x hidden_size (2 values) = 4 trials."""
     log = isolated_run / "validations.jsonl"
-    result = run_cli("experiment", str(PROJECT / "search.yaml"), str(PROJECT), cwd=isolated_run,
-                     env={VALIDATION_LOG_ENV: str(log)})
+    result = run_cli(
+        "experiment",
+        str(PROJECT / "search.yaml"),
+        str(PROJECT),
+        cwd=isolated_run,
+        env={VALIDATION_LOG_ENV: str(log)},
+    )
     assert result.returncode == 0, output(result)
 
     lines = read_validation_log(log)
@@ -123,8 +136,13 @@ def test_command_entrypoint_runs_the_script_in_the_model_dir(
     """script.yaml: `python3 -m determined.launch.torch_distributed python3 train.py --batches 6`."""
     before = project_files()
     log = isolated_run / "validations.jsonl"
-    result = run_cli("experiment", str(PROJECT / "script.yaml"), str(PROJECT), cwd=isolated_run,
-                     env={VALIDATION_LOG_ENV: str(log)})
+    result = run_cli(
+        "experiment",
+        str(PROJECT / "script.yaml"),
+        str(PROJECT),
+        cwd=isolated_run,
+        env={VALIDATION_LOG_ENV: str(log)},
+    )
     assert result.returncode == 0, output(result)
     assert [v["batches"] for v in read_validation_log(log)] == [4, 6]  # train.py's own periods
     checkpoints = list((checkpoint_dir / "trial-1").iterdir())
@@ -145,21 +163,31 @@ def _write(tmp_path: pathlib.Path, text: str) -> pathlib.Path:
 @pytest.mark.parametrize(
     "text, expected",
     [
-        ("searcher: {name: single, metric: validation_loss, max_length: {batches: 4}}\n",
-         "entrypoint: required key is missing"),
-        ("entrypoint: model_def:RegressionTrial\n"
-         "searcher: {name: single, metric: validation_loss, max_length: {steps: 4}}\n",
-         # steps (of batches_per_step batches) are from configs before Determined 0.12
-         "searcher.max_length.steps: this key is from Determined's experiment configs before 0.12"),
-        ("entrypoint: model_def:RegressionTrial\n"
-         "searcher: {name: single, metric: validation_loss, max_length: 4}\n",
-         "searcher.max_length: 4 has no unit"),
-        ("entrypoint: model_def:RegressionTrial\n"
-         "searcher: {name: single, metric: validation_loss, max_length: {records: 64}}\n",
-         "searcher.max_length.records: converting records to batches needs"),
-        ("entrypoint: model_def:RegressionTrial\n"
-         "searcher: {name: adaptive_asha, metric: validation_loss, max_trials: 4}\n",
-         "searcher: adaptive_asha needs time_metric and max_time"),
+        (
+            "searcher: {name: single, metric: validation_loss, max_length: {batches: 4}}\n",
+            "entrypoint: required key is missing",
+        ),
+        (
+            "entrypoint: model_def:RegressionTrial\n"
+            "searcher: {name: single, metric: validation_loss, max_length: {steps: 4}}\n",
+            # steps (of batches_per_step batches) are from configs before Determined 0.12
+            "searcher.max_length.steps: this key is from Determined's experiment configs before 0.12",
+        ),
+        (
+            "entrypoint: model_def:RegressionTrial\n"
+            "searcher: {name: single, metric: validation_loss, max_length: 4}\n",
+            "searcher.max_length: 4 has no unit",
+        ),
+        (
+            "entrypoint: model_def:RegressionTrial\n"
+            "searcher: {name: single, metric: validation_loss, max_length: {records: 64}}\n",
+            "searcher.max_length.records: converting records to batches needs",
+        ),
+        (
+            "entrypoint: model_def:RegressionTrial\n"
+            "searcher: {name: adaptive_asha, metric: validation_loss, max_trials: 4}\n",
+            "searcher: adaptive_asha needs time_metric and max_time",
+        ),
     ],
 )
 def test_config_errors_name_the_key_and_exit_2(
@@ -175,20 +203,26 @@ def test_config_errors_name_the_key_and_exit_2(
 
 
 def test_config_errors_exit_the_process_with_2(isolated_run: pathlib.Path) -> None:
-    misspelled = _write(isolated_run, (
-        "entrypoint: model_def:RegressionTrial\n"
-        "searcher: {name: single, metric: validation_loss, max_length: {batches: 4}}\n"
-        "min_validaton_period: {batches: 2}\n"
-    ))
+    misspelled = _write(
+        isolated_run,
+        (
+            "entrypoint: model_def:RegressionTrial\n"
+            "searcher: {name: single, metric: validation_loss, max_length: {batches: 4}}\n"
+            "min_validaton_period: {batches: 2}\n"
+        ),
+    )
     result = run_cli("experiment", str(misspelled), str(PROJECT), cwd=isolated_run)
     assert result.returncode == 2, output(result)
     assert "min_validaton_period: unknown key. Did you mean 'min_validation_period'?" in (
         result.stderr
     )
-    missing_class = _write(isolated_run, (
-        "entrypoint: model_def:NoSuchTrial\n"
-        "searcher: {name: single, metric: validation_loss, max_length: {batches: 4}}\n"
-    ))
+    missing_class = _write(
+        isolated_run,
+        (
+            "entrypoint: model_def:NoSuchTrial\n"
+            "searcher: {name: single, metric: validation_loss, max_length: {batches: 4}}\n"
+        ),
+    )
     result = run_cli("experiment", str(missing_class), str(PROJECT), cwd=isolated_run)
     assert result.returncode == 2, output(result)
     assert "entrypoint: 'model_def:NoSuchTrial': model_def has no attribute 'NoSuchTrial'" in (
@@ -206,7 +240,8 @@ def test_plan_puts_checkpoints_where_checkpoint_storage_says(tmp_path: pathlib.P
     assert plan.checkpoint_root == tmp_path / "store" / "exp"
     assert plan.trial_class == "model_def:RegressionTrial" and plan.command is None
     overridden = _plan.plan_experiment(
-        load_config(_config(checkpoint_storage=storage)), PROJECT,
+        load_config(_config(checkpoint_storage=storage)),
+        PROJECT,
         checkpoint_dir=str(tmp_path / "cli"),
     )
     assert overridden.checkpoint_root == tmp_path / "cli"
@@ -219,8 +254,14 @@ def test_plan_defaults_to_the_environment_checkpoint_dir(checkpoint_dir: pathlib
 
 
 def test_plan_of_adaptive_asha_and_a_missing_model_dir(tmp_path: pathlib.Path) -> None:
-    asha = _config(searcher={"name": "adaptive_asha", "metric": "validation_loss",
-                             "max_trials": 16, "max_length": {"records": 8000}})
+    asha = _config(
+        searcher={
+            "name": "adaptive_asha",
+            "metric": "validation_loss",
+            "max_trials": 16,
+            "max_length": {"records": 8000},
+        }
+    )
     plan = _plan.plan_experiment(load_config(asha), PROJECT)
     assert plan.trials == []  # drawn as the search goes
     assert plan.search.time_metric == "batches" and plan.search.max_time == 1000
@@ -252,7 +293,10 @@ def test_plan_of_a_grid_over_a_command_entrypoint() -> None:
         ("python3 train.py --epochs 2", ["train.py", "--epochs", "2"]),
         (["python3", "train.py"], ["train.py"]),
         ("python3 -m determined.launch.torch_distributed python3 train.py", ["train.py"]),
-        ("python3 -m determined.launch.torch_distributed -- python3 train.py -x", ["train.py", "-x"]),
+        (
+            "python3 -m determined.launch.torch_distributed -- python3 train.py -x",
+            ["train.py", "-x"],
+        ),
         ("python3 -m determined.launch.deepspeed --trial model_def:T", "model_def:T"),
         ("python3 -m determined.launch.horovod --autohorovod --trial=model_def:T", "model_def:T"),
         ("python -m mypackage.train --lr 1", ["-m", "mypackage.train", "--lr", "1"]),
@@ -270,18 +314,27 @@ def test_parse_command_refuses_non_python_commands(entrypoint: str) -> None:
 
 
 def test_training_lengths_follow_the_harness() -> None:
-    config = load_config(_config(
-        searcher={"name": "single", "metric": "validation_loss", "max_length": {"records": 100}},
-        min_validation_period={"epochs": 2},
-        scheduling_unit=7,
-    ))
+    config = load_config(
+        _config(
+            searcher={
+                "name": "single",
+                "metric": "validation_loss",
+                "max_length": {"records": 100},
+            },
+            min_validation_period={"epochs": 2},
+            scheduling_unit=7,
+        )
+    )
     lengths = config.lengths.fit_lengths({"global_batch_size": 8})
     assert lengths["max_length"] == Batch(12)  # 100 records // 8
     assert lengths["validation_period"] == Epoch(2)
     assert lengths["checkpoint_period"] == Batch(sys.maxsize)  # 0: never
     assert lengths["reporting_period"] == Batch(7)
-    epochs = load_config(_config(searcher={"name": "single", "metric": "validation_loss",
-                                           "max_length": {"epochs": 3}}))
+    epochs = load_config(
+        _config(
+            searcher={"name": "single", "metric": "validation_loss", "max_length": {"epochs": 3}}
+        )
+    )
     assert epochs.lengths.fit_lengths({})["max_length"] == Epoch(3)
     with pytest.raises(errors.InvalidConfigException, match="global_batch_size >= 1, got None"):
         config.lengths.fit_lengths({})
@@ -295,7 +348,10 @@ def test_launch_options_from_slots_per_trial() -> None:
     assert _plan.launch_options(two, {}) == {"devices": 2}
     assert _plan.launch_options(two, {"devices": 1, "precision": None}) == {"devices": 1}
     assert _trial.launch_flags({"devices": 2, "num_nodes": 1}) == [
-        "--devices", "2", "--num-nodes", "1"
+        "--devices",
+        "2",
+        "--num-nodes",
+        "1",
     ]
 
 
@@ -303,8 +359,9 @@ def test_summary_picks_the_best_completed_trial() -> None:
     rows = [
         _trial.TrialResult(1, {"lr": 0.1, "net": {"width": 4}}, "COMPLETED", 0.5, None),
         _trial.TrialResult(2, {"lr": 0.01, "net": {"width": 8}}, "ERROR"),
-        _trial.TrialResult(3, {"lr": 0.001, "net": {"width": 8}}, "COMPLETED", 0.75,
-                                pathlib.Path("/c/trial-3/x")),
+        _trial.TrialResult(
+            3, {"lr": 0.001, "net": {"width": 8}}, "COMPLETED", 0.75, pathlib.Path("/c/trial-3/x")
+        ),
     ]
     lower = _experiment.format_summary(rows, "loss", smaller_is_better=True)
     assert "lr=0.01, net.width=8" in lower
@@ -327,22 +384,28 @@ def test_save_experiment_best_keeps_the_best_checkpoint_of_all_trials(
 
     config = _config(
         hyperparameters={
-            "global_batch_size": 8, "hidden_size": 4,
+            "global_batch_size": 8,
+            "hidden_size": 4,
             "learning_rate": {"type": "categorical", "vals": [0.05, 3.0]},
         },
         searcher={"name": "grid", "metric": "validation_loss", "max_length": {"batches": 8}},
         min_validation_period={"batches": 2},
         min_checkpoint_period={"batches": 2},
         checkpoint_policy="all",
-        checkpoint_storage={"type": "shared_fs", "host_path": str(checkpoint_dir),
-                            "save_experiment_best": 1, "save_trial_best": 0,
-                            "save_trial_latest": 1},
+        checkpoint_storage={
+            "type": "shared_fs",
+            "host_path": str(checkpoint_dir),
+            "save_experiment_best": 1,
+            "save_trial_best": 0,
+            "save_trial_latest": 1,
+        },
     )
     path = isolated_run / "exp.yaml"
     path.write_text(yaml.safe_dump(config))
     log = isolated_run / "validations.jsonl"
-    result = run_cli("experiment", str(path), str(PROJECT), cwd=isolated_run,
-                     env={VALIDATION_LOG_ENV: str(log)})
+    result = run_cli(
+        "experiment", str(path), str(PROJECT), cwd=isolated_run, env={VALIDATION_LOG_ENV: str(log)}
+    )
     assert result.returncode == 0, output(result)
 
     lines = read_validation_log(log)
@@ -376,11 +439,11 @@ def test_invalid_hp_is_an_early_exit_not_an_error(
     shutil.copytree(PROJECT, project)
     (project / "picky_def.py").write_text(INVALID_TRIAL)
     sizes: object = 8 if searcher == "single" else {"type": "categorical", "vals": [2, 8]}
-    config = _config(entrypoint="picky_def:PickyTrial",
-                     hyperparameters={"global_batch_size": 8, "learning_rate": 0.05,
-                                      "hidden_size": sizes},
-                     searcher={"name": searcher, "metric": "validation_loss",
-                               "max_length": {"batches": 2}})
+    config = _config(
+        entrypoint="picky_def:PickyTrial",
+        hyperparameters={"global_batch_size": 8, "learning_rate": 0.05, "hidden_size": sizes},
+        searcher={"name": searcher, "metric": "validation_loss", "max_length": {"batches": 2}},
+    )
     path = isolated_run / "exp.yaml"
     path.write_text(yaml.safe_dump(config))
     result = run_cli("experiment", str(path), str(project), cwd=isolated_run)
@@ -390,7 +453,8 @@ def test_invalid_hp_is_an_early_exit_not_an_error(
     if searcher == "single":
         assert re.search(r"^1\s+INVALID HP\s+", result.stdout, re.M), output(result)
         assert "InvalidHP detected during Trial init, converting InvalidHP to exit(0)" in (
-            result.stderr)
+            result.stderr
+        )
     else:
         assert "the trial is dropped: a grid does not replace its point" in result.stderr
         assert re.findall(r"^(\d+)\s+COMPLETED\s", result.stdout, re.M) == ["2"], output(result)

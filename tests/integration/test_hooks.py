@@ -22,8 +22,11 @@ from det_lightning.adapters.lightning.lean_validation import LeanEvaluationLoop
 from det_lightning.adapters.module import TrialModule
 from tests.fixtures.run import run_trial
 
-HOOKS = sorted(name for name, member in vars(Callback).items()
-               if callable(member) and (name.startswith("on_") or name in ("setup", "teardown")))
+HOOKS = sorted(
+    name
+    for name, member in vars(Callback).items()
+    if callable(member) and (name.startswith("on_") or name in ("setup", "teardown"))
+)
 
 
 def _state(trainer: pl.Trainer, pl_module: Any) -> Tuple[Any, ...]:
@@ -33,17 +36,28 @@ def _state(trainer: pl.Trainer, pl_module: Any) -> Tuple[Any, ...]:
     steps = loop.manual_optimization.optim_step_progress
     connector = trainer._logger_connector
     # The connector's caches first: the public properties below refresh them as they are read.
-    cached = (_values(connector._callback_metrics), _values(connector._progress_bar_metrics),
-              _values(connector._logged_metrics))
+    cached = (
+        _values(connector._callback_metrics),
+        _values(connector._progress_bar_metrics),
+        _values(connector._logged_metrics),
+    )
     return (
         *cached,
-        trainer.global_step, loop._batches_that_stepped, trainer.current_epoch,
-        str(progress.total), str(progress.current), progress.is_last_batch,
-        str(steps.total), trainer.should_stop, pl_module._current_fx_name,
-        trainer.training, trainer.validating,
+        trainer.global_step,
+        loop._batches_that_stepped,
+        trainer.current_epoch,
+        str(progress.total),
+        str(progress.current),
+        progress.is_last_batch,
+        str(steps.total),
+        trainer.should_stop,
+        pl_module._current_fx_name,
+        trainer.training,
+        trainer.validating,
         # what the lean validation step's copy of on_batch_start sets (decides on_step metrics)
         connector._first_loop_iter,
-        _values(trainer.callback_metrics), _values(trainer.progress_bar_metrics),
+        _values(trainer.callback_metrics),
+        _values(trainer.progress_bar_metrics),
         _values(trainer.logged_metrics),
     )
 
@@ -66,6 +80,7 @@ def _tracer() -> Any:
                 # ... and in a validation pass, from its second batch on (from the second
                 # epoch: the lean step's quiet first passes are traced as well)
                 pl_module.log("traced_val", float(args[-1]), on_step=True, prog_bar=True)
+
         return hook
 
     tracer = type("Tracer", (Callback,), {name: make(name) for name in HOOKS})()
@@ -75,15 +90,25 @@ def _tracer() -> Any:
 def _run(tmp_path: pathlib.Path, name: str) -> Any:
     tracer, events = _tracer()
     trainer_kwargs = {
-        "callbacks": [tracer, EarlyStopping("validation_loss", patience=50),
-                      ModelCheckpoint(dirpath=tmp_path / name / "lightning", monitor="validation_loss")],
+        "callbacks": [
+            tracer,
+            EarlyStopping("validation_loss", patience=50),
+            ModelCheckpoint(dirpath=tmp_path / name / "lightning", monitor="validation_loss"),
+        ],
         "logger": CSVLogger(tmp_path / name / "csv", name="", version=""),
         "checkpoint_dir": str(tmp_path / name / "det"),
         "log_every_n_steps": 4,
     }
-    trial, _ = run_trial(pytorch, "MLPTrial", {"lr": 0.01}, trainer_kwargs=trainer_kwargs,
-                         max_length=pytorch.Batch(20), validation_period=pytorch.Batch(6),
-                         checkpoint_period=pytorch.Batch(8), reporting_period=pytorch.Batch(5))
+    trial, _ = run_trial(
+        pytorch,
+        "MLPTrial",
+        {"lr": 0.01},
+        trainer_kwargs=trainer_kwargs,
+        max_length=pytorch.Batch(20),
+        validation_period=pytorch.Batch(6),
+        checkpoint_period=pytorch.Batch(8),
+        reporting_period=pytorch.Batch(5),
+    )
     return trial, events, (tmp_path / name / "csv" / "metrics.csv").read_text()
 
 
@@ -94,22 +119,30 @@ def _compare_lean_and_plain(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPa
     assert hooks.enabled() and lean.enabled() and lean_validation.enabled()
     trainers: List[pl.Trainer] = []
     original = lean.install
-    monkeypatch.setattr(lean, "install", lambda trainer: (original(trainer),
-                                                          trainers.append(trainer)))
+    monkeypatch.setattr(
+        lean, "install", lambda trainer: (original(trainer), trainers.append(trainer))
+    )
     step_metric_updates: List[str] = []  # the validation's per-batch metric bookkeeping
     update = _LoggerConnector.update_eval_step_metrics
-    monkeypatch.setattr(_LoggerConnector, "update_eval_step_metrics", lambda self, step: (
-        step_metric_updates.append(trainers[-1].fit_loop.epoch_loop.val_loop.__class__.__name__),
-        update(self, step)))
+    monkeypatch.setattr(
+        _LoggerConnector,
+        "update_eval_step_metrics",
+        lambda self, step: (
+            step_metric_updates.append(
+                trainers[-1].fit_loop.epoch_loop.val_loop.__class__.__name__
+            ),
+            update(self, step),
+        ),
+    )
     lean_trial, lean_events, lean_csv = _run(tmp_path, "lean")
     monkeypatch.setenv(lean.LEAN_ENV, "0")
     plain_trial, plain_events, plain_csv = _run(tmp_path, "plain")
     # The lean step skips it while nothing was logged in the pass, Lightning's never does.
     lean_updates = step_metric_updates.count(LeanEvaluationLoop.__name__)
     assert 0 < lean_updates < step_metric_updates.count(_EvaluationLoop.__name__)
-    assert [(type(t.fit_loop.epoch_loop), type(t.fit_loop.epoch_loop.val_loop))
-            for t in trainers] == [(lean.LeanTrainingEpochLoop, LeanEvaluationLoop),
-                                   (_TrainingEpochLoop, _EvaluationLoop)]
+    assert [
+        (type(t.fit_loop.epoch_loop), type(t.fit_loop.epoch_loop.val_loop)) for t in trainers
+    ] == [(lean.LeanTrainingEpochLoop, LeanEvaluationLoop), (_TrainingEpochLoop, _EvaluationLoop)]
     for lean_event, plain_event in zip(lean_events, plain_events):
         assert lean_event == plain_event
     assert len(lean_events) == len(plain_events)
@@ -147,13 +180,16 @@ def test_a_batch_the_module_skips_ends_the_epoch_as_lightning_does(
             return -1
         return None
 
-    monkeypatch.setattr(TrialModule, "on_train_batch_start", on_train_batch_start,
-                        raising=False)
+    monkeypatch.setattr(TrialModule, "on_train_batch_start", on_train_batch_start, raising=False)
     lean_events = _compare_lean_and_plain(tmp_path, monkeypatch)
     assert skipped and len(skipped) % 2 == 0  # as often in the lean run as in the plain one
     # The epochs a skip ended: one batch processed but never completed (progress.current).
-    skip_ends = [e for e in lean_events if e[0] == "on_train_epoch_end"
-                 and re.search(r"completed=(\d+)", e[9])[1] != re.search(r"processed=(\d+)", e[9])[1]]
+    skip_ends = [
+        e
+        for e in lean_events
+        if e[0] == "on_train_epoch_end"
+        and re.search(r"completed=(\d+)", e[9])[1] != re.search(r"processed=(\d+)", e[9])[1]
+    ]
     assert len(skip_ends) > 1
     # progress.is_last_batch there: marked by Lightning from 2.6.0 (see _state for the indices)
     assert {e[10] for e in skip_ends} == {versions.SHAPE.marks_last_batch}
@@ -168,8 +204,9 @@ def test_a_release_without_a_row_runs_lightnings_own_loop_and_says_so_once(
     monkeypatch.setattr(versions, "_warned", False)
     trainers: List[pl.Trainer] = []
     original = lean.install
-    monkeypatch.setattr(lean, "install", lambda trainer: (original(trainer),
-                                                          trainers.append(trainer)))
+    monkeypatch.setattr(
+        lean, "install", lambda trainer: (original(trainer), trainers.append(trainer))
+    )
     with pytest.warns(UserWarning, match="1.5x the instructions") as warned:
         _, events, csv = _run(tmp_path, "uncovered")
     assert len([w for w in warned if "1.5x" in str(w.message)]) == 1
@@ -200,9 +237,14 @@ def test_a_step_that_requires_dataloader_idx_fails_as_in_lightning_also_after_a_
         monkeypatch.setenv(lean.LEAN_ENV, lean_on)
         passes.clear()
         with pytest.raises(RuntimeError, match="dataloader_idx") as raised:
-            run_trial(pytorch, "MLPTrial", {"lr": 0.01},
-                      trainer_kwargs={"checkpoint_dir": str(tmp_path / lean_on)},
-                      max_length=pytorch.Batch(20), validation_period=pytorch.Batch(5))
+            run_trial(
+                pytorch,
+                "MLPTrial",
+                {"lr": 0.01},
+                trainer_kwargs={"checkpoint_dir": str(tmp_path / lean_on)},
+                max_length=pytorch.Batch(20),
+                validation_period=pytorch.Batch(5),
+            )
         errors.append((str(raised.value), len(passes)))
     assert errors[0] == errors[1] and errors[0][1] == 2  # the third pass failed as it began
 

@@ -21,8 +21,9 @@ class LogsOnce(Callback):
     """A Lightning callback that puts a tensor on the progress bar at the first batch: Lightning's
     own bar would turn it into a number (a sync) at every batch after."""
 
-    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any,
-                           batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         if batch_idx == 0:
             pl_module.log("probe", torch.tensor(1.5), prog_bar=True)
 
@@ -33,8 +34,13 @@ def test_no_host_sync_between_batches(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in SYNCING:
         original = getattr(torch.Tensor, name)
 
-        def counting(self: torch.Tensor, *args: Any, _name: str = name,
-                     _original: Any = original, **kwargs: Any) -> Any:
+        def counting(
+            self: torch.Tensor,
+            *args: Any,
+            _name: str = name,
+            _original: Any = original,
+            **kwargs: Any,
+        ) -> Any:
             if between["on"]:
                 calls.append(_name)
             return _original(self, *args, **kwargs)
@@ -57,8 +63,10 @@ def test_no_host_sync_between_batches(monkeypatch: pytest.MonkeyPatch) -> None:
         trial = Probe(context)
         trainer = pytorch.Trainer(trial, context, enable_progress_bar=True, callbacks=[LogsOnce()])
         trainer.fit(
-            max_length=pytorch.Batch(40), reporting_period=pytorch.Batch(1000),
-            validation_period=pytorch.Batch(1000), checkpoint_policy="none",
+            max_length=pytorch.Batch(40),
+            reporting_period=pytorch.Batch(1000),
+            validation_period=pytorch.Batch(1000),
+            checkpoint_policy="none",
         )
     between["on"] = False
     assert len(trial.seen) == 40

@@ -21,8 +21,14 @@ from det_lightning.adapters.lightning import hooks, internals, lean, versions
 
 @pytest.fixture
 def trainer() -> pl.Trainer:
-    return pl.Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
-                      enable_checkpointing=False, enable_model_summary=False)
+    return pl.Trainer(
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_progress_bar=False,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+    )
 
 
 def _parameters(fn: Any) -> list:
@@ -54,8 +60,9 @@ def test_align_progress_moves_the_counters_lightning_reads(trainer: pl.Trainer) 
 
 def test_signal_handling_can_be_taken_over(trainer: pl.Trainer) -> None:
     calls = []
-    internals.supersede_signals(trainer, lambda: calls.append("handlers"),
-                                lambda: calls.append("broadcast"))
+    internals.supersede_signals(
+        trainer, lambda: calls.append("handlers"), lambda: calls.append("broadcast")
+    )
     trainer._signal_connector.register_signal_handlers()
     assert calls == ["handlers"]
     advance = inspect.getsource(_TrainingEpochLoop.advance)
@@ -77,13 +84,25 @@ def test_an_optimizer_step_counts_through_the_step_hooks(trainer: pl.Trainer) ->
 
 
 def test_several_devices_rerun_the_script() -> None:
-    ddp = pl.Trainer(accelerator="cpu", devices=2, strategy="ddp", logger=False,
-                     enable_progress_bar=False, enable_checkpointing=False,
-                     enable_model_summary=False)
+    ddp = pl.Trainer(
+        accelerator="cpu",
+        devices=2,
+        strategy="ddp",
+        logger=False,
+        enable_progress_bar=False,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+    )
     assert internals.reruns_the_script(ddp.strategy.launcher)
-    spawn = pl.Trainer(accelerator="cpu", devices=2, strategy="ddp_spawn", logger=False,
-                       enable_progress_bar=False, enable_checkpointing=False,
-                       enable_model_summary=False)
+    spawn = pl.Trainer(
+        accelerator="cpu",
+        devices=2,
+        strategy="ddp_spawn",
+        logger=False,
+        enable_progress_bar=False,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+    )
     assert not internals.reruns_the_script(spawn.strategy.launcher)
 
 
@@ -91,8 +110,15 @@ def test_what_the_lean_path_calls_is_there(trainer: pl.Trainer) -> None:
     """The lean path runs only on the releases its trace test covers; these are the names it
     calls, so a covered release that lost one fails here, not mid-run."""
     epoch_loop = trainer.fit_loop.epoch_loop
-    for name in ("batch_progress", "val_loop", "manual_optimization", "_results",
-                 "_warning_cache", "batch_idx", "restarting"):
+    for name in (
+        "batch_progress",
+        "val_loop",
+        "manual_optimization",
+        "_results",
+        "_warning_cache",
+        "batch_idx",
+        "restarting",
+    ):
         assert hasattr(epoch_loop, name), name
     for name in ("on_batch_start", "on_batch_end", "update_train_step_metrics"):
         assert callable(getattr(trainer._logger_connector, name)), name
@@ -131,7 +157,8 @@ def test_the_installed_release_is_the_one_its_row_describes() -> None:
     shape = versions.SHAPE
     assert shape is not None, f"Lightning {lightning.__version__} has no row in versions.TABLE"
     assert versions.fingerprint_of("loops.training_epoch_loop:_TrainingEpochLoop.advance") == (
-        shape.advance_digest), f"_TrainingEpochLoop.advance is not {shape.advance}'s"
+        shape.advance_digest
+    ), f"_TrainingEpochLoop.advance is not {shape.advance}'s"
     advance = inspect.getsource(_TrainingEpochLoop.advance)
     assert ("self._broadcast_sigterm_tensor()" in advance) == shape.broadcasts_sigterm
     assert hasattr(_TrainingEpochLoop, "_broadcast_sigterm_tensor") == shape.broadcasts_sigterm
@@ -142,10 +169,15 @@ def test_the_functions_the_lean_pieces_mirror_are_the_ones_read() -> None:
     """Every function lean.py and hooks.py follow is, in the installed Lightning, the text
     they were written against (the same in every row of the table)."""
     dispatch = "trainer.call:_call_callback_hooks"  # replaced in place once a fit has run
-    assert versions.fingerprint(inspect.getsource(hooks._lightning_dispatch)) == (
-        versions.UNCHANGED[dispatch])
-    changed = [name for name, digest in versions.UNCHANGED.items()
-               if name != dispatch and versions.fingerprint_of(name) != digest]
+    assert (
+        versions.fingerprint(inspect.getsource(hooks._lightning_dispatch))
+        == (versions.UNCHANGED[dispatch])
+    )
+    changed = [
+        name
+        for name, digest in versions.UNCHANGED.items()
+        if name != dispatch and versions.fingerprint_of(name) != digest
+    ]
     assert changed == []
 
 

@@ -87,8 +87,13 @@ class OneVarWithEvents(TRIALS["OneVarTrial"]):  # type: ignore[valid-type, misc]
 def plain_trainer(**kwargs: Any) -> L.Trainer:
     """A CPU ``lightning.Trainer`` without the console extras; ``kwargs`` override."""
     settings: Dict[str, Any] = dict(
-        accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
-        enable_model_summary=False, log_every_n_steps=1, default_root_dir=str(pathlib.Path.cwd()),
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        log_every_n_steps=1,
+        default_root_dir=str(pathlib.Path.cwd()),
     )
     settings.update(kwargs)
     return L.Trainer(**settings)
@@ -124,7 +129,10 @@ def test_lightning_settings_decide_validation_checkpoints_and_reporting(
     best = ModelCheckpoint(monitor="validation_loss", dirpath=tmp_path / "ckpts", save_top_k=1)
     module = LightningTrial(TRIALS["MLPTrial"], hparams={"n": 64, "batch_size": 8})
     trainer = plain_trainer(
-        max_steps=12, val_check_interval=4, log_every_n_steps=4, num_sanity_val_steps=0,
+        max_steps=12,
+        val_check_interval=4,
+        log_every_n_steps=4,
+        num_sanity_val_steps=0,
         callbacks=[best],
     )
     trainer.fit(module)
@@ -174,8 +182,11 @@ def test_resume_from_a_lightning_checkpoint_continues_exactly() -> None:
     second = LightningTrial(OneVarWithEvents, hparams={"lr": 0.5, "batch_size": 4})
     resumed = plain_trainer(max_epochs=2, num_sanity_val_steps=0, enable_checkpointing=False)
     # The checkpoint loads with weights_only=True (Lightning < 2.6 has no such argument).
-    safe = {"weights_only": True} if "weights_only" in inspect.signature(resumed.fit).parameters \
+    safe = (
+        {"weights_only": True}
+        if "weights_only" in inspect.signature(resumed.fit).parameters
         else {}
+    )
     resumed.fit(second, ckpt_path=path, **safe)
 
     assert second.progress.batches_trained == 8
@@ -183,7 +194,9 @@ def test_resume_from_a_lightning_checkpoint_continues_exactly() -> None:
     assert weight == pytest.approx(closed_form_weight(0.5, 8, 4), rel=1e-6)
     hooks = second.trial.hooks
     assert hooks.events[:3] == [
-        ("on_trial_startup", 4, path), "on_checkpoint_load_start", "on_training_start",
+        ("on_trial_startup", 4, path),
+        "on_checkpoint_load_start",
+        "on_training_start",
     ]
     assert hooks.loaded == {"validations": 1}
 
@@ -230,7 +243,8 @@ def test_trial_shutdown_hook_runs_when_a_plain_fit_fails() -> None:
     with pytest.raises(RuntimeError, match="bad batch"):
         plain_trainer(max_steps=4, enable_checkpointing=False, num_sanity_val_steps=0).fit(module)
     assert module.trial.hooks.events == [
-        ("on_trial_startup", 0, None), "on_training_start",
+        ("on_trial_startup", 0, None),
+        "on_training_start",
         ("on_training_workload_end", 1),  # log_every_n_steps=1
         "on_trial_shutdown",
     ]
@@ -254,8 +268,12 @@ def _trained_batches(checkpoint_dir: pathlib.Path) -> List[int]:
 def test_model_checkpoint_monitors_validation_loss(tmp_path: pathlib.Path) -> None:
     best = ModelCheckpoint(monitor="validation_loss", dirpath=tmp_path / "best", save_top_k=1)
     trial, _ = run_trial(
-        pytorch, "MLPTrial", {"n": 64, "batch_size": 8}, trainer_kwargs={"callbacks": [best]},
-        max_length=pytorch.Batch(12), validation_period=pytorch.Batch(3),
+        pytorch,
+        "MLPTrial",
+        {"n": 64, "batch_size": 8},
+        trainer_kwargs={"callbacks": [best]},
+        max_length=pytorch.Batch(12),
+        validation_period=pytorch.Batch(3),
     )
     validations = [v["validation_loss"] for v in trial.recorder.validations]
     assert len(validations) == 4
@@ -268,8 +286,12 @@ def test_early_stopping_stops_with_a_final_checkpoint(checkpoint_dir: pathlib.Pa
     # The first validation (after batch 3) already meets the threshold.
     stop = EarlyStopping(monitor="validation_loss", stopping_threshold=1e9)
     trial, _ = run_trial(
-        pytorch, "MLPTrial", {"n": 64, "batch_size": 8}, trainer_kwargs={"callbacks": [stop]},
-        max_length=pytorch.Batch(12), validation_period=pytorch.Batch(3),
+        pytorch,
+        "MLPTrial",
+        {"n": 64, "batch_size": 8},
+        trainer_kwargs={"callbacks": [stop]},
+        max_length=pytorch.Batch(12),
+        validation_period=pytorch.Batch(3),
         reporting_period=pytorch.Batch(1),
     )
     assert len(trial.recorder.batch_losses) == 3
@@ -283,8 +305,9 @@ class StopAt(Callback):
     def __init__(self, batch: int) -> None:
         self.batch = batch
 
-    def on_train_batch_end(self, trainer: L.Trainer, pl_module: Any, outputs: Any, batch: Any,
-                           batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         if pl_module.progress.batches_trained == self.batch:
             trainer.should_stop = True
 
@@ -293,8 +316,12 @@ def test_lightning_callback_stopping_leaves_a_final_checkpoint(
     checkpoint_dir: pathlib.Path,
 ) -> None:
     trial, _ = run_trial(
-        pytorch, "MLPTrial", {"n": 64, "batch_size": 8}, trainer_kwargs={"callbacks": [StopAt(5)]},
-        max_length=pytorch.Batch(12), reporting_period=pytorch.Batch(1),
+        pytorch,
+        "MLPTrial",
+        {"n": 64, "batch_size": 8},
+        trainer_kwargs={"callbacks": [StopAt(5)]},
+        max_length=pytorch.Batch(12),
+        reporting_period=pytorch.Batch(1),
     )
     assert len(trial.recorder.batch_losses) == 5
     assert _trained_batches(checkpoint_dir) == [5]
@@ -331,8 +358,11 @@ def test_learning_rate_monitor_logs_the_scheduled_rate() -> None:
     with pytorch.init(hparams={"lr": 0.4}) as context:
         trial = Scheduled(context)
         trainer = pytorch.Trainer(
-            trial, context, logger=recording,
-            callbacks=[LearningRateMonitor(logging_interval="step")], log_every_n_steps=1,
+            trial,
+            context,
+            logger=recording,
+            callbacks=[LearningRateMonitor(logging_interval="step")],
+            log_every_n_steps=1,
         )
         trainer.fit(max_length=pytorch.Batch(4), validation_period=pytorch.Batch(4))
 
@@ -351,14 +381,18 @@ class _Terminal(io.StringIO):
 def _fit_onevar_with_terminal(monkeypatch: pytest.MonkeyPatch) -> L.Trainer:
     monkeypatch.setattr(sys, "stderr", _Terminal())
     _, trainer = run_trial(
-        pytorch, "OneVarTrial", {"lr": 0.5}, max_length=pytorch.Batch(6),
+        pytorch,
+        "OneVarTrial",
+        {"lr": 0.5},
+        max_length=pytorch.Batch(6),
         reporting_period=pytorch.Batch(2),
     )
     return trainer._lightning_trainer
 
 
 def test_progress_bar_shows_epoch_batches_and_loss_in_a_terminal(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
 ) -> None:
     monkeypatch.delenv("CI", raising=False)
     lightning_trainer = _fit_onevar_with_terminal(monkeypatch)
@@ -386,8 +420,9 @@ def ddp_weight(lr: float, steps: int, per_rank_batch: int, ranks: int) -> float:
         epoch, k = divmod(step, batches_per_epoch)
         order = torch.randperm(len(xs), generator=torch.Generator().manual_seed(epoch)).tolist()
         union = [
-            xs[i] for r in range(ranks)
-            for i in order[r::ranks][k * per_rank_batch:(k + 1) * per_rank_batch]
+            xs[i]
+            for r in range(ranks)
+            for i in order[r::ranks][k * per_rank_batch : (k + 1) * per_rank_batch]
         ]
         w -= lr * sum(2 * (w * x - 2 * x) * x for x in union) / len(union)
     return w
@@ -455,8 +490,12 @@ def test_metrics_since_the_last_period_are_reported_when_a_callback_stops_traini
     checkpoint_dir: pathlib.Path,
 ) -> None:
     trial, _ = run_trial(
-        pytorch, "MLPTrial", {"n": 64, "batch_size": 8}, trainer_kwargs={"callbacks": [StopAt(5)]},
-        max_length=pytorch.Batch(12), reporting_period=pytorch.Batch(100),
+        pytorch,
+        "MLPTrial",
+        {"n": 64, "batch_size": 8},
+        trainer_kwargs={"callbacks": [StopAt(5)]},
+        max_length=pytorch.Batch(12),
+        reporting_period=pytorch.Batch(100),
     )
     assert len(trial.recorder.batch_losses) == 5  # no period ended, yet all five are reported
     assert _trained_batches(checkpoint_dir) == [5]

@@ -31,8 +31,12 @@ def test_metrics_reach_tensorboard_and_the_log(
     tb_dir = tmp_path / "tb"
     caplog.set_level(logging.INFO, logger="det_lightning")
     trial, _ = run_trial(
-        pytorch, "MLPTrial", {"lr": 0.01}, trainer_kwargs={"tensorboard_dir": str(tb_dir)},
-        max_length=pytorch.Batch(12), validation_period=pytorch.Batch(6),
+        pytorch,
+        "MLPTrial",
+        {"lr": 0.01},
+        trainer_kwargs={"tensorboard_dir": str(tb_dir)},
+        max_length=pytorch.Batch(12),
+        validation_period=pytorch.Batch(6),
         reporting_period=pytorch.Batch(4),
     )
     found = scalars(tb_dir)
@@ -42,8 +46,11 @@ def test_metrics_reach_tensorboard_and_the_log(
     assert [step for step, _ in found["Determined/validation_loss"]] == [6, 12]
     lines = [r.getMessage() for r in caplog.records]
     # A training workload ends at every boundary of any kind, as in Determined.
-    reported = [int(m.split("=")[1].split(",")[0]) for m in lines
-                if m.startswith("report_training_metrics(steps_completed=")]
+    reported = [
+        int(m.split("=")[1].split(",")[0])
+        for m in lines
+        if m.startswith("report_training_metrics(steps_completed=")
+    ]
     assert reported == [4, 6, 8, 12]
     assert any(m.startswith("report_validation_metrics(steps_completed=12") for m in lines)
     assert any(m.startswith("saved checkpoint ") for m in lines)

@@ -29,9 +29,7 @@ def _trial_class(api: Any) -> Any:
     return LossNotFinite
 
 
-def _fit(
-    api: Any, tmp_path: pathlib.Path, stop: Optional[bool] = None
-) -> Any:
+def _fit(api: Any, tmp_path: pathlib.Path, stop: Optional[bool] = None) -> Any:
     seed_everything(0)
     with api.init(hparams={"n": 64, "batch_size": 8}, enable_tensorboard_logging=False) as context:
         trial = _trial_class(api)(context)

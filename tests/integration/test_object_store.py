@@ -42,7 +42,10 @@ def checkpoints(s3: S3, prefix: str) -> Dict[str, set]:
 
 
 def test_fit_writes_to_s3_and_resumes_on_another_machine_bit_exact(
-    s3_server: S3, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, isolated_run: pathlib.Path
+    s3_server: S3,
+    tmp_path: pathlib.Path,
+    monkeypatch: pytest.MonkeyPatch,
+    isolated_run: pathlib.Path,
 ) -> None:
     straight = dict(fit(MLPTrial, tmp_path / "straight").model.state_dict())
     url = s3_server.url("run/trial-1")
@@ -63,16 +66,19 @@ def test_fit_writes_to_s3_and_resumes_on_another_machine_bit_exact(
     assert (tmp_path / "machine-b" / "checkpoints").is_dir()  # downloaded there
 
 
-def test_load_trial_from_checkpoint_url(s3_server: S3, tmp_path: pathlib.Path,
-                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_load_trial_from_checkpoint_url(
+    s3_server: S3, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     trained = fit(MLPTrial, s3_server.url("load"))  # type: ignore[arg-type]
     (uuid,) = checkpoints(s3_server, "load")
     monkeypatch.setenv("DET_LIGHTNING_CACHE_DIR", str(tmp_path / "elsewhere"))
     loaded = pytorch.load_trial_from_checkpoint_path(
         s3_server.url(f"load/{uuid}"), trial_class=MLPTrial
     )
-    assert_same_weights(dict(loaded.model.state_dict()),  # type: ignore[attr-defined]
-                        dict(trained.model.state_dict()))
+    assert_same_weights(
+        dict(loaded.model.state_dict()),  # type: ignore[attr-defined]
+        dict(trained.model.state_dict()),
+    )
     with pytest.raises(errors.InvalidCheckpointException, match=MARKER):
         pytorch.load_trial_from_checkpoint_path(s3_server.url("load/nothing"), trial_class=MLPTrial)
 
@@ -80,11 +86,13 @@ def test_load_trial_from_checkpoint_url(s3_server: S3, tmp_path: pathlib.Path,
 def test_retention_deletes_in_the_bucket(s3_server: S3, tmp_path: pathlib.Path) -> None:
     url = s3_server.url("kept")
     conf = {"checkpoint_storage": {"save_trial_latest": 1, "save_trial_best": 0}}
-    with pytorch.init(hparams={"n": 48, "batch_size": 8}, exp_conf=conf,
-                      accelerator="cpu") as context:
+    with pytorch.init(
+        hparams={"n": 48, "batch_size": 8}, exp_conf=conf, accelerator="cpu"
+    ) as context:
         trainer = pytorch.Trainer(MLPTrial(context), context, logger=False, checkpoint_dir=url)
-        trainer.fit(max_length=pytorch.Batch(8), checkpoint_period=pytorch.Batch(2),
-                    checkpoint_policy="all")
+        trainer.fit(
+            max_length=pytorch.Batch(8), checkpoint_period=pytorch.Batch(2), checkpoint_policy="all"
+        )
     assert trainer.result is not None
     left = checkpoints(s3_server, "kept")
     assert list(left) == [trainer.result.latest_checkpoint]  # three others: every object gone
@@ -129,18 +137,26 @@ def test_a_missing_bucket_fails_before_training_and_writes_nothing_locally(
 
 
 def test_an_unreachable_endpoint_names_it_and_the_credentials(
-    s3_server: S3, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch,
+    s3_server: S3,
+    tmp_path: pathlib.Path,
+    monkeypatch: pytest.MonkeyPatch,
     isolated_run: pathlib.Path,
 ) -> None:
     closed = "http://127.0.0.1:9"  # discard: nothing listens
-    conf = {"checkpoint_storage": {"type": "s3", "bucket": s3_server.bucket,
-                                   "endpoint_url": closed, "access_key": "AKIAEXAMPLE",
-                                   "secret_key": "wrong"}}
-    with pytorch.init(hparams={"n": 48, "batch_size": 8}, exp_conf=conf,
-                      accelerator="cpu") as context:
+    conf = {
+        "checkpoint_storage": {
+            "type": "s3",
+            "bucket": s3_server.bucket,
+            "endpoint_url": closed,
+            "access_key": "AKIAEXAMPLE",
+            "secret_key": "wrong",
+        }
+    }
+    with pytorch.init(
+        hparams={"n": 48, "batch_size": 8}, exp_conf=conf, accelerator="cpu"
+    ) as context:
         trial = MLPTrial(context)
-        trainer = pytorch.Trainer(trial, context, logger=False,
-                                  checkpoint_dir=s3_server.url("x"))
+        trainer = pytorch.Trainer(trial, context, logger=False, checkpoint_dir=s3_server.url("x"))
         with pytest.raises(errors.CheckpointStorageError) as failure:
             trainer.fit(max_length=pytorch.Batch(2))
     message = str(failure.value)
@@ -168,10 +184,20 @@ with pytorch.init(hparams={"n": 48, "batch_size": 8}, accelerator="cpu") as cont
 def test_without_the_extra_the_error_names_the_install_command(
     tmp_path: pathlib.Path, isolated_run: pathlib.Path
 ) -> None:
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1",
-           "DET_LIGHTNING_CACHE_DIR": str(tmp_path / "cache")}
-    result = subprocess.run([sys.executable, "-c", _WITHOUT_S3FS], cwd=isolated_run, env=env,
-                            capture_output=True, text=True, timeout=300)
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO_ROOT),
+        "OMP_NUM_THREADS": "1",
+        "DET_LIGHTNING_CACHE_DIR": str(tmp_path / "cache"),
+    }
+    result = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_S3FS],
+        cwd=isolated_run,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert "ERROR:" in result.stdout, result.stdout + result.stderr
     assert "pip install 'det_lightning[s3]'" in result.stdout
     assert "| batches: 0" in result.stdout
@@ -179,7 +205,9 @@ def test_without_the_extra_the_error_names_the_install_command(
 
 
 def test_experiment_with_s3_checkpoint_storage_writes_to_the_bucket(
-    s3_server: S3, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch,
+    s3_server: S3,
+    tmp_path: pathlib.Path,
+    monkeypatch: pytest.MonkeyPatch,
     isolated_run: pathlib.Path,
 ) -> None:
     monkeypatch.delenv("AWS_ENDPOINT_URL_S3")  # the config's endpoint_url must be used
@@ -200,11 +228,17 @@ def test_experiment_with_s3_checkpoint_storage_writes_to_the_bucket(
         f"  endpoint_url: {s3_server.endpoint}\n"
     )
     (tmp_path / "script-s3.yaml").write_text(script)
-    result = run_cli("experiment", str(tmp_path / "script-s3.yaml"), str(PROJECT),
-                     cwd=isolated_run)
+    result = run_cli("experiment", str(tmp_path / "script-s3.yaml"), str(PROJECT), cwd=isolated_run)
     assert result.returncode == 0, output(result)
     assert len(checkpoints(s3_server, "exp/b/trial-1")) == 1, s3_server.keys("exp")
-    state = torch.load(str(RemoteRoot(s3_server.url(f"exp/a/trial-1/{next(iter(written))}"),
-                                      (("endpoint_url", s3_server.endpoint),)).download()
-                           / "state_dict.pth"), weights_only=True)
+    state = torch.load(
+        str(
+            RemoteRoot(
+                s3_server.url(f"exp/a/trial-1/{next(iter(written))}"),
+                (("endpoint_url", s3_server.endpoint),),
+            ).download()
+            / "state_dict.pth"
+        ),
+        weights_only=True,
+    )
     assert ckpt.MODELS in state

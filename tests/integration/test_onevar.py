@@ -13,7 +13,7 @@ def closed_form_weight(lr: float, batches: int, batch_size: int) -> float:
     w = 0.0
     for step in range(batches):
         start = (step * batch_size) % 16
-        batch = xs[start:start + batch_size]
+        batch = xs[start : start + batch_size]
         grad = sum(2 * (w * x - 2 * x) * x for x in batch) / len(batch)
         w -= lr * grad
     return w
@@ -22,7 +22,9 @@ def closed_form_weight(lr: float, batches: int, batch_size: int) -> float:
 @pytest.mark.parametrize("batches,batch_size", [(1, 4), (7, 4), (12, 8)])
 def test_weight_after_n_sgd_steps_has_the_closed_form(batches: int, batch_size: int) -> None:
     trial, _ = run_trial(
-        pytorch, "OneVarTrial", {"lr": 0.5, "batch_size": batch_size},
+        pytorch,
+        "OneVarTrial",
+        {"lr": 0.5, "batch_size": batch_size},
         max_length=pytorch.Batch(batches),
     )
     weight = trial.model.weight.item()
@@ -33,10 +35,15 @@ def test_weight_after_n_sgd_steps_has_the_closed_form(batches: int, batch_size: 
 def test_aggregation_frequency_equals_a_bigger_batch() -> None:
     """Four accumulated batches of 2 (gradients averaged) equal one batch of 8."""
     accumulated, _ = run_trial(
-        pytorch, "OneVarTrial", {"lr": 0.5, "batch_size": 2},
-        init_kwargs={"aggregation_frequency": 4}, max_length=pytorch.Batch(16),
+        pytorch,
+        "OneVarTrial",
+        {"lr": 0.5, "batch_size": 2},
+        init_kwargs={"aggregation_frequency": 4},
+        max_length=pytorch.Batch(16),
     )
-    big, _ = run_trial(pytorch, "OneVarTrial", {"lr": 0.5, "batch_size": 8}, max_length=pytorch.Batch(4))
+    big, _ = run_trial(
+        pytorch, "OneVarTrial", {"lr": 0.5, "batch_size": 8}, max_length=pytorch.Batch(4)
+    )
     assert accumulated.model.weight.item() == pytest.approx(big.model.weight.item(), rel=1e-6)
     assert big.model.weight.item() == pytest.approx(closed_form_weight(0.5, 4, 8), rel=1e-6)
     assert torch.is_tensor(accumulated.model.weight)

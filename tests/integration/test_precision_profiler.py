@@ -35,19 +35,22 @@ class AutocastProbe(OneVarTrial):  # type: ignore[valid-type, misc]
 
     def train_batch(self, batch: Any, epoch_idx: int, batch_idx: int) -> Any:
         out = self.model(batch[0])
-        self.seen.append({
-            "autocast": torch.is_autocast_enabled("cpu"),
-            "dtype": torch.get_autocast_dtype("cpu"),
-            "computed_in": self._inner_dtype,
-            "output": out.dtype,
-        })
+        self.seen.append(
+            {
+                "autocast": torch.is_autocast_enabled("cpu"),
+                "dtype": torch.get_autocast_dtype("cpu"),
+                "computed_in": self._inner_dtype,
+                "output": out.dtype,
+            }
+        )
         loss = super().train_batch(batch, epoch_idx, batch_idx)
         self.weights.append(self.model.weight.item())
         return loss
 
 
-def _fit(trial_class: type, init_kwargs: Dict[str, Any], amp: bool = False,
-         **fit_kwargs: Any) -> Any:
+def _fit(
+    trial_class: type, init_kwargs: Dict[str, Any], amp: bool = False, **fit_kwargs: Any
+) -> Any:
     with pytorch.init(hparams={"lr": 0.5}, **init_kwargs) as context:
         if amp:
             context.experimental.use_amp()
@@ -62,7 +65,7 @@ def sgd_weight(lr: float, batches: Any, batch_size: int) -> float:
     xs = [i / 16 for i in range(1, 17)]
     w = 0.0
     for b in batches:
-        batch = xs[b * batch_size:(b + 1) * batch_size]
+        batch = xs[b * batch_size : (b + 1) * batch_size]
         w -= lr * sum(2 * (w * x - 2 * x) * x for x in batch) / len(batch)
     return w
 
@@ -317,7 +320,7 @@ def test_profiling_enabled_logs_system_metrics_and_timings() -> None:
         pytorch.Trainer(trial, context, logger=recording).fit(
             max_length=pytorch.Batch(4), profiling_enabled=True
         )
-    (step, cpu), = recording.values("system/cpu/cpu_util_simple")
+    ((step, cpu),) = recording.values("system/cpu/cpu_util_simple")
     assert step == 4 and 0.0 <= cpu <= 100.0 * torch.get_num_threads() * 64
     assert recording.values("system/memory/memory_free")[0][1] > 0
     assert recording.values("timing/train_batch")[0][1] > 0
@@ -335,7 +338,7 @@ def test_configure_profiler_times_only_its_batch_window(caplog: pytest.LogCaptur
         trainer = pytorch.Trainer(SlowBatches(context), context, logger=recording)
         trainer.configure_profiler(enabled=True, begin_on_batch=2, end_after_batch=3)
         trainer.fit(max_length=pytorch.Batch(8))
-    (_, mean_time), = recording.values("timing/train_batch")
+    ((_, mean_time),) = recording.values("timing/train_batch")
     assert mean_time >= 0.2  # only the two slow batches were timed
     assert "fit(..., profiling_enabled=True)" in caplog.text
 
@@ -369,9 +372,16 @@ def _plain_fit(trial_class: type, max_steps: int, **trainer_kwargs: Any) -> Any:
 
     module = LightningTrial(trial_class, hparams={"lr": 0.5})
     settings: Dict[str, Any] = dict(
-        accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
-        enable_model_summary=False, enable_checkpointing=False, num_sanity_val_steps=0,
-        log_every_n_steps=1, max_steps=max_steps, limit_val_batches=0,
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+        num_sanity_val_steps=0,
+        log_every_n_steps=1,
+        max_steps=max_steps,
+        limit_val_batches=0,
     )
     settings.update(trainer_kwargs)
     trainer = L.Trainer(**settings)

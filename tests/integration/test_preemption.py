@@ -75,7 +75,10 @@ def fit(
     with pytorch.init(hparams=dict(HPARAMS), accelerator="cpu") as context:
         trial = trial_cls(context)
         trainer = pytorch.Trainer(
-            trial, context, logger=False, checkpoint_dir=str(checkpoint_dir),
+            trial,
+            context,
+            logger=False,
+            checkpoint_dir=str(checkpoint_dir),
             callbacks=callbacks or [],
         )
         trainer.fit(max_length=pytorch.Batch(BATCHES), **kw)
@@ -161,8 +164,9 @@ def test_lightning_sigterm_handling_is_superseded_and_handlers_are_restored(
     # Ours alone (not Lightning's _HandlersCompose chaining to it), and Lightning never saw the
     # signal, so it raised no SIGTERMException mid-loop.
     assert len(probe.handlers) == 3
-    assert all(isinstance(getattr(h, "__self__", None), preemption.SignalWatcher)
-               for h in probe.handlers)
+    assert all(
+        isinstance(getattr(h, "__self__", None), preemption.SignalWatcher) for h in probe.handlers
+    )
     assert probe.received_sigterm == [False, False, False]
 
 
@@ -198,7 +202,8 @@ def test_no_handlers_outside_the_main_thread(checkpoint_dir: pathlib.Path) -> No
 
 # ----- resuming from the environment ---------------------------------------------------------
 def test_env_latest_starts_fresh_then_continues(
-    checkpoint_dir: pathlib.Path, straight: Dict[str, torch.Tensor],
+    checkpoint_dir: pathlib.Path,
+    straight: Dict[str, torch.Tensor],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv(LATEST_CHECKPOINT_ENV, "latest")
@@ -222,7 +227,8 @@ def test_env_names_a_checkpoint(
 
 
 def test_fit_latest_on_a_first_run_starts_fresh_and_says_so(
-    checkpoint_dir: pathlib.Path, straight: Dict[str, torch.Tensor],
+    checkpoint_dir: pathlib.Path,
+    straight: Dict[str, torch.Tensor],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     with caplog.at_level(logging.INFO, logger="det_lightning.pytorch"):
@@ -256,7 +262,9 @@ def plant(root: pathlib.Path, marker: pathlib.Path) -> pathlib.Path:
 
 @pytest.mark.parametrize("how", ["fit", "env"])
 def test_a_checkpoint_found_by_scanning_is_never_unpickled(
-    how: str, tmp_path: pathlib.Path, checkpoint_dir: pathlib.Path,
+    how: str,
+    tmp_path: pathlib.Path,
+    checkpoint_dir: pathlib.Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     marker = tmp_path / "code-ran"
@@ -273,7 +281,9 @@ def test_a_checkpoint_found_by_scanning_is_never_unpickled(
 
 @pytest.mark.parametrize("how", ["fit", "env"])
 def test_a_checkpoint_the_user_names_may_be_fully_unpickled(
-    how: str, tmp_path: pathlib.Path, checkpoint_dir: pathlib.Path,
+    how: str,
+    tmp_path: pathlib.Path,
+    checkpoint_dir: pathlib.Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Naming a checkpoint (a path, in fit() or the variable) is the consent that lets a real
@@ -293,7 +303,9 @@ def test_a_checkpoint_the_user_names_may_be_fully_unpickled(
 # ----- in a process of its own -----------------------------------------------------------------
 @pytest.mark.slow
 def test_sigterm_exits_with_status_75_and_the_requeued_run_continues(
-    tmp_path: pathlib.Path, checkpoint_dir: pathlib.Path, straight: Dict[str, torch.Tensor],
+    tmp_path: pathlib.Path,
+    checkpoint_dir: pathlib.Path,
+    straight: Dict[str, torch.Tensor],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     shutdown = tmp_path / "shutdown"
@@ -324,8 +336,13 @@ def test_ctrl_c_with_loader_workers_still_checkpoints(
     (torch gives its workers a SIGTERM handler of its own: a group-wide SIGTERM kills them.)"""
     started = tmp_path / "started"
     script = Script(
-        tmp_path / "run", new_session=True, batches=200, hparams=HPARAMS, workers=2,
-        slow_batches=0.02, started=str(started),
+        tmp_path / "run",
+        new_session=True,
+        batches=200,
+        hparams=HPARAMS,
+        workers=2,
+        slow_batches=0.02,
+        started=str(started),
     )
     script.wait_for_file(started)
     time.sleep(0.2)
@@ -342,12 +359,21 @@ def test_ctrl_c_with_loader_workers_still_checkpoints(
 @pytest.mark.distributed
 def test_a_signal_on_one_rank_stops_every_rank_after_the_same_batch(tmp_path: pathlib.Path) -> None:
     args = tmp_path / "args.json"
-    args.write_text(json.dumps({
-        "batches": 40, "hparams": HPARAMS, "devices": 2, "signal_at": 5, "signal_rank": 1,
-        "shutdown": str(tmp_path / "shutdown"),
-    }))
-    job = jobs.run([str(jobs.REPO / "tests/integration/scripts/train.py"), str(args)],
-                   tmp_path / "job")
+    args.write_text(
+        json.dumps(
+            {
+                "batches": 40,
+                "hparams": HPARAMS,
+                "devices": 2,
+                "signal_at": 5,
+                "signal_rank": 1,
+                "shutdown": str(tmp_path / "shutdown"),
+            }
+        )
+    )
+    job = jobs.run(
+        [str(jobs.REPO / "tests/integration/scripts/train.py"), str(args)], tmp_path / "job"
+    )
     assert job.returncode == 75, job.output[-6000:]
     assert job.output.count("Received SIGTERM") == 1
     assert "Stopped by SIGTERM" in job.output
@@ -363,8 +389,12 @@ def _blocked_in_second_checkpoint(tmp_path: pathlib.Path) -> "tuple[Script, path
     """A run blocked while writing its second checkpoint (batch 6; the first is batch 3)."""
     marker = tmp_path / "blocked"
     script = Script(
-        tmp_path / "run", batches=BATCHES, hparams=HPARAMS, fit={"checkpoint_period": 3},
-        block_write=2, marker=str(marker),
+        tmp_path / "run",
+        batches=BATCHES,
+        hparams=HPARAMS,
+        fit={"checkpoint_period": 3},
+        block_write=2,
+        marker=str(marker),
     )
     script.wait_for_file(marker)
     return script, pathlib.Path(marker.read_text())
@@ -411,15 +441,20 @@ def test_kill_9_during_a_checkpoint_write_loses_nothing_complete(
 
 
 def _blocked_in_second_background_write(
-    tmp_path: pathlib.Path
+    tmp_path: pathlib.Path,
 ) -> "tuple[Script, pathlib.Path, pathlib.Path]":
     """A run whose writer thread is held inside its second checkpoint (batch 6) while the
     training thread trains on; it goes on once the returned release file exists. Every
     checkpoint is kept."""
     marker, release = tmp_path / "blocked", tmp_path / "release"
     script = Script(
-        tmp_path / "run", batches=BATCHES, hparams=HPARAMS, fit={"checkpoint_period": 3},
-        block_background=2, marker=str(marker), release=str(release),
+        tmp_path / "run",
+        batches=BATCHES,
+        hparams=HPARAMS,
+        fit={"checkpoint_period": 3},
+        block_background=2,
+        marker=str(marker),
+        release=str(release),
         exp_conf={"checkpoint_storage": {"save_trial_latest": 9, "save_trial_best": 0}},
     )
     script.wait_for_file(marker)
@@ -468,7 +503,10 @@ def test_kill_9_while_retention_deletes_a_checkpoint_leaves_none_broken(
 ) -> None:
     marker = tmp_path / "deleting"
     script = Script(
-        tmp_path / "run", batches=BATCHES, hparams=HPARAMS, fit={"checkpoint_period": 1},
+        tmp_path / "run",
+        batches=BATCHES,
+        hparams=HPARAMS,
+        fit={"checkpoint_period": 1},
         exp_conf={"checkpoint_storage": {"save_trial_latest": 1, "save_trial_best": 0}},
         block_delete=str(marker),
     )
@@ -493,13 +531,20 @@ def test_kill_9_while_retention_deletes_a_checkpoint_leaves_none_broken(
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", [0, 1])
 def test_kill_9_at_a_random_moment_then_resume_matches_the_straight_run(
-    seed: int, tmp_path: pathlib.Path, checkpoint_dir: pathlib.Path,
-    straight: Dict[str, torch.Tensor], monkeypatch: pytest.MonkeyPatch,
+    seed: int,
+    tmp_path: pathlib.Path,
+    checkpoint_dir: pathlib.Path,
+    straight: Dict[str, torch.Tensor],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     started = tmp_path / "started"
     script = Script(
-        tmp_path / "run", batches=BATCHES, hparams=HPARAMS, fit={"checkpoint_period": 1},
-        slow_batches=0.03, started=str(started),
+        tmp_path / "run",
+        batches=BATCHES,
+        hparams=HPARAMS,
+        fit={"checkpoint_period": 1},
+        slow_batches=0.03,
+        started=str(started),
     )
     script.wait_for_file(started)
     time.sleep(random.Random(seed).uniform(0.0, 0.4))

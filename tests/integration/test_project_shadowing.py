@@ -30,24 +30,34 @@ def shadowing_project(isolated_run: pathlib.Path) -> pathlib.Path:
 
 
 def test_run_a_script_beside_shadowing_modules(shadowing_project: pathlib.Path) -> None:
-    result = run_cli("run", str(shadowing_project / "train.py"), "--batches", "2",
-                     cwd=shadowing_project)
+    result = run_cli(
+        "run", str(shadowing_project / "train.py"), "--batches", "2", cwd=shadowing_project
+    )
     assert result.returncode == 0, output(result)
 
 
 def test_experiment_with_a_shadowing_model_dir(
     shadowing_project: pathlib.Path, isolated_run: pathlib.Path
 ) -> None:
-    result = run_cli("experiment", str(shadowing_project / "const.yaml"), str(shadowing_project),
-                     cwd=isolated_run)
+    result = run_cli(
+        "experiment",
+        str(shadowing_project / "const.yaml"),
+        str(shadowing_project),
+        cwd=isolated_run,
+    )
     assert result.returncode == 0, output(result)
 
 
 @pytest.mark.interop
 def test_the_real_determined_trains_the_same_project(shadowing_project: pathlib.Path) -> None:
     """The reference: Determined runs it (so the shadowing modules are the project's right)."""
-    result = subprocess.run([sys.executable, "train.py", "--batches", "2"],
-                            cwd=shadowing_project, capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "train.py", "--batches", "2"],
+        cwd=shadowing_project,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr
 
 
@@ -68,5 +78,6 @@ def test_the_project_keeps_its_own_modules(
         assert str(shadowing_project) not in sys.path
         assert importlib.util.find_spec("torchvision") is None or (
             pathlib.Path(importlib.util.find_spec("torchvision").origin).parent.parent
-            != shadowing_project)
+            != shadowing_project
+        )
     assert sys.modules["matplotlib"] is shim and sys.path == path_before

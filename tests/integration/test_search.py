@@ -51,11 +51,17 @@ def test_an_adaptive_asha_search_stops_trials_by_determineds_rule_and_reruns_as_
     assert result.returncode == 0, output(result)
     check_search(checkpoint_dir, read_trials(checkpoint_dir / JOURNAL_NAME))
     rows = [line for line in result.stdout.splitlines() if line[:1].isdigit()]
-    states = {number_of(t): ("COMPLETED" if t.state == optuna.trial.TrialState.COMPLETE
-                             else f"STOPPED EARLY at rung {t.user_attrs['rung']}")
-              for t in read_trials(checkpoint_dir / JOURNAL_NAME)}
+    states = {
+        number_of(t): (
+            "COMPLETED"
+            if t.state == optuna.trial.TrialState.COMPLETE
+            else f"STOPPED EARLY at rung {t.user_attrs['rung']}"
+        )
+        for t in read_trials(checkpoint_dir / JOURNAL_NAME)
+    }
     assert [re.split(r"\s{2,}", row)[:2] for row in rows] == [
-        [str(n), states[n]] for n in sorted(states)], output(result)
+        [str(n), states[n]] for n in sorted(states)
+    ], output(result)
 
     again = run_cli("experiment", CONFIG, str(PROJECT), cwd=isolated_run)
     assert again.returncode == 0, output(again)
@@ -85,8 +91,10 @@ def test_two_workers_share_one_search(
 ) -> None:
     journal = isolated_run / "shared.journal"
     env = barrier(isolated_run, 2)
-    workers = [start_search(isolated_run, slow_project, "--storage", str(journal), env=env)
-               for _ in range(2)]
+    workers = [
+        start_search(isolated_run, slow_project, "--storage", str(journal), env=env)
+        for _ in range(2)
+    ]
     outputs = [w.communicate(timeout=240)[0] for w in workers]
     assert [w.returncode for w in workers] == [0, 0], outputs
     trials = read_trials(journal, checkpoint_dir)  # a surplus trial has no folder there
@@ -99,8 +107,11 @@ def test_invalid_hp_trials_are_dropped_and_replaced(
     isolated_run: pathlib.Path, checkpoint_dir: pathlib.Path, slow_project: pathlib.Path
 ) -> None:
     (slow_project / "picky_def.py").write_text(INVALID_TRIAL)
-    config = (slow_project / "asha.yaml").read_text().replace("slow_def:SlowTrial",
-                                                               "picky_def:PickyTrial")
+    config = (
+        (slow_project / "asha.yaml")
+        .read_text()
+        .replace("slow_def:SlowTrial", "picky_def:PickyTrial")
+    )
     (slow_project / "asha.yaml").write_text(config)
     process = start_search(isolated_run, slow_project)
     out = process.communicate(timeout=240)[0]
@@ -112,8 +123,11 @@ def test_invalid_hp_trials_are_dropped_and_replaced(
     assert all(t.state == optuna.trial.TrialState.FAIL for t in invalid)
     assert len(valid) == 6 and all(t.user_attrs["hparams"]["hidden_size"] == 2 for t in valid)
     assert "InvalidHP (hidden_size 8 is not allowed)" in out
-    summary = [line for line in out.splitlines() if line[:1].isdigit()
-               and re.match(r"\d+\s+(COMPLETED|STOPPED EARLY at rung \d)\s", line)]
+    summary = [
+        line
+        for line in out.splitlines()
+        if line[:1].isdigit() and re.match(r"\d+\s+(COMPLETED|STOPPED EARLY at rung \d)\s", line)
+    ]
     assert len(summary) == 6  # dropped trials are not listed
 
 
@@ -123,8 +137,9 @@ def test_a_command_entrypoint_trial_gets_its_hparams_and_reports_to_the_search(
     """``entrypoint: python3 train.py``: each trial is a child process whose script takes its
     cluster branch (``det.get_cluster_info().trial.hparams``, ``fit(max_length=None)`` from the
     searcher) and whose validations rank it in the search."""
-    config = (PROJECT / "asha.yaml").read_text().replace(
-        "model_def:RegressionTrial", "python3 train.py")
+    config = (
+        (PROJECT / "asha.yaml").read_text().replace("model_def:RegressionTrial", "python3 train.py")
+    )
     path = isolated_run / "command.yaml"
     path.write_text(config)
     result = run_cli("experiment", str(path), str(PROJECT), cwd=isolated_run)
@@ -146,8 +161,9 @@ def test_a_command_entrypoint_trial_gets_its_hparams_and_reports_to_the_search(
 def test_workers_flag_runs_trials_at_once_and_prints_one_summary(
     isolated_run: pathlib.Path, checkpoint_dir: pathlib.Path, slow_project: pathlib.Path
 ) -> None:
-    process = start_search(isolated_run, slow_project, "--workers", "2",
-                           env=barrier(isolated_run, 2))
+    process = start_search(
+        isolated_run, slow_project, "--workers", "2", env=barrier(isolated_run, 2)
+    )
     out = process.communicate(timeout=240)[0]
     assert process.returncode == 0, out
     assert "2 workers share this search" in out
@@ -174,60 +190,88 @@ def test_determineds_mnist_adaptive_config_runs_end_to_end(
         (project / name).write_text((example / name).read_text())
     # One 16-batch epoch of 1,024 images; validation every 8 batches.
     (project / "train.py").write_text(
-        (example / "train.py").read_text()
-        .replace("validation_period=pytorch.Batch(32)", "validation_period=pytorch.Batch(8)"))
-    (project / "data.py").write_text((example / "data.py").read_text().replace(
-        "size = size or (4096 if train else 1024)", "size = size or (1024 if train else 256)"))
+        (example / "train.py")
+        .read_text()
+        .replace("validation_period=pytorch.Batch(32)", "validation_period=pytorch.Batch(8)")
+    )
+    (project / "data.py").write_text(
+        (example / "data.py")
+        .read_text()
+        .replace(
+            "size = size or (4096 if train else 1024)", "size = size or (1024 if train else 256)"
+        )
+    )
     result = run_cli("experiment", str(path), str(project), cwd=isolated_run)
     assert result.returncode == 0, output(result)
     trials = read_trials(checkpoint_dir / JOURNAL_NAME)
     assert len(trials) == 4
-    assert all(t.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
-               for t in trials)
+    assert all(
+        t.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+        for t in trials
+    )
     assert all(8 <= t.user_attrs["hparams"]["n_filters1"] <= 64 for t in trials)
     assert re.search(r"^best: trial \d+ \(validation_loss=", result.stdout, re.M), output(result)
 
 
 # ----- grid and random: the same worker loop and storage --------------------------------------
 
+
 def test_a_grid_search_runs_determineds_points_in_its_order_and_reruns_as_done(
     isolated_run: pathlib.Path, checkpoint_dir: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     log = isolated_run / "validations.jsonl"
-    result = run_cli("experiment", GRID, str(PROJECT), cwd=isolated_run,
-                     env={VALIDATION_LOG_ENV: str(log)})
+    result = run_cli(
+        "experiment", GRID, str(PROJECT), cwd=isolated_run, env={VALIDATION_LOG_ENV: str(log)}
+    )
     assert result.returncode == 0, output(result)
     trials = read_trials(checkpoint_dir / JOURNAL_NAME)
     assert grid_points(trials) == GRID_ORDER
     assert [t.user_attrs["grid_point"] for t in sorted(trials, key=lambda t: t._trial_id)] == [
-        0, 1, 2, 3]
+        0,
+        1,
+        2,
+        3,
+    ]
     assert all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
     lines = read_validation_log(log)
     assert [v["batches"] for v in lines] == [4, 8] * 4
     for trial in trials:  # each trial's reported validations are its study values
         number = trial._trial_id + 1
-        mine = lines[2 * (number - 1): 2 * number]
+        mine = lines[2 * (number - 1) : 2 * number]
         assert trial.intermediate_values == {
             4: pytest.approx(mine[0]["validation_loss"]),
             8: pytest.approx(mine[1]["validation_loss"]),
         }
         assert trial.value == pytest.approx(mine[1]["validation_loss"])
-    rows = re.findall(r"^([1-4])\s+COMPLETED\s+global_batch_size=8, learning_rate=(\S+), "
-                      r"hidden_size=(\d)\s+8\s+\S+\s+(\S+)$", result.stdout, re.M)
+    rows = re.findall(
+        r"^([1-4])\s+COMPLETED\s+global_batch_size=8, learning_rate=(\S+), "
+        r"hidden_size=(\d)\s+8\s+\S+\s+(\S+)$",
+        result.stdout,
+        re.M,
+    )
     assert [(int(h), round(float(lr), 6)) for _, lr, h, _ in rows] == GRID_ORDER, output(result)
     assert all(pathlib.Path(path).parent == checkpoint_dir / f"trial-{n}" for n, _, _, path in rows)
     for trial in trials:  # HParams: each trial's own run, beside its validation scalars
         run = isolated_run.parent / "tensorboard" / f"trial-{trial._trial_id + 1}"
         values, metrics, scalars = read_hparams_view(run)
         drawn = trial.user_attrs["hparams"]
-        assert values == {"global_batch_size": 8, "hidden_size": drawn["hidden_size"],
-                          "learning_rate": pytest.approx(drawn["learning_rate"])}
+        assert values == {
+            "global_batch_size": 8,
+            "hidden_size": drawn["hidden_size"],
+            "learning_rate": pytest.approx(drawn["learning_rate"]),
+        }
         assert metrics == ["Determined/validation_loss"] and metrics[0] in scalars
 
     # Rerun with --dashboard (a stand-in optuna-dashboard that records its arguments).
     record = fake_dashboard(isolated_run.parent / "fake", monkeypatch)
-    again = run_cli("experiment", "--dashboard", GRID, str(PROJECT), cwd=isolated_run,
-                    env={VALIDATION_LOG_ENV: str(log)})
+    again = run_cli(
+        "experiment",
+        "--dashboard",
+        GRID,
+        str(PROJECT),
+        cwd=isolated_run,
+        env={VALIDATION_LOG_ENV: str(log)},
+    )
     assert again.returncode == 0, output(again)
     assert record.read_text().split() == [str(checkpoint_dir / JOURNAL_NAME)]
     assert "keeps serving; press Ctrl-C" in again.stderr
@@ -263,8 +307,14 @@ def test_a_random_search_killed_mid_trial_resumes_it_and_runs_each_trial_once(
     for trial in trials:
         assert -3 <= math.log10(trial.user_attrs["hparams"]["learning_rate"]) <= -0.5
         assert max(trial.intermediate_values) == 8
-        newest = max((p for p in (checkpoint_dir / f"trial-{number_of(trial)}").iterdir()
-                      if not p.name.startswith(".")), key=checkpoint_steps)
+        newest = max(
+            (
+                p
+                for p in (checkpoint_dir / f"trial-{number_of(trial)}").iterdir()
+                if not p.name.startswith(".")
+            ),
+            key=checkpoint_steps,
+        )
         assert checkpoint_steps(newest) == 8
 
 
@@ -272,8 +322,9 @@ def test_two_workers_share_a_grid_search_each_point_once(
     isolated_run: pathlib.Path, checkpoint_dir: pathlib.Path, slow_project: pathlib.Path
 ) -> None:
     slow_grid_config(slow_project)
-    process = start_search(isolated_run, slow_project, "--workers", "2",
-                           env=barrier(isolated_run, 2))
+    process = start_search(
+        isolated_run, slow_project, "--workers", "2", env=barrier(isolated_run, 2)
+    )
     out = process.communicate(timeout=240)[0]
     assert process.returncode == 0, out
     trials = read_trials(checkpoint_dir / JOURNAL_NAME)
@@ -295,23 +346,36 @@ def test_invalid_hp_from_a_command_entrypoint_drops_the_trial_and_replaces_it(
     project.mkdir()
     for name in ("model_def.py", "data.py", "const.yaml"):
         (project / name).write_text((PROJECT / name).read_text())
-    (project / "train.py").write_text((PROJECT / "train.py").read_text().replace(
-        "        trial = model_def.RegressionTrial(train_context)",
-        "        if hparams['hidden_size'] == 8:\n"
-        "            raise det.InvalidHP('hidden_size 8 is not allowed')\n"
-        "        trial = model_def.RegressionTrial(train_context)"))
-    config = (PROJECT / "asha.yaml").read_text().split("searcher:")[0].replace(
-        "model_def:RegressionTrial", "python3 train.py")
+    (project / "train.py").write_text(
+        (PROJECT / "train.py")
+        .read_text()
+        .replace(
+            "        trial = model_def.RegressionTrial(train_context)",
+            "        if hparams['hidden_size'] == 8:\n"
+            "            raise det.InvalidHP('hidden_size 8 is not allowed')\n"
+            "        trial = model_def.RegressionTrial(train_context)",
+        )
+    )
+    config = (
+        (PROJECT / "asha.yaml")
+        .read_text()
+        .split("searcher:")[0]
+        .replace("model_def:RegressionTrial", "python3 train.py")
+    )
     path = isolated_run / "command.yaml"
-    path.write_text(config + RANDOM_SEARCHER.replace("max_trials: 3", "max_trials: 2")
-                    + "reproducibility:\n  experiment_seed: 2\n")
+    path.write_text(
+        config
+        + RANDOM_SEARCHER.replace("max_trials: 3", "max_trials: 2")
+        + "reproducibility:\n  experiment_seed: 2\n"
+    )
     result = run_cli("experiment", str(path), str(project), cwd=isolated_run)
     assert result.returncode == 0, output(result)
     trials = sorted(read_trials(checkpoint_dir / JOURNAL_NAME), key=lambda t: t._trial_id)
     sizes = [t.user_attrs["hparams"]["hidden_size"] for t in trials]
     assert sizes == [8, 8, 8, 2, 2]  # seed 2's draws: three dropped, two replacing them run
     assert [t.user_attrs.get("invalid_hp") for t in trials] == [
-        "hidden_size 8 is not allowed" if size == 8 else None for size in sizes]
+        "hidden_size 8 is not allowed" if size == 8 else None for size in sizes
+    ]
     assert [t.state.name for t in trials] == ["FAIL" if size == 8 else "COMPLETE" for size in sizes]
     assert "trial 1: InvalidHP (hidden_size 8 is not allowed)" in result.stderr
     rows = re.findall(r"^(\d+)\s+COMPLETED\s", result.stdout, re.M)

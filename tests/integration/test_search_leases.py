@@ -37,8 +37,11 @@ HEARTBEAT = ["--heartbeat-timeout", "4"]
 
 def _held(workdir: pathlib.Path, name: str, batch: int) -> "dict[str, str]":
     """A worker's environment that holds its first trial at ``batch`` (checkpointed there)."""
-    return {"TEST_HOLD_AT_BATCH": str(batch), "TEST_HOLD_MARKER": str(workdir / name),
-            HOST_ID_ENV: name}
+    return {
+        "TEST_HOLD_AT_BATCH": str(batch),
+        "TEST_HOLD_MARKER": str(workdir / name),
+        HOST_ID_ENV: name,
+    }
 
 
 def _wait_for(path: pathlib.Path, process: "object", timeout: float = 240) -> None:
@@ -54,11 +57,15 @@ def test_a_trial_of_a_machine_that_never_returns_is_taken_over_by_the_other(
 ) -> None:
     # Machine B's trials start once A's first trial is held at batch 4 (past rung 1, with its
     # checkpoint there): A's trial is the first at each rung, so ASHA never stops it before.
-    doomed = start_search(isolated_run, slow_project, *HEARTBEAT,
-                    env=_held(isolated_run, "machine-a", 4))
-    survivor = start_search(isolated_run, slow_project, *HEARTBEAT,
-                      env={"TEST_WAIT_FOR": str(isolated_run / "machine-a"),
-                           HOST_ID_ENV: "machine-b"})
+    doomed = start_search(
+        isolated_run, slow_project, *HEARTBEAT, env=_held(isolated_run, "machine-a", 4)
+    )
+    survivor = start_search(
+        isolated_run,
+        slow_project,
+        *HEARTBEAT,
+        env={"TEST_WAIT_FOR": str(isolated_run / "machine-a"), HOST_ID_ENV: "machine-b"},
+    )
     _wait_for(isolated_run / "machine-a", doomed)
     os.killpg(doomed.pid, signal.SIGKILL)  # machine A is gone for good
     doomed.communicate(timeout=60)
@@ -84,7 +91,8 @@ def test_a_trial_killed_between_ask_and_lease_is_not_left_running_forever(
     journal = checkpoint_dir / JOURNAL_NAME
     journal.parent.mkdir(parents=True)
     storage = optuna.storages.JournalStorage(
-        optuna.storages.journal.JournalFileBackend(str(journal)))
+        optuna.storages.journal.JournalFileBackend(str(journal))
+    )
     from det_lightning._runner.config import load_config
     from det_lightning._runner.search._storage import open_studies
     from det_lightning._runner.search._settings import SearchSettings, search_key
@@ -98,13 +106,19 @@ def test_a_trial_killed_between_ask_and_lease_is_not_left_running_forever(
     assert rerun.returncode == 0, out
     trials = read_trials(journal)
     assert len(trials) == 3 and all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
-    (before,) = [t for t in optuna.load_study(study_name=study.study_name, storage=storage)
-                 .get_trials() if t._trial_id == orphan._trial_id]
+    (before,) = [
+        t
+        for t in optuna.load_study(study_name=study.study_name, storage=storage).get_trials()
+        if t._trial_id == orphan._trial_id
+    ]
     assert is_superseded(before)
     assert "still running" not in out
     for trial in trials:
-        newest = max(p for p in (checkpoint_dir / f"trial-{number_of(trial)}").iterdir()
-                     if not p.name.startswith("."))
+        newest = max(
+            p
+            for p in (checkpoint_dir / f"trial-{number_of(trial)}").iterdir()
+            if not p.name.startswith(".")
+        )
         assert checkpoint_steps(newest) == 8
 
 
@@ -123,12 +137,27 @@ def test_the_drill_two_machines_share_only_a_database_and_a_bucket(
     for directory in work.values():
         directory.mkdir()
     held = tmp_path / "machine-a-held"
-    doomed = start_search(work["machine-a"], slow_project, *shared, env={
-        "TEST_HOLD_AT_BATCH": "4", "TEST_HOLD_MARKER": str(held), HOST_ID_ENV: "machine-a",
-        "DET_LIGHTNING_CACHE_DIR": str(work["machine-a"] / "cache")})
-    survivor = start_search(work["machine-b"], slow_project, *shared, env={
-        "TEST_WAIT_FOR": str(held), HOST_ID_ENV: "machine-b",
-        "DET_LIGHTNING_CACHE_DIR": str(work["machine-b"] / "cache")})
+    doomed = start_search(
+        work["machine-a"],
+        slow_project,
+        *shared,
+        env={
+            "TEST_HOLD_AT_BATCH": "4",
+            "TEST_HOLD_MARKER": str(held),
+            HOST_ID_ENV: "machine-a",
+            "DET_LIGHTNING_CACHE_DIR": str(work["machine-a"] / "cache"),
+        },
+    )
+    survivor = start_search(
+        work["machine-b"],
+        slow_project,
+        *shared,
+        env={
+            "TEST_WAIT_FOR": str(held),
+            HOST_ID_ENV: "machine-b",
+            "DET_LIGHTNING_CACHE_DIR": str(work["machine-b"] / "cache"),
+        },
+    )
     _wait_for(held, doomed)
     os.killpg(doomed.pid, signal.SIGKILL)
     doomed.communicate(timeout=60)
@@ -139,18 +168,24 @@ def test_the_drill_two_machines_share_only_a_database_and_a_bucket(
     assert len(trials) == 6 and len({number_of(t) for t in trials}) == 6, out
     (taken,) = [t for t in trials if CONTINUES in t.user_attrs]
     number = number_of(taken)
-    resumed = re.search(rf"checkpoints go to (\S+/trial-{number});.* resuming from .* at batch "
-                        r"(\d+)", out)
+    resumed = re.search(
+        rf"checkpoints go to (\S+/trial-{number});.* resuming from .* at batch "
+        r"(\d+)",
+        out,
+    )
     assert resumed and resumed.group(1) == s3_server.url(f"search/trial-{number}"), out
     assert int(resumed.group(2)) == 4, out  # A's checkpoint, downloaded from the bucket
     for trial in trials:  # each trained to the last rung it reached, its checkpoint in the bucket
         rungs = trial.user_attrs["rungs"]
-        expected = (optuna.trial.TrialState.COMPLETE if len(rungs) == 3
-                    else optuna.trial.TrialState.PRUNED)
+        expected = (
+            optuna.trial.TrialState.COMPLETE if len(rungs) == 3 else optuna.trial.TrialState.PRUNED
+        )
         assert trial.state == expected and max(trial.intermediate_values) == UNITS[len(rungs) - 1]
         prefix = f"search/trial-{number_of(trial)}"
         markers = [k for k in s3_server.keys(prefix) if k.endswith("/.complete")]
-        steps = [json.loads(s3_server.fs.cat(f"{s3_server.bucket}/{prefix}/{k}"))[
-            "steps_completed"] for k in markers]
+        steps = [
+            json.loads(s3_server.fs.cat(f"{s3_server.bucket}/{prefix}/{k}"))["steps_completed"]
+            for k in markers
+        ]
         assert max(steps) == UNITS[len(rungs) - 1], (number_of(trial), steps)
     assert not (work["machine-b"] / "checkpoints").exists()  # nothing on B's disk but its cache

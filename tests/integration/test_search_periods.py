@@ -61,7 +61,12 @@ def test_adaptive_trials_get_both_periods_as_written_beside_the_rungs() -> None:
     assert lengths["checkpoint_period"] == Batch(4)  # 32 records of 8
     validation = lengths["validation_period"]
     assert [n for n in range(1, 25) if unit_reached(validation, n, epoch_len=8)] == [
-        6, 8, 12, 16, 24]
+        6,
+        8,
+        12,
+        16,
+        24,
+    ]
     epochs = load_config(yaml.safe_load(_config(ADAPTIVE.replace("records: 32", "epochs: 2"))))
     assert lengths_for(settings, bracket, epochs, {})["checkpoint_period"] == Epoch(2)
 
@@ -73,8 +78,13 @@ def test_an_adaptive_search_validates_at_every_epoch_and_at_the_rungs(
     config = isolated_run / "adaptive.yaml"
     config.write_text(_config())
     log = isolated_run / "validations.jsonl"
-    result = run_cli("experiment", str(config), str(PROJECT), cwd=isolated_run,
-                     env={VALIDATION_LOG_ENV: str(log)})
+    result = run_cli(
+        "experiment",
+        str(config),
+        str(PROJECT),
+        cwd=isolated_run,
+        env={VALIDATION_LOG_ENV: str(log)},
+    )
     assert result.returncode == 0, output(result)
     batches: List[List[int]] = [[]]
     for line in read_validation_log(log):  # trials run one after another
@@ -87,8 +97,10 @@ def test_an_adaptive_search_validates_at_every_epoch_and_at_the_rungs(
     assert all(b in ([6], [6, 8, 12]) for b in batches[1:]) and [6] in batches, output(result)
     # A trial ASHA stopped is its own state in the summary, with its rung.
     states = [re.split(r"\s{2,}", row)[:2] for row in _rows(result.stdout)]
-    assert states == [[str(n), "COMPLETED" if len(trained) == 3 else "STOPPED EARLY at rung 0"]
-                      for n, trained in enumerate(batches, start=1)], output(result)
+    assert states == [
+        [str(n), "COMPLETED" if len(trained) == 3 else "STOPPED EARLY at rung 0"]
+        for n, trained in enumerate(batches, start=1)
+    ], output(result)
 
 
 def _rows(stdout: str) -> List[str]:
@@ -114,17 +126,19 @@ def test_a_script_with_its_own_length_is_warned_and_its_trials_complete(
     assert OWN_LENGTH[0] in script
     (project / "train.py").write_text(script.replace(*OWN_LENGTH))
     config = isolated_run / "command.yaml"
-    config.write_text(_config().replace(
-        "model_def:RegressionTrial", "python3 train.py"))
+    config.write_text(_config().replace("model_def:RegressionTrial", "python3 train.py"))
     result = run_cli("experiment", str(config), str(project), cwd=isolated_run)
     assert result.returncode == 0, output(result)
-    warning = ("fit(max_length=Batch(value=6)) is not the searcher's length, Batch(value=12): "
-               "the trial trains for Batch(value=6). It reaches only the rungs at [6] batches "
-               "of [6, 12] batches")
+    warning = (
+        "fit(max_length=Batch(value=6)) is not the searcher's length, Batch(value=12): "
+        "the trial trains for Batch(value=6). It reaches only the rungs at [6] batches "
+        "of [6, 12] batches"
+    )
     assert result.stderr.count(warning) == 3, output(result)
     assert "stopped at rung" not in result.stderr, output(result)
     assert "completed: it trained its full length, Batch(value=6), reaching rung 0" in (
-        result.stderr), output(result)
+        result.stderr
+    ), output(result)
     rows = _rows(result.stdout)
     assert len(rows) == 3 and all(" COMPLETED " in row for row in rows), output(result)
 
@@ -165,9 +179,11 @@ def _slow_command_project(root: pathlib.Path) -> pathlib.Path:
         (project / name).write_text((PROJECT / name).read_text())
     (project / "slow_def.py").write_text(SLOW_TRIAL)
     script = (PROJECT / "train.py").read_text()
-    (project / "train.py").write_text(script.replace(
-        "model_def.RegressionTrial(train_context)", "slow_def.SlowTrial(train_context)").replace(
-        "import model_def\n", "import model_def\nimport slow_def\n"))
+    (project / "train.py").write_text(
+        script.replace(
+            "model_def.RegressionTrial(train_context)", "slow_def.SlowTrial(train_context)"
+        ).replace("import model_def\n", "import model_def\nimport slow_def\n")
+    )
     return project
 
 
@@ -180,18 +196,30 @@ def test_sigterm_to_a_search_prints_the_summary_and_says_to_rerun_it(
     that trial interrupted, says to rerun the same command, and exits with status 75."""
     project = _slow_command_project(isolated_run)
     config = isolated_run / "command.yaml"
-    config.write_text(_config().replace("model_def:RegressionTrial", "python3 train.py")
-                      .replace("batches: 12", "batches: 40"))
+    config.write_text(
+        _config()
+        .replace("model_def:RegressionTrial", "python3 train.py")
+        .replace("batches: 12", "batches: 40")
+    )
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1")
     process = subprocess.Popen(
         [sys.executable, "-m", "det_lightning", "experiment", str(config), str(project)],
-        cwd=isolated_run, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=isolated_run,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
         start_new_session=True,
     )
     trial_dir = checkpoint_dir / "trial-1"
     deadline = time.monotonic() + 240
-    while time.monotonic() < deadline and process.poll() is None and not (
-            trial_dir.is_dir() and any(not p.name.startswith(".") for p in trial_dir.iterdir())):
+    while (
+        time.monotonic() < deadline
+        and process.poll() is None
+        and not (
+            trial_dir.is_dir() and any(not p.name.startswith(".") for p in trial_dir.iterdir())
+        )
+    ):
         time.sleep(0.05)  # polling for the trial's first checkpoint: it is training
     os.killpg(process.pid, signal.SIGTERM)
     out, err = process.communicate(timeout=240)
@@ -201,6 +229,7 @@ def test_sigterm_to_a_search_prints_the_summary_and_says_to_rerun_it(
     assert states.count("INTERRUPTED") == 1, result
     assert "Rerun the same command to continue it" in err, result
     assert "rerun the same det-lightning experiment command: the search resumes this trial" in (
-        err), result
+        err
+    ), result
     assert "latest_checkpoint='latest'" not in err, result
     assert all(line.count("To continue") <= 1 for line in err.splitlines()), result

@@ -90,7 +90,9 @@ def test_a_grid_search_on_postgresql_runs_each_point_once_and_reruns_as_done(
 
 
 def test_two_workers_share_an_adaptive_asha_search_on_postgresql(
-    isolated_run: pathlib.Path, checkpoint_dir: pathlib.Path, slow_project: pathlib.Path,
+    isolated_run: pathlib.Path,
+    checkpoint_dir: pathlib.Path,
+    slow_project: pathlib.Path,
     postgres_url: str,
 ) -> None:
     """Two worker processes, one database: each trial runs once, in one worker, to the rung
@@ -112,7 +114,9 @@ def _two_workers(workdir: pathlib.Path, project: pathlib.Path, url: str) -> None
 
 
 def test_two_workers_share_a_grid_search_on_postgresql_each_point_once(
-    isolated_run: pathlib.Path, checkpoint_dir: pathlib.Path, slow_project: pathlib.Path,
+    isolated_run: pathlib.Path,
+    checkpoint_dir: pathlib.Path,
+    slow_project: pathlib.Path,
     postgres_url: str,
 ) -> None:
     """Both workers enqueue the grid's points into the new database at once; each point is
@@ -127,14 +131,19 @@ def test_two_workers_share_a_grid_search_on_postgresql_each_point_once(
 
 
 def test_a_search_on_postgresql_killed_mid_trial_resumes_it_from_its_checkpoint(
-    isolated_run: pathlib.Path, checkpoint_dir: pathlib.Path, slow_project: pathlib.Path,
+    isolated_run: pathlib.Path,
+    checkpoint_dir: pathlib.Path,
+    slow_project: pathlib.Path,
     postgres_url: str,
 ) -> None:
     """SIGKILL while the first trial trains past its second rung; the rerun on the same
     database takes that trial over from its checkpoint and finishes the search."""
     start_and_kill_at_batch(isolated_run, slow_project, 4, "--storage", postgres_url)
-    running = [t for t in read_trials(postgres_url, checkpoint_dir)
-               if t.state == optuna.trial.TrialState.RUNNING]
+    running = [
+        t
+        for t in read_trials(postgres_url, checkpoint_dir)
+        if t.state == optuna.trial.TrialState.RUNNING
+    ]
     assert len(running) == 1, "not killed inside a trial"
     number = running[0]._trial_id + 1
     rerun = start_search(isolated_run, slow_project, "--storage", postgres_url)

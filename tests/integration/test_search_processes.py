@@ -89,9 +89,11 @@ def _project(tmp: pathlib.Path) -> pathlib.Path:
 
 
 def _config(entrypoint: str, hparams: str, searcher: str) -> str:
-    return (f"name: procs\nentrypoint: {entrypoint}\nhyperparameters:\n  global_batch_size: 8\n"
-            f"  learning_rate: 0.05\n  hidden_size: 4\n{hparams}searcher:\n"
-            f"  metric: validation_loss\n{searcher}min_validation_period:\n  batches: 4\n")
+    return (
+        f"name: procs\nentrypoint: {entrypoint}\nhyperparameters:\n  global_batch_size: 8\n"
+        f"  learning_rate: 0.05\n  hidden_size: 4\n{hparams}searcher:\n"
+        f"  metric: validation_loss\n{searcher}min_validation_period:\n  batches: 4\n"
+    )
 
 
 def _records(directory: pathlib.Path) -> List[Dict[str, Any]]:
@@ -115,12 +117,20 @@ def test_no_state_of_one_trial_reaches_the_next_and_errors_end_as_before(
     records = isolated_run / "records"
     records.mkdir()
     config = isolated_run / "grid.yaml"
-    config.write_text(_config(
-        "leaky_def:LeakyTrial",
-        "  mode:\n    type: categorical\n    vals: [first, boom, kill, second]\n",
-        "  name: grid\n  max_length:\n    batches: 4\n"))
-    result = run_cli("experiment", str(config), str(project), cwd=isolated_run,
-                     env={"TEST_RECORDS": str(records)})
+    config.write_text(
+        _config(
+            "leaky_def:LeakyTrial",
+            "  mode:\n    type: categorical\n    vals: [first, boom, kill, second]\n",
+            "  name: grid\n  max_length:\n    batches: 4\n",
+        )
+    )
+    result = run_cli(
+        "experiment",
+        str(config),
+        str(project),
+        cwd=isolated_run,
+        env={"TEST_RECORDS": str(records)},
+    )
     assert result.returncode == 1, output(result)  # a trial failed
     seen = _records(records)
     assert sorted(r["mode"] for r in seen) == ["boom", "first", "kill", "second"], seen
@@ -128,10 +138,14 @@ def test_no_state_of_one_trial_reaches_the_next_and_errors_end_as_before(
     workers = {t.user_attrs["pid"] for t in read_trials(checkpoint_dir / JOURNAL_NAME)}
     pids = {r["pid"] for r in seen}
     assert len(pids) == 4 and not pids & workers, (pids, workers)
-    assert {mode: state for state, cell in _rows(result.stdout) for mode in
-            ("first", "boom", "kill", "second") if f"mode={mode}" in cell} == {
-        "first": "COMPLETED", "second": "COMPLETED", "boom": "ERROR", "kill": "ERROR"}, output(
-        result)
+    assert {
+        mode: state
+        for state, cell in _rows(result.stdout)
+        for mode in ("first", "boom", "kill", "second")
+        if f"mode={mode}" in cell
+    } == {"first": "COMPLETED", "second": "COMPLETED", "boom": "ERROR", "kill": "ERROR"}, output(
+        result
+    )
     assert "RuntimeError: boom from inside the trial" in result.stderr, output(result)
     assert 'leaky_def.py", line' in result.stderr  # the trial's own traceback
     assert "its process was killed by SIGKILL" in result.stderr, output(result)
@@ -149,18 +163,26 @@ def test_a_command_trial_runs_as_main_in_a_fresh_process(
     records = isolated_run / "records"
     records.mkdir()
     config = isolated_run / "command.yaml"
-    config.write_text(_config(
-        "python3 probe.py --flag x", "",
-        "  name: random\n  max_trials: 3\n  max_length:\n    batches: 4\n"))
+    config.write_text(
+        _config(
+            "python3 probe.py --flag x",
+            "",
+            "  name: random\n  max_trials: 3\n  max_length:\n    batches: 4\n",
+        )
+    )
     env = {"TEST_RECORDS": str(records), **({} if warm else {WARM_START_ENV: "0"})}
     result = run_cli("experiment", str(config), str(project), cwd=isolated_run, env=env)
     assert result.returncode == 0, output(result)
     seen = _records(records)
     assert len(seen) == 3, seen
     assert all(r["preloaded"] is warm for r in seen), seen
-    assert all(r["name"] == "__main__" and r["argv"][0].endswith("probe.py")
-               and r["argv"][1:] == ["--flag", "x"]
-               and r["cwd"] == str(project) for r in seen), seen
+    assert all(
+        r["name"] == "__main__"
+        and r["argv"][0].endswith("probe.py")
+        and r["argv"][1:] == ["--flag", "x"]
+        and r["cwd"] == str(project)
+        for r in seen
+    ), seen
     assert len({r["seed"] for r in seen}) == 3, seen  # not the template's state, repeated
     assert [state for state, _ in _rows(result.stdout)] == ["COMPLETED"] * 3, output(result)
     note = "each trial starts as a new Python interpreter"
@@ -206,15 +228,33 @@ def test_a_lost_lease_kills_the_trials_process_at_once(
     project = _project(isolated_run)
     (project / "held_def.py").write_text(HELD_ONCE)
     config = isolated_run / "held.yaml"
-    config.write_text(_config("held_def:HeldOnce", "",
-                              "  name: random\n  max_trials: 1\n  max_length:\n    batches: 6\n")
-                      + "min_checkpoint_period:\n  batches: 2\n")
+    config.write_text(
+        _config(
+            "held_def:HeldOnce",
+            "",
+            "  name: random\n  max_trials: 1\n  max_length:\n    batches: 6\n",
+        )
+        + "min_checkpoint_period:\n  batches: 2\n"
+    )
     marker = isolated_run / "held"
     process = subprocess.Popen(
-        [sys.executable, "-m", "det_lightning", "experiment", "--heartbeat-timeout", "2",
-         str(config), str(project)], cwd=isolated_run, stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, text=True, start_new_session=True,
-        env=dict(os.environ, OMP_NUM_THREADS="1", TEST_HOLD_MARKER=str(marker)))
+        [
+            sys.executable,
+            "-m",
+            "det_lightning",
+            "experiment",
+            "--heartbeat-timeout",
+            "2",
+            str(config),
+            str(project),
+        ],
+        cwd=isolated_run,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        env=dict(os.environ, OMP_NUM_THREADS="1", TEST_HOLD_MARKER=str(marker)),
+    )
     try:
         _wait(marker.exists, process, "the trial to be held")
         held = int(marker.read_text())
@@ -243,20 +283,33 @@ def test_sigterm_to_the_worker_alone_reaches_its_trial_once(
     (project / "slow.py").write_text(
         "import time\nfrom model_def import RegressionTrial\n\n\nclass Slow(RegressionTrial):\n"
         "    def train_batch(self, batch, epoch_idx, batch_idx):\n        time.sleep(0.3)\n"
-        "        return super().train_batch(batch, epoch_idx, batch_idx)\n")
+        "        return super().train_batch(batch, epoch_idx, batch_idx)\n"
+    )
     config = isolated_run / "slow.yaml"
-    config.write_text(_config("slow:Slow", "",
-                              "  name: random\n  max_trials: 2\n  max_length:\n    batches: 200\n")
-                      + "min_checkpoint_period:\n  batches: 2\n")
+    config.write_text(
+        _config(
+            "slow:Slow", "", "  name: random\n  max_trials: 2\n  max_length:\n    batches: 200\n"
+        )
+        + "min_checkpoint_period:\n  batches: 2\n"
+    )
     process = subprocess.Popen(
         [sys.executable, "-m", "det_lightning", "experiment", str(config), str(project)],
-        cwd=isolated_run, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        start_new_session=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+        cwd=isolated_run,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env=dict(os.environ, OMP_NUM_THREADS="1"),
+    )
     trial_dir = checkpoint_dir / "trial-1"
     try:
-        _wait(lambda: trial_dir.is_dir() and any(not p.name.startswith(".")
-                                                 for p in trial_dir.iterdir()),
-              process, "the first checkpoint")
+        _wait(
+            lambda: (
+                trial_dir.is_dir() and any(not p.name.startswith(".") for p in trial_dir.iterdir())
+            ),
+            process,
+            "the first checkpoint",
+        )
         os.kill(process.pid, signal.SIGTERM)
         out, err = process.communicate(timeout=240)
     finally:

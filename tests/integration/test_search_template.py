@@ -34,19 +34,40 @@ with TrialStarter() as starter:
 
 @pytest.mark.parametrize("warm", [True, False], ids=["forked", "new-interpreter"])
 def test_each_job_runs_fresh_and_its_end_is_read(tmp_path: pathlib.Path, warm: bool) -> None:
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1",
-               **({} if warm else {WARM_START_ENV: "0"}))
-    result = subprocess.run([sys.executable, "-c", DRIVER, str(tmp_path), str(ROOT)],
-                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    env = dict(
+        os.environ,
+        PYTHONPATH=str(ROOT),
+        OMP_NUM_THREADS="1",
+        **({} if warm else {WARM_START_ENV: "0"}),
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", DRIVER, str(tmp_path), str(ROOT)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     lines = result.stdout.splitlines()
     assert lines.count("seen=False") == 2 and "seen=True" not in result.stdout, result.stdout
     statuses = [line for line in lines if " status " in line]
-    assert statuses == ["mutate status 0", "mutate status 0", "exit_with status 3",
-                        "fail status 1", "kill_self status -9", "describe status 0"], lines
+    assert statuses == [
+        "mutate status 0",
+        "mutate status 0",
+        "exit_with status 3",
+        "fail status 1",
+        "kill_self status -9",
+        "describe status 0",
+    ], lines
     assert "ValueError: raised in the trial's process" in result.stderr
     [described] = [json.loads(line) for line in lines if line.startswith("{")]
-    assert described == {"cwd": str(tmp_path), "argv": ["job.py", "--flag"], "var": "given",
-                         "own_group": True, "lightning": warm}, described
+    assert described == {
+        "cwd": str(tmp_path),
+        "argv": ["job.py", "--flag"],
+        "var": "given",
+        "own_group": True,
+        "lightning": warm,
+    }, described
     note = "each trial starts as a new Python interpreter"
     assert (note in result.stderr) is not warm

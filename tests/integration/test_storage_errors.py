@@ -73,7 +73,8 @@ def steps_of(checkpoint: pathlib.Path) -> int:
 
 def complete_checkpoints(root: pathlib.Path) -> Dict[str, int]:
     return {
-        p.name: steps_of(p) for p in root.iterdir()
+        p.name: steps_of(p)
+        for p in root.iterdir()
         if ckpt.is_complete(p) and not p.name.startswith(".")
     }
 
@@ -166,8 +167,12 @@ def test_superseded_checkpoints_are_deleted_only_after_the_new_one_is_complete(
 ) -> None:
     trial_cls = watched(checkpoint_dir)
     fit(
-        trial_cls, checkpoint_dir, max_length=pytorch.Batch(24), checkpoint_period=pytorch.Batch(3),
-        validation_period=pytorch.Batch(4), checkpoint_policy="best",
+        trial_cls,
+        checkpoint_dir,
+        max_length=pytorch.Batch(24),
+        checkpoint_period=pytorch.Batch(3),
+        validation_period=pytorch.Batch(4),
+        checkpoint_policy="best",
     )
     writes = trial_cls.writes
     assert len(writes) >= 4
@@ -183,14 +188,21 @@ def test_superseded_checkpoints_are_deleted_only_after_the_new_one_is_complete(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("limit", [{"fsize_after": 1}, {"fsize_at_save": 2}],
-                         ids=["in-the-training-thread", "in-the-background"])
+@pytest.mark.parametrize(
+    "limit",
+    [{"fsize_after": 1}, {"fsize_at_save": 2}],
+    ids=["in-the-training-thread", "in-the-background"],
+)
 def test_a_real_write_failure_stops_the_run_with_the_path(
     limit: Dict[str, int], tmp_path: pathlib.Path, checkpoint_dir: pathlib.Path
 ) -> None:
     script = Script(
-        tmp_path / "run", batches=9, hparams=HPARAMS, fit={"checkpoint_period": 3},
-        fsize_limit=2048, **limit,
+        tmp_path / "run",
+        batches=9,
+        hparams=HPARAMS,
+        fit={"checkpoint_period": 3},
+        fsize_limit=2048,
+        **limit,
     )
     assert script.wait() == 1
     log = script.log()

@@ -38,19 +38,24 @@ with pytorch.init(hparams={"lr": 0.01, "n": 64}) as context:
 @pytest.mark.slow
 def test_log_lines_print_above_the_progress_bar(tmp_path: pathlib.Path) -> None:
     out = tmp_path / "terminal.txt"
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1",
-           "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
     with open(out, "wb") as terminal:  # the bar (stdout) and the log (stderr) share it
-        subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path / "ck"), str(tmp_path / "tb")],
-                       stdout=terminal, stderr=terminal, env=env, cwd=tmp_path, check=True,
-                       timeout=240)
+        subprocess.run(
+            [sys.executable, "-c", SCRIPT, str(tmp_path / "ck"), str(tmp_path / "tb")],
+            stdout=terminal,
+            stderr=terminal,
+            env=env,
+            cwd=tmp_path,
+            check=True,
+            timeout=240,
+        )
     # tqdm clears a lower bar by moving down and back up (ESC [A keeps the column: 0).
     text = out.read_text(errors="replace").replace("\x1b[A", "")
     starts = [i for i in range(len(text)) if text.startswith("LOGLINE", i)]
     reports = [i for i in starts if text.startswith("LOGLINE report_", i)]
     assert len(reports) >= 6, text[-3000:]  # 4 training reports, 2 validations
     assert "Epoch 0" in text and "Validation" in text, text[-3000:]
-    glued = [text[max(0, i - 60):i + 40] for i in starts if i > 0 and text[i - 1] not in "\r\n"]
+    glued = [text[max(0, i - 60) : i + 40] for i in starts if i > 0 and text[i - 1] not in "\r\n"]
     assert not glued, "log lines printed onto the bar's line:\n" + "\n".join(map(repr, glued))
 
 
@@ -64,9 +69,13 @@ PREFIX = re.compile(r"^(INFO|WARNING|ERROR):( \[\d+\] [\w.]+:)? ")  # LOG_FORMAT
 
 
 def _env(tmp_path: pathlib.Path) -> Dict[str, str]:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1",
-           "DET_LIGHTNING_CHECKPOINT_DIR": str(tmp_path / "checkpoints"),
-           "DET_LIGHTNING_TENSORBOARD_DIR": str(tmp_path / "tensorboard")}
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "PYTHONUNBUFFERED": "1",
+        "DET_LIGHTNING_CHECKPOINT_DIR": str(tmp_path / "checkpoints"),
+        "DET_LIGHTNING_TENSORBOARD_DIR": str(tmp_path / "tensorboard"),
+    }
     env.pop("CI", None)  # the progress bar is on in a terminal, unless in CI
     return env
 
@@ -76,8 +85,15 @@ def in_terminal(args: List[str], tmp_path: pathlib.Path) -> Tuple[int, str]:
     showed). Reads until every process of the run has closed the terminal."""
     master, slave = os.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
-    proc = subprocess.Popen([sys.executable, *args], stdin=slave, stdout=slave, stderr=slave,
-                            cwd=tmp_path, env=_env(tmp_path), start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, *args],
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        cwd=tmp_path,
+        env=_env(tmp_path),
+        start_new_session=True,
+    )
     os.close(slave)
     shown = bytearray()
     deadline = time.monotonic() + DEADLINE_S
@@ -102,9 +118,15 @@ def in_terminal(args: List[str], tmp_path: pathlib.Path) -> Tuple[int, str]:
 
 
 def in_pipe(args: List[str], tmp_path: pathlib.Path) -> Tuple[int, str]:
-    done = subprocess.run([sys.executable, *args], stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, cwd=tmp_path, env=_env(tmp_path),
-                          timeout=DEADLINE_S, start_new_session=True)
+    done = subprocess.run(
+        [sys.executable, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        cwd=tmp_path,
+        env=_env(tmp_path),
+        timeout=DEADLINE_S,
+        start_new_session=True,
+    )
     return done.returncode, done.stdout.decode(errors="replace")
 
 
@@ -121,10 +143,14 @@ def repeated(lines: List[str]) -> List[str]:
 
 
 EXPECTED_ONCE = (
-    "report_training_metrics(steps_completed=3,", "report_training_metrics(steps_completed=12,",
-    "report_validation_metrics(steps_completed=6,", "report_validation_metrics(steps_completed=12,",
+    "report_training_metrics(steps_completed=3,",
+    "report_training_metrics(steps_completed=12,",
+    "report_validation_metrics(steps_completed=6,",
+    "report_validation_metrics(steps_completed=12,",
     "a line from the script at batch 5",
-    "fit() done: 12 batches, ", "validation_loss: last ", "resume from: ",  # the closing summary
+    "fit() done: 12 batches, ",
+    "validation_loss: last ",
+    "resume from: ",  # the closing summary
 )
 
 
@@ -144,7 +170,8 @@ def test_every_line_once(where: str, tmp_path: pathlib.Path) -> None:
     assert ("Epoch 0" in shown) == (where == "terminal"), shown[-3000:]
     # The bar: the loss, and the searcher metric once reported; numbers short.
     assert (re.search(r"loss=[0-9.]+, validation_loss=[0-9.]+\]", shown) is not None) == (
-        where == "terminal"), shown[-3000:]
+        where == "terminal"
+    ), shown[-3000:]
     assert not repeated(lines), "\n".join(lines)
     for message in EXPECTED_ONCE:
         found = [line for line in lines if message in line]
@@ -164,7 +191,8 @@ def test_without_basic_config_the_bar_changes_nothing_printed(tmp_path: pathlib.
     assert not repeated(lines), "\n".join(lines)
     assert not [line for line in lines if "report_" in line], "\n".join(lines)
     assert [line for line in lines if "a line from the script" in line] == [
-        "a line from the script at batch 5"], "\n".join(lines)
+        "a line from the script at batch 5"
+    ], "\n".join(lines)
 
 
 @pytest.mark.slow
@@ -176,8 +204,12 @@ def test_every_line_once_with_two_processes(tmp_path: pathlib.Path) -> None:
     lines = log_lines(shown)
     assert "Epoch 0" in shown, shown[-3000:]
     assert not repeated(lines), "\n".join(lines)
-    for message in ("GLOBAL_RANK: 0, MEMBER: 1/2", "GLOBAL_RANK: 1, MEMBER: 2/2",
-                    "Starting with 2 processes", *EXPECTED_ONCE):
+    for message in (
+        "GLOBAL_RANK: 0, MEMBER: 1/2",
+        "GLOBAL_RANK: 1, MEMBER: 2/2",
+        "Starting with 2 processes",
+        *EXPECTED_ONCE,
+    ):
         found = [line for line in lines if message in line]
         assert len(found) == 1, (message, "\n".join(lines))  # the summary: the chief's only
     assert (resume_path(lines) / "state_dict.pth").is_file(), "\n".join(lines)

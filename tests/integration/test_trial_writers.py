@@ -85,7 +85,7 @@ def test_client_calls_that_need_a_master_say_so() -> None:
     assert client.login is client.login  # one stand-in per name
 
 
-TRIAL_FILE = '''
+TRIAL_FILE = """
 from typing import Any
 import torch
 import determined as det
@@ -122,9 +122,9 @@ class Trial(pytorch.PyTorchTrial):
     def evaluate_batch(self, batch: Any) -> Any:
         x, y = batch
         return {"validation_loss": torch.nn.functional.mse_loss(self.model(x), y)}
-'''
+"""
 
-CONFIG = '''
+CONFIG = """
 name: writers
 entrypoint: model_def:Trial
 hyperparameters:
@@ -134,7 +134,7 @@ searcher:
   metric: validation_loss
   max_length:
     batches: 3
-'''
+"""
 
 
 @pytest.mark.slow
@@ -150,9 +150,21 @@ def test_an_unmodified_trial_importing_these_names_runs_as_an_experiment(
     env.pop("DET_LIGHTNING_TENSORBOARD_DIR", None)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
     result = subprocess.run(
-        [sys.executable, "-W", "ignore::FutureWarning", "-m", "det_lightning", "experiment",
-         str(project / "const.yaml"), str(project)],
-        cwd=work, env=env, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-W",
+            "ignore::FutureWarning",
+            "-m",
+            "det_lightning",
+            "experiment",
+            str(project / "const.yaml"),
+            str(project),
+        ],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode == 0, result.stderr[-4000:]
     [run_dir] = [p for p in (work / "tensorboard").iterdir()]

@@ -9,37 +9,52 @@ import pytest
 from det_lightning._runner.search import _asha
 
 
-@pytest.mark.parametrize("max_trials, divisor, brackets, expected", [
-    (20, 3.0, [3, 2, 1], [12, 5, 3]),
-    (50, 3.0, [4, 3], [35, 15]),
-    (50, 4.0, [3, 2], [37, 13]),
-    (100, 4.0, [4, 3, 2], [70, 22, 8]),
-])
-def test_bracket_max_trials(max_trials: int, divisor: float, brackets: List[int],
-                            expected: List[int]) -> None:
+@pytest.mark.parametrize(
+    "max_trials, divisor, brackets, expected",
+    [
+        (20, 3.0, [3, 2, 1], [12, 5, 3]),
+        (50, 3.0, [4, 3], [35, 15]),
+        (50, 4.0, [3, 2], [37, 13]),
+        (100, 4.0, [4, 3, 2], [70, 22, 8]),
+    ],
+)
+def test_bracket_max_trials(
+    max_trials: int, divisor: float, brackets: List[int], expected: List[int]
+) -> None:
     assert _asha.bracket_max_trials(max_trials, divisor, brackets) == expected
 
 
-@pytest.mark.parametrize("max_concurrent, divisor, trials, expected", [
-    (0, 3.0, [9, 3, 1], [3, 3, 3]),
-    (11, 3.0, [9, 3, 1], [4, 4, 3]),
-    (0, 4.0, [40, 10], [10, 10]),
-])
-def test_bracket_max_concurrent(max_concurrent: int, divisor: float, trials: List[int],
-                                expected: List[int]) -> None:
+@pytest.mark.parametrize(
+    "max_concurrent, divisor, trials, expected",
+    [
+        (0, 3.0, [9, 3, 1], [3, 3, 3]),
+        (11, 3.0, [9, 3, 1], [4, 4, 3]),
+        (0, 4.0, [40, 10], [10, 10]),
+    ],
+)
+def test_bracket_max_concurrent(
+    max_concurrent: int, divisor: float, trials: List[int], expected: List[int]
+) -> None:
     assert _asha.bracket_max_concurrent(max_concurrent, divisor, trials) == expected
 
 
 def test_make_brackets_like_determineds_tests() -> None:
-    standard = _asha.make_brackets(max_time=100, max_trials=10, mode="standard",
-                                   max_concurrent_trials=2)
+    standard = _asha.make_brackets(
+        max_time=100, max_trials=10, mode="standard", max_concurrent_trials=2
+    )
     assert [(b.num_rungs, b.max_trials, b.max_concurrent_trials) for b in standard] == [
-        (2, 7, 1), (1, 3, 1)]
+        (2, 7, 1),
+        (1, 3, 1),
+    ]
     assert [b.rung_units for b in standard] == [(25, 100), (100,)]
-    conservative = _asha.make_brackets(max_time=1000, max_trials=10, divisor=3.0,
-                                       mode="conservative", max_concurrent_trials=5)
+    conservative = _asha.make_brackets(
+        max_time=1000, max_trials=10, divisor=3.0, mode="conservative", max_concurrent_trials=5
+    )
     assert [(b.num_rungs, b.max_trials, b.max_concurrent_trials) for b in conservative] == [
-        (3, 7, 2), (2, 2, 2), (1, 1, 1)]
+        (3, 7, 2),
+        (2, 2, 2),
+        (1, 1, 1),
+    ]
     assert conservative[0].rung_units == (111, 333, 1000)
     explicit = _asha.make_brackets(max_time=64, max_trials=8, divisor=2.0, bracket_rungs_cfg=[2, 4])
     assert [b.num_rungs for b in explicit] == [4, 2]

@@ -27,60 +27,129 @@ BRACKETS: List[Row] = [
     # [(4-1)/2+1 = 2 .. 4] -> [4, 3, 2]. w = 27/4, 9/3, 3/2 = 6.75, 3, 1.5, sum 11.25:
     # 0.6*30 = 18, 0.2667*30 = 8, 0.1333*30 = 4 (30, nothing left). mc 0: max(4, int 3) = 4 each.
     # Rungs of 4: 500/27 = 18.5 -> 18, 500/9 = 55.6 -> 55, 500/3 = 166.7 -> 166, 500.
-    (dict(mode="standard", divisor=3.0, max_time=500, max_trials=30, max_rungs_cfg=5,
-          max_concurrent_trials=0),
-     [(4, 18, 4, (18, 55, 166, 500)), (3, 8, 4, (55, 166, 500)), (2, 4, 4, (166, 500))]),
+    (
+        dict(
+            mode="standard",
+            divisor=3.0,
+            max_time=500,
+            max_trials=30,
+            max_rungs_cfg=5,
+            max_concurrent_trials=0,
+        ),
+        [(4, 18, 4, (18, 55, 166, 500)), (3, 8, 4, (55, 166, 500)), (2, 4, 4, (166, 500))],
+    ),
     # R = min(3, int(4.32)+1 = 5, int(ln 7/ln 2 = 2.81)+1 = 3) = 3; conservative [3, 2, 1].
     # w = 4/3, 1, 1, sum 10/3: 0.4*7 = 2.8 -> 2, 0.3*7 = 2.1 -> 2, 2.1 -> 2; 6, 1 left -> first.
     # mc 5: 5/3 = 1, remainder 2 -> [2, 2, 1]. Rungs: 20/4, 20/2, 20.
-    (dict(mode="conservative", divisor=2.0, max_time=20, max_trials=7, max_rungs_cfg=3,
-          max_concurrent_trials=5),
-     [(3, 3, 2, (5, 10, 20)), (2, 2, 2, (10, 20)), (1, 2, 1, (20,))]),
+    (
+        dict(
+            mode="conservative",
+            divisor=2.0,
+            max_time=20,
+            max_trials=7,
+            max_rungs_cfg=3,
+            max_concurrent_trials=5,
+        ),
+        [(3, 3, 2, (5, 10, 20)), (2, 2, 2, (10, 20)), (1, 2, 1, (20,))],
+    ),
     # R = min(5, int(4.98)+1 = 5, int(ln 20/ln 4 = 2.16)+1 = 3) = 3; aggressive [3]; all 20
     # trials; mc 16 -> [16]. Rungs: 1000/16 = 62.5 -> 62, 1000/4 = 250, 1000.
-    (dict(mode="aggressive", divisor=4.0, max_time=1000, max_trials=20, max_rungs_cfg=5,
-          max_concurrent_trials=16),
-     [(3, 20, 16, (62, 250, 1000))]),
+    (
+        dict(
+            mode="aggressive",
+            divisor=4.0,
+            max_time=1000,
+            max_trials=20,
+            max_rungs_cfg=5,
+            max_concurrent_trials=16,
+        ),
+        [(3, 20, 16, (62, 250, 1000))],
+    ),
     # max_rungs binds: R = min(3, 10, 10) = 3; standard [(3-1)/2+1 = 2 .. 3] -> [3, 2].
     # w = 4/3, 1, sum 7/3: 0.571*1000 = 571.4 -> 571, 0.429*1000 = 428.6 -> 428; 1 left -> 572.
     # mc 3: 3/2 = 1, remainder 1 -> [2, 1]. Rungs: 1000/4, 1000/2, 1000.
-    (dict(mode="standard", divisor=2.0, max_time=1000, max_trials=1000, max_rungs_cfg=3,
-          max_concurrent_trials=3),
-     [(3, 572, 2, (250, 500, 1000)), (2, 428, 1, (500, 1000))]),
+    (
+        dict(
+            mode="standard",
+            divisor=2.0,
+            max_time=1000,
+            max_trials=1000,
+            max_rungs_cfg=3,
+            max_concurrent_trials=3,
+        ),
+        [(3, 572, 2, (250, 500, 1000)), (2, 428, 1, (500, 1000))],
+    ),
     # max_time binds: R = min(5, int(ln 10/ln 4 = 1.66)+1 = 2, int(4.48)+1 = 5) = 2; standard
     # [(2-1)/2+1 = 1 .. 2] -> [2, 1]. w = 2, 1: 500*2/3 = 333.3 -> 333, 166.7 -> 166; 1 left.
     # mc 0: max(166, 4) = 166 each. Rungs: int(10/4) = 2, 10.
-    (dict(mode="standard", divisor=4.0, max_time=10, max_trials=500, max_rungs_cfg=5,
-          max_concurrent_trials=0),
-     [(2, 334, 166, (2, 10)), (1, 166, 166, (10,))]),
+    (
+        dict(
+            mode="standard",
+            divisor=4.0,
+            max_time=10,
+            max_trials=500,
+            max_rungs_cfg=5,
+            max_concurrent_trials=0,
+        ),
+        [(2, 334, 166, (2, 10)), (1, 166, 166, (10,))],
+    ),
     # One trial: int(ln 1/ln 4) + 1 = 1 rung; standard [1]; max(int(1.0*1), 1) = 1; mc 0:
     # max(1, int 4) = 4 (Determined's default, more than the one trial).
-    (dict(mode="standard", divisor=4.0, max_time=100, max_trials=1, max_rungs_cfg=5,
-          max_concurrent_trials=0),
-     [(1, 1, 4, (100,))]),
+    (
+        dict(
+            mode="standard",
+            divisor=4.0,
+            max_time=100,
+            max_trials=1,
+            max_rungs_cfg=5,
+            max_concurrent_trials=0,
+        ),
+        [(1, 1, 4, (100,))],
+    ),
     # bracket_rungs [3] skips R; rungs max(int(5/16) = 0, 1) = 1, int(5/4) = 1, 5; mc max(2, 1).
-    (dict(mode="standard", divisor=4.0, max_time=5, max_trials=9, bracket_rungs_cfg=[3],
-          max_concurrent_trials=2),
-     [(3, 9, 2, (1, 1, 5))]),
+    (
+        dict(
+            mode="standard",
+            divisor=4.0,
+            max_time=5,
+            max_trials=9,
+            bracket_rungs_cfg=[3],
+            max_concurrent_trials=2,
+        ),
+        [(3, 9, 2, (1, 1, 5))],
+    ),
     # bracket_rungs [3, 5, 4], sorted largest first (sort.Reverse). w = 2401/5, 343/4, 49/3:
     # the exact shares are whole (588, 105, 20 of 713), but Go adds the weights left to right
     # in float64 (totalWeight += w), landing one ulp above 34937/60, so each share truncates
     # one lower: 587 + 104 + 19 = 710, and the 3 left go to the first. (A compensated sum, as
     # Python 3.12's sum(), gives 588, 105, 20.) mc 0: max(19, 7). Rungs: 4000/2401 = 1.67 -> 1,
     # 4000/343 = 11.7 -> 11, 4000/49 = 81.6 -> 81, 4000/7 = 571.4 -> 571, 4000.
-    (dict(mode="standard", divisor=7.0, max_time=4000, max_trials=713,
-          bracket_rungs_cfg=[3, 5, 4], max_concurrent_trials=0),
-     [(5, 590, 19, (1, 11, 81, 571, 4000)), (4, 104, 19, (11, 81, 571, 4000)),
-      (3, 19, 19, (81, 571, 4000))]),
+    (
+        dict(
+            mode="standard",
+            divisor=7.0,
+            max_time=4000,
+            max_trials=713,
+            bracket_rungs_cfg=[3, 5, 4],
+            max_concurrent_trials=0,
+        ),
+        [
+            (5, 590, 19, (1, 11, 81, 571, 4000)),
+            (4, 104, 19, (11, 81, 571, 4000)),
+            (3, 19, 19, (81, 571, 4000)),
+        ],
+    ),
 ]
 
 
 @pytest.mark.parametrize("config, expected", BRACKETS)
 def test_brackets_as_determined_computes_them(
-        config: Dict[str, Any], expected: List[Tuple[int, int, int, Tuple[int, ...]]]) -> None:
+    config: Dict[str, Any], expected: List[Tuple[int, int, int, Tuple[int, ...]]]
+) -> None:
     brackets = _asha.make_brackets(**config)
-    assert [(b.num_rungs, b.max_trials, b.max_concurrent_trials, b.rung_units)
-            for b in brackets] == expected
+    assert [
+        (b.num_rungs, b.max_trials, b.max_concurrent_trials, b.rung_units) for b in brackets
+    ] == expected
 
 
 GRID: List[Tuple[Dict[str, Any], List[Any]]] = [
@@ -99,8 +168,10 @@ GRID: List[Tuple[Dict[str, Any], List[Any]]] = [
     ({"type": "int", "minval": 0, "maxval": 20, "count": 7}, [0, 3, 7, 10, 13, 17, 20]),
     # minval + float64(i)*(maxval-minval)/float64(count-1), in that order: -1 + 2.0/3 is
     # -0.33333333333333337 in float64 (not -1/3), -1 + 4.0/3 = 0.33333333333333326.
-    ({"type": "double", "minval": -1.0, "maxval": 1.0, "count": 4},
-     [-1.0, -0.33333333333333337, 0.33333333333333326, 1.0]),
+    (
+        {"type": "double", "minval": -1.0, "maxval": 1.0, "count": 4},
+        [-1.0, -0.33333333333333337, 0.33333333333333326, 1.0],
+    ),
     # count 1: (minval + maxval) / 2.0.
     ({"type": "double", "minval": 2.0, "maxval": 5.0, "count": 1}, [3.5]),
     # 0.3 + 1*(0.9-0.3)/1 in float64 is 0.9000000000000001: Go keeps it, so do we.

@@ -37,16 +37,20 @@ def test_cache_counts_per_step_from_two_dumps(run: object, tmp_path: pathlib.Pat
     assert counts["steps600"]["D1mw"] == 77 and counts["steps100"]["Ir"] == 1000
     per_step = run.per_step(counts, (100, 600), run.CACHE_EVENTS)  # type: ignore[attr-defined]
     assert per_step == {
-        "instructions_per_step": 10.0, "i1_misses_per_step": 0.1,
-        "d1_misses_per_step": (60 + 70) / 500, "ll_misses_per_step": (10 + 20 + 30) / 500,
-        "branches_per_step": (500 + 100) / 500, "mispredicts_per_step": (50 + 10) / 500,
+        "instructions_per_step": 10.0,
+        "i1_misses_per_step": 0.1,
+        "d1_misses_per_step": (60 + 70) / 500,
+        "ll_misses_per_step": (10 + 20 + 30) / 500,
+        "branches_per_step": (500 + 100) / 500,
+        "mispredicts_per_step": (50 + 10) / 500,
     }
 
 
 def test_an_instructions_only_dump_still_reads(run: object, tmp_path: pathlib.Path) -> None:
     """Without the simulation, callgrind's only event is Ir (what --instructions reads)."""
-    (tmp_path / "cg.7.1").write_text("desc: Trigger: Client Request: steps10\nevents: Ir\n"
-                                     "summary: 123\n")
+    (tmp_path / "cg.7.1").write_text(
+        "desc: Trigger: Client Request: steps10\nevents: Ir\nsummary: 123\n"
+    )
     assert run._callgrind_counts(tmp_path) == {"steps10": {"Ir": 123}}  # type: ignore[attr-defined]
 
 

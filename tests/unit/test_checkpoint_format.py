@@ -101,7 +101,11 @@ def test_written_files_follow_determined_layout(tmp_path: pathlib.Path) -> None:
     state = {ckpt.MODELS: [_mlp().state_dict()], ckpt.RNG_STATE: _state_dicts.capture_rng_state()}
     path = ckpt_write.write_atomically(tmp_path, "abc", lambda d: _write(d, state))
     assert sorted(p.name for p in path.iterdir()) == [
-        "code", "load_data.json", "metadata.json", "state_dict.pth", "trial_state.pkl"
+        "code",
+        "load_data.json",
+        "metadata.json",
+        "state_dict.pth",
+        "trial_state.pkl",
     ]
     metadata = json.loads((path / "metadata.json").read_text())
     assert metadata["steps_completed"] == 7 and metadata["format"] == "pickle"
@@ -235,7 +239,9 @@ class _Payload:
         return (open, (self.marker, "w"))
 
 
-def test_a_found_checkpoint_pretending_to_be_determined_never_unpickles(tmp_path: "pathlib.Path") -> None:
+def test_a_found_checkpoint_pretending_to_be_determined_never_unpickles(
+    tmp_path: "pathlib.Path",
+) -> None:
     import json
 
     import pytest
@@ -253,7 +259,6 @@ def test_a_found_checkpoint_pretending_to_be_determined_never_unpickles(tmp_path
     with pytest.raises(errors.InvalidCheckpointException, match="0000-fake.*weights_only"):
         plan_resume("latest", root)  # found, so not trusted
     assert not marker.exists()
-
 
 
 def test_deleting_takes_the_name_away_in_one_rename_then_removes_the_files(

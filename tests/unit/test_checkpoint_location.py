@@ -14,11 +14,19 @@ from tests.integration.cli_support import PROJECT
 
 
 def test_urls_become_remote_roots_with_the_configs_endpoint_and_keys() -> None:
-    conf = {"checkpoint_storage": {"type": "s3", "bucket": "b", "endpoint_url": "http://e:1",
-                                   "access_key": "A", "secret_key": "S"}}
+    conf = {
+        "checkpoint_storage": {
+            "type": "s3",
+            "bucket": "b",
+            "endpoint_url": "http://e:1",
+            "access_key": "A",
+            "secret_key": "S",
+        }
+    }
     root = checkpoint_location("s3://b/run/", conf)
-    assert root == RemoteRoot("s3://b/run", (("endpoint_url", "http://e:1"), ("key", "A"),
-                                             ("secret", "S")))
+    assert root == RemoteRoot(
+        "s3://b/run", (("endpoint_url", "http://e:1"), ("key", "A"), ("secret", "S"))
+    )
     assert str(root / "trial-3") == "s3://b/run/trial-3"
     assert checkpoint_location("gs://g/p", conf) == RemoteRoot("gs://g/p")  # not of its type
     assert checkpoint_location("rel/dir") == pathlib.Path.cwd() / "rel" / "dir"
@@ -35,8 +43,17 @@ def test_experiment_checkpoint_dir_and_storage_may_be_urls(monkeypatch: pytest.M
     monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
     monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
     raw = load_yaml12((PROJECT / "const.yaml").read_text())
-    config = _config.load_config({**raw, "checkpoint_storage": {
-        "type": "s3", "bucket": "ckpts", "prefix": "exp", "endpoint_url": "http://e:1"}})
+    config = _config.load_config(
+        {
+            **raw,
+            "checkpoint_storage": {
+                "type": "s3",
+                "bucket": "ckpts",
+                "prefix": "exp",
+                "endpoint_url": "http://e:1",
+            },
+        }
+    )
     plan = plan_experiment(config, PROJECT)
     assert plan.checkpoint_root == RemoteRoot("s3://ckpts/exp", (("endpoint_url", "http://e:1"),))
     given = plan_experiment(config, PROJECT, checkpoint_dir="s3://other/run")

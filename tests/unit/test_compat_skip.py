@@ -25,15 +25,36 @@ def _pytest(tmp_path: pathlib.Path, require: bool) -> subprocess.CompletedProces
     if require:
         env["DET_LIGHTNING_REQUIRE_INTEROP"] = "1"
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:xdist", "--rootdir", str(ROOT),
-         "-c", str(ROOT / "pyproject.toml"), str(ROOT / "tests/compat/test_parity.py")],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-rs",
+            "-p",
+            "no:xdist",
+            "--rootdir",
+            str(ROOT),
+            "-c",
+            str(ROOT / "pyproject.toml"),
+            str(ROOT / "tests/compat/test_parity.py"),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
-def test_without_determined_the_parity_tests_skip_naming_the_install(tmp_path: pathlib.Path) -> None:
+def test_without_determined_the_parity_tests_skip_naming_the_install(
+    tmp_path: pathlib.Path,
+) -> None:
     result = _pytest(tmp_path, require=False)
     assert result.returncode in (0, 5), result.stdout + result.stderr  # 5: nothing else to run
-    assert "skipped" in result.stdout and "pip install -e '.[interop]'" in result.stdout, result.stdout
+    assert "skipped" in result.stdout and "pip install -e '.[interop]'" in result.stdout, (
+        result.stdout
+    )
     assert "passed" not in result.stdout and "error" not in result.stdout.lower(), result.stdout
 
 

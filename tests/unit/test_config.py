@@ -235,8 +235,15 @@ def test_no_warning_without_ignored_keys(caplog: pytest.LogCaptureFixture) -> No
 
 
 def test_cloud_checkpoint_storage_is_a_url() -> None:
-    config = _with(checkpoint_storage={"type": "s3", "bucket": "b", "prefix": "runs/a/",
-                                       "endpoint_url": "http://127.0.0.1:1", "save_trial_best": 2})
+    config = _with(
+        checkpoint_storage={
+            "type": "s3",
+            "bucket": "b",
+            "prefix": "runs/a/",
+            "endpoint_url": "http://127.0.0.1:1",
+            "save_trial_best": 2,
+        }
+    )
     cfg = _config.load_config(config)
     assert cfg.ignored_keys == []
     assert cfg.checkpoint_dir() == "s3://b/runs/a"
@@ -250,8 +257,9 @@ def test_cloud_checkpoint_storage_keys_are_checked() -> None:
     with pytest.raises(InvalidConfigException, match="bucket"):
         _config.load_config(_with(checkpoint_storage={"type": "s3", "prefix": "p"}))
     with pytest.raises(InvalidConfigException, match="endpoint"):
-        _config.load_config(_with(checkpoint_storage={"type": "s3", "bucket": "b",
-                                                      "endpont_url": "http://x"}))
+        _config.load_config(
+            _with(checkpoint_storage={"type": "s3", "bucket": "b", "endpont_url": "http://x"})
+        )
 
 
 def test_grid_two_by_two() -> None:
@@ -401,14 +409,23 @@ def test_a_random_int_includes_both_ends() -> None:
     assert drawn == {1, 2, 3}
 
 
-@pytest.mark.parametrize("config,path,replacement", [
-    (_with(batches_per_step=100), "batches_per_step", "scheduling_unit"),
-    (_searcher(max_steps=10, max_length=None), "searcher.max_steps", "searcher.max_length"),
-    (_with(min_validation_period={"steps": 5}), "min_validation_period.steps",
-     "{batches: STEPS * batches_per_step}"),
-    (_searcher(name="adaptive_asha", target_trial_steps=10), "searcher.target_trial_steps",
-     "searcher.max_length"),
-])
+@pytest.mark.parametrize(
+    "config,path,replacement",
+    [
+        (_with(batches_per_step=100), "batches_per_step", "scheduling_unit"),
+        (_searcher(max_steps=10, max_length=None), "searcher.max_steps", "searcher.max_length"),
+        (
+            _with(min_validation_period={"steps": 5}),
+            "min_validation_period.steps",
+            "{batches: STEPS * batches_per_step}",
+        ),
+        (
+            _searcher(name="adaptive_asha", target_trial_steps=10),
+            "searcher.target_trial_steps",
+            "searcher.max_length",
+        ),
+    ],
+)
 def test_pre_012_keys_say_what_replaced_them(config: Any, path: str, replacement: str) -> None:
     """Determined 0.38.1's schema (schemas/expconf/v0) has none of these keys either; instead of
     "unknown key", the message says the config predates 0.12 and what to write now."""

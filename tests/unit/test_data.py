@@ -73,7 +73,10 @@ def test_ranks_agree_on_every_pass_with_a_base_seed() -> None:
         torch.manual_seed(100 + rank)  # different per-process generators
         streams.append(take(ResumableBatchSampler(shuffled_batches(n=16), 2, rank, base_seed=5), 8))
     for pass_idx in range(4):
-        first = streams[0][pass_idx * 2:pass_idx * 2 + 2] + streams[1][pass_idx * 2:pass_idx * 2 + 2]
+        first = (
+            streams[0][pass_idx * 2 : pass_idx * 2 + 2]
+            + streams[1][pass_idx * 2 : pass_idx * 2 + 2]
+        )
         assert sorted(i for b in first for i in b) == list(range(16))
 
 
@@ -102,7 +105,10 @@ class _Stream(data.IterableDataset):
 def test_data_length_and_to_device_handle_nested_batches() -> None:
     import numpy as np
 
-    batch = {"x": np.zeros((5, 2), dtype=np.float32), "meta": [torch.ones(5), ("a", torch.zeros(5))]}
+    batch = {
+        "x": np.zeros((5, 2), dtype=np.float32),
+        "meta": [torch.ones(5), ("a", torch.zeros(5))],
+    }
     moved = to_device(batch, torch.device("cpu"))
     assert isinstance(moved["x"], torch.Tensor) and moved["x"].shape == (5, 2)
     assert isinstance(moved["meta"][1], tuple) and moved["meta"][1][0] == "a"

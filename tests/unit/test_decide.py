@@ -44,15 +44,11 @@ def names(actions: Tuple[Action, ...]) -> str:
         ({R, C}, True, False, "REPORT STOP CHECKPOINT"),
     ],
 )
-def test_the_decision_table(
-    reached: set, stop: bool, validated: bool, expected: str
-) -> None:
+def test_the_decision_table(reached: set, stop: bool, validated: bool, expected: str) -> None:
     assert names(decide(reached, stop, validated)) == expected
 
 
-ALL_REACHED = [
-    frozenset(c) for n in range(5) for c in itertools.combinations([R, V, C, T], n)
-]
+ALL_REACHED = [frozenset(c) for n in range(5) for c in itertools.combinations([R, V, C, T], n)]
 
 
 @pytest.mark.parametrize("reached", ALL_REACHED, ids=lambda r: "+".join(sorted(b.value for b in r)))
@@ -92,7 +88,8 @@ def test_a_stop_agreed_during_a_validation_adds_a_checkpoint_and_a_stop() -> Non
 def test_ranks_agree_at_every_boundary_and_once_the_interval_is_up() -> None:
     schedule = Schedule(Epoch(2), Batch(5), None, Batch(100), epoch_len=12)
     due = [
-        b for b in range(1, 25)
+        b
+        for b in range(1, 25)
         if stop_agreement_due(b, schedule.reached(b), world_size=2, next_at=16)
     ]
     assert due == [5, 10, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24]  # next_at moves on agreeing

@@ -17,8 +17,13 @@ from det_lightning.core._distributed import init_local_groups
 
 def ctx(rank: int, size: int, local_size: int, **kw: Any) -> DistributedContext:
     return DistributedContext(
-        rank=rank, size=size, local_rank=rank % local_size, local_size=local_size,
-        cross_rank=rank // local_size, cross_size=size // local_size, **kw,
+        rank=rank,
+        size=size,
+        local_rank=rank % local_size,
+        local_size=local_size,
+        cross_rank=rank // local_size,
+        cross_size=size // local_size,
+        **kw,
     )
 
 
@@ -97,8 +102,11 @@ def world() -> Iterator[Callable[[int], FakeWorld]]:
         def make(size: int) -> FakeWorld:
             fake = FakeWorld(size)
             patch.setattr(dist, "is_initialized", lambda: True)
-            for name in ("all_gather_object", "broadcast_object_list",
-                         "new_subgroups_by_enumeration"):
+            for name in (
+                "all_gather_object",
+                "broadcast_object_list",
+                "new_subgroups_by_enumeration",
+            ):
                 patch.setattr(dist, name, getattr(fake, name))
             return fake
 
@@ -114,23 +122,37 @@ def test_accessors_use_determined_names() -> None:
     d.close()
 
 
-@pytest.mark.parametrize("kwargs", [
-    dict(rank=2, size=2, local_rank=0, local_size=1, cross_rank=0, cross_size=2),
-    dict(rank=0, size=2, local_rank=2, local_size=2, cross_rank=0, cross_size=1),
-])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(rank=2, size=2, local_rank=0, local_size=1, cross_rank=0, cross_size=2),
+        dict(rank=0, size=2, local_rank=2, local_size=2, cross_rank=0, cross_size=1),
+    ],
+)
 def test_impossible_ranks_are_rejected(kwargs: Dict[str, int]) -> None:
     with pytest.raises(ValueError, match="need 0 <="):
         DistributedContext(**kwargs)
 
 
 def test_from_torch_distributed_reads_torchruns_variables(monkeypatch: pytest.MonkeyPatch) -> None:
-    env = {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2",
-           "GROUP_RANK": "1", "GROUP_WORLD_SIZE": "2"}
+    env = {
+        "RANK": "3",
+        "WORLD_SIZE": "4",
+        "LOCAL_RANK": "1",
+        "LOCAL_WORLD_SIZE": "2",
+        "GROUP_RANK": "1",
+        "GROUP_WORLD_SIZE": "2",
+    }
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     d = core.DistributedContext.from_torch_distributed()
     assert (d.rank, d.size, d.local_rank, d.local_size, d.cross_rank, d.cross_size) == (
-        3, 4, 1, 2, 1, 2
+        3,
+        4,
+        1,
+        2,
+        1,
+        2,
     )
 
 

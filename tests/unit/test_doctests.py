@@ -32,5 +32,7 @@ def test_docstring_examples(name: str) -> None:
 
 def test_the_doctest_sweep_sees_the_modules_with_examples() -> None:
     names = _modules()
-    assert "det_lightning.pytorch._units" in names and "det_lightning.adapters.trainer_args" in names
+    assert (
+        "det_lightning.pytorch._units" in names and "det_lightning.adapters.trainer_args" in names
+    )
     assert len(names) > 30

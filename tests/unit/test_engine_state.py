@@ -49,8 +49,10 @@ def _private_names() -> Set[str]:
                 if isinstance(node, ast.FunctionDef) and _is_private(node.name):
                     names.add(node.name)
                 if (
-                    isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store)
-                    and isinstance(node.value, ast.Name) and node.value.id == "self"
+                    isinstance(node, ast.Attribute)
+                    and isinstance(node.ctx, ast.Store)
+                    and isinstance(node.value, ast.Name)
+                    and node.value.id == "self"
                     and _is_private(node.attr)
                 ):
                     names.add(node.attr)
@@ -70,9 +72,11 @@ def private_uses(source: str, private: Set[str]) -> List[Tuple[int, str]]:
             if not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
                 uses.append((node.lineno, node.attr))
         elif (
-            isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
             and node.func.id in ("getattr", "setattr", "hasattr", "delattr")
-            and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant)
+            and len(node.args) >= 2
+            and isinstance(node.args[1], ast.Constant)
             and node.args[1].value in private
         ):
             uses.append((node.lineno, str(node.args[1].value)))
@@ -98,19 +102,29 @@ def _uses_by_module() -> "dict[str, List[Tuple[int, str]]]":
 
 def test_the_private_names_come_from_the_context_classes() -> None:
     # A sample, so a scan that found no names (and so no uses) cannot pass unnoticed.
-    assert {"_scaler", "_optimizer_configs", "_exp_conf", "_stop_requested", "_parent",
-            "_tbd_writer", "_check_not_training"} <= PRIVATE
+    assert {
+        "_scaler",
+        "_optimizer_configs",
+        "_exp_conf",
+        "_stop_requested",
+        "_parent",
+        "_tbd_writer",
+        "_check_not_training",
+    } <= PRIVATE
 
 
-@pytest.mark.parametrize("source, expected", [
-    ("context._scaler = None", [(1, "_scaler")]),
-    ("x = self.module.context._tbd_writer", [(1, "_tbd_writer")]),
-    ("ctx.experimental._parent", [(1, "_parent")]),
-    ("getattr(c, '_optimizer_configs', {})", [(1, "_optimizer_configs")]),
-    ("c._check_not_training('x')", [(1, "_check_not_training")]),
-    ("self._backend = backend\ncls._scaler", []),
-    ("context.engine.scaler\ngetattr(c, 'launch')", []),
-])
+@pytest.mark.parametrize(
+    "source, expected",
+    [
+        ("context._scaler = None", [(1, "_scaler")]),
+        ("x = self.module.context._tbd_writer", [(1, "_tbd_writer")]),
+        ("ctx.experimental._parent", [(1, "_parent")]),
+        ("getattr(c, '_optimizer_configs', {})", [(1, "_optimizer_configs")]),
+        ("c._check_not_training('x')", [(1, "_check_not_training")]),
+        ("self._backend = backend\ncls._scaler", []),
+        ("context.engine.scaler\ngetattr(c, 'launch')", []),
+    ],
+)
 def test_the_scan_finds_private_uses(source: str, expected: List[Tuple[int, str]]) -> None:
     assert private_uses(source, PRIVATE) == expected
 
@@ -125,7 +139,9 @@ def test_no_module_outside_the_context_uses_its_private_attributes() -> None:
 
 def test_the_allow_list_only_names_files_that_still_need_it() -> None:
     stale = ALLOWED - set(_uses_by_module())
-    assert not stale, f"{sorted(stale)} no longer use the context's privates: drop them from ALLOWED."
+    assert not stale, (
+        f"{sorted(stale)} no longer use the context's privates: drop them from ALLOWED."
+    )
 
 
 # ----- the members behave ----------------------------------------------------------------

@@ -163,31 +163,51 @@ def _write(root: pathlib.Path, files: Dict[str, str]) -> None:
     "files, expected",
     [
         pytest.param(  # a lazy import inside a function closes the cycle
-            {"pkg/__init__.py": "", "pkg/a.py": "from pkg import b\n",
-             "pkg/b.py": "def f():\n    from pkg.a import x\n"},
-            [["pkg.a", "pkg.b"]], id="lazy-import",
+            {
+                "pkg/__init__.py": "",
+                "pkg/a.py": "from pkg import b\n",
+                "pkg/b.py": "def f():\n    from pkg.a import x\n",
+            },
+            [["pkg.a", "pkg.b"]],
+            id="lazy-import",
         ),
         pytest.param(  # relative imports, through three modules
-            {"pkg/__init__.py": "", "pkg/a.py": "from .b import y\n",
-             "pkg/b.py": "from . import c\n", "pkg/c.py": "import pkg.a\n"},
-            [["pkg.a", "pkg.b", "pkg.c"]], id="relative-three",
+            {
+                "pkg/__init__.py": "",
+                "pkg/a.py": "from .b import y\n",
+                "pkg/b.py": "from . import c\n",
+                "pkg/c.py": "import pkg.a\n",
+            },
+            [["pkg.a", "pkg.b", "pkg.c"]],
+            id="relative-three",
         ),
         pytest.param(  # a name re-exported by a package counts as its defining module
-            {"pkg/__init__.py": "from pkg._impl import Thing\n",
-             "pkg/_impl.py": "def f():\n    from pkg.user import g\n",
-             "pkg/user.py": "from pkg import Thing\n"},
-            [["pkg._impl", "pkg.user"]], id="re-export",
+            {
+                "pkg/__init__.py": "from pkg._impl import Thing\n",
+                "pkg/_impl.py": "def f():\n    from pkg.user import g\n",
+                "pkg/user.py": "from pkg import Thing\n",
+            },
+            [["pkg._impl", "pkg.user"]],
+            id="re-export",
         ),
         pytest.param(  # TYPE_CHECKING imports never run
-            {"pkg/__init__.py": "", "pkg/a.py": "from pkg import b\n",
-             "pkg/b.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
-                         "    from pkg.a import x\n"},
-            [], id="type-checking",
+            {
+                "pkg/__init__.py": "",
+                "pkg/a.py": "from pkg import b\n",
+                "pkg/b.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                "    from pkg.a import x\n",
+            },
+            [],
+            id="type-checking",
         ),
         pytest.param(  # a package importing its own modules is not a cycle with them
-            {"pkg/__init__.py": "from pkg.a import x\n", "pkg/a.py": "from pkg.b import y\n",
-             "pkg/b.py": "x = 1\n"},
-            [], id="package-re-exports",
+            {
+                "pkg/__init__.py": "from pkg.a import x\n",
+                "pkg/a.py": "from pkg.b import y\n",
+                "pkg/b.py": "x = 1\n",
+            },
+            [],
+            id="package-re-exports",
         ),
     ],
 )

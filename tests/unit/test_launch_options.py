@@ -9,8 +9,15 @@ import pytest
 from det_lightning import core, pytorch
 from det_lightning.pytorch import _launch, _launch_options
 
-TORCHRUN_ENV = {"TORCHELASTIC_RUN_ID": "x", "LOCAL_WORLD_SIZE": "2", "WORLD_SIZE": "4",
-                "GROUP_WORLD_SIZE": "2", "RANK": "3", "LOCAL_RANK": "1", "GROUP_RANK": "1"}
+TORCHRUN_ENV = {
+    "TORCHELASTIC_RUN_ID": "x",
+    "LOCAL_WORLD_SIZE": "2",
+    "WORLD_SIZE": "4",
+    "GROUP_WORLD_SIZE": "2",
+    "RANK": "3",
+    "LOCAL_RANK": "1",
+    "GROUP_RANK": "1",
+}
 
 
 def parse(*argv: str) -> Dict[str, Any]:
@@ -32,11 +39,22 @@ def test_options_left_out_keep_lightnings_defaults() -> None:
 
 def test_every_launch_flag_reaches_init() -> None:
     assert parse(
-        "--devices", "2", "--num-nodes", "3", "--accelerator", "cpu",
-        "--strategy", "ddp_find_unused_parameters_true", "--precision", "bf16-mixed",
+        "--devices",
+        "2",
+        "--num-nodes",
+        "3",
+        "--accelerator",
+        "cpu",
+        "--strategy",
+        "ddp_find_unused_parameters_true",
+        "--precision",
+        "bf16-mixed",
     ) == {
-        "devices": 2, "num_nodes": 3, "accelerator": "cpu",
-        "strategy": "ddp_find_unused_parameters_true", "precision": "bf16-mixed",
+        "devices": 2,
+        "num_nodes": 3,
+        "accelerator": "cpu",
+        "strategy": "ddp_find_unused_parameters_true",
+        "precision": "bf16-mixed",
     }
     assert parse("--num_nodes", "2") == {"num_nodes": 2}
 
@@ -52,7 +70,8 @@ def test_launch_kwargs_takes_a_namespace_without_the_flags() -> None:
 
 def test_torchrun_implies_the_devices_and_nodes_lightning_must_agree_with() -> None:
     assert _launch.resolve_options({"devices": None}, None, TORCHRUN_ENV) == {
-        "devices": 2, "num_nodes": 2
+        "devices": 2,
+        "num_nodes": 2,
     }
 
 

@@ -41,9 +41,11 @@ def test_a_length_in_each_unit_becomes_a_train_unit(
 @pytest.mark.parametrize("global_batch_size", [None, 0, -8, True, 8.0, "8"])
 def test_records_need_an_integer_global_batch_size(global_batch_size: Any) -> None:
     length = Length("searcher.max_length", 64, "records")
-    with pytest.raises(errors.InvalidConfigException,
-                       match=r"^searcher.max_length.records: converting records to batches needs "
-                             r"an integer hyperparameters.global_batch_size >= 1"):
+    with pytest.raises(
+        errors.InvalidConfigException,
+        match=r"^searcher.max_length.records: converting records to batches needs "
+        r"an integer hyperparameters.global_batch_size >= 1",
+    ):
         length.train_unit(global_batch_size)
 
 
@@ -55,17 +57,41 @@ def _config(**keys: Any) -> Dict[str, Any]:
 @pytest.mark.parametrize(
     "config, hparams, expected",
     [
-        (_config(searcher={"max_length": {"batches": 10}}), {},
-         {"max_length": Batch(10), "validation_period": NEVER, "checkpoint_period": NEVER,
-          "reporting_period": Batch(100)}),
-        (_config(searcher={"max_length": {"records": 100}}, min_validation_period={"epochs": 2},
-                 min_checkpoint_period={"records": 40}, scheduling_unit=7),
-         {"global_batch_size": 8},
-         {"max_length": Batch(12), "validation_period": Epoch(2), "checkpoint_period": Batch(5),
-          "reporting_period": Batch(7)}),
-        (_config(searcher={"max_length": {"epochs": 3}}, min_checkpoint_period={"batches": 4}),
-         {}, {"max_length": Epoch(3), "validation_period": NEVER,
-              "checkpoint_period": Batch(4), "reporting_period": Batch(100)}),
+        (
+            _config(searcher={"max_length": {"batches": 10}}),
+            {},
+            {
+                "max_length": Batch(10),
+                "validation_period": NEVER,
+                "checkpoint_period": NEVER,
+                "reporting_period": Batch(100),
+            },
+        ),
+        (
+            _config(
+                searcher={"max_length": {"records": 100}},
+                min_validation_period={"epochs": 2},
+                min_checkpoint_period={"records": 40},
+                scheduling_unit=7,
+            ),
+            {"global_batch_size": 8},
+            {
+                "max_length": Batch(12),
+                "validation_period": Epoch(2),
+                "checkpoint_period": Batch(5),
+                "reporting_period": Batch(7),
+            },
+        ),
+        (
+            _config(searcher={"max_length": {"epochs": 3}}, min_checkpoint_period={"batches": 4}),
+            {},
+            {
+                "max_length": Epoch(3),
+                "validation_period": NEVER,
+                "checkpoint_period": Batch(4),
+                "reporting_period": Batch(100),
+            },
+        ),
     ],
 )
 def test_fit_lengths_as_the_harness_passes_them(
@@ -89,8 +115,11 @@ def test_fit_lengths_name_what_is_missing(searcher: Dict[str, Any], message: str
 
 
 def test_the_config_reads_its_lengths_through_the_one_object() -> None:
-    config = load_config(_config(searcher={"max_length": 4}, records_per_epoch=640,
-                                 min_validation_period={"batches": 50}))
+    config = load_config(
+        _config(
+            searcher={"max_length": 4}, records_per_epoch=640, min_validation_period={"batches": 50}
+        )
+    )
     assert config.lengths.max_length == Length("searcher.max_length", 4, None)
     assert config.max_length() == (4, None)
     assert config.lengths.records_per_epoch == config.records_per_epoch() == 640

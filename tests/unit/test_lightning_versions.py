@@ -11,14 +11,30 @@ from det_lightning.adapters.lightning import hooks, lean, lean_validation, versi
 
 # Every lightning release on the index from 2.4.0 to 2.6.6 (2.6.2 and 2.6.3, withdrawn
 # malicious releases, excluded by pyproject.toml and refused at import).
-ALLOWED = ("2.4.0", "2.5.0", "2.5.0.post0", "2.5.1", "2.5.1.post0", "2.5.2", "2.5.3", "2.5.4",
-           "2.5.5", "2.5.6", "2.6.0", "2.6.1", "2.6.4", "2.6.5", "2.6.6")
+ALLOWED = (
+    "2.4.0",
+    "2.5.0",
+    "2.5.0.post0",
+    "2.5.1",
+    "2.5.1.post0",
+    "2.5.2",
+    "2.5.3",
+    "2.5.4",
+    "2.5.5",
+    "2.5.6",
+    "2.6.0",
+    "2.6.1",
+    "2.6.4",
+    "2.6.5",
+    "2.6.6",
+)
 
 
 @pytest.mark.parametrize("release", ALLOWED)
 def test_every_allowed_release_has_exactly_one_row(release: str) -> None:
-    rows = [row for row in versions.TABLE
-            if Version(row.first) <= Version(release) <= Version(row.last)]
+    rows = [
+        row for row in versions.TABLE if Version(row.first) <= Version(release) <= Version(row.last)
+    ]
     assert len(rows) == 1
     assert versions.shape_for(release) == rows[0]
 

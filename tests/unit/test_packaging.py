@@ -14,9 +14,21 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 @pytest.mark.slow
 def test_wheel_ships_adapters_inside_the_package(tmp_path: pathlib.Path) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-         "-w", str(tmp_path), str(REPO)],
-        capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path),
+            str(REPO),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode == 0, result.stderr
     wheel = next(tmp_path.glob("det_lightning-*.whl"))
@@ -54,7 +66,9 @@ def test_code_imports_the_bridge_by_its_installed_name() -> None:
 
 
 def _lightning_requirement() -> str:
-    match = re.search(r'^\s*"(lightning[<>=!,.0-9]*)",', (REPO / "pyproject.toml").read_text(), re.M)
+    match = re.search(
+        r'^\s*"(lightning[<>=!,.0-9]*)",', (REPO / "pyproject.toml").read_text(), re.M
+    )
     assert match, "pyproject.toml lists no lightning dependency"
     return match.group(1)
 

@@ -22,18 +22,30 @@ DATA = {"format": 1, "data": {"base_seed": 11, "pass_states": [[1, 2]]}}
 def _ours(root: pathlib.Path, uuid: str, batches: int, trial_id: int = 0) -> pathlib.Path:
     """A complete checkpoint as ``pytorch.Trainer`` writes it, ``batches`` into training."""
     state = {ckpt.MODELS: [{"w": torch.tensor([float(batches)])}], ckpt.EXTRA: DATA}
-    trial_state = {**ckpt.new_trial_state(), "trial_id": trial_id, "batches_trained": batches,
-                   "last_ckpt": batches, "epochs_trained": 1}
-    return ckpt_write.write_atomically(root, uuid, lambda d: ckpt_write.write_files(
-        d, state, trial_state, {"trial_type": "PyTorchTrial"}, [], []))
+    trial_state = {
+        **ckpt.new_trial_state(),
+        "trial_id": trial_id,
+        "batches_trained": batches,
+        "last_ckpt": batches,
+        "epochs_trained": 1,
+    }
+    return ckpt_write.write_atomically(
+        root,
+        uuid,
+        lambda d: ckpt_write.write_files(
+            d, state, trial_state, {"trial_type": "PyTorchTrial"}, [], []
+        ),
+    )
 
 
 def _determineds(directory: pathlib.Path) -> pathlib.Path:
     """A checkpoint as the real Determined writes it: numpy RNG state pickled, no
     ``det_lightning_version``, no trial_state.pkl (its batches only in metadata.json)."""
     directory.mkdir(parents=True)
-    state = {ckpt.MODELS: [{"w": torch.ones(1)}],
-             ckpt.RNG_STATE: {"np_rng_state": np.random.get_state()}}
+    state = {
+        ckpt.MODELS: [{"w": torch.ones(1)}],
+        ckpt.RNG_STATE: {"np_rng_state": np.random.get_state()},
+    }
     torch.save(state, str(directory / ckpt.STATE_DICT_FILE))
     (directory / ckpt.METADATA_FILE).write_text(json.dumps({"steps_completed": 5}))
     return directory
@@ -72,9 +84,7 @@ CASES: Dict[str, Tuple[Optional[str], Optional[str], Setup, bool]] = {
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_the_plan_for(
-    case: str, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_the_plan_for(case: str, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
     requested, variable, setup, resumes = CASES[case]
     root = tmp_path / "checkpoints"
     if variable is None:
@@ -87,7 +97,10 @@ def test_the_plan_for(
         assert plan == ResumePlan() and plan.first_batch == 0 and plan.data_state == {}
         return
     assert (plan.path, plan.name, plan.first_batch) == (
-        expected["path"], expected["name"], expected["first_batch"])
+        expected["path"],
+        expected["name"],
+        expected["first_batch"],
+    )
     assert plan.trusted == expected.get("trusted", False)  # found by a scan: never trusted
     assert not plan.warm_start
     assert plan.state is not None and plan.state[ckpt.MODELS][0]["w"].item() == plan.first_batch
@@ -114,7 +127,11 @@ def test_a_path_outside_the_root_is_trusted_and_continues(tmp_path: pathlib.Path
     elsewhere = _ours(tmp_path / "elsewhere", "u9", 8)
     plan = plan_resume(str(elsewhere), tmp_path / "checkpoints")
     assert (plan.path, plan.trusted, plan.name, plan.warm_start) == (
-        elsewhere, True, str(elsewhere), False)
+        elsewhere,
+        True,
+        str(elsewhere),
+        False,
+    )
     assert plan.first_batch == 8
 
 
@@ -149,12 +166,17 @@ def _objects_in_trial_state(path: pathlib.Path) -> None:
     (path / ckpt.TRIAL_STATE_FILE).write_bytes(pickle.dumps({"batches_trained": pathlib.Path()}))
 
 
-@pytest.mark.parametrize("damage, message", [
-    (_truncate_state_dict, "truncated or damaged.*Resume from an earlier checkpoint"),
-    (lambda path: (path / ckpt.TRIAL_STATE_FILE).write_bytes(b"\x80garbage"),
-     "damaged; resume from an earlier one"),
-    (_objects_in_trial_state, "only plain data is accepted"),
-])
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        (_truncate_state_dict, "truncated or damaged.*Resume from an earlier checkpoint"),
+        (
+            lambda path: (path / ckpt.TRIAL_STATE_FILE).write_bytes(b"\x80garbage"),
+            "damaged; resume from an earlier one",
+        ),
+        (_objects_in_trial_state, "only plain data is accepted"),
+    ],
+)
 def test_a_damaged_checkpoint_names_the_fix(
     tmp_path: pathlib.Path, damage: Callable[[pathlib.Path], None], message: str
 ) -> None:

@@ -64,7 +64,10 @@ def _imports(path: str) -> Set[str]:
 def test_module_imports_only_torch_numpy_and_stdlib_typing() -> None:
     # The samplers' own stream functions are the one import from det_lightning.
     assert _imports(samplers.__file__) <= {
-        "typing", "numpy", "torch", "det_lightning.pytorch._streams"
+        "typing",
+        "numpy",
+        "torch",
+        "det_lightning.pytorch._streams",
     }
     assert _imports(_streams.__file__) <= {"operator", "typing", "numpy"}
 
@@ -404,6 +407,7 @@ def test_data_loader_accepts_the_batch_samplers() -> None:
 
 def test_data_loader_accepts_the_index_samplers() -> None:
     dataset = TensorDataset(torch.arange(10))
+
     def make() -> samplers.DistributedSampler:
         return samplers.DistributedSampler(samplers.ReproducibleShuffleSampler(range(10), 4), 3, 0)
 

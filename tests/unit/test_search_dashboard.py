@@ -20,8 +20,9 @@ from tests.integration.cli_support import PROJECT
 
 
 def _plan(checkpoints: pathlib.Path, config: str = "search.yaml") -> Any:
-    return plan_experiment(load_config(str(PROJECT / config)), PROJECT,
-                           checkpoint_dir=str(checkpoints))
+    return plan_experiment(
+        load_config(str(PROJECT / config)), PROJECT, checkpoint_dir=str(checkpoints)
+    )
 
 
 def _without_dashboard(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -58,7 +59,7 @@ def fake_dashboard(root: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> pathl
     (root / "bin").mkdir()
     record = root / "argv.txt"
     program = root / "bin" / "optuna-dashboard"
-    program.write_text(f"#!/bin/sh\necho \"$@\" > {record}\n")
+    program.write_text(f'#!/bin/sh\necho "$@" > {record}\n')
     program.chmod(0o755)
     monkeypatch.syspath_prepend(str(root / "pkgs"))
     monkeypatch.setenv("PATH", f"{root / 'bin'}{os.pathsep}{os.environ['PATH']}")
@@ -76,7 +77,9 @@ def test_with_optuna_dashboard_it_serves_the_search_storage(
     plan = _plan(tmp_path / "ckpt")
     journal = tmp_path / "ckpt" / JOURNAL_NAME
     assert _dashboard.dashboard_command(str(journal)) == [
-        str(tmp_path / "bin" / "optuna-dashboard"), str(journal)]
+        str(tmp_path / "bin" / "optuna-dashboard"),
+        str(journal),
+    ]
     with _dashboard.dashboard_beside(plan, wanted=True):
         # The journal exists before the dashboard reads it, with the grid's study.
         studies = optuna.get_all_study_summaries(JournalStorage(JournalFileBackend(str(journal))))

@@ -85,8 +85,9 @@ def test_the_keeper_renews_and_notices_when_another_worker_takes_over(
         first = _study(journal).get_trials()[0].user_attrs[_lease.LEASE]
         assert first["token"] == keeper.token and first["pid"] > 0
         deadline = time.monotonic() + 60
-        while _study(journal).get_trials()[0].user_attrs[_lease.LEASE]["renewed"] == first[
-                "renewed"]:
+        while (
+            _study(journal).get_trials()[0].user_attrs[_lease.LEASE]["renewed"] == first["renewed"]
+        ):
             assert time.monotonic() < deadline, "the lease was never renewed"
             time.sleep(0.01)
         assert take_over(_study(journal), frozen) is not None

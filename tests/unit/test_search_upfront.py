@@ -15,8 +15,10 @@ from det_lightning._runner.search._settings import SearchSettings
 
 SPACE: Dict[str, Any] = {
     "global_batch_size": 8,
-    "optimizer": {"lr": {"type": "log", "base": 10, "minval": -4, "maxval": -1, "count": 3},
-                  "name": "sgd"},
+    "optimizer": {
+        "lr": {"type": "log", "base": 10, "minval": -4, "maxval": -1, "count": 3},
+        "name": "sgd",
+    },
     "width": {"type": "int", "minval": 1, "maxval": 4, "count": 3},
     "act": {"type": "categorical", "vals": ["relu", None, [1, 2]]},
     "dropout": {"type": "double", "minval": 0.3, "maxval": 0.9, "count": 3},
@@ -47,8 +49,13 @@ def test_a_grid_study_hands_out_determineds_points_last_first() -> None:
     expected = grid_points(SPACE)
     # 3 act x 3 dropout x 3 lr x 3 width (int 1..4, count 3: 1, 2.5 -> 3, 4), names in order.
     assert len(expected) == 81 == settings.max_trials
-    assert expected[0] == {"global_batch_size": 8, "act": "relu", "dropout": 0.3,
-                           "optimizer": {"lr": pytest.approx(1e-4), "name": "sgd"}, "width": 1}
+    assert expected[0] == {
+        "global_batch_size": 8,
+        "act": "relu",
+        "dropout": 0.3,
+        "optimizer": {"lr": pytest.approx(1e-4), "name": "sgd"},
+        "width": 1,
+    }
     assert [p["width"] for p in expected[:3]] == [1, 3, 4]  # the last name varies fastest
     study = _study()
     enqueue_grid(study, settings.grid)
@@ -101,13 +108,16 @@ def test_random_keeps_to_max_trials_when_workers_ask_at_once() -> None:
 
 
 def test_random_ints_cover_both_ends_uniformly() -> None:
-    settings = SearchSettings.from_upfront({"name": "random", "metric": "loss", "max_trials": 600},
-                                           {"k": {"type": "int", "minval": 0, "maxval": 2}})
+    settings = SearchSettings.from_upfront(
+        {"name": "random", "metric": "loss", "max_trials": 600},
+        {"k": {"type": "int", "minval": 0, "maxval": 2}},
+    )
     study = _study()
     values = []
     for _ in range(600):
-        trial = _worker._ask(study, settings, 0,
-                             {"k": {"type": "int", "minval": 0, "maxval": 2}}, seed=5)
+        trial = _worker._ask(
+            study, settings, 0, {"k": {"type": "int", "minval": 0, "maxval": 2}}, seed=5
+        )
         assert trial is not None
         values.append(trial.user_attrs["hparams"]["k"])
         study.tell(trial, 0.0)
@@ -127,13 +137,18 @@ def test_random_draws_repeat_with_the_experiment_seed() -> None:
 
 def test_the_plan_of_grid_and_random_searches() -> None:
     base = {"entrypoint": "model_def:RegressionTrial", "hyperparameters": SPACE}
-    grid = load_config({**base, "searcher": {"name": "grid", "metric": "loss",
-                                             "max_concurrent_trials": 4}})
+    grid = load_config(
+        {**base, "searcher": {"name": "grid", "metric": "loss", "max_concurrent_trials": 4}}
+    )
     settings = SearchSettings.from_upfront(grid.searcher, grid.raw["hyperparameters"])
     assert settings.brackets[0].max_concurrent_trials == 4 and len(settings.grid) == 81
     # the Optuna parameters of the first trial: the last point, as suggest() reads them back
-    assert settings.grid[0] == {"act": 2, "dropout": 0.9000000000000001, "optimizer.lr": -1.0,
-                                "width": 4}
+    assert settings.grid[0] == {
+        "act": 2,
+        "dropout": 0.9000000000000001,
+        "optimizer.lr": -1.0,
+        "width": 4,
+    }
     study = _study()
     enqueue_grid(study, settings.grid[:1])
     trial = _worker._ask(study, settings, 0, SPACE, seed=None)
@@ -142,8 +157,16 @@ def test_the_plan_of_grid_and_random_searches() -> None:
 
 
 def _asha_settings() -> SearchSettings:
-    searcher = {"name": "adaptive_asha", "metric": "loss", "max_trials": 12, "divisor": 2,
-                "max_rungs": 3, "mode": "standard", "time_metric": "batches", "max_time": 8}
+    searcher = {
+        "name": "adaptive_asha",
+        "metric": "loss",
+        "max_trials": 12,
+        "divisor": 2,
+        "max_rungs": 3,
+        "mode": "standard",
+        "time_metric": "batches",
+        "max_time": 8,
+    }
     return SearchSettings.from_searcher(searcher, Lengths.from_config({"searcher": searcher}), 8)
 
 
@@ -164,6 +187,7 @@ def test_seeded_draws_differ_across_brackets_and_trials() -> None:
 def test_a_seed_gives_the_same_points_whatever_the_order_workers_ask_in() -> None:
     """Two runs of one seeded random search: in the second, a worker asks once more than the
     budget (a surplus trial, dropped) before another trial raises InvalidHP and is replaced."""
+
     def points(extra_asks: int) -> List[str]:
         settings = _settings("random", max_trials=3)
         study = _study()
@@ -172,7 +196,8 @@ def test_a_seed_gives_the_same_points_whatever_the_order_workers_ask_in() -> Non
         assert first is not None and asked[3:] == [None] * extra_asks
         first.set_user_attr(_reporter.INVALID_HP, "no")  # replaced by a new draw
         assert _worker._ask(study, settings, 0, SPACE, seed=9) is not None
-        return sorted(repr(t.user_attrs["hparams"]) for t in study.get_trials()
-                      if _reporter.counted(t))
+        return sorted(
+            repr(t.user_attrs["hparams"]) for t in study.get_trials() if _reporter.counted(t)
+        )
 
     assert points(0) == points(1) == points(2)

@@ -29,9 +29,11 @@ def _context(scaler: Optional[Any] = None) -> types.SimpleNamespace:
     model = nn.Linear(2, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     return types.SimpleNamespace(
-        models=[nn.DataParallel(model)], optimizers=[optimizer],
+        models=[nn.DataParallel(model)],
+        optimizers=[optimizer],
         lr_schedulers=[torch.optim.lr_scheduler.StepLR(optimizer, 3)],
-        device=torch.device("cpu"), engine=types.SimpleNamespace(scaler=scaler),
+        device=torch.device("cpu"),
+        engine=types.SimpleNamespace(scaler=scaler),
     )
 
 
@@ -43,8 +45,13 @@ def _train_a_step(context: types.SimpleNamespace) -> None:
 
 def test_the_slots_are_state_dict_pth_in_determineds_order() -> None:
     keys = [slot.key for slot in stateful.trial_slots(_context(), {})]
-    assert keys == [ckpt.MODELS, ckpt.OPTIMIZERS, ckpt.LR_SCHEDULERS, ckpt.CALLBACKS,
-                    ckpt.RNG_STATE]
+    assert keys == [
+        ckpt.MODELS,
+        ckpt.OPTIMIZERS,
+        ckpt.LR_SCHEDULERS,
+        ckpt.CALLBACKS,
+        ckpt.RNG_STATE,
+    ]
     scaled = stateful.trial_slots(_context(torch.amp.GradScaler("cpu")), {})
     assert scaled[-1].key == ckpt.SCALER
 
@@ -69,9 +76,11 @@ def test_save_then_restore_gives_back_every_object() -> None:
 def test_older_determineds_single_object_keys_load_as_lists() -> None:
     source = _context()
     _train_a_step(source)
-    old = {"model_state_dict": source.models[0].module.state_dict(),
-           "optimizer_state_dict": source.optimizers[0].state_dict(),
-           "lr_scheduler": source.lr_schedulers[0].state_dict()}
+    old = {
+        "model_state_dict": source.models[0].module.state_dict(),
+        "optimizer_state_dict": source.optimizers[0].state_dict(),
+        "lr_scheduler": source.lr_schedulers[0].state_dict(),
+    }
     target = _context()
     stateful.restore(stateful.trial_slots(target, {}), old, warn=False)
     assert torch.equal(target.models[0].module.bias, source.models[0].module.bias)

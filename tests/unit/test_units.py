@@ -45,7 +45,10 @@ def test_each_kind_of_period_is_reported_separately() -> None:
     assert schedule.reached(4) == {Boundary.CHECKPOINT, Boundary.REPORT}
     assert schedule.reached(6) == {Boundary.VALIDATE}
     assert schedule.reached(12) == {
-        Boundary.VALIDATE, Boundary.CHECKPOINT, Boundary.REPORT, Boundary.TRAIN
+        Boundary.VALIDATE,
+        Boundary.CHECKPOINT,
+        Boundary.REPORT,
+        Boundary.TRAIN,
     }
     assert schedule.reached(5) == frozenset()
 

@@ -108,20 +108,33 @@ _HP_COUNT = _Value(("integer",), minimum=1, default=None)
 _HP_SECTIONS: Dict[str, _Section] = {
     "const": _Section({"type": _HP_TYPE, "val": _Value(("any",))}, required=("type", "val")),
     "int": _Section(
-        {"type": _HP_TYPE, "minval": _Value(("integer",)), "maxval": _Value(("integer",)),
-         "count": _HP_COUNT},
+        {
+            "type": _HP_TYPE,
+            "minval": _Value(("integer",)),
+            "maxval": _Value(("integer",)),
+            "count": _HP_COUNT,
+        },
         required=("type", "minval", "maxval"),
         check=_check_ordered_bounds,
     ),
     "double": _Section(
-        {"type": _HP_TYPE, "minval": _Value(("number",)), "maxval": _Value(("number",)),
-         "count": _HP_COUNT},
+        {
+            "type": _HP_TYPE,
+            "minval": _Value(("number",)),
+            "maxval": _Value(("number",)),
+            "count": _HP_COUNT,
+        },
         required=("type", "minval", "maxval"),
         check=_check_ordered_bounds,
     ),
     "log": _Section(
-        {"type": _HP_TYPE, "minval": _Value(("number",)), "maxval": _Value(("number",)),
-         "base": _Value(("number",)), "count": _HP_COUNT},
+        {
+            "type": _HP_TYPE,
+            "minval": _Value(("number",)),
+            "maxval": _Value(("number",)),
+            "base": _Value(("number",)),
+            "count": _HP_COUNT,
+        },
         required=("type", "minval", "maxval", "base"),
         check=_check_log_base,
     ),
@@ -157,7 +170,12 @@ def _check_hparams(value: Any, path: str, ctx: _Context) -> Any:
 
 _LOCAL_SEARCHERS = ("single", "grid", "random", "adaptive_asha")
 _CLUSTER_ONLY_SEARCHERS = (
-    "pbt", "async_halving", "adaptive", "adaptive_simple", "sync_halving", "custom",
+    "pbt",
+    "async_halving",
+    "adaptive",
+    "adaptive_simple",
+    "sync_halving",
+    "custom",
 )
 
 
@@ -169,16 +187,22 @@ def _check_searcher_name(value: Any, path: str, ctx: _Context) -> Any:
     if value in _CLUSTER_ONLY_SEARCHERS:
         message = f"the {value!r} searcher needs a Determined cluster and is not run locally."
         raise _fail(path, message, f"Use one of {usable}.")
-    raise _fail(path, f"{value!r} is not a searcher.{_suggest(value, _LOCAL_SEARCHERS)}",
-                f"Use one of {usable}.")
+    raise _fail(
+        path,
+        f"{value!r} is not a searcher.{_suggest(value, _LOCAL_SEARCHERS)}",
+        f"Use one of {usable}.",
+    )
 
 
 def _check_searcher(section: Dict[str, Any], path: str) -> None:
     """Keys a particular searcher requires."""
     name = section["name"]
     if name in ("random", "adaptive_asha") and section.get("max_trials") is None:
-        raise _fail(_join(path, "max_trials"), f"required by the {name!r} searcher.",
-                    "Set how many trials to run, e.g. max_trials: 8.")
+        raise _fail(
+            _join(path, "max_trials"),
+            f"required by the {name!r} searcher.",
+            "Set how many trials to run, e.g. max_trials: 8.",
+        )
 
 
 def _check_shared_fs(section: Dict[str, Any], path: str) -> None:
@@ -188,6 +212,8 @@ def _check_shared_fs(section: Dict[str, Any], path: str) -> None:
         return
     host = os.path.abspath(section["host_path"])
     if os.path.commonpath([host, os.path.abspath(storage)]) != host:
-        raise _fail(_join(path, "storage_path"),
-                    f"{storage!r} is neither relative nor inside host_path {host!r}.",
-                    "Make it relative to host_path.")
+        raise _fail(
+            _join(path, "storage_path"),
+            f"{storage!r} is neither relative nor inside host_path {host!r}.",
+            "Make it relative to host_path.",
+        )

@@ -170,12 +170,16 @@ class ExperimentConfig:
         if name == "grid":
             return grid_points(self.hyperparameters)
         if name == "random":
-            return random_points(self.hyperparameters, self.searcher["max_trials"],
-                                 self.experiment_seed())
+            return random_points(
+                self.hyperparameters, self.searcher["max_trials"], self.experiment_seed()
+            )
         if name == "single":
             return random_points(self.hyperparameters, 1, self.experiment_seed())
-        raise _fail("searcher.name", f"the {name!r} searcher is not run locally.",
-                    "Use single, grid or random.")
+        raise _fail(
+            "searcher.name",
+            f"the {name!r} searcher is not run locally.",
+            "Use single, grid or random.",
+        )
 
 
 def _as_pair(period: Length) -> Optional[Tuple[int, str]]:
@@ -199,12 +203,67 @@ def _read_yaml(path: Union[str, "os.PathLike[str]"]) -> Any:
 # Determined's master names an unnamed experiment "Experiment (<three words>)"; these lists are
 # ours (any words do: the name only has to tell experiments apart).
 _NAME_WORDS = (
-    ("amber", "brisk", "calm", "deft", "eager", "fond", "gentle", "hardy", "keen", "lucid",
-     "mellow", "nimble", "proud", "quiet", "rapid", "steady", "tidy", "vivid", "wise", "zesty"),
-    ("alpine", "coastal", "dusky", "golden", "hidden", "lunar", "misty", "northern", "polar",
-     "rustic", "silver", "sunny", "velvet", "wild", "winter", "woven"),
-    ("badger", "crane", "dolphin", "falcon", "gecko", "heron", "ibis", "jaguar", "koala",
-     "lemur", "marten", "newt", "otter", "puffin", "quail", "raven", "salmon", "tapir", "wren"),
+    (
+        "amber",
+        "brisk",
+        "calm",
+        "deft",
+        "eager",
+        "fond",
+        "gentle",
+        "hardy",
+        "keen",
+        "lucid",
+        "mellow",
+        "nimble",
+        "proud",
+        "quiet",
+        "rapid",
+        "steady",
+        "tidy",
+        "vivid",
+        "wise",
+        "zesty",
+    ),
+    (
+        "alpine",
+        "coastal",
+        "dusky",
+        "golden",
+        "hidden",
+        "lunar",
+        "misty",
+        "northern",
+        "polar",
+        "rustic",
+        "silver",
+        "sunny",
+        "velvet",
+        "wild",
+        "winter",
+        "woven",
+    ),
+    (
+        "badger",
+        "crane",
+        "dolphin",
+        "falcon",
+        "gecko",
+        "heron",
+        "ibis",
+        "jaguar",
+        "koala",
+        "lemur",
+        "marten",
+        "newt",
+        "otter",
+        "puffin",
+        "quail",
+        "raven",
+        "salmon",
+        "tapir",
+        "wren",
+    ),
 )
 
 

@@ -129,7 +129,7 @@ def _nested_keys(node: _Section) -> List[str]:
 # batches, trials with build_model/optimizer(model)), and what replaced them.
 _PRE_012 = {
     "batches_per_step": "set scheduling_unit: N (batches between training metric reports) and "
-                        "give every length in batches, records or epochs",
+    "give every length in batches, records or epochs",
     "max_steps": "use searcher.max_length: {batches: STEPS * batches_per_step}",
     "steps": "use {batches: STEPS * batches_per_step}",
     "target_trial_steps": "use searcher.max_length: {batches: STEPS * batches_per_step}",
@@ -146,13 +146,16 @@ def legacy_key_error(path: str) -> Optional[InvalidConfigException]:
     replacement = _PRE_012.get(path.rsplit(".", 1)[-1])
     if replacement is None:
         return None
-    return _fail(path, (
-        "this key is from Determined's experiment configs before 0.12 (training counted in "
-        "steps; trials with build_model() and optimizer(model)), which det_lightning does not "
-        f"read: {replacement}. A trial of that era also needs the PyTorchTrial API of "
-        "Determined 0.12 and later (wrap_model/wrap_optimizer in __init__, "
-        "train_batch(batch, epoch_idx, batch_idx))."
-    ))
+    return _fail(
+        path,
+        (
+            "this key is from Determined's experiment configs before 0.12 (training counted in "
+            "steps; trials with build_model() and optimizer(model)), which det_lightning does not "
+            f"read: {replacement}. A trial of that era also needs the PyTorchTrial API of "
+            "Determined 0.12 and later (wrap_model/wrap_optimizer in __init__, "
+            "train_batch(batch, epoch_idx, batch_idx))."
+        ),
+    )
 
 
 def _unknown_key_error(path: str, key: Any, node: _Section) -> Exception:

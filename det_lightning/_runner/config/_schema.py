@@ -28,15 +28,21 @@ def _ignored(*kinds: str) -> _Value:
 
 def _length(default: Any, minimum: int, allow_int: bool = False) -> _Value:
     """A training-length key."""
-    return _Value(("any",) if allow_int else ("mapping",), default=default,
-                  custom=_length_check(minimum, allow_int),
-                  hint=f"Use exactly one of {', '.join(_UNITS)}, e.g. {{batches: 1000}}.")
+    return _Value(
+        ("any",) if allow_int else ("mapping",),
+        default=default,
+        custom=_length_check(minimum, allow_int),
+        hint=f"Use exactly one of {', '.join(_UNITS)}, e.g. {{batches: 1000}}.",
+    )
 
 
 _SEARCHER = _Section(
     {
-        "name": _Value(("string",), custom=_check_searcher_name,
-                       hint=f"Use one of {', '.join(_LOCAL_SEARCHERS)}."),
+        "name": _Value(
+            ("string",),
+            custom=_check_searcher_name,
+            hint=f"Use one of {', '.join(_LOCAL_SEARCHERS)}.",
+        ),
         "metric": _Value(("string",), hint="Name the validation metric to optimize."),
         "smaller_is_better": _Value(("boolean",), default=True),
         "max_length": _length(None, minimum=1, allow_int=True),
@@ -66,23 +72,36 @@ _SAVE_COUNTS = {
 
 # Object stores, with Determined's keys; checkpoints go there through fsspec (README).
 _S3_STORAGE = _Section(
-    {"type": _Value(("string",)), "bucket": _Value(("string",)),
-     "prefix": _Value(("string",), default=None), "endpoint_url": _Value(("string",), default=None),
-     "access_key": _Value(("string",), default=None),
-     "secret_key": _Value(("string",), default=None), **_SAVE_COUNTS},
+    {
+        "type": _Value(("string",)),
+        "bucket": _Value(("string",)),
+        "prefix": _Value(("string",), default=None),
+        "endpoint_url": _Value(("string",), default=None),
+        "access_key": _Value(("string",), default=None),
+        "secret_key": _Value(("string",), default=None),
+        **_SAVE_COUNTS,
+    },
     required=("type", "bucket"),
 )
 _GCS_STORAGE = _Section(
-    {"type": _Value(("string",)), "bucket": _Value(("string",)),
-     "prefix": _Value(("string",), default=None), **_SAVE_COUNTS},
+    {
+        "type": _Value(("string",)),
+        "bucket": _Value(("string",)),
+        "prefix": _Value(("string",), default=None),
+        **_SAVE_COUNTS,
+    },
     required=("type", "bucket"),
 )
 _AZURE_STORAGE = _Section(
-    {"type": _Value(("string",)), "container": _Value(("string",)),
-     "prefix": _Value(("string",), default=None),
-     "connection_string": _Value(("string",), default=None),
-     "account_url": _Value(("string",), default=None),
-     "credential": _Value(("string",), default=None), **_SAVE_COUNTS},
+    {
+        "type": _Value(("string",)),
+        "container": _Value(("string",)),
+        "prefix": _Value(("string",), default=None),
+        "connection_string": _Value(("string",), default=None),
+        "account_url": _Value(("string",), default=None),
+        "credential": _Value(("string",), default=None),
+        **_SAVE_COUNTS,
+    },
     required=("type", "container"),
 )
 
@@ -90,17 +109,21 @@ _CHECKPOINT_STORAGE = _Tagged(
     tag="type",
     variants={
         "shared_fs": _Section(
-            {"type": _Value(("string",)), "host_path": _Value(("string",)),
-             "storage_path": _Value(("string",), default=None),
-             "propagation": _ignored("string"), "container_path": _ignored("string"),
-             "checkpoint_path": _ignored("string"), "tensorboard_path": _ignored("string"),
-             **_SAVE_COUNTS},
+            {
+                "type": _Value(("string",)),
+                "host_path": _Value(("string",)),
+                "storage_path": _Value(("string",), default=None),
+                "propagation": _ignored("string"),
+                "container_path": _ignored("string"),
+                "checkpoint_path": _ignored("string"),
+                "tensorboard_path": _ignored("string"),
+                **_SAVE_COUNTS,
+            },
             required=("type", "host_path"),
             check=_check_shared_fs,
         ),
         "directory": _Section(
-            {"type": _Value(("string",)), "container_path": _Value(("string",)),
-             **_SAVE_COUNTS},
+            {"type": _Value(("string",)), "container_path": _Value(("string",)), **_SAVE_COUNTS},
             required=("type", "container_path"),
         ),
         "s3": _S3_STORAGE,
@@ -112,9 +135,21 @@ _CHECKPOINT_STORAGE = _Tagged(
 _RESOURCES = _Section(
     {
         "slots_per_trial": _Value(("integer",), minimum=0, default=1),
-        **{key: _ignored("any") for key in (
-            "resource_pool", "priority", "max_slots", "weight", "shm_size", "agent_label",
-            "devices", "native_parallel", "is_single_node", "slots")},
+        **{
+            key: _ignored("any")
+            for key in (
+                "resource_pool",
+                "priority",
+                "max_slots",
+                "weight",
+                "shm_size",
+                "agent_label",
+                "devices",
+                "native_parallel",
+                "is_single_node",
+                "slots",
+            )
+        },
     },
 )
 
@@ -182,6 +217,9 @@ def _check_grid_counts(hparams: Dict[str, Any], path: str) -> None:
         if "type" not in value:
             _check_grid_counts(value, item_path)
         elif value["type"] in ("int", "double", "log") and value.get("count") is None:
-            raise _fail(item_path, f"grid search needs 'count' for this {value['type']!r} "
-                        "hyperparameter (how many values to try from minval to maxval).",
-                        "Add e.g. count: 3, or make it a 'const' or 'categorical'.")
+            raise _fail(
+                item_path,
+                f"grid search needs 'count' for this {value['type']!r} "
+                "hyperparameter (how many values to try from minval to maxval).",
+                "Add e.g. count: 3, or make it a 'const' or 'categorical'.",
+            )

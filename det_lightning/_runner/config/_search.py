@@ -19,8 +19,9 @@ from det_lightning._runner.config._nodes import _KIND_CHECKS, _Context, _fail
 _Leaf = Tuple[Tuple[str, ...], Any]
 
 
-def _flatten(hparams: Dict[str, Any], prefix: Tuple[str, ...] = (), by_name: bool = False
-             ) -> List[_Leaf]:
+def _flatten(
+    hparams: Dict[str, Any], prefix: Tuple[str, ...] = (), by_name: bool = False
+) -> List[_Leaf]:
     """``(path, spec)`` for every leaf hyperparameter, in config order (or name order)."""
     leaves: List[_Leaf] = []
     for key in sorted(hparams) if by_name else hparams:
@@ -73,8 +74,11 @@ def _grid_axis(spec: Any, path: str) -> List[GridChoice]:
     if kind == "categorical":
         return list(enumerate(spec["vals"]))
     if spec.get("count") is None:
-        raise _fail(path, f"grid search needs 'count' for this {kind!r} hyperparameter.",
-                    "Add e.g. count: 3, or make it a 'const' or 'categorical'.")
+        raise _fail(
+            path,
+            f"grid search needs 'count' for this {kind!r} hyperparameter.",
+            "Add e.g. count: 3, or make it a 'const' or 'categorical'.",
+        )
     if kind == "int":
         count = min(spec["count"], spec["maxval"] - spec["minval"] + 1)
         values = [_round_half_away(v) for v in _spaced(spec["minval"], spec["maxval"], count)]
@@ -91,8 +95,9 @@ def _checked_hparams(hparams: Dict[str, Any]) -> Dict[str, Any]:
     return checked
 
 
-def grid_choices(hparams: Dict[str, Any]
-                 ) -> List[Tuple[Tuple[Tuple[str, ...], ...], Tuple[GridChoice, ...]]]:
+def grid_choices(
+    hparams: Dict[str, Any],
+) -> List[Tuple[Tuple[Tuple[str, ...], ...], Tuple[GridChoice, ...]]]:
     """Every grid point as ``(path, choice)`` per leaf hyperparameter, in Determined's list
     order: leaves by name at every level, the first varying slowest (``newHyperparameterGrid``).
 
@@ -170,6 +175,5 @@ def random_points(
     leaves = _flatten(_checked_hparams(hparams))
     rng = random.Random(seed)
     return [
-        _unflatten([(path, _sample(spec, rng)) for path, spec in leaves])
-        for _ in range(max_trials)
+        _unflatten([(path, _sample(spec, rng)) for path, spec in leaves]) for _ in range(max_trials)
     ]

@@ -21,9 +21,7 @@ import yaml
 
 _BOOL = re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$")
 # Decimal, 0o octal, 0x hexadecimal and 0b binary; ruamel also allows "_" between digits.
-_INT = re.compile(
-    r"^(?:[-+]?[0-9][0-9_]*|0o[0-7_]+|0x[0-9a-fA-F_]+|[-+]?0b[01_]+)$"
-)
+_INT = re.compile(r"^(?:[-+]?[0-9][0-9_]*|0o[0-7_]+|0x[0-9a-fA-F_]+|[-+]?0b[01_]+)$")
 _FLOAT = re.compile(
     r"""^(?:[-+]?[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?   # 1.5, 1., 1.0e-4
           |[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+                   # 1e-4, 5E3
@@ -63,9 +61,14 @@ def _remove_resolvers(loader: Any, tags: "set[str]") -> None:
     }
 
 
-_remove_resolvers(Yaml12Loader, {
-    "tag:yaml.org,2002:bool", "tag:yaml.org,2002:int", "tag:yaml.org,2002:float",
-})
+_remove_resolvers(
+    Yaml12Loader,
+    {
+        "tag:yaml.org,2002:bool",
+        "tag:yaml.org,2002:int",
+        "tag:yaml.org,2002:float",
+    },
+)
 Yaml12Loader.add_implicit_resolver("tag:yaml.org,2002:bool", _BOOL, list("tTfF"))
 Yaml12Loader.add_implicit_resolver("tag:yaml.org,2002:int", _INT, list("-+0123456789"))
 Yaml12Loader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT, list("-+0123456789."))

@@ -98,8 +98,13 @@ def rung_units(num_rungs: int, divisor: float, max_time: int) -> List[int]:
 
 
 def make_brackets(
-    *, max_time: int, max_trials: int, divisor: float = 4.0, mode: str = "standard",
-    max_rungs_cfg: int = 5, bracket_rungs_cfg: Optional[Sequence[int]] = None,
+    *,
+    max_time: int,
+    max_trials: int,
+    divisor: float = 4.0,
+    mode: str = "standard",
+    max_rungs_cfg: int = 5,
+    bracket_rungs_cfg: Optional[Sequence[int]] = None,
     max_concurrent_trials: int = 16,
 ) -> List[Bracket]:
     """The brackets of an ``adaptive_asha`` searcher.
@@ -131,8 +136,12 @@ class Decision:
 
 
 def decide(
-    units: Sequence[int], rung_metrics: Sequence[Sequence[float]], rung: int, time: float,
-    metric: float, divisor: float,
+    units: Sequence[int],
+    rung_metrics: Sequence[Sequence[float]],
+    rung: int,
+    time: float,
+    metric: float,
+    divisor: float,
 ) -> Decision:
     """Determined's rule for one validation of a trial at rung ``rung``.
 

@@ -34,18 +34,29 @@ from det_lightning.pytorch._trainer import fit_callbacks
 trainer_logger = logging.getLogger("det_lightning.pytorch")  # where fit() logged this warning
 
 
-def search_environment(storage: str, study_name: str, trial_id: int, settings: SearchSettings,
-                       bracket: Bracket) -> str:
+def search_environment(
+    storage: str, study_name: str, trial_id: int, settings: SearchSettings, bracket: Bracket
+) -> str:
     """The value of ``$DET_LIGHTNING_SEARCH`` for one trial."""
-    return json.dumps({
-        "storage": storage, "study": study_name, "trial_id": trial_id,
-        "metric": settings.metric, "smaller_is_better": settings.smaller_is_better,
-        "time_metric": settings.time_metric, "max_time": settings.max_time,
-        "max_trials": settings.max_trials, "divisor": settings.divisor,
-        "bracket": {"num_rungs": bracket.num_rungs, "max_trials": bracket.max_trials,
-                    "max_concurrent_trials": bracket.max_concurrent_trials,
-                    "rung_units": list(bracket.rung_units)},
-    })
+    return json.dumps(
+        {
+            "storage": storage,
+            "study": study_name,
+            "trial_id": trial_id,
+            "metric": settings.metric,
+            "smaller_is_better": settings.smaller_is_better,
+            "time_metric": settings.time_metric,
+            "max_time": settings.max_time,
+            "max_trials": settings.max_trials,
+            "divisor": settings.divisor,
+            "bracket": {
+                "num_rungs": bracket.num_rungs,
+                "max_trials": bracket.max_trials,
+                "max_concurrent_trials": bracket.max_concurrent_trials,
+                "rung_units": list(bracket.rung_units),
+            },
+        }
+    )
 
 
 def _search_trial() -> optuna.Trial:
@@ -63,11 +74,21 @@ def report_invalid_hp(message: str) -> None:
 
 
 def _settings(spec: Dict[str, Any]) -> Tuple[SearchSettings, Bracket]:
-    bracket = Bracket(spec["bracket"]["num_rungs"], spec["bracket"]["max_trials"],
-                      spec["bracket"]["max_concurrent_trials"],
-                      tuple(spec["bracket"]["rung_units"]))
-    settings = SearchSettings(spec["metric"], spec["smaller_is_better"], spec["time_metric"],
-                              spec["max_time"], spec["max_trials"], spec["divisor"], [bracket])
+    bracket = Bracket(
+        spec["bracket"]["num_rungs"],
+        spec["bracket"]["max_trials"],
+        spec["bracket"]["max_concurrent_trials"],
+        tuple(spec["bracket"]["rung_units"]),
+    )
+    settings = SearchSettings(
+        spec["metric"],
+        spec["smaller_is_better"],
+        spec["time_metric"],
+        spec["max_time"],
+        spec["max_trials"],
+        spec["divisor"],
+        [bracket],
+    )
     return settings, bracket
 
 
@@ -89,8 +110,9 @@ def _warn_if_not_searcher_length(spec: Dict[str, Any], max_length: TrainUnit) ->
         trainer_logger.warning(length_mismatch(max_length, expected, rungs, spec["time_metric"]))
 
 
-def reporter_callbacks(context: PyTorchTrialContext,
-                       max_length: TrainUnit) -> Dict[str, PyTorchCallback]:
+def reporter_callbacks(
+    context: PyTorchTrialContext, max_length: TrainUnit
+) -> Dict[str, PyTorchCallback]:
     """The search's reporter for a trial's ``fit()`` (on the chief: it reports); ``max_length``:
     what the trial's ``fit()`` trains for."""
     spec: Dict[str, Any] = json.loads(os.environ[SEARCH_ENV])
@@ -99,8 +121,11 @@ def reporter_callbacks(context: PyTorchTrialContext,
     _warn_if_not_searcher_length(spec, max_length)
     settings, bracket = _settings(spec)
     live = _search_trial()
-    return {"_det_lightning_search": SearchReporter(live.study, live, settings, bracket, context,
-                                                    max_length)}
+    return {
+        "_det_lightning_search": SearchReporter(
+            live.study, live, settings, bracket, context, max_length
+        )
+    }
 
 
 @contextlib.contextmanager

@@ -39,9 +39,11 @@ def missing_message(storage_ref: str) -> str:
     then look at this search (while it runs, or after) with
         optuna-dashboard ckpt/search.journal
     """
-    return (f"--dashboard: optuna-dashboard is not installed. Install it with\n    {INSTALL}\n"
-            f"then look at this search (while it runs, or after) with\n"
-            f"    {PROGRAM} {shlex.quote(storage_ref)}")
+    return (
+        f"--dashboard: optuna-dashboard is not installed. Install it with\n    {INSTALL}\n"
+        f"then look at this search (while it runs, or after) with\n"
+        f"    {PROGRAM} {shlex.quote(storage_ref)}"
+    )
 
 
 def start_dashboard(plan: Plan) -> Optional["subprocess.Popen[bytes]"]:
@@ -51,25 +53,35 @@ def start_dashboard(plan: Plan) -> Optional["subprocess.Popen[bytes]"]:
     from det_lightning._runner.search._storage import open_storage, open_studies, storage_ref
 
     if plan.search is None:
-        print("--dashboard: a 'single' experiment has no search storage to show.",
-              file=sys.stderr, flush=True)
+        print(
+            "--dashboard: a 'single' experiment has no search storage to show.",
+            file=sys.stderr,
+            flush=True,
+        )
         return None
     ref = storage_ref(plan.storage, plan.checkpoint_root)
     command = dashboard_command(ref)
     if command is None:
         print(missing_message(ref), file=sys.stderr, flush=True)
         return None
-    open_studies(open_storage(plan.storage, plan.checkpoint_root), search_key(plan.config.raw),
-                 plan.search)
-    print(f"det-lightning: {shlex.join(command)} (http://127.0.0.1:8080 by default)",
-          file=sys.stderr, flush=True)
+    open_studies(
+        open_storage(plan.storage, plan.checkpoint_root), search_key(plan.config.raw), plan.search
+    )
+    print(
+        f"det-lightning: {shlex.join(command)} (http://127.0.0.1:8080 by default)",
+        file=sys.stderr,
+        flush=True,
+    )
     return subprocess.Popen(command)
 
 
 def wait_dashboard(process: "subprocess.Popen[bytes]") -> None:
     """Keeps the dashboard serving after the search, until it exits or Ctrl-C."""
-    print(f"det-lightning: {PROGRAM} keeps serving; press Ctrl-C to stop it.",
-          file=sys.stderr, flush=True)
+    print(
+        f"det-lightning: {PROGRAM} keeps serving; press Ctrl-C to stop it.",
+        file=sys.stderr,
+        flush=True,
+    )
     try:
         process.wait()
     except KeyboardInterrupt:

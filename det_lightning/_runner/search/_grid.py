@@ -47,13 +47,15 @@ def has_waiting_point(study: optuna.Study) -> bool:
     return bool(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)))
 
 
-def owns_point(trials: Sequence[optuna.trial.FrozenTrial], trial: optuna.trial.FrozenTrial
-               ) -> bool:
+def owns_point(trials: Sequence[optuna.trial.FrozenTrial], trial: optuna.trial.FrozenTrial) -> bool:
     """Whether ``trial`` (from ``study.ask()``) runs its grid point: it has one (ask() made a
     fresh trial when another worker took the last point first) and no trial asked for before
     it has the same point (its own earlier runs, when it was taken over, aside)."""
     point = trial.user_attrs.get(GRID_POINT)
     if point is None:
         return False
-    return all(origin(t) >= origin(trial) or trial_number(t) == trial_number(trial)
-               for t in trials if t.user_attrs.get(GRID_POINT) == point)
+    return all(
+        origin(t) >= origin(trial) or trial_number(t) == trial_number(trial)
+        for t in trials
+        if t.user_attrs.get(GRID_POINT) == point
+    )

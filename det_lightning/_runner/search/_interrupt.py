@@ -23,8 +23,10 @@ from typing import Any, Callable, Dict, Iterator, Optional
 logger = logging.getLogger("det_lightning")
 
 HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT)
-SEARCH_ADVICE = ("To continue, rerun the same det-lightning experiment command: the search "
-                 "resumes this trial from its latest checkpoint.")
+SEARCH_ADVICE = (
+    "To continue, rerun the same det-lightning experiment command: the search "
+    "resumes this trial from its latest checkpoint."
+)
 
 
 class SearchInterrupt:
@@ -49,8 +51,10 @@ class SearchInterrupt:
         name = signal.Signals(signum).name
         if self.received is None:
             self.received = name
-            logger.warning(f"Received {name}: the search starts no other trial; a trial "
-                           f"training stops with a checkpoint. Send {name} again to exit at once.")
+            logger.warning(
+                f"Received {name}: the search starts no other trial; a trial "
+                f"training stops with a checkpoint. Send {name} again to exit at once."
+            )
             if self._forward is not None:
                 self._forward(signum)
             return

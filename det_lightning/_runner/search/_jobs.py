@@ -42,8 +42,14 @@ class TrialProcessError(RuntimeError):
     """A trial's process failed: its exception (with the trial's traceback), or how it died."""
 
 
-def legacy_job(plan: Plan, number: int, hparams: Dict[str, Any], lengths: Optional[Dict[str, Any]],
-               latest: Optional[str], result_path: str) -> int:
+def legacy_job(
+    plan: Plan,
+    number: int,
+    hparams: Dict[str, Any],
+    lengths: Optional[Dict[str, Any]],
+    latest: Optional[str],
+    result_path: str,
+) -> int:
     """In the trial's process: one ``model_def:Trial`` trial; how it ended goes to
     ``result_path``."""
     import det_lightning
@@ -55,20 +61,29 @@ def legacy_job(plan: Plan, number: int, hparams: Dict[str, Any], lengths: Option
     compat.install()  # model_def.py imports determined
     try:
         with reporting_to_search():
-            result = run_legacy_trial(plan, number, hparams, lengths=lengths,
-                                      latest_checkpoint=latest)
+            result = run_legacy_trial(
+                plan, number, hparams, lengths=lengths, latest_checkpoint=latest
+            )
     except (errors.InvalidHP, errors.InvalidExperimentException, LeaseLost) as e:
         message = e.msg if isinstance(e, errors.InvalidHP) else str(e)
         kind = next(k for k in PASSED_ON if any(c.__name__ == k for c in type(e).__mro__))
         _write(result_path, {"error": kind, "message": message})
         return 1
     except Exception as e:
-        _write(result_path, {"error": type(e).__name__, "message": f"{type(e).__name__}: {e}",
-                             "traceback": traceback.format_exc()})
+        _write(
+            result_path,
+            {
+                "error": type(e).__name__,
+                "message": f"{type(e).__name__}: {e}",
+                "traceback": traceback.format_exc(),
+            },
+        )
         return 1
     checkpoint = str(result.checkpoint) if result.checkpoint else None
-    _write(result_path, {"best": result.best_metric, "checkpoint": checkpoint,
-                         "batches": result.batches})
+    _write(
+        result_path,
+        {"best": result.best_metric, "checkpoint": checkpoint, "batches": result.batches},
+    )
     return 0
 
 
@@ -89,8 +104,9 @@ def describe(status: int) -> str:
     return f"exited with status {status}"
 
 
-def read_legacy_result(number: int, hparams: Dict[str, Any], status: int,
-                       result_path: str) -> TrialResult:
+def read_legacy_result(
+    number: int, hparams: Dict[str, Any], status: int, result_path: str
+) -> TrialResult:
     """The ``TrialResult`` a model_def trial's process left.
 
     Raises:
@@ -110,18 +126,28 @@ def read_legacy_result(number: int, hparams: Dict[str, Any], status: int,
     if error == "LeaseLost":
         raise LeaseLost(message)
     if error:
-        raise TrialProcessError(f"trial {number}: {message}\n\nThe trial's traceback:\n"
-                                f"{data.get('traceback', '')}")
+        raise TrialProcessError(
+            f"trial {number}: {message}\n\nThe trial's traceback:\n{data.get('traceback', '')}"
+        )
     if status != 0 or "best" not in data:
         raise TrialProcessError(f"trial {number}: its process {describe(status)}")
     checkpoint = data["checkpoint"]
-    return TrialResult(number, hparams, "COMPLETED", data["best"],
-                       checkpoint_location(checkpoint) if checkpoint else None,
-                       batches=data["batches"])
+    return TrialResult(
+        number,
+        hparams,
+        "COMPLETED",
+        data["best"],
+        checkpoint_location(checkpoint) if checkpoint else None,
+        batches=data["batches"],
+    )
 
 
-def run_trial(starter: TrialStarter, interrupt: SearchInterrupt, request: TrialRequest,
-              lost: Optional[threading.Event]) -> Optional[int]:
+def run_trial(
+    starter: TrialStarter,
+    interrupt: SearchInterrupt,
+    request: TrialRequest,
+    lost: Optional[threading.Event],
+) -> Optional[int]:
     """Runs ``request`` in a process of its own and returns its exit status; None, with the
     process killed, once ``lost`` is set (another worker took the trial over).
 
@@ -149,9 +175,16 @@ def run_trial(starter: TrialStarter, interrupt: SearchInterrupt, request: TrialR
     return status
 
 
-def run_legacy_process(launch: Launch, plan: Plan, number: int, hparams: Dict[str, Any],
-                       lengths: Optional[Dict[str, Any]], latest: Optional[str],
-                       env: Dict[str, str], lost: threading.Event) -> TrialResult:
+def run_legacy_process(
+    launch: Launch,
+    plan: Plan,
+    number: int,
+    hparams: Dict[str, Any],
+    lengths: Optional[Dict[str, Any]],
+    latest: Optional[str],
+    env: Dict[str, str],
+    lost: threading.Event,
+) -> TrialResult:
     """One ``model_def:Trial`` trial in a process of its own (``launch``: ``run_trial`` bound
     to the worker's starter and interrupt): its ``TrialResult``, or what it raised."""
     from det_lightning._runner.search._lease import LeaseLost
@@ -159,9 +192,13 @@ def run_legacy_process(launch: Launch, plan: Plan, number: int, hparams: Dict[st
     fd, result_path = tempfile.mkstemp(prefix=f"det-lightning-trial-{number}-", suffix=".json")
     os.close(fd)
     os.unlink(result_path)  # the trial's process writes it whole, at its end
-    request = TrialRequest("det_lightning._runner.search._jobs:legacy_job",
-                           (plan, number, hparams, lengths, latest, result_path),
-                           str(plan.model_dir), env, [sys.argv[0]])
+    request = TrialRequest(
+        "det_lightning._runner.search._jobs:legacy_job",
+        (plan, number, hparams, lengths, latest, result_path),
+        str(plan.model_dir),
+        env,
+        [sys.argv[0]],
+    )
     try:
         status = launch(request, lost)
         if status is None:

@@ -83,8 +83,14 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-def expired(attrs: Dict[str, Any], started: Optional[datetime.datetime], now: float,
-            timeout: float, host: str, alive: Callable[[int], bool] = pid_alive) -> bool:
+def expired(
+    attrs: Dict[str, Any],
+    started: Optional[datetime.datetime],
+    now: float,
+    timeout: float,
+    host: str,
+    alive: Callable[[int], bool] = pid_alive,
+) -> bool:
     """Whether a RUNNING trial's lease has expired (pure but for ``alive``).
 
     Args:
@@ -112,8 +118,7 @@ def expired(attrs: Dict[str, Any], started: Optional[datetime.datetime], now: fl
     return now - float(lease.get("renewed", 0.0)) > timeout
 
 
-def take_over(study: optuna.Study, frozen: optuna.trial.FrozenTrial
-              ) -> Optional[optuna.Trial]:
+def take_over(study: optuna.Study, frozen: optuna.trial.FrozenTrial) -> Optional[optuna.Trial]:
     """Takes the expired trial ``frozen`` over: its continuation, RUNNING for this worker, or
     None when another worker won it (or its own worker finished it meanwhile)."""
     storage = study._storage
@@ -123,14 +128,13 @@ def take_over(study: optuna.Study, frozen: optuna.trial.FrozenTrial
     except UpdateFinishedTrialError:
         return None  # finished already: by another worker's takeover, or by its own worker
     attrs = {k: v for k, v in frozen.user_attrs.items() if k not in _WORKER_ATTRS}
-    attrs.update({CONTINUES: frozen._trial_id, TRIAL_NUMBER: trial_number(frozen),
-                  ORIGIN: origin(frozen)})
+    attrs.update(
+        {CONTINUES: frozen._trial_id, TRIAL_NUMBER: trial_number(frozen), ORIGIN: origin(frozen)}
+    )
     study.enqueue_trial(dict(frozen.params), user_attrs=attrs, skip_if_exists=False)
-    for waiting in study.get_trials(deepcopy=False,
-                                    states=(optuna.trial.TrialState.WAITING,)):
+    for waiting in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)):
         if waiting.user_attrs.get(CONTINUES) == frozen._trial_id:
-            if storage.set_trial_state_values(waiting._trial_id,
-                                              optuna.trial.TrialState.RUNNING):
+            if storage.set_trial_state_values(waiting._trial_id, optuna.trial.TrialState.RUNNING):
                 return optuna.trial.Trial(study, waiting._trial_id)
     return None  # another worker's study.ask() popped it first: that worker resumes it
 
@@ -152,7 +156,8 @@ def origin(trial: Any) -> int:
 def is_superseded(frozen: optuna.trial.FrozenTrial) -> bool:
     """Whether another worker took this trial over (its continuation is the trial now)."""
     return bool(frozen.user_attrs.get(SUPERSEDED)) and (
-        frozen.state == optuna.trial.TrialState.FAIL)
+        frozen.state == optuna.trial.TrialState.FAIL
+    )
 
 
 class LeaseLost(Exception):
@@ -164,16 +169,20 @@ class LeaseKeeper:
     every ``settings.interval`` seconds by a thread, dropped on exit. When a renewal finds
     the trial finished by another worker, ``on_lost`` is called once (from that thread)."""
 
-    def __init__(self, study: optuna.Study, trial_id: int, settings: LeaseSettings,
-                 on_lost: Callable[[], None] = lambda: None) -> None:
+    def __init__(
+        self,
+        study: optuna.Study,
+        trial_id: int,
+        settings: LeaseSettings,
+        on_lost: Callable[[], None] = lambda: None,
+    ) -> None:
         self.storage = study._storage
         self.trial_id = trial_id
         self.settings = settings
         self.on_lost = on_lost
         self.lost = threading.Event()
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="det-lightning-lease",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._run, name="det-lightning-lease", daemon=True)
         self.token = uuid.uuid4().hex
 
     def __enter__(self) -> "LeaseKeeper":
@@ -188,8 +197,12 @@ class LeaseKeeper:
     def renew(self, renewed: Optional[float] = None) -> bool:
         """Writes the lease (``renewed``: now); False, and ``lost`` set, once the trial is
         finished (taken over)."""
-        lease = {"host": host_id(), "pid": os.getpid(), "token": self.token,
-                 "renewed": time.time() if renewed is None else renewed}
+        lease = {
+            "host": host_id(),
+            "pid": os.getpid(),
+            "token": self.token,
+            "renewed": time.time() if renewed is None else renewed,
+        }
         try:
             self.storage.set_trial_user_attr(self.trial_id, LEASE, lease)
         except UpdateFinishedTrialError:

@@ -23,9 +23,16 @@ SURPLUS = "surplus"  # asked for when the budget was already full: never run
 class SearchReporter(PyTorchCallback):
     """Reports each validation to the study and stops the trial where ASHA ranks it out."""
 
-    def __init__(self, study: optuna.Study, trial: optuna.Trial, settings: SearchSettings,
-                 bracket: Bracket, context: Any, max_length: Optional[TrainUnit] = None,
-                 lost: Optional[threading.Event] = None) -> None:
+    def __init__(
+        self,
+        study: optuna.Study,
+        trial: optuna.Trial,
+        settings: SearchSettings,
+        bracket: Bracket,
+        context: Any,
+        max_length: Optional[TrainUnit] = None,
+        lost: Optional[threading.Event] = None,
+    ) -> None:
         self.study, self.trial, self.settings = study, trial, settings
         self.bracket, self.context = bracket, context
         self.lost = lost  # set by the worker's LeaseKeeper when another worker took over
@@ -87,10 +94,12 @@ class SearchReporter(PyTorchCallback):
         value = float(metrics[name])
         signed = value if self.settings.smaller_is_better else -value
         self.raise_if_lost()
-        others = rung_metrics(self.study, len(self.bracket.rung_units),
-                              exclude=trial_number(self.trial))
-        decision = decide(self.bracket.rung_units, others, self.rung, self._time(), signed,
-                          self.settings.divisor)
+        others = rung_metrics(
+            self.study, len(self.bracket.rung_units), exclude=trial_number(self.trial)
+        )
+        decision = decide(
+            self.bracket.rung_units, others, self.rung, self._time(), signed, self.settings.divisor
+        )
         for index, recorded in decision.entered:
             self.rungs[str(index)] = recorded
         self.rung = decision.rung
@@ -100,15 +109,19 @@ class SearchReporter(PyTorchCallback):
         self.last_value = value
         last = len(self.bracket.rung_units) - 1
         if decision.stop and decision.rung < last and self._trained_full_length():
-            logger.info(f"trial {trial_number(self.trial)}: completed: it trained its full "
-                        f"length, {self.max_length}, reaching rung {decision.rung} of "
-                        f"{list(self.bracket.rung_units)} {self.settings.time_metric}")
+            logger.info(
+                f"trial {trial_number(self.trial)}: completed: it trained its full "
+                f"length, {self.max_length}, reaching rung {decision.rung} of "
+                f"{list(self.bracket.rung_units)} {self.settings.time_metric}"
+            )
         elif decision.stop and decision.rung < last and not self.stopped:
             # The last rung is the full length: the trial ends there by itself.
             self.stopped = True
             self.trial.set_user_attr("stopped", True)  # a resumed worker must not train it on
-            logger.info(f"trial {trial_number(self.trial)}: stopped at rung {decision.rung} "
-                        f"({name}={value:.6g} is not in the top of that rung)")
+            logger.info(
+                f"trial {trial_number(self.trial)}: stopped at rung {decision.rung} "
+                f"({name}={value:.6g} is not in the top of that rung)"
+            )
             self.context.set_stop_requested(True)
 
 

@@ -1,9 +1,9 @@
 """Determined's hyperparameter types drawn through an Optuna trial (so the study records them).
 
-    const        the value                       int          suggest_int(minval, maxval): inclusive
-    double       suggest_float(minval, maxval)   log          base ** suggest_float(minval, maxval)
-    categorical  vals[suggest_categorical(index)], so any YAML value works
-    nested       names joined with "." ("optimizer.lr")
+const        the value                       int          suggest_int(minval, maxval): inclusive
+double       suggest_float(minval, maxval)   log          base ** suggest_float(minval, maxval)
+categorical  vals[suggest_categorical(index)], so any YAML value works
+nested       names joined with "." ("optimizer.lr")
 """
 
 from typing import Any, Dict, Optional, Sequence, Tuple
@@ -12,8 +12,9 @@ import numpy as np
 import optuna
 
 
-def suggest(trial: optuna.Trial, hparams: Dict[str, Any], prefix: Tuple[str, ...] = ()
-            ) -> Dict[str, Any]:
+def suggest(
+    trial: optuna.Trial, hparams: Dict[str, Any], prefix: Tuple[str, ...] = ()
+) -> Dict[str, Any]:
     """The trial's hyperparameter values for a ``hyperparameters`` section."""
     values: Dict[str, Any] = {}
     for key, spec in hparams.items():
@@ -51,7 +52,9 @@ def point_index(trials: Sequence[optuna.trial.FrozenTrial], number: int, surplus
     return number - sum(1 for t in trials if t.number < number and t.user_attrs.get(surplus))
 
 
-def sampler_for(experiment_seed: Optional[int], bracket: int, index: int) -> optuna.samplers.BaseSampler:
+def sampler_for(
+    experiment_seed: Optional[int], bracket: int, index: int
+) -> optuna.samplers.BaseSampler:
     """The sampler a trial draws its hyperparameters with: with an experiment seed, one seeded
     by (seed, bracket, index), so that a seed gives the same set of points whatever the
     workers' timing, and no two trials of a search (any bracket) share a stream; unseeded, a

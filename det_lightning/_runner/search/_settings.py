@@ -57,14 +57,19 @@ class SearchSettings:
         return cls(
             metric=searcher["metric"],
             smaller_is_better=bool(searcher.get("smaller_is_better", True)),
-            time_metric="batches", max_time=0, max_trials=max_trials, divisor=4.0,
+            time_metric="batches",
+            max_time=0,
+            max_trials=max_trials,
+            divisor=4.0,
             brackets=[Bracket(0, max_trials, min(concurrent, max_trials), ())],
-            searcher=searcher["name"], grid=grid,
+            searcher=searcher["name"],
+            grid=grid,
         )
 
     @classmethod
-    def from_searcher(cls, searcher: Dict[str, Any], lengths: Lengths,
-                      global_batch_size: Optional[int]) -> "SearchSettings":
+    def from_searcher(
+        cls, searcher: Dict[str, Any], lengths: Lengths, global_batch_size: Optional[int]
+    ) -> "SearchSettings":
         """Raises ``InvalidConfigException`` naming the key when the length is missing."""
         length = lengths.searcher_time or lengths.max_length
         if length is None or length.unit is None:
@@ -90,7 +95,9 @@ class SearchSettings:
             max_trials=max_trials,
             divisor=divisor,
             brackets=make_brackets(
-                max_time=int(max_time), max_trials=max_trials, divisor=divisor,
+                max_time=int(max_time),
+                max_trials=max_trials,
+                divisor=divisor,
                 mode=searcher.get("mode") or "standard",
                 max_rungs_cfg=int(searcher.get("max_rungs") or 5),
                 bracket_rungs_cfg=searcher.get("bracket_rungs"),
@@ -99,8 +106,9 @@ class SearchSettings:
         )
 
 
-def length_mismatch(fit_length: Any, searcher_length: Any, rung_units: Sequence[int],
-                    time_metric: str) -> str:
+def length_mismatch(
+    fit_length: Any, searcher_length: Any, rung_units: Sequence[int], time_metric: str
+) -> str:
     """The warning for a search's trial whose ``fit(max_length=...)`` is not the searcher's
     length (Determined logs one too), with what it means for ``adaptive_asha``'s rungs.
 
@@ -109,25 +117,37 @@ def length_mismatch(fit_length: Any, searcher_length: Any, rung_units: Sequence[
     fit(max_length=Batch(value=1)) is not the searcher's length, Batch(value=8): the trial trains \
 for Batch(value=1). It ends before the first rung (2 batches): adaptive_asha ranks none ...
     """
-    head = (f"fit(max_length={fit_length!r}) is not the searcher's length, {searcher_length!r}: "
-            f"the trial trains for {fit_length!r}. ")
-    fix = (" Call fit(max_length=None) to train for the searcher's length, or give the searcher "
-           "the script's length.")
+    head = (
+        f"fit(max_length={fit_length!r}) is not the searcher's length, {searcher_length!r}: "
+        f"the trial trains for {fit_length!r}. "
+    )
+    fix = (
+        " Call fit(max_length=None) to train for the searcher's length, or give the searcher "
+        "the script's length."
+    )
     if not rung_units:
         return head + "This may result in unexpected hyperparameter search behavior." + fix
     rungs = f"{list(rung_units)} {time_metric}"
     unit = "batches" if type(fit_length).__name__ == "Batch" else "epochs"
     if unit != time_metric:
-        return (head + f"adaptive_asha's rungs are at {rungs}, counted in {time_metric}: "
-                "where this trial ends among them depends on the epoch length, and a rung it "
-                "does not reach ranks nothing." + fix)
+        return (
+            head + f"adaptive_asha's rungs are at {rungs}, counted in {time_metric}: "
+            "where this trial ends among them depends on the epoch length, and a rung it "
+            "does not reach ranks nothing." + fix
+        )
     reached = [r for r in rung_units if r <= fit_length.value]
     if not reached:
-        return (head + f"It ends before the first rung ({rung_units[0]} {time_metric}): "
-                "adaptive_asha ranks none of the search's trials and stops none early." + fix)
+        return (
+            head + f"It ends before the first rung ({rung_units[0]} {time_metric}): "
+            "adaptive_asha ranks none of the search's trials and stops none early." + fix
+        )
     if len(reached) < len(rung_units):
-        missed = list(rung_units[len(reached):])
-        return (head + f"It reaches only the rungs at {reached} {time_metric} of {rungs}: those "
-                f"at {missed} rank nothing, and no trial trains the search's full length." + fix)
-    return (head + f"It trains past adaptive_asha's last rung ({rung_units[-1]} {time_metric}), "
-            "which the search takes as a trial's full length." + fix)
+        missed = list(rung_units[len(reached) :])
+        return (
+            head + f"It reaches only the rungs at {reached} {time_metric} of {rungs}: those "
+            f"at {missed} rank nothing, and no trial trains the search's full length." + fix
+        )
+    return (
+        head + f"It trains past adaptive_asha's last rung ({rung_units[-1]} {time_metric}), "
+        "which the search takes as a trial's full length." + fix
+    )

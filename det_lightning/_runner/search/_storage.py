@@ -60,12 +60,19 @@ def storage_ref(url: Optional[str], checkpoint_root: CheckpointRoot) -> str:
 
 def open_studies(storage: Any, key: str, settings: SearchSettings) -> List[optuna.Study]:
     """One study per bracket (a grid's with its points enqueued)."""
-    direction = (optuna.study.StudyDirection.MINIMIZE if settings.smaller_is_better
-                 else optuna.study.StudyDirection.MAXIMIZE)
+    direction = (
+        optuna.study.StudyDirection.MINIMIZE
+        if settings.smaller_is_better
+        else optuna.study.StudyDirection.MAXIMIZE
+    )
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     studies = [
-        optuna.create_study(study_name=f"{key}-bracket-{i}", storage=storage,
-                            direction=direction, load_if_exists=True)
+        optuna.create_study(
+            study_name=f"{key}-bracket-{i}",
+            storage=storage,
+            direction=direction,
+            load_if_exists=True,
+        )
         for i in range(len(settings.brackets))
     ]
     if settings.grid:

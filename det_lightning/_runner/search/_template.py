@@ -52,9 +52,17 @@ WARM_START_ENV = "DET_LIGHTNING_WARM_START"  # "0": each trial a new interpreter
 # What every trial would import again: torch, Lightning, det_lightning, the search's reporter,
 # TensorBoard's writer (Lightning's logger imports it in fit()), and the object-store libraries
 # Lightning imports to tell a checkpoint URL from a path, where installed.
-PRELOAD = ("torch", "lightning", "optuna", "det_lightning.pytorch", "det_lightning.adapters",
-           "det_lightning._runner.cli", "det_lightning._runner.search._jobs",
-           "det_lightning._runner.search._child", "torch.utils.tensorboard")
+PRELOAD = (
+    "torch",
+    "lightning",
+    "optuna",
+    "det_lightning.pytorch",
+    "det_lightning.adapters",
+    "det_lightning._runner.cli",
+    "det_lightning._runner.search._jobs",
+    "det_lightning._runner.search._child",
+    "torch.utils.tensorboard",
+)
 PRELOAD_IF_INSTALLED = ("s3fs", "gcsfs", "adlfs")
 _PR_SET_PDEATHSIG = 1
 
@@ -240,8 +248,12 @@ def main(argv: List[str]) -> None:
 class TrialProcess:
     """A running trial's process (its pid leads its process group)."""
 
-    def __init__(self, pid: int, sock: Optional[socket.socket] = None,
-                 child: "Optional[subprocess.Popen[bytes]]" = None) -> None:
+    def __init__(
+        self,
+        pid: int,
+        sock: Optional[socket.socket] = None,
+        child: "Optional[subprocess.Popen[bytes]]" = None,
+    ) -> None:
         self.pid = pid
         self._sock, self._child = sock, child
         self.returncode: Optional[int] = None
@@ -306,8 +318,16 @@ class TrialStarter:
     def _spawn(self) -> None:
         ours, theirs = socket.socketpair()
         self._template = subprocess.Popen(
-            [sys.executable, "-m", "det_lightning._runner.search._template", str(theirs.fileno()),
-             str(os.getpid())], pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL)
+            [
+                sys.executable,
+                "-m",
+                "det_lightning._runner.search._template",
+                str(theirs.fileno()),
+                str(os.getpid()),
+            ],
+            pass_fds=(theirs.fileno(),),
+            stdin=subprocess.DEVNULL,
+        )
         theirs.close()
         self._sock, self._ready = ours, False
 
@@ -329,13 +349,24 @@ class TrialStarter:
             try:
                 return self._fork(request)
             except (EOFError, OSError):
-                logger.warning("the warm template process is gone: this trial starts as a new "
-                               "interpreter, the next from a new template")
+                logger.warning(
+                    "the warm template process is gone: this trial starts as a new "
+                    "interpreter, the next from a new template"
+                )
                 self._stop()
                 self._spawn()
         child = subprocess.Popen(
-            [sys.executable, "-m", "det_lightning._runner.search._template", "--one",
-             str(os.getpid())], stdin=subprocess.PIPE, cwd=request.cwd, env=request.env)
+            [
+                sys.executable,
+                "-m",
+                "det_lightning._runner.search._template",
+                "--one",
+                str(os.getpid()),
+            ],
+            stdin=subprocess.PIPE,
+            cwd=request.cwd,
+            env=request.env,
+        )
         assert child.stdin is not None
         child.stdin.write(pickle.dumps(request))
         child.stdin.close()
@@ -347,8 +378,9 @@ class TrialStarter:
             kind, threads = _receive(self._sock)
             assert kind == "ready", kind
             if threads != ["MainThread"]:
-                logger.warning(f"the warm template process runs threads {threads}: forking "
-                               "it may not be safe")
+                logger.warning(
+                    f"the warm template process runs threads {threads}: forking it may not be safe"
+                )
             self._ready = True
         _send(self._sock, request)
         kind, pid = _receive(self._sock)

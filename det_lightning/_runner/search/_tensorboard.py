@@ -46,8 +46,9 @@ def flat_hparams(hparams: Dict[str, Any], prefix: str = "") -> Dict[str, Scalar]
     return flat
 
 
-def write_hparams(run_dir: pathlib.Path, hparams: Dict[str, Any], metric: str,
-                  trial_name: str) -> bool:
+def write_hparams(
+    run_dir: pathlib.Path, hparams: Dict[str, Any], metric: str, trial_name: str
+) -> bool:
     """Writes the trial's hyperparameters and the view's metric into ``run_dir``, unless an
     earlier run of the trial did. Returns whether it wrote them."""
     if run_dir.is_dir() and any(run_dir.glob(f"*{SUFFIX}")):

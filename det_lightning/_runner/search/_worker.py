@@ -81,9 +81,9 @@ from det_lightning.pytorch._units import AnyOf
 logger = logging.getLogger("det_lightning")
 
 
-
-def admitted(study: optuna.Study, trial: optuna.Trial, settings: SearchSettings,
-             bracket: Bracket) -> bool:
+def admitted(
+    study: optuna.Study, trial: optuna.Trial, settings: SearchSettings, bracket: Bracket
+) -> bool:
     """Whether a trial ``study.ask()`` just gave is within the search: its own grid point, or
     fewer than the bracket's max_trials counted trials asked for before it."""
     trials = study.get_trials(deepcopy=False)
@@ -91,13 +91,17 @@ def admitted(study: optuna.Study, trial: optuna.Trial, settings: SearchSettings,
     if settings.grid:
         return owns_point(trials, me)
     place, number = origin(me), trial_number(me)
-    earlier = {trial_number(t) for t in trials
-               if origin(t) < place and counted(t) and trial_number(t) != number}
+    earlier = {
+        trial_number(t)
+        for t in trials
+        if origin(t) < place and counted(t) and trial_number(t) != number
+    }
     return len(earlier) < bracket.max_trials
 
 
-def lengths_for(settings: SearchSettings, bracket: Bracket, config: ExperimentConfig,
-                hparams: Dict[str, Any]) -> Dict[str, Any]:
+def lengths_for(
+    settings: SearchSettings, bracket: Bracket, config: ExperimentConfig, hparams: Dict[str, Any]
+) -> Dict[str, Any]:
     """``fit()``'s lengths for a trial of ``bracket``: the full length, validating at each rung
     and at ``min_validation_period``, checkpointing at ``min_checkpoint_period``; both periods
     as written, in their own unit (records converted to batches), as Determined passes them to
@@ -111,19 +115,18 @@ def lengths_for(settings: SearchSettings, bracket: Bracket, config: ExperimentCo
     return {
         **periods,
         "max_length": unit(settings.max_time),
-        "validation_period": AnyOf(unit(list(bracket.rung_units)),
-                                   periods["validation_period"]),
+        "validation_period": AnyOf(unit(list(bracket.rung_units)), periods["validation_period"]),
     }
 
 
-def expired_trial(studies: Sequence[optuna.Study], leases: LeaseSettings
-                  ) -> Optional[Tuple[int, optuna.Trial]]:
+def expired_trial(
+    studies: Sequence[optuna.Study], leases: LeaseSettings
+) -> Optional[Tuple[int, optuna.Trial]]:
     """Takes over a RUNNING trial whose lease expired (its worker died, on this machine or
     another, or never took the lease): its continuation, RUNNING for this worker."""
     host, now = host_id(), time.time()
     for index, study in enumerate(studies):
-        for frozen in study.get_trials(deepcopy=False,
-                                       states=(optuna.trial.TrialState.RUNNING,)):
+        for frozen in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
             if not expired(frozen.user_attrs, frozen.datetime_start, now, leases.timeout, host):
                 continue
             trial = take_over(study, frozen)
@@ -157,16 +160,27 @@ def next_bracket(studies: Sequence[optuna.Study], settings: SearchSettings) -> O
     return None if best is None else best[1]
 
 
-def _ask(study: optuna.Study, settings: SearchSettings, index: int, space: Dict[str, Any],
-         seed: Optional[int]) -> Optional[optuna.Trial]:
+def _ask(
+    study: optuna.Study,
+    settings: SearchSettings,
+    index: int,
+    space: Dict[str, Any],
+    seed: Optional[int],
+) -> Optional[optuna.Trial]:
     """A new trial of ``study`` with its hyperparameters, or None when another worker filled
     the budget first (the trial asked for is then dropped unrun); or the continuation of a
     trial another worker took over, if one was waiting."""
     return _admit(study, settings, index, study.ask(), space, seed)
 
 
-def _admit(study: optuna.Study, settings: SearchSettings, index: int, trial: optuna.Trial,
-           space: Dict[str, Any], seed: Optional[int]) -> Optional[optuna.Trial]:
+def _admit(
+    study: optuna.Study,
+    settings: SearchSettings,
+    index: int,
+    trial: optuna.Trial,
+    space: Dict[str, Any],
+    seed: Optional[int],
+) -> Optional[optuna.Trial]:
     """``trial`` with its hyperparameters drawn, or None (told FAIL as surplus) when it is
     past the budget. A continuation of a trial that had drawn them keeps them."""
     if "hparams" in trial.user_attrs:  # a continuation
@@ -222,22 +236,40 @@ def run_search(plan: Plan, storage_url: Optional[str] = None) -> SearchOutcome:
         reference = storage_ref(storage_url, plan.checkpoint_root)
         stopped = _work(plan, settings, studies, reference, interrupt)
     interrupted = frozenset() if stopped is None else frozenset({stopped})
-    return SearchOutcome(summarize(studies, plan, settings, interrupted),
-                         interrupt.received)
+    return SearchOutcome(summarize(studies, plan, settings, interrupted), interrupt.received)
 
 
-def _work(plan: Plan, settings: SearchSettings, studies: Sequence[optuna.Study], reference: str,
-          interrupt: SearchInterrupt) -> Optional[int]:
+def _work(
+    plan: Plan,
+    settings: SearchSettings,
+    studies: Sequence[optuna.Study],
+    reference: str,
+    interrupt: SearchInterrupt,
+) -> Optional[int]:
     """Trains one trial after another until none is left to start or to take over, or a
     signal arrived; returns the number of the trial a signal stopped, if one did."""
     leases = LeaseSettings(plan.heartbeat_timeout)
     with TrialStarter() as starter:  # each trial in its own process, forked from a warm one
-        return _loop(plan, settings, studies, reference, interrupt, leases,
-                     functools.partial(run_trial, starter, interrupt))
+        return _loop(
+            plan,
+            settings,
+            studies,
+            reference,
+            interrupt,
+            leases,
+            functools.partial(run_trial, starter, interrupt),
+        )
 
 
-def _loop(plan: Plan, settings: SearchSettings, studies: Sequence[optuna.Study], reference: str,
-          interrupt: SearchInterrupt, leases: LeaseSettings, launch: Launch) -> Optional[int]:
+def _loop(
+    plan: Plan,
+    settings: SearchSettings,
+    studies: Sequence[optuna.Study],
+    reference: str,
+    interrupt: SearchInterrupt,
+    leases: LeaseSettings,
+    launch: Launch,
+) -> Optional[int]:
     config = plan.config
     seed = config.experiment_seed()
     max_restarts = config.max_restarts
@@ -254,29 +286,48 @@ def _loop(plan: Plan, settings: SearchSettings, studies: Sequence[optuna.Study],
             if asked is None:
                 continue
             found = (index, asked)
-        elif _admit(studies[found[0]], settings, found[0], found[1],
-                    config.hyperparameters, seed) is None:
+        elif (
+            _admit(studies[found[0]], settings, found[0], found[1], config.hyperparameters, seed)
+            is None
+        ):
             continue  # taken over before it had drawn its point: past the budget after all
         index, trial = found
         study, bracket = studies[index], settings.brackets[index]
         resume = CONTINUES in trial.user_attrs
         hparams = trial.user_attrs["hparams"]
         number = trial_number(trial)
-        where = (f"bracket {index}, rungs at {list(bracket.rung_units)} {settings.time_metric}"
-                 if bracket.rung_units else settings.searcher)
+        where = (
+            f"bracket {index}, rungs at {list(bracket.rung_units)} {settings.time_metric}"
+            if bracket.rung_units
+            else settings.searcher
+        )
         taken = " resumed (its worker's lease expired)" if resume else ""
         logger.info(f"trial {number} ({where}){taken}: {hparams}")
         with LeaseKeeper(study, trial._trial_id, leases) as keeper:
             try:
-                _run_trial(plan, settings, bracket, study, trial, number, hparams, resume,
-                           max_restarts, reference, keeper.lost, launch)
+                _run_trial(
+                    plan,
+                    settings,
+                    bracket,
+                    study,
+                    trial,
+                    number,
+                    hparams,
+                    resume,
+                    max_restarts,
+                    reference,
+                    keeper.lost,
+                    launch,
+                )
             except errors.TrialPreempted:  # it stays RUNNING: rerunning the search resumes it
                 keeper.release()  # any worker may take it over at once
                 interrupt.note("a signal")
                 return number
             except LeaseLost:
-                logger.warning(f"trial {number}: another worker took it over (this worker's "
-                               "lease had expired); stopped training it here")
+                logger.warning(
+                    f"trial {number}: another worker took it over (this worker's "
+                    "lease had expired); stopped training it here"
+                )
     return None
 
 
@@ -286,16 +337,38 @@ def _wait(seconds: float, interrupt: SearchInterrupt) -> None:
         time.sleep(min(0.2, max(deadline - time.monotonic(), 0.0)))
 
 
-def _run_trial(plan: Plan, settings: SearchSettings, bracket: Bracket, study: optuna.Study,
-               trial: optuna.Trial, number: int, hparams: Dict[str, Any], resume: bool,
-               max_restarts: int, storage_ref: str, lost: threading.Event,
-               launch: Launch) -> None:
+def _run_trial(
+    plan: Plan,
+    settings: SearchSettings,
+    bracket: Bracket,
+    study: optuna.Study,
+    trial: optuna.Trial,
+    number: int,
+    hparams: Dict[str, Any],
+    resume: bool,
+    max_restarts: int,
+    storage_ref: str,
+    lost: threading.Event,
+    launch: Launch,
+) -> None:
     """Trains the trial in a process of its own (``launch``; retrying errors ``max_restarts``
     times) and tells the study how it ended. Raises ``LeaseLost`` when ``lost`` is set:
     another worker took the trial over."""
     try:
-        _train_and_tell(plan, settings, bracket, study, trial, number, hparams, resume,
-                        max_restarts, storage_ref, lost, launch)
+        _train_and_tell(
+            plan,
+            settings,
+            bracket,
+            study,
+            trial,
+            number,
+            hparams,
+            resume,
+            max_restarts,
+            storage_ref,
+            lost,
+            launch,
+        )
     except Exception as e:
         if lost.is_set() or isinstance(e, LeaseLost):
             raise LeaseLost(str(e)) from e  # whatever the trial was doing when it noticed
@@ -315,10 +388,20 @@ def invalid_hp_outcome(searcher: str) -> str:
     return "another trial replaces it"
 
 
-def _train_and_tell(plan: Plan, settings: SearchSettings, bracket: Bracket, study: optuna.Study,
-                    trial: optuna.Trial, number: int, hparams: Dict[str, Any], resume: bool,
-                    max_restarts: int, storage_ref: str, lost: threading.Event,
-                    launch: Launch) -> None:
+def _train_and_tell(
+    plan: Plan,
+    settings: SearchSettings,
+    bracket: Bracket,
+    study: optuna.Study,
+    trial: optuna.Trial,
+    number: int,
+    hparams: Dict[str, Any],
+    resume: bool,
+    max_restarts: int,
+    storage_ref: str,
+    lost: threading.Event,
+    launch: Launch,
+) -> None:
     if trial.user_attrs.get("stopped"):
         # Its worker died after ASHA stopped it (and after its checkpoint, or while writing it).
         logger.info(f"trial {number}: was stopped at rung {trial.user_attrs.get('rung')}")
@@ -328,13 +411,14 @@ def _train_and_tell(plan: Plan, settings: SearchSettings, bracket: Bracket, stud
     lengths = lengths_for(settings, bracket, plan.config, hparams) if bracket.rung_units else None
 
     def attempt(again: bool) -> TrialResult:
-        env = _child_environment(plan, settings, bracket, study, trial, number, hparams, again,
-                                 storage_ref)
+        env = _child_environment(
+            plan, settings, bracket, study, trial, number, hparams, again, storage_ref
+        )
         if plan.trial_class is not None:  # its process adds the search's reporter ($SEARCH_ENV)
-            return run_legacy_process(launch, plan, number, hparams, lengths,
-                                      "latest" if again else None, env, lost)
-        result = run_command_trial(plan, number, hparams, extra_env=env, lost=lost,
-                                   launch=launch)
+            return run_legacy_process(
+                launch, plan, number, hparams, lengths, "latest" if again else None, env, lost
+            )
+        result = run_command_trial(plan, number, hparams, extra_env=env, lost=lost, launch=launch)
         invalid = _current_attrs(study, trial).get(INVALID_HP)
         if invalid:  # the script raised InvalidHP (_child.report_invalid_hp)
             raise errors.InvalidHP(str(invalid))
@@ -363,8 +447,10 @@ def _train_and_tell(plan: Plan, settings: SearchSettings, bracket: Bracket, stud
                 raise  # not the trial's error: another worker took it over
             attempts += 1
             if attempts <= max_restarts:
-                logger.exception(f"trial {number} failed; restart {attempts} of {max_restarts} "
-                                 "from its latest checkpoint")
+                logger.exception(
+                    f"trial {number} failed; restart {attempts} of {max_restarts} "
+                    "from its latest checkpoint"
+                )
                 continue
             logger.exception(f"trial {number} failed")
             if bracket.rung_units:  # ASHA: it counts as the worst at its rung
@@ -377,8 +463,10 @@ def _train_and_tell(plan: Plan, settings: SearchSettings, bracket: Bracket, stud
     trial.set_user_attr("checkpoint", str(result.checkpoint) if result.checkpoint else None)
     attrs = _current_attrs(study, trial)
     values = _current_values(study, trial)
-    trial.set_user_attr("batches", result.batches if result.batches is not None
-                        else (max(values) if values else None))
+    trial.set_user_attr(
+        "batches",
+        result.batches if result.batches is not None else (max(values) if values else None),
+    )
     if attrs.get("stopped"):
         study.tell(trial, state=optuna.trial.TrialState.PRUNED)
     elif values:
@@ -401,46 +489,66 @@ def _current_values(study: optuna.Study, trial: optuna.Trial) -> Dict[int, float
     return dict(_frozen(study, trial).intermediate_values)
 
 
-def _child_environment(plan: Plan, settings: SearchSettings, bracket: Bracket, study: optuna.Study,
-                       trial: optuna.Trial, number: int, hparams: Dict[str, Any], again: bool,
-                       storage_ref: str) -> Dict[str, str]:
+def _child_environment(
+    plan: Plan,
+    settings: SearchSettings,
+    bracket: Bracket,
+    study: optuna.Study,
+    trial: optuna.Trial,
+    number: int,
+    hparams: Dict[str, Any],
+    again: bool,
+    storage_ref: str,
+) -> Dict[str, str]:
     """What a trial is told: where to report (the search); a command trial also its
     hyperparameters and checkpoint (as Determined's cluster info); a model_def trial's process
     gets the worker's whole environment with it."""
     from det_lightning._info import ClusterInfo, TrialInfo
     from det_lightning.pytorch import _checkpoint as ckpt
 
-    search = {SEARCH_ENV: search_environment(storage_ref, study.study_name, trial._trial_id,
-                                             settings, bracket)}
+    search = {
+        SEARCH_ENV: search_environment(
+            storage_ref, study.study_name, trial._trial_id, settings, bracket
+        )
+    }
     if plan.trial_class is not None:  # the harness passes hparams and lengths to init()/fit()
         return {**os.environ, **search}
     latest = ckpt.latest_checkpoint(plan.checkpoint_root / f"trial-{number}") if again else None
-    info = ClusterInfo(TrialInfo(number, 0, hparams, plan.config.raw),
-                       latest_checkpoint=str(latest) if latest else None)
+    info = ClusterInfo(
+        TrialInfo(number, 0, hparams, plan.config.raw),
+        latest_checkpoint=str(latest) if latest else None,
+    )
     return {TRIAL_INFO_ENV: info.to_environment(), **search}
 
 
-def _status(frozen: optuna.trial.FrozenTrial, interrupted: AbstractSet[int],
-            timeout: float) -> str:
+def _status(frozen: optuna.trial.FrozenTrial, interrupted: AbstractSet[int], timeout: float) -> str:
     """A trial's state in the summary: RUNNING only while a live worker holds its lease."""
     states = optuna.trial.TrialState
     if frozen.state == states.RUNNING:
         gone = expired(frozen.user_attrs, frozen.datetime_start, time.time(), timeout, host_id())
         return "INTERRUPTED" if gone or trial_number(frozen) in interrupted else "RUNNING"
-    return {states.COMPLETE: "COMPLETED", states.PRUNED: "STOPPED_EARLY",
-            states.FAIL: "ERROR"}.get(frozen.state, frozen.state.name)
+    return {states.COMPLETE: "COMPLETED", states.PRUNED: "STOPPED_EARLY", states.FAIL: "ERROR"}.get(
+        frozen.state, frozen.state.name
+    )
 
 
-def summarize(studies: Sequence[optuna.Study], plan: Plan, settings: SearchSettings,
-              interrupted: AbstractSet[int] = frozenset()) -> List[TrialResult]:
+def summarize(
+    studies: Sequence[optuna.Study],
+    plan: Plan,
+    settings: SearchSettings,
+    interrupted: AbstractSet[int] = frozenset(),
+) -> List[TrialResult]:
     """Every trial of the search as the experiment's summary table reads it (``interrupted``:
     trials this process stopped for a signal)."""
     results = []
     for study in studies:
         for frozen in study.get_trials(deepcopy=False):
             attrs = frozen.user_attrs
-            if (not counted(frozen) or is_superseded(frozen)
-                    or frozen.state == optuna.trial.TrialState.WAITING):
+            if (
+                not counted(frozen)
+                or is_superseded(frozen)
+                or frozen.state == optuna.trial.TrialState.WAITING
+            ):
                 continue
             values = list(frozen.intermediate_values.values())
             best = None
@@ -448,11 +556,17 @@ def summarize(studies: Sequence[optuna.Study], plan: Plan, settings: SearchSetti
                 best = min(values) if settings.smaller_is_better else max(values)
             status = _status(frozen, interrupted, plan.heartbeat_timeout)
             checkpoint = attrs.get("checkpoint")
-            results.append(TrialResult(
-                trial_number(frozen), attrs.get("hparams", {}), status, best,
-                checkpoint_location(checkpoint) if checkpoint else None,
-                batches=attrs.get("batches"),
-                rung=int(attrs["rung"]) if status == "STOPPED_EARLY" and "rung" in attrs
-                else None,
-            ))
+            results.append(
+                TrialResult(
+                    trial_number(frozen),
+                    attrs.get("hparams", {}),
+                    status,
+                    best,
+                    checkpoint_location(checkpoint) if checkpoint else None,
+                    batches=attrs.get("batches"),
+                    rung=int(attrs["rung"])
+                    if status == "STOPPED_EARLY" and "rung" in attrs
+                    else None,
+                )
+            )
     return sorted(results, key=lambda r: r.number)

@@ -22,7 +22,11 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from det_lightning import core, pytorch
 
 RECORD: Dict[str, Any] = {
-    "events": [], "losses": [], "validations": [], "weights_at_validation": [], "allreduces": 0
+    "events": [],
+    "losses": [],
+    "validations": [],
+    "weights_at_validation": [],
+    "allreduces": 0,
 }
 
 
@@ -145,20 +149,32 @@ class TraceHooks(pl.Callback):
 
     def __init__(self) -> None:
         RECORD["trace"] = []
-        for name in ("on_train_batch_start", "on_before_backward", "on_after_backward",
-                     "on_before_optimizer_step", "on_train_batch_end", "on_validation_start",
-                     "on_validation_end"):
+        for name in (
+            "on_train_batch_start",
+            "on_before_backward",
+            "on_after_backward",
+            "on_before_optimizer_step",
+            "on_train_batch_end",
+            "on_validation_start",
+            "on_validation_end",
+        ):
             setattr(self, name, self._recorder(name))
 
     @staticmethod
     def _recorder(name: str) -> Any:
         def record(trainer: pl.Trainer, pl_module: Any, *args: Any) -> None:
             loop = trainer.fit_loop.epoch_loop
-            RECORD["trace"].append([
-                name, trainer.global_step, loop._batches_that_stepped,
-                str(loop.batch_progress.total), pl_module._current_fx_name,
-                sorted(trainer.callback_metrics),
-            ])
+            RECORD["trace"].append(
+                [
+                    name,
+                    trainer.global_step,
+                    loop._batches_that_stepped,
+                    str(loop.batch_progress.total),
+                    pl_module._current_fx_name,
+                    sorted(trainer.callback_metrics),
+                ]
+            )
+
         return record
 
 
@@ -166,8 +182,18 @@ class CountCollectives(pl.Callback):
     """Counts the torch.distributed collectives each training batch is followed by (between its
     train_batch and the next one's): RECORD["collectives"][batch number] = count."""
 
-    NAMES = ("all_reduce", "broadcast", "all_gather", "all_gather_object", "gather",
-             "gather_object", "broadcast_object_list", "barrier", "reduce", "all_to_all")
+    NAMES = (
+        "all_reduce",
+        "broadcast",
+        "all_gather",
+        "all_gather_object",
+        "gather",
+        "gather_object",
+        "broadcast_object_list",
+        "barrier",
+        "reduce",
+        "all_to_all",
+    )
 
     def __init__(self) -> None:
         self.batch = 0
@@ -186,10 +212,12 @@ class CountCollectives(pl.Callback):
                 key = str(self.batch)
                 RECORD["collectives"][key] = RECORD["collectives"].get(key, 0) + 1
             return original(*args, **kwargs)
+
         return counted
 
-    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
-                             batch: Any, batch_idx: int) -> None:
+    def on_train_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
         self.batch += 1
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -203,8 +231,11 @@ class ProbeTrial(pytorch.PyTorchTrial):
         self.args = args
         dist = context.distributed
         RECORD["init"] = {
-            "rank": dist.get_rank(), "size": dist.get_size(), "local_rank": dist.get_local_rank(),
-            "local_size": dist.get_local_size(), "cross_rank": dist.get_cross_rank(),
+            "rank": dist.get_rank(),
+            "size": dist.get_size(),
+            "local_rank": dist.get_local_rank(),
+            "local_size": dist.get_local_size(),
+            "cross_rank": dist.get_cross_rank(),
             "cross_size": dist.get_cross_size(),
             "per_slot_batch_size": context.get_per_slot_batch_size(),
             "global_batch_size": context.get_global_batch_size(),
@@ -294,8 +325,10 @@ def _record_process_group_at_exit(out: pathlib.Path) -> None:
     teardown is about to begin."""
     if "init" in RECORD:
         rank = RECORD["init"]["rank"]
-        record = {"process_group": torch.distributed.is_initialized(),
-                  "c10d_threads": _c10d_threads()}
+        record = {
+            "process_group": torch.distributed.is_initialized(),
+            "c10d_threads": _c10d_threads(),
+        }
         if "open_after_init" in RECORD:
             record["open_after_init"] = RECORD["open_after_init"]
         (out / f"rank{rank}-exit.json").write_text(json.dumps(record))
@@ -312,24 +345,45 @@ def main() -> None:
     parser.add_argument("--resume", default=None)
     parser.add_argument("--crash-rank", type=int, default=-1)
     parser.add_argument("--crash-batch", type=int, default=-1)
-    parser.add_argument("--crash-phase", choices=["validation", "checkpoint"], default=None,
-                        help="raise on --crash-rank while validating or saving a checkpoint")
-    parser.add_argument("--stop-rank", type=int, default=-1,
-                        help="this rank alone calls set_stop_requested(True) at --stop-batch")
+    parser.add_argument(
+        "--crash-phase",
+        choices=["validation", "checkpoint"],
+        default=None,
+        help="raise on --crash-rank while validating or saving a checkpoint",
+    )
+    parser.add_argument(
+        "--stop-rank",
+        type=int,
+        default=-1,
+        help="this rank alone calls set_stop_requested(True) at --stop-batch",
+    )
     parser.add_argument("--stop-batch", type=int, default=-1)
     parser.add_argument("--validation-period", type=int, default=4)
     parser.add_argument("--reporting-period", type=int, default=2)
-    parser.add_argument("--checkpoint-period", type=int, default=0,
-                        help="checkpoint every so many batches (default: only at the end)")
+    parser.add_argument(
+        "--checkpoint-period",
+        type=int,
+        default=0,
+        help="checkpoint every so many batches (default: only at the end)",
+    )
     parser.add_argument("--count-collectives", action="store_true")
     parser.add_argument("--full-dataset", action="store_true")
     parser.add_argument("--unused-parameter", action="store_true")
-    parser.add_argument("--find-unused-parameters", action="store_true",
-                        help="init(strategy=DDPStrategy(find_unused_parameters=True))")
-    parser.add_argument("--background-writes", action="store_true",
-                        help="no callback on the write hooks: checkpoints written in the background")
-    parser.add_argument("--torch-distributed", action="store_true",
-                        help="Determined's recipe: init_process_group + from_torch_distributed")
+    parser.add_argument(
+        "--find-unused-parameters",
+        action="store_true",
+        help="init(strategy=DDPStrategy(find_unused_parameters=True))",
+    )
+    parser.add_argument(
+        "--background-writes",
+        action="store_true",
+        help="no callback on the write hooks: checkpoints written in the background",
+    )
+    parser.add_argument(
+        "--torch-distributed",
+        action="store_true",
+        help="Determined's recipe: init_process_group + from_torch_distributed",
+    )
     args = parser.parse_args()
     distributed = None
     if args.torch_distributed:
@@ -356,8 +410,9 @@ def main() -> None:
             max_length=pytorch.Batch(args.batches),
             validation_period=pytorch.Batch(args.validation_period),
             reporting_period=pytorch.Batch(args.reporting_period),
-            checkpoint_period=(pytorch.Batch(args.checkpoint_period) if args.checkpoint_period
-                               else None),
+            checkpoint_period=(
+                pytorch.Batch(args.checkpoint_period) if args.checkpoint_period else None
+            ),
             checkpoint_policy="none",
             latest_checkpoint=args.resume,
         )

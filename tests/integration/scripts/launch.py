@@ -27,7 +27,9 @@ class Script:
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
         self.process = subprocess.Popen(
             [sys.executable, str(SCRIPT), str(args_file)],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=env,
             start_new_session=new_session,  # its own process group, to signal as a whole
         )
         self._output: List[bytes] = []
@@ -46,15 +48,16 @@ class Script:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
-            raise AssertionError(f"train.py did not finish in {timeout} s:\n{self.log()}")
+            raise AssertionError(f"train.py did not finish in {timeout} s:\n{self.log()}") from None
 
     def wait_for_file(self, path: pathlib.Path, timeout: float = TIMEOUT_S) -> None:
         self._wait_until(path.exists, path.name, timeout)
 
     def wait_for_output(self, text: str, timeout: float = TIMEOUT_S) -> None:
         """Until the script has printed ``text`` (a log line it writes at an event)."""
-        self._wait_until(lambda: text in b"".join(self._output).decode(errors="replace"),
-                         repr(text), timeout)
+        self._wait_until(
+            lambda: text in b"".join(self._output).decode(errors="replace"), repr(text), timeout
+        )
 
     def _wait_until(self, condition: Any, what: str, timeout: float) -> None:
         deadline = time.monotonic() + timeout

@@ -63,9 +63,16 @@ class StopsOnRankOne(OneVar):
 def main(out: pathlib.Path, stop: bool) -> None:
     module = LightningTrial(StopsOnRankOne if stop else OneVar)
     trainer = L.Trainer(
-        accelerator="cpu", devices=2, strategy="ddp", max_steps=40 if stop else 3, logger=False,
-        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-        num_sanity_val_steps=0, log_every_n_steps=50 if stop else 1,
+        accelerator="cpu",
+        devices=2,
+        strategy="ddp",
+        max_steps=40 if stop else 3,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        log_every_n_steps=50 if stop else 1,
         limit_val_batches=0 if stop else None,
     )
     trainer.fit(module)

@@ -42,8 +42,12 @@ def main() -> None:
     with pytorch.init(hparams={"lr": 0.01, "n": 96}, **pytorch.launch_kwargs(args)) as context:
         trial = make_trials(pytorch)["MLPTrial"](context)
         trainer = pytorch.Trainer(trial, context, callbacks=[script_line()])
-        trainer.fit(max_length=pytorch.Batch(12), reporting_period=pytorch.Batch(3),
-                    validation_period=pytorch.Batch(6), checkpoint_period=pytorch.Batch(6))
+        trainer.fit(
+            max_length=pytorch.Batch(12),
+            reporting_period=pytorch.Batch(3),
+            validation_period=pytorch.Batch(6),
+            checkpoint_period=pytorch.Batch(6),
+        )
 
 
 if __name__ == "__main__":

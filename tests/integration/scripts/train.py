@@ -112,8 +112,11 @@ def block_background_write(n: int, marker: pathlib.Path, release: pathlib.Path) 
     def fsync_then_block(fd: Any) -> None:
         path = pathlib.Path(os.readlink(f"/proc/self/fd/{fd}"))
         partial = path.parent.name
-        if (threading.current_thread() is not threading.main_thread()
-                and partial.endswith(".partial") and partial not in partials):
+        if (
+            threading.current_thread() is not threading.main_thread()
+            and partial.endswith(".partial")
+            and partial not in partials
+        ):
             partials.append(partial)
             if len(partials) == n:
                 announce(marker, str(path.parent))
@@ -134,8 +137,11 @@ def block_deletions(root: pathlib.Path, marker: pathlib.Path) -> None:
 
     def unlink_then_block(path: Any, *, dir_fd: Any = None) -> None:
         unlink(path, dir_fd=dir_fd)
-        where = pathlib.Path(os.readlink(f"/proc/self/fd/{dir_fd}") if dir_fd is not None
-                             else os.path.dirname(os.path.abspath(path)))
+        where = pathlib.Path(
+            os.readlink(f"/proc/self/fd/{dir_fd}")
+            if dir_fd is not None
+            else os.path.dirname(os.path.abspath(path))
+        )
         inside = where != root.resolve() and root.resolve() in where.parents
         if inside and not where.name.endswith(".partial") and not marker.exists():
             announce(marker, str(where))
@@ -148,8 +154,9 @@ def block_deletions(root: pathlib.Path, marker: pathlib.Path) -> None:
 def main(args: Dict[str, Any]) -> None:
     torch.set_num_threads(1)
     if args.get("block_background"):
-        block_background_write(args["block_background"], pathlib.Path(args["marker"]),
-                               pathlib.Path(args["release"]))
+        block_background_write(
+            args["block_background"], pathlib.Path(args["marker"]), pathlib.Path(args["release"])
+        )
     if args.get("block_delete"):
         root = pathlib.Path(os.environ.get("DET_LIGHTNING_CHECKPOINT_DIR", "checkpoints"))
         block_deletions(root, pathlib.Path(args["block_delete"]))
@@ -168,8 +175,10 @@ def main(args: Dict[str, Any]) -> None:
                 return super().build_training_data_loader()
             hparams = args.get("hparams", {})
             return pytorch.DataLoader(
-                regression_data(hparams.get("n", 64)), batch_size=hparams.get("batch_size", 8),
-                shuffle=True, num_workers=args["workers"],
+                regression_data(hparams.get("n", 64)),
+                batch_size=hparams.get("batch_size", 8),
+                shuffle=True,
+                num_workers=args["workers"],
             )
 
         def train_batch(self, batch: Any, epoch_idx: int, batch_idx: int) -> Any:
@@ -186,8 +195,9 @@ def main(args: Dict[str, Any]) -> None:
     }
     seed_everything(args.get("seed", 3))
     launch = {"devices": args["devices"]} if args.get("devices") else {}
-    with pytorch.init(hparams=args.get("hparams", {}), exp_conf=args.get("exp_conf"),
-                      accelerator="cpu", **launch) as context:
+    with pytorch.init(
+        hparams=args.get("hparams", {}), exp_conf=args.get("exp_conf"), accelerator="cpu", **launch
+    ) as context:
         trial = ScriptTrial(context)
         trainer = pytorch.Trainer(trial, context, logger=False)
         trainer.fit(max_length=pytorch.Batch(args["batches"]), **fit_args)
