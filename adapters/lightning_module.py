@@ -47,7 +47,7 @@ from det_lightning.core import DistributedContext
 from det_lightning.pytorch import _checkpoint as ckpt
 from det_lightning.pytorch._context import PyTorchTrialContext
 from det_lightning.pytorch._data import DataLoader
-from det_lightning.pytorch._trainer import _experiment_seed, _seed_all
+from det_lightning.pytorch._seeds import experiment_seed, seed_all
 from det_lightning.pytorch._trial import PyTorchTrial
 
 # Lightning checkpoints keep what Lightning itself does not save under this key.
@@ -110,9 +110,9 @@ class LightningTrial(TrialModule):
 
     def _build_context(self) -> PyTorchTrialContext:
         trainer = self.trainer
-        seed = _experiment_seed(self.exp_conf)
+        seed = experiment_seed(self.exp_conf)
         if seed is not None:
-            _seed_all(seed)
+            seed_all(seed)
         distributed = DistributedContext(
             rank=trainer.global_rank,
             size=trainer.world_size,

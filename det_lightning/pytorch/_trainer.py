@@ -8,12 +8,9 @@ import dataclasses
 import logging
 import os
 import pathlib
-import random
 import time
 from typing import Any, Callable, Dict, Iterator, List, Optional
 
-import numpy as np
-import torch
 
 from det_lightning import errors
 from det_lightning._env import CHECKPOINT_DIR_ENV, TENSORBOARD_DIR_ENV
@@ -25,6 +22,7 @@ from det_lightning.pytorch._context import PyTorchTrialContext
 from det_lightning.pytorch._lengths import Lengths
 from det_lightning.pytorch._remote import checkpoint_location
 from det_lightning.pytorch._result import FitArgs, FitResult, ProfilerConfig, TrainerOptions
+from det_lightning.pytorch._seeds import experiment_seed, seed_all
 from det_lightning.pytorch._trial import PyTorchTrial
 from det_lightning.pytorch._units import Batch, TrainUnit, check_max_length, check_period
 
@@ -32,21 +30,6 @@ logger = logging.getLogger("det_lightning.pytorch")
 core_logger = logging.getLogger("det_lightning.core")  # what Determined's core logs
 
 CHECKPOINT_POLICIES = ("best", "all", "none")
-
-
-def _seed_all(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.random.manual_seed(seed)
-
-
-def _experiment_seed(exp_conf: Optional[Dict[str, Any]]) -> Optional[int]:
-    seed = ((exp_conf or {}).get("reproducibility") or {}).get("experiment_seed")
-    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or seed < 0):
-        raise ValueError(
-            f"exp_conf['reproducibility']['experiment_seed'] = {seed!r}: expected an int >= 0."
-        )
-    return seed
 
 
 def _default_tensorboard_dir() -> pathlib.Path:
@@ -90,7 +73,7 @@ def init(
     if info is not None and hparams is None and exp_conf is None:
         # One trial of a `det-lightning experiment` search: its hyperparameters and config.
         hparams, exp_conf = info.trial.hparams, info.trial.config
-    seed = _experiment_seed(exp_conf)
+    seed = experiment_seed(exp_conf)
     launched = _launch.start(
         {
             "accelerator": accelerator,
@@ -102,7 +85,7 @@ def init(
         distributed,
     )
     if seed is not None:
-        _seed_all(seed)
+        seed_all(seed)
     context = PyTorchTrialContext(
         hparams=hparams,
         exp_conf=exp_conf,

@@ -237,6 +237,10 @@ FORBIDDEN = [
     ("det_lightning.pytorch", "det_lightning._runner"),
     ("det_lightning.core", "det_lightning._runner"),
     ("det_lightning.adapters", "det_lightning._runner"),
+    # the entry points start the bridge; the bridge never calls back into them
+    ("det_lightning.adapters", "det_lightning.pytorch._trainer"),
+    ("det_lightning.adapters", "det_lightning.pytorch._launch"),
+    ("det_lightning.pytorch._seeds", "det_lightning"),
     ("det_lightning._env", "det_lightning"),
     ("det_lightning.pytorch._units", "det_lightning.adapters"),
     ("det_lightning.pytorch._boundaries", "det_lightning.adapters"),
