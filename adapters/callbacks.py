@@ -141,7 +141,7 @@ class TrialHooks(Callback):
     ) -> None:
         module = self.module
         if module.evaluates_batches:
-            self.buffer.add(outputs, module.trial.get_batch_length(batch))
+            self.buffer.add(outputs, module.batch_records)
         elif outputs is not None:  # evaluate_full_dataset's, on the chief
             self.buffer.whole = outputs
 

@@ -144,6 +144,7 @@ class TrialModule(pl.LightningModule):
         self.epoch_len = 1
         # evaluate_batch per batch, or evaluate_full_dataset once (TrialHooks reads it too).
         self.evaluates_batches = is_overridden(self.trial, "evaluate_batch")
+        self.batch_records = 0  # get_batch_length of the batch validation_step last evaluated
         self._backend = LightningBackend(self)
         self._auto_to_device = self.context.engine.auto_to_device
         self._eval_takes_idx = _accepts_batch_idx(self.trial.evaluate_batch)
@@ -292,6 +293,9 @@ class TrialModule(pl.LightningModule):
             return None if batch is None else self._evaluate_full_dataset(batch)
         if self._auto_to_device:
             batch = self.context.to_device(batch)
+        # As Determined: counted on the batch evaluate_batch gets, before it runs (it may
+        # consume the batch); TrialHooks reads it with the metrics.
+        self.batch_records = self.trial.get_batch_length(batch)
         if self._eval_takes_idx:
             return self.trial.evaluate_batch(batch=batch, batch_idx=batch_idx)
         return self.trial.evaluate_batch(batch=batch)  # type: ignore[call-arg]
