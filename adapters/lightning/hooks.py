@@ -13,7 +13,7 @@ calls and state either way, and that Lightning still dispatches through the func
 here.
 """
 
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional
 
 from lightning.pytorch.callbacks import Callback, Checkpoint, EarlyStopping
 from lightning.pytorch.profilers import PassThroughProfiler
@@ -54,13 +54,15 @@ def _overrides(callback: Callback, hook_name: str) -> bool:
 
 
 def _callbacks_for(
-    trainer: Any, plan: Dict[Any, Any], hook_name: str, monitoring: Optional[bool]
+    trainer: Any, plan: Dict[Any, Any], key: Any, monitoring: Optional[bool]
 ) -> List[Callback]:
+    """The callbacks overriding the hook ``key`` names (its name, or its name and
+    ``monitoring``), worked out once for each list of callbacks."""
     callbacks = trainer.callbacks
     if plan.get("_callbacks") != callbacks:  # the list changed: forget what was worked out
         plan.clear()
         plan["_callbacks"] = list(callbacks)
-    key: Tuple[str, Optional[bool]] = (hook_name, monitoring)
+    hook_name = key if monitoring is None else key[0]
     found = plan.get(key)
     if found is None:
         chosen = callbacks
@@ -89,7 +91,10 @@ def _lean_dispatch(
             trainer, hook_name, *args, monitoring_callbacks=monitoring_callbacks, **kwargs
         )
         return
-    callbacks = _callbacks_for(trainer, plan, hook_name, monitoring_callbacks)
+    key = hook_name if monitoring_callbacks is None else (hook_name, monitoring_callbacks)
+    callbacks = plan.get(key)
+    if callbacks is None or plan["_callbacks"] != trainer.callbacks:  # not worked out yet
+        callbacks = _callbacks_for(trainer, plan, key, monitoring_callbacks)
     if not callbacks:  # nothing runs, so nothing could see the hook name either
         return
     pl_module = trainer.lightning_module

@@ -13,7 +13,8 @@ differ between releases are marked with the release) against the lean path::
     ------------------------------------------   ---------------------------------------------
     SIGTERM flag broadcast (2.5.2 on, several     none: SignalWatcher agrees on stops
       ranks)
-    next(data_fetcher), is_last_batch             same
+    next(data_fetcher), is_last_batch             same, without the pass-through profiler's
+      (profiler start/stop around the fetch)        start and stop around the fetch
     convert_input, on_before_batch_transfer,      same; module hooks the TrialModule does not
       batch_to_device (profiled strategy hook)      override are skipped (they return the batch)
     increment_ready, logger on_batch_start        same
@@ -39,7 +40,28 @@ differ between releases are marked with the release) against the lean path::
       metric (progress bar: .item() each)           since the last recompute
     increment_completed, update_train_step_...    same
 
-``on_advance_end`` (validation, ``_batches_that_stepped``, logger saving) stays Lightning's.
+Between two batches (``done``, then ``advance``'s last step and ``on_advance_end``), Lightning
+asks again, through property chains, what a manual-optimization fit already settles: whether
+gradients accumulate (``_should_accumulate``, three times: never under manual optimization, which
+Lightning allows only with ``accumulate_grad_batches=1``), whether a learning-rate scheduler
+steps (Lightning steps none under manual optimization), which loop is active (``trainer.training``:
+a string comparison of the stage's enum), and ``global_step`` through the module and strategy::
+
+    Lightning                                    lean (same order, same results)
+    ------------------------------------------   ---------------------------------------------
+    done: _is_training_done (global_step via     the manual optimizer steps, max_batches and
+      trainer.lightning_module, num_training_      is_last_batch read directly; anything else
+      batches), _is_validation_done, should_stop   (should_stop, a restart): Lightning's done
+    advance: val_loop.restarting = False (walks  only when the val loop (or a loop under it) is
+      every attribute of the val loop)             restarting
+    logger on_batch_start, update_train_step_     the same steps on this loop's own results,
+      metrics (trainer._results, should_update_    while the stage is TRAINING (else
+      logs through _active_loop)                   Lightning's)
+    on_advance_end: validation if due (zero_grad  the same; the scheduler update (none under
+      hook, val loop), update_lr_schedulers,       manual optimization) and the accumulation
+      _batches_that_stepped += 1 unless            test (never accumulating) left out;
+      accumulating, loggers saved on stop,         _skip_next_val (2.5.0 on) as
+      SIGTERM                                      versions.SHAPE.skips_next_val says
 Anything outside the narrow case (a restart, an iterator-style fetcher, a real profiler, a
 precision plugin or strategy other than the plain ones, a Lightning release with no row in
 ``versions.TABLE``, ``DET_LIGHTNING_LEAN=0``) runs Lightning's own code, batch by batch.
@@ -55,11 +77,14 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 from lightning.pytorch.core.optimizer import LightningOptimizer, do_nothing_closure
 from lightning.pytorch.loops.fetchers import _PrefetchDataFetcher
+from lightning.pytorch.loops.loop import _Loop
 from lightning.pytorch.loops.training_epoch_loop import _TrainingEpochLoop
 from lightning.pytorch.plugins.precision import Precision
 from lightning.pytorch.strategies import DDPStrategy, SingleDeviceStrategy, Strategy
 from lightning.pytorch.strategies.ddp import _DDPForwardRedirection
 from lightning.pytorch.trainer import call
+from lightning.pytorch.trainer.states import RunningStage
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from det_lightning.adapters.lightning import versions
 from det_lightning.adapters.lightning.calls import (
@@ -98,12 +123,17 @@ class _Plan(NamedTuple):
     # "" (Lightning's _ManualOptimization.run)
     module_batch_end: bool  # the module overrides on_train_batch_end
     marks_last_batch: bool  # a skipped batch (-1) is marked the last one (versions.Shape)
+    between: bool  # done/on_advance_end may take the lean path (lean, and no accumulation)
+    skips_next_val: bool  # on_advance_end honours _skip_next_val (versions.Shape)
+    val_has_loops: bool  # the val loop holds loops of its own (restarting walks into them)
 
 
 def _plan(trainer: pl.Trainer) -> _Plan:
     module, strategy = trainer.lightning_module, trainer.strategy
+    lean = plain_run(trainer)
+    val_loop = trainer.fit_loop.epoch_loop.val_loop
     return _Plan(
-        lean=plain_run(trainer),
+        lean=lean,
         before_transfer=overrides(module, pl.LightningModule, "on_before_batch_transfer"),
         to_device=not batch_stays(module, strategy),
         module_batch_start=overrides(module, pl.LightningModule, "on_train_batch_start"),
@@ -111,6 +141,9 @@ def _plan(trainer: pl.Trainer) -> _Plan:
         step=_step_kind(module, strategy, trainer),
         module_batch_end=overrides(module, pl.LightningModule, "on_train_batch_end"),
         marks_last_batch=versions.SHAPE is not None and versions.SHAPE.marks_last_batch,
+        between=lean and versions.SHAPE is not None and trainer.accumulate_grad_batches == 1,
+        skips_next_val=versions.SHAPE is not None and versions.SHAPE.skips_next_val,
+        val_has_loops=any(isinstance(value, _Loop) for value in vars(val_loop).values()),
     )
 
 
@@ -123,6 +156,20 @@ class LeanTrainingEpochLoop(_TrainingEpochLoop):
     def on_run_start(self, data_fetcher: Any) -> None:
         self._lean_plan = _plan(self.trainer)
         super().on_run_start(data_fetcher)
+
+    def _on_before_fetch(self) -> None:
+        """Follows ``_TrainingEpochLoop._on_before_fetch`` (unchanged 2.4.0 to 2.6.6): a
+        profiler action around each fetch, with a name formatted for it, which the
+        pass-through profiler of a lean run ignores."""
+        plan = self._lean_plan
+        if plan is None or not plan.lean:
+            super()._on_before_fetch()
+
+    def _on_after_fetch(self) -> None:
+        """Follows ``_TrainingEpochLoop._on_after_fetch`` (unchanged 2.4.0 to 2.6.6)."""
+        plan = self._lean_plan
+        if plan is None or not plan.lean:
+            super()._on_after_fetch()
 
     def advance(self, data_fetcher: Any) -> None:
         """Follows ``_TrainingEpochLoop.advance`` of the release ``versions.SHAPE.advance``
@@ -140,7 +187,9 @@ class LeanTrainingEpochLoop(_TrainingEpochLoop):
         module = trainer.lightning_module
         strategy = trainer.strategy
         progress = self.batch_progress
-        self.val_loop.restarting = False
+        val_loop = self.val_loop
+        if val_loop._restarting or plan.val_has_loops:  # else the setter would change nothing
+            val_loop.restarting = False
 
         batch, _, __ = next(data_fetcher)
         batch_idx = self.batch_idx + 1
@@ -152,7 +201,19 @@ class LeanTrainingEpochLoop(_TrainingEpochLoop):
             batch = call_hook(strategy, module, "batch_to_device", batch, dataloader_idx=0)
         progress.increment_ready()
         connector = trainer._logger_connector
-        connector.on_batch_start(batch)
+        if trainer.state.stage is RunningStage.TRAINING:
+            # _LoggerConnector.on_batch_start, on the results trainer._results finds in training
+            first = connector._first_loop_iter
+            if first is None:
+                connector._first_loop_iter = True
+            elif first is True:
+                connector._first_loop_iter = False
+            results = self._results
+            results.batch = batch
+            results.batch_size = None
+            results.dataloader_idx = None
+        else:
+            connector.on_batch_start(batch)
 
         output: Any = None
         skip_rest = False
@@ -202,7 +263,70 @@ class LeanTrainingEpochLoop(_TrainingEpochLoop):
             results.batch = None
             results.batch_size = None
         progress.increment_completed()
-        connector.update_train_step_metrics()
+        if trainer.state.stage is RunningStage.TRAINING:
+            # _LoggerConnector.update_train_step_metrics under manual optimization, with
+            # should_update_logs for the fit loop (the active loop in training)
+            every = trainer.log_every_n_steps
+            if (
+                every != 0
+                and ((self._batches_that_stepped + 1) % every == 0 or trainer.should_stop)
+            ) or trainer.fast_dev_run:
+                connector.log_metrics(connector.metrics["log"])
+        else:
+            connector.update_train_step_metrics()
+
+    def _lean_training_done(self) -> bool:
+        """``_is_training_done`` under manual optimization, where ``global_step`` is the
+        optimizers' completed steps."""
+        if self.max_steps != -1 and (
+            self.manual_optimization.optim_step_progress.total.completed >= self.max_steps
+        ):
+            return True
+        progress = self.batch_progress
+        return progress.current.ready == self.trainer.fit_loop.max_batches or progress.is_last_batch
+
+    @property
+    def done(self) -> bool:
+        """Lightning's ``done`` (the same in every release of ``versions.TABLE``): not
+        restarting, validation counts as done, so training done means done; a stop request
+        takes Lightning's own path."""
+        plan = self._lean_plan
+        if plan is None or not plan.between or self._restarting:
+            return super().done
+        if self._lean_training_done():
+            return True
+        if self.trainer.should_stop:
+            return super().done
+        return False
+
+    def on_advance_end(self, data_fetcher: Any) -> None:
+        """Follows ``_TrainingEpochLoop.on_advance_end`` of 2.4.0 and of 2.5.0 on (which
+        honours ``_skip_next_val``) under manual optimization: never accumulating, so the
+        zero_grad hook runs before a validation and ``_batches_that_stepped`` counts every
+        batch; no learning-rate scheduler to step."""
+        plan = self._lean_plan
+        if plan is None or not plan.between:
+            super().on_advance_end(data_fetcher)
+            return
+        trainer = self.trainer
+        should_check_val = self._should_check_val_fx(data_fetcher)
+        if plan.skips_next_val and self._skip_next_val:
+            should_check_val = False
+            self._skip_next_val = False
+        if should_check_val:
+            trainer.validating = True  # picks the evaluation loop as trainer._active_loop
+            connector = trainer._logger_connector
+            first_loop_iter = connector._first_loop_iter
+            call._call_lightning_module_hook(trainer, "on_validation_model_zero_grad")
+            self.val_loop.run()
+            trainer.training = True
+            connector._first_loop_iter = first_loop_iter
+        self._batches_that_stepped += 1
+        if trainer.should_stop:
+            for logger in trainer.loggers:
+                logger.save()
+        if trainer.received_sigterm and not self._lean_training_done():
+            raise SIGTERMException
 
 
 STEP_DIRECT = "direct"  # strategy.training_step would just call module.training_step

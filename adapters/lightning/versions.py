@@ -15,6 +15,8 @@ never downloaded):
                                                2.6.0          a batch skipped by
                                                               on_train_batch_start (-1) is marked
                                                               the last one first
+    _TrainingEpochLoop.on_advance_end          2.5.0          _skip_next_val (the lean one honours
+                                                              it where the row says so)
     _TrainingEpochLoop.on_run_start            2.5.3          resuming: iter() not called again
                                                               (the lean path calls super())
     _TrainingEpochLoop._should_check_val_fx    2.6.0          time-based intervals (replaced by
@@ -66,6 +68,8 @@ class Shape(NamedTuple):
     # checks the installed one against it)
     marks_last_batch: bool  # a batch skipped by on_train_batch_start is marked the last one
     broadcasts_sigterm: bool  # advance broadcasts the SIGTERM flag before each batch
+    advance_end_digest: str  # fingerprint() of the range's _TrainingEpochLoop.on_advance_end
+    skips_next_val: bool  # on_advance_end skips a validation when _skip_next_val is set
 
 
 # One row per range of releases with the same ``advance`` (and the same everything else the
@@ -79,6 +83,8 @@ TABLE: Tuple[Shape, ...] = (
         advance_digest="7ba935fd01c4",
         marks_last_batch=False,
         broadcasts_sigterm=False,
+        advance_end_digest="c9b65f051396",
+        skips_next_val=False,
     ),
     Shape(
         "2.5.0",
@@ -87,6 +93,8 @@ TABLE: Tuple[Shape, ...] = (
         advance_digest="419c08cd10df",
         marks_last_batch=False,
         broadcasts_sigterm=False,
+        advance_end_digest="8edd3ae96599",
+        skips_next_val=True,
     ),
     Shape(
         "2.5.2",
@@ -95,6 +103,8 @@ TABLE: Tuple[Shape, ...] = (
         advance_digest="b77340a10ed2",
         marks_last_batch=False,
         broadcasts_sigterm=True,
+        advance_end_digest="8edd3ae96599",
+        skips_next_val=True,
     ),
     Shape(
         "2.6.0",
@@ -103,6 +113,8 @@ TABLE: Tuple[Shape, ...] = (
         advance_digest="a89952bfe388",
         marks_last_batch=True,
         broadcasts_sigterm=True,
+        advance_end_digest="8edd3ae96599",
+        skips_next_val=True,
     ),
 )
 
@@ -133,6 +145,31 @@ UNCHANGED: Dict[str, str] = {
     "plugins.precision.precision:Precision._wrap_closure": "cda4db0304fb",
     "plugins.precision.precision:Precision._after_closure": "9cb08fca04c0",
     "trainer.connectors.logger_connector.logger_connector:_LoggerConnector.on_batch_end": "910e37278afb",
+    # lean.py, between two batches (done, on_advance_end, the logger connector's steps);
+    # properties by their getter, a setter as "<property>.fset"
+    "loops.training_epoch_loop:_TrainingEpochLoop.done": "186fd961b231",
+    "loops.training_epoch_loop:_TrainingEpochLoop._is_training_done": "4b3cc338294c",
+    "loops.training_epoch_loop:_TrainingEpochLoop._is_validation_done": "490a6b2a8b5c",
+    "loops.training_epoch_loop:_TrainingEpochLoop.global_step": "6c17de560ac6",
+    "loops.training_epoch_loop:_TrainingEpochLoop._num_ready_batches_reached": "079d2d506e0c",
+    "loops.training_epoch_loop:_TrainingEpochLoop._should_accumulate": "42ce6d2cb72b",
+    "loops.training_epoch_loop:_TrainingEpochLoop._accumulated_batches_reached": "b84f6e62bcbd",
+    "loops.training_epoch_loop:_TrainingEpochLoop.update_lr_schedulers": "22b3ea647a97",
+    "loops.training_epoch_loop:_TrainingEpochLoop._update_learning_rates": "43eb2aa3b36b",
+    "loops.training_epoch_loop:_TrainingEpochLoop._save_loggers_on_train_batch_end": "703d8cef542e",
+    "loops.training_epoch_loop:_TrainingEpochLoop._on_before_fetch": "9bbdd63685ed",
+    "loops.training_epoch_loop:_TrainingEpochLoop._on_after_fetch": "f0629f2d63a0",
+    "loops.utilities:_is_max_limit_reached": "d1cef257a695",
+    "loops.loop:_Loop.restarting.fset": "5d92dd513490",
+    "loops.fit_loop:_FitLoop._results": "0cd2f46b4a15",
+    "trainer.trainer:Trainer._results": "d4a6d8f00208",
+    "trainer.trainer:Trainer._active_loop": "c0f17cd8403d",
+    "trainer.trainer:Trainer.num_training_batches": "d8d1bf5c4440",
+    "trainer.trainer:Trainer.received_sigterm": "c7c9d10e8fb9",
+    "trainer.connectors.logger_connector.logger_connector:"
+    "_LoggerConnector.update_train_step_metrics": "60aefb4bedf9",
+    "trainer.connectors.logger_connector.logger_connector:"
+    "_LoggerConnector.should_update_logs": "749ef0817358",
     # lean_validation.py
     "loops.evaluation_loop:_EvaluationLoop._evaluation_step": "a2f5504c0b30",
     "loops.evaluation_loop:_EvaluationLoop._on_before_fetch": "75d2bc59a1e7",
@@ -168,11 +205,13 @@ def fingerprint(source: str) -> str:
 
 def fingerprint_of(name: str) -> str:
     """``fingerprint`` of the installed Lightning's ``"module:qualified.name"`` (under
-    ``lightning.pytorch``)."""
+    ``lightning.pytorch``; a property by its getter, its setter as ``"...name.fset"``)."""
     module_name, _, qualified = name.partition(":")
     found: Any = importlib.import_module(f"lightning.pytorch.{module_name}")
     for part in qualified.split("."):
         found = getattr(found, part)
+    if isinstance(found, property):  # a property by its getter
+        found = found.fget
     return fingerprint(inspect.getsource(found))
 
 

@@ -134,9 +134,19 @@ def _compare_lean_and_plain(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPa
             update(self, step),
         ),
     )
+    # What Lightning asks between two batches and the lean loop settles once per epoch.
+    between: List[str] = []
+    accumulate = _TrainingEpochLoop._should_accumulate
+    monkeypatch.setattr(
+        _TrainingEpochLoop,
+        "_should_accumulate",
+        lambda self: (between.append(type(self).__name__), accumulate(self))[1],
+    )
     lean_trial, lean_events, lean_csv = _run(tmp_path, "lean")
+    assert between == []  # the lean done, on_advance_end and step metrics ran
     monkeypatch.setenv(lean.LEAN_ENV, "0")
     plain_trial, plain_events, plain_csv = _run(tmp_path, "plain")
+    assert between.count(_TrainingEpochLoop.__name__) >= 3 * 20  # three per batch
     # The lean step skips it while nothing was logged in the pass, Lightning's never does.
     lean_updates = step_metric_updates.count(LeanEvaluationLoop.__name__)
     assert 0 < lean_updates < step_metric_updates.count(_EvaluationLoop.__name__)
@@ -260,3 +270,51 @@ def test_lightning_still_dispatches_through_the_replaced_function() -> None:
     parameters = inspect.signature(hooks._lightning_dispatch).parameters
     assert list(parameters) == ["trainer", "hook_name", "args", "monitoring_callbacks", "kwargs"]
     assert call._call_callback_hooks in (hooks._lightning_dispatch, hooks._lean_dispatch)
+
+
+def test_callbacks_added_or_replaced_mid_fit_are_dispatched_as_lightning_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The lean dispatch works out once which callbacks override each hook; a callback list
+    changed during the fit (one appended in place, then the list replaced) is worked out again,
+    so the new callbacks see the same hook calls as under Lightning's own dispatch."""
+
+    def run() -> List[Tuple[str, str, int]]:
+        seen: List[Tuple[str, str, int]] = []
+
+        class Seer(Callback):
+            def __init__(self, name: str) -> None:
+                self.name = name
+
+            def on_train_batch_end(self, trainer: Any, *args: Any) -> None:
+                seen.append((self.name, "on_train_batch_end", args[-1]))
+
+            def on_before_optimizer_step(self, trainer: Any, *args: Any) -> None:
+                seen.append((self.name, "on_before_optimizer_step", trainer.global_step))
+
+        class Changer(Callback):
+            def on_train_batch_start(self, trainer: Any, *args: Any) -> None:
+                batch_idx = args[-1]
+                if batch_idx == 2:
+                    trainer.callbacks.append(Seer("appended"))
+                if batch_idx == 5:
+                    trainer.callbacks = [cb for cb in trainer.callbacks if cb is not self] + [
+                        Seer("replaced")
+                    ]
+
+        run_trial(
+            pytorch,
+            "MLPTrial",
+            {"lr": 0.01},
+            trainer_kwargs={"callbacks": [Changer()], "logger": False},
+            max_length=pytorch.Batch(8),
+        )
+        return seen
+
+    lean_seen = run()
+    monkeypatch.setenv(lean.LEAN_ENV, "0")
+    plain_seen = run()
+    assert lean_seen == plain_seen
+    assert ("appended", "on_train_batch_end", 2) in lean_seen
+    assert ("replaced", "on_train_batch_end", 5) in lean_seen
+    assert ("replaced", "on_before_optimizer_step", 7) in lean_seen

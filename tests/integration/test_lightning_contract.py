@@ -163,6 +163,11 @@ def test_the_installed_release_is_the_one_its_row_describes() -> None:
     assert ("self._broadcast_sigterm_tensor()" in advance) == shape.broadcasts_sigterm
     assert hasattr(_TrainingEpochLoop, "_broadcast_sigterm_tensor") == shape.broadcasts_sigterm
     assert ("increment_by(0, is_last_batch=True)" in advance) == shape.marks_last_batch
+    assert versions.fingerprint_of(
+        "loops.training_epoch_loop:_TrainingEpochLoop.on_advance_end"
+    ) == (shape.advance_end_digest), "_TrainingEpochLoop.on_advance_end is not the row's"
+    advance_end = inspect.getsource(_TrainingEpochLoop.on_advance_end)
+    assert ("self._skip_next_val = False" in advance_end) == shape.skips_next_val
 
 
 def test_the_functions_the_lean_pieces_mirror_are_the_ones_read() -> None:

@@ -46,6 +46,7 @@ def test_the_rows_are_ordered_and_apart() -> None:
         assert Version(earlier.last) < Version(later.first)
     assert [row.marks_last_batch for row in versions.TABLE] == [False, False, False, True]
     assert [row.broadcasts_sigterm for row in versions.TABLE] == [False, False, True, True]
+    assert [row.skips_next_val for row in versions.TABLE] == [False, True, True, True]
 
 
 @pytest.mark.parametrize("release", ["2.3.3", "2.6.7", "2.7.0", "3.0.0"])
