@@ -15,8 +15,10 @@ differ between releases are marked with the release) against the lean path::
       ranks)
     next(data_fetcher), is_last_batch             same, without the pass-through profiler's
       (profiler start/stop around the fetch)        start and stop around the fetch
-    convert_input, on_before_batch_transfer,      same; module hooks the TrialModule does not
-      batch_to_device (profiled strategy hook)      override are skipped (they return the batch)
+    convert_input, on_before_batch_transfer,      same; the plain precision plugin's
+      batch_to_device (profiled strategy hook)      convert_input and module hooks the
+                                                    TrialModule does not override are skipped
+                                                    (they return the batch)
     increment_ready, logger on_batch_start        same
     on_train_batch_start: callbacks, module,      callbacks (hooks.py dispatch); module and
       strategy                                      strategy only where overridden
@@ -115,6 +117,7 @@ class _Plan(NamedTuple):
     """What the lean ``advance`` may skip for one module and strategy, worked out per epoch."""
 
     lean: bool  # the narrow case holds (else: Lightning's advance)
+    converts_input: bool  # the precision plugin's convert_input may change the batch
     before_transfer: bool  # the module overrides on_before_batch_transfer
     to_device: bool  # strategy.batch_to_device may change the batch
     module_batch_start: bool  # the module overrides on_train_batch_start
@@ -134,6 +137,7 @@ def _plan(trainer: pl.Trainer) -> _Plan:
     val_loop = trainer.fit_loop.epoch_loop.val_loop
     return _Plan(
         lean=lean,
+        converts_input=type(trainer.precision_plugin).convert_input is not Precision.convert_input,
         before_transfer=overrides(module, pl.LightningModule, "on_before_batch_transfer"),
         to_device=not batch_stays(module, strategy),
         module_batch_start=overrides(module, pl.LightningModule, "on_train_batch_start"),
@@ -194,7 +198,8 @@ class LeanTrainingEpochLoop(_TrainingEpochLoop):
         batch, _, __ = next(data_fetcher)
         batch_idx = self.batch_idx + 1
         progress.is_last_batch = data_fetcher.done
-        batch = trainer.precision_plugin.convert_input(batch)
+        if plan.converts_input:  # (the plain plugin's returns the batch)
+            batch = trainer.precision_plugin.convert_input(batch)
         if plan.before_transfer:
             batch = module._on_before_batch_transfer(batch, dataloader_idx=0)
         if plan.to_device:

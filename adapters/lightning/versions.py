@@ -141,6 +141,7 @@ UNCHANGED: Dict[str, str] = {
     "plugins.precision.precision:Precision.backward": "7c4c5605cb88",
     "plugins.precision.precision:Precision.pre_backward": "29db84744fe0",
     "plugins.precision.precision:Precision.post_backward": "8a617b066282",
+    "plugins.precision.precision:Precision.convert_input": "eefd5c948d7e",
     "plugins.precision.precision:Precision.optimizer_step": "23d46ba09e0a",
     "plugins.precision.precision:Precision._wrap_closure": "cda4db0304fb",
     "plugins.precision.precision:Precision._after_closure": "9cb08fca04c0",
