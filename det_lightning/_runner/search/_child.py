@@ -22,10 +22,10 @@ import optuna
 from det_lightning import errors
 from det_lightning._env import SEARCH_ENV
 from det_lightning._info import get_cluster_info
+from det_lightning._runner._asha import Bracket
+from det_lightning._runner._search_settings import SearchSettings, length_mismatch
 from det_lightning._runner.config import Lengths
-from det_lightning._runner.search._asha import Bracket
 from det_lightning._runner.search._reporter import INVALID_HP, SearchReporter
-from det_lightning._runner.search._settings import SearchSettings, length_mismatch
 from det_lightning._runner.search._storage import open_storage
 from det_lightning.pytorch import PyTorchCallback, TrainUnit
 from det_lightning.pytorch._context import PyTorchTrialContext

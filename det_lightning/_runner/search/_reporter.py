@@ -9,9 +9,9 @@ from typing import Any, Dict, List, Optional
 import optuna
 
 from det_lightning import errors
-from det_lightning._runner.search._asha import Bracket, decide
-from det_lightning._runner.search._lease import LeaseLost, is_superseded, trial_number
-from det_lightning._runner.search._settings import SearchSettings
+from det_lightning._runner._asha import Bracket, decide
+from det_lightning._runner._lease import LeaseLost, is_superseded, trial_number
+from det_lightning._runner._search_settings import SearchSettings
 from det_lightning.pytorch import Epoch, PyTorchCallback, TrainUnit
 
 logger = logging.getLogger("det_lightning")

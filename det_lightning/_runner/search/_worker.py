@@ -40,14 +40,8 @@ import optuna
 
 from det_lightning import errors
 from det_lightning._env import RESUME_ADVICE_ENV, SEARCH_ENV, TRIAL_INFO_ENV
-from det_lightning._runner.config import ExperimentConfig
-from det_lightning._runner.plan import Plan
-from det_lightning._runner.search._asha import EXITED_METRIC, Bracket
-from det_lightning._runner.search._child import search_environment
-from det_lightning._runner.search._grid import has_waiting_point, owns_point
-from det_lightning._runner.search._interrupt import SEARCH_ADVICE, SearchInterrupt
-from det_lightning._runner.search._jobs import run_legacy_process, run_trial
-from det_lightning._runner.search._lease import (
+from det_lightning._runner._asha import EXITED_METRIC, Bracket
+from det_lightning._runner._lease import (
     CONTINUES,
     LeaseKeeper,
     LeaseLost,
@@ -58,6 +52,14 @@ from det_lightning._runner.search._lease import (
     origin,
     take_over,
 )
+from det_lightning._runner._search_settings import SearchSettings, search_key
+from det_lightning._runner._template import TrialStarter
+from det_lightning._runner.config import ExperimentConfig
+from det_lightning._runner.plan import Plan
+from det_lightning._runner.search._child import search_environment
+from det_lightning._runner.search._grid import has_waiting_point, owns_point
+from det_lightning._runner.search._interrupt import SEARCH_ADVICE, SearchInterrupt
+from det_lightning._runner.search._jobs import run_legacy_process, run_trial
 from det_lightning._runner.search._reporter import (
     INVALID_HP,
     SURPLUS,
@@ -65,9 +67,7 @@ from det_lightning._runner.search._reporter import (
     trial_number,
 )
 from det_lightning._runner.search._sample import point_index, sampler_for, suggest
-from det_lightning._runner.search._settings import SearchSettings, search_key
 from det_lightning._runner.search._storage import open_storage, open_studies, storage_ref
-from det_lightning._runner.search._template import TrialStarter
 from det_lightning._runner.trial import (
     Launch,
     TrialResult,
