@@ -7,7 +7,7 @@ What Determined's master and harness do for an experiment::
                                                   #   training
     grid, random, adaptive_asha: search.run_search(plan)    # on Optuna, trials shared through
                                                   #   its storage; each runs one of these, in
-                                                  #   a process of its own (search._template)
+                                                  #   a process of its own (_template)
     single: for the one trial:                    # _trial.py: one trial, as the harness runs it
         'model_def:Trial' entrypoint: run_legacy_trial    # the harness: init(), Trial(context),
                                                           #   Trainer.fit(periods from the config)

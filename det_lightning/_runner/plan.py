@@ -26,9 +26,9 @@ import time
 from typing import Any, Dict, List, Optional, Tuple, Union
 
 from det_lightning._env import CHECKPOINT_DIR_ENV, TENSORBOARD_DIR_ENV
+from det_lightning._runner._search_settings import SearchSettings, search_key
 from det_lightning._runner.config import ExperimentConfig, random_points
 from det_lightning._runner.harness import parse_command
-from det_lightning._runner.search._settings import SearchSettings, search_key
 from det_lightning.pytorch._remote import CheckpointRoot, checkpoint_location
 
 

@@ -25,9 +25,9 @@ from typing import Any, Callable, Dict, Iterator, List, Optional
 from det_lightning import errors, pytorch
 from det_lightning._env import CHECKPOINT_DIR_ENV, TENSORBOARD_DIR_ENV
 from det_lightning._import import import_from_path
+from det_lightning._runner._template import TrialRequest
 from det_lightning._runner.harness import load_trial_class
 from det_lightning._runner.plan import Plan
-from det_lightning._runner.search._template import TrialRequest
 from det_lightning.pytorch import _checkpoint as ckpt
 from det_lightning.pytorch._remote import CheckpointRoot, RemoteRoot
 
@@ -185,7 +185,7 @@ def run_command_trial(
         )
         code = _wait_unless_lost(child, lost)
     if code is None:
-        from det_lightning._runner.search._lease import LeaseLost  # imports optuna
+        from det_lightning._runner._lease import LeaseLost  # imports optuna
 
         raise LeaseLost(f"trial {number} was taken over by another worker")
     if code == errors.TrialPreempted.EXIT_CODE:
@@ -215,10 +215,10 @@ def _wait_unless_lost(
 
 def write_trial_hparams(plan: Plan, number: int, hparams: Dict[str, Any]) -> None:
     """The chief writes the trial's hyperparameters for TensorBoard's HParams view into the
-    trial's run directory, once (``search._tensorboard``)."""
+    trial's run directory, once (``_tensorboard``)."""
     if os.environ.get("RANK", "0") != "0":
         return
-    from det_lightning._runner.search._tensorboard import write_hparams
+    from det_lightning._runner._tensorboard import write_hparams
 
     write_hparams(
         plan.tensorboard_root / f"trial-{number}",

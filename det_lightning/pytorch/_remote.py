@@ -7,6 +7,7 @@ no atomic rename, so a checkpoint under a URL is visible only once its marker ob
 
     write_atomically(root.staging(), uuid, write)   # the local copy, in the cache directory
     root.upload(uuid, local copy)                    # every file, then <uuid>/.complete LAST
+                                                     #   (after the publish checks, below)
     root.complete()                                  # checkpoints with a marker, nothing else
     (root / uuid).download()                         # into the cache (via .<uuid>.*.downloading);
                                                      #   reused when already there
@@ -18,8 +19,19 @@ The local copies live in ``$DET_LIGHTNING_CACHE_DIR`` (default ``~/.cache/det_li
 under ``checkpoints/<hash of the root URL>/``. fsspec and the store's package (``s3fs``,
 ``gcsfs``, ``adlfs``: the extras ``s3``, ``gcs``, ``azure``) are imported only when a URL root
 is used. The functions at the end take either kind of root.
+
+A runner may lose the right to publish a run's checkpoints while it runs: a search's trial whose
+worker lost its lease (another worker took the trial over, and resumes it from the checkpoints
+there were then). It says so with ``publish_check(check)``: ``check()`` runs right before each
+marker is written and before each deletion, and raises to forbid it. An upload it forbids
+removes what it had written (the prefix, without a marker, and the local copy) and raises the
+check's exception; so a stale owner never adds a checkpoint to the trial's root, nor deletes one
+of it, once its right is found gone. (The API never imports the runner: the runner registers the
+check.) One request remains between the check and the marker: a takeover in that moment still
+publishes the checkpoint, which is complete and was trained before the takeover.
 """
 
+import contextlib
 import dataclasses
 import datetime
 import hashlib
@@ -31,7 +43,7 @@ import re
 import shutil
 import tempfile
 import uuid as uuid_lib
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
 from det_lightning import errors
 from det_lightning.pytorch import _checkpoint as ckpt
@@ -58,6 +70,27 @@ SCHEMES = {
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://(.*)$")
 _UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 _FILESYSTEMS: Dict[Tuple[str, Tuple[Tuple[str, str], ...]], Any] = {}
+# Called before a marker is written or a checkpoint deleted; raises to forbid it.
+PublishCheck = Callable[[], None]
+_PUBLISH_CHECKS: List[PublishCheck] = []
+
+
+@contextlib.contextmanager
+def publish_check(check: PublishCheck) -> Iterator[None]:
+    """Inside the block, ``check()`` runs in this process right before each checkpoint marker
+    is written and before each checkpoint is deleted (any thread: the background writer's
+    too); an exception it raises forbids that, and reaches the caller."""
+    _PUBLISH_CHECKS.append(check)
+    try:
+        yield
+    finally:
+        _PUBLISH_CHECKS.remove(check)
+
+
+def raise_unless_may_publish() -> None:
+    """Runs the registered publish checks (see ``publish_check``), in order."""
+    for check in list(_PUBLISH_CHECKS):
+        check()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -224,24 +257,48 @@ class RemoteRoot:
 
     # ----- writing and deleting -----------------------------------------------------------
     def upload(self, uuid: str, local: pathlib.Path) -> "RemoteRoot":
-        """Uploads the finished checkpoint directory ``local`` as ``<uuid>/``, marker last.
+        """Uploads the finished checkpoint directory ``local`` as ``<uuid>/``, marker last, if
+        the publish checks allow it then.
 
         Raises:
             CheckpointStorageError: an upload failed (the unmarked objects are swept later).
+            the publish check's exception: it forbade the marker; what the upload wrote and
+                the local copy are removed.
         """
         fs = self.filesystem()
         target = self / uuid
         try:
             for file in sorted(p for p in local.rglob("*") if p.is_file()):
                 fs.put_file(str(file), f"{target.key}/{file.relative_to(local).as_posix()}")
+        except Exception as e:
+            raise self._upload_failed(local, target, e) from e
+        try:
+            raise_unless_may_publish()
+        except BaseException as e:
+            logger.warning(f"checkpoint {target} not published ({type(e).__name__}: {e})")
+            self._withdraw(uuid)
+            raise
+        try:
             fs.pipe_file(f"{target.key}/{MARKER}", (local / ckpt.METADATA_FILE).read_bytes())
         except Exception as e:
-            raise errors.CheckpointStorageError(
-                f"Uploading checkpoint {local} to {target} failed: {type(e).__name__}: {e}. "
-                f"Training stopped; earlier checkpoints under {self} are kept. "
-                f"{self.credentials_note()}"
-            ) from e
+            raise self._upload_failed(local, target, e) from e
         return target
+
+    def _upload_failed(
+        self, local: pathlib.Path, target: "RemoteRoot", error: Exception
+    ) -> errors.CheckpointStorageError:
+        return errors.CheckpointStorageError(
+            f"Uploading checkpoint {local} to {target} failed: {type(error).__name__}: {error}. "
+            f"Training stopped; earlier checkpoints under {self} are kept. "
+            f"{self.credentials_note()}"
+        )
+
+    def _withdraw(self, uuid: str) -> None:
+        """Removes an unpublished checkpoint's objects (no marker: no reader ever saw it; a
+        failure leaves them for ``sweep``) and its local copy."""
+        self._remove_prefix(uuid)
+        if (self.staging() / uuid).exists():
+            delete_atomically(self.staging(), uuid)
 
     def delete(self, uuid: str) -> bool:
         """Deletes checkpoint ``uuid``: its marker first (it vanishes for every reader at
@@ -254,9 +311,7 @@ class RemoteRoot:
         except Exception as e:
             logger.warning(f"Could not delete checkpoint {target}: {e}")
             return False
-        self._remove_prefix(uuid)
-        if (self.staging() / uuid).exists():
-            delete_atomically(self.staging(), uuid)
+        self._withdraw(uuid)
         return True
 
     def _remove_prefix(self, name: str) -> bool:
@@ -451,7 +506,13 @@ def list_complete(root: CheckpointRoot) -> List[ckpt.Listed]:
 
 def delete_checkpoint(root: CheckpointRoot, uuid: str) -> bool:
     """Deletes checkpoint ``uuid`` under ``root`` (see ``delete_atomically`` and
-    ``RemoteRoot.delete``); failures are logged. Returns whether it is gone from its name."""
+    ``RemoteRoot.delete``) if the publish checks allow it; failures are logged. Returns
+    whether it is gone from its name.
+
+    Raises:
+        the publish check's exception: it forbade the deletion (nothing was deleted).
+    """
+    raise_unless_may_publish()
     if isinstance(root, RemoteRoot):
         return root.delete(uuid)
     return delete_atomically(root, uuid)

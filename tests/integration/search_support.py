@@ -14,7 +14,7 @@ import pytest
 from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
 
-from det_lightning._runner.search._lease import CONTINUES, is_superseded, trial_number
+from det_lightning._runner._lease import CONTINUES, is_superseded, trial_number
 from det_lightning._runner.search._reporter import SURPLUS
 from tests.integration.cli_support import PROJECT
 

@@ -16,7 +16,7 @@ import time
 import optuna
 import pytest
 
-from det_lightning._runner.search._lease import CONTINUES, HOST_ID_ENV, is_superseded
+from det_lightning._runner._lease import CONTINUES, HOST_ID_ENV, is_superseded
 from det_lightning._runner.search._storage import JOURNAL_NAME
 from tests.fixtures.object_store import S3
 from tests.integration.search_support import (
@@ -93,9 +93,9 @@ def test_a_trial_killed_between_ask_and_lease_is_not_left_running_forever(
     storage = optuna.storages.JournalStorage(
         optuna.storages.journal.JournalFileBackend(str(journal))
     )
+    from det_lightning._runner._search_settings import SearchSettings, search_key
     from det_lightning._runner.config import load_config
     from det_lightning._runner.search._storage import open_studies
-    from det_lightning._runner.search._settings import SearchSettings, search_key
 
     config = load_config(str(slow_project / "asha.yaml"))
     settings = SearchSettings.from_upfront(config.searcher, config.raw["hyperparameters"])

@@ -14,10 +14,10 @@ from typing import List
 import pytest
 import yaml
 
+from det_lightning._runner._search_settings import SearchSettings, search_key
 from det_lightning._runner.config import load_config
 from det_lightning._runner.plan import plan_experiment
 from det_lightning._runner.search._worker import lengths_for
-from det_lightning._runner.search._settings import SearchSettings, search_key
 from det_lightning.pytorch import Batch, Epoch
 from det_lightning.pytorch._units import unit_reached
 from tests.integration.cli_support import (

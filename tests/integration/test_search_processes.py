@@ -1,5 +1,5 @@
 """Each trial of a search in its own process, forked from the worker's warm template
-(``det_lightning/_search/_template.py``): nothing a trial leaves in its process reaches the
+(``det_lightning/_runner/_template.py``): nothing a trial leaves in its process reaches the
 next; errors, a killed trial, a lost lease and a signal to the worker end as before."""
 
 import json
@@ -17,9 +17,9 @@ import pytest
 from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
 
-from det_lightning._runner.search._lease import pid_alive, take_over
+from det_lightning._runner._lease import pid_alive, take_over
+from det_lightning._runner._template import WARM_START_ENV
 from det_lightning._runner.search._storage import JOURNAL_NAME
-from det_lightning._runner.search._template import WARM_START_ENV
 from tests.integration.cli_support import PROJECT, output, run_cli
 from tests.integration.search_support import checkpoint_steps, read_trials
 

@@ -1,4 +1,4 @@
-"""The warm template process (``det_lightning/_search/_template.py``) on its own: each job in a
+"""The warm template process (``det_lightning/_runner/_template.py``) on its own: each job in a
 fresh process (module state never carries over), output never lost, the exit status read
 (an exception, ``sys.exit``, a death by signal), and the same through a new interpreter."""
 
@@ -10,14 +10,14 @@ import sys
 
 import pytest
 
-from det_lightning._runner.search._template import WARM_START_ENV
+from det_lightning._runner._template import WARM_START_ENV
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 DRIVER = """
 import logging
 import sys
-from det_lightning._runner.search._template import TrialRequest, TrialStarter
+from det_lightning._runner._template import TrialRequest, TrialStarter
 
 logging.basicConfig(level=logging.INFO)
 jobs = [("mutate", ()), ("mutate", ()), ("exit_with", (3,)), ("fail", ()), ("kill_self", ()),

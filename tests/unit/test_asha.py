@@ -6,7 +6,7 @@ from typing import Dict, List, Tuple
 
 import pytest
 
-from det_lightning._runner.search import _asha
+from det_lightning._runner import _asha
 
 
 @pytest.mark.parametrize(

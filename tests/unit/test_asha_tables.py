@@ -17,8 +17,8 @@ from typing import Any, Dict, List, Tuple
 
 import pytest
 
+from det_lightning._runner import _asha
 from det_lightning._runner.config import grid_points
-from det_lightning._runner.search import _asha
 
 Row = Tuple[Dict[str, Any], List[Tuple[int, int, int, Tuple[int, ...]]]]
 

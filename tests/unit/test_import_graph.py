@@ -267,3 +267,54 @@ def test_each_layer_imports_only_the_layers_below_it() -> None:
         if _within(source, above) and _within(target, below) and not _within(target, above)
     )
     assert not wrong, "imports against the layering:\n" + "\n".join(wrong)
+
+
+# One trial (and the checks before it) sits below the search that runs many: what these
+# modules import, directly or through others, is never in ``_runner/search/``.
+BELOW_THE_SEARCH = ["det_lightning._runner.trial", "det_lightning._runner.plan"]
+SEARCH = "det_lightning._runner.search"
+
+
+def import_chain(graph: ModuleGraph, start: str, prefix: str) -> Optional[List[str]]:
+    """The shortest chain of imports from ``start`` to a module under ``prefix``, or None."""
+    parents: Dict[str, Optional[str]] = {start: None}
+    queue = [start]
+    while queue:
+        name = queue.pop(0)
+        if name != start and _within(name, prefix):
+            chain = [name]
+            while parents[chain[-1]] is not None:
+                chain.append(parents[chain[-1]])  # type: ignore[arg-type]
+            return chain[::-1]
+        for target in sorted(graph.edges[name]):
+            if target not in parents:
+                parents[target] = name
+                queue.append(target)
+    return None
+
+
+def test_one_trial_sits_below_the_search() -> None:
+    graph = ModuleGraph(find_modules(ROOT, SOURCES))
+    chains = [import_chain(graph, start, SEARCH) for start in BELOW_THE_SEARCH]
+    wrong = [" -> ".join(chain) for chain in chains if chain is not None]
+    assert not wrong, "one trial reaches up into the search:\n" + "\n".join(wrong)
+
+
+def test_the_chain_finder_follows_imports_through_other_modules(tmp_path: pathlib.Path) -> None:
+    _write(
+        tmp_path,
+        {
+            "pkg/__init__.py": "",
+            "pkg/trial.py": "from pkg import leaf\n",
+            "pkg/leaf.py": "def f():\n    from pkg.search.worker import g\n",
+            "pkg/search/__init__.py": "",
+            "pkg/search/worker.py": "from pkg import trial\n",
+        },
+    )
+    graph = ModuleGraph(find_modules(tmp_path, {"pkg": "pkg"}))
+    assert import_chain(graph, "pkg.trial", "pkg.search") == [
+        "pkg.trial",
+        "pkg.leaf",
+        "pkg.search.worker",
+    ]
+    assert import_chain(graph, "pkg.search.worker", "pkg.nothing") is None

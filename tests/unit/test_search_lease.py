@@ -10,8 +10,8 @@ import pytest
 from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
 
-from det_lightning._runner.search import _lease
-from det_lightning._runner.search._lease import LeaseKeeper, LeaseSettings, take_over
+from det_lightning._runner import _lease
+from det_lightning._runner._lease import LeaseKeeper, LeaseSettings, take_over
 
 
 def _study(journal: pathlib.Path) -> optuna.Study:

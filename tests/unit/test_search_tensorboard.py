@@ -6,7 +6,7 @@ from typing import Any, Dict, List, Tuple
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import plugin_data_pb2
 
-from det_lightning._runner.search._tensorboard import write_hparams
+from det_lightning._runner._tensorboard import write_hparams
 
 
 def read_hparams_view(run_dir: pathlib.Path) -> Tuple[Dict[str, Any], List[str], List[str]]:

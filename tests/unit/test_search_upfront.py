@@ -7,11 +7,11 @@ from typing import Any, Dict, List
 import optuna
 import pytest
 
+from det_lightning._runner._search_settings import SearchSettings
 from det_lightning._runner.config import Lengths, grid_points, load_config
 from det_lightning._runner.search import _reporter, _worker
 from det_lightning._runner.search._grid import GRID_POINT, enqueue_grid
 from det_lightning._runner.search._sample import suggest
-from det_lightning._runner.search._settings import SearchSettings
 
 SPACE: Dict[str, Any] = {
     "global_batch_size": 8,

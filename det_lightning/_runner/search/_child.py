@@ -15,20 +15,22 @@ import json
 import logging
 import os
 import pathlib
-from typing import Any, Dict, Iterator, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Tuple
 
 import optuna
 
 from det_lightning import errors
 from det_lightning._env import SEARCH_ENV
 from det_lightning._info import get_cluster_info
+from det_lightning._runner._asha import Bracket
+from det_lightning._runner._lease import raise_if_taken_over
+from det_lightning._runner._search_settings import SearchSettings, length_mismatch
 from det_lightning._runner.config import Lengths
-from det_lightning._runner.search._asha import Bracket
 from det_lightning._runner.search._reporter import INVALID_HP, SearchReporter
-from det_lightning._runner.search._settings import SearchSettings, length_mismatch
 from det_lightning._runner.search._storage import open_storage
 from det_lightning.pytorch import PyTorchCallback, TrainUnit
 from det_lightning.pytorch._context import PyTorchTrialContext
+from det_lightning.pytorch._remote import publish_check
 from det_lightning.pytorch._trainer import fit_callbacks
 
 trainer_logger = logging.getLogger("det_lightning.pytorch")  # where fit() logged this warning
@@ -128,12 +130,28 @@ def reporter_callbacks(
     }
 
 
+def _still_leased() -> Callable[[], None]:
+    """The search's publish check for this process (``_remote.publish_check``): raises
+    ``LeaseLost`` once another worker took the trial over. It opens the search's storage when
+    first called (a checkpoint to publish), not before."""
+    trial: List[optuna.Trial] = []
+
+    def check() -> None:
+        if not trial:
+            trial.append(_search_trial())
+        raise_if_taken_over(trial[0])
+
+    return check
+
+
 @contextlib.contextmanager
 def reporting_to_search() -> Iterator[None]:
     """Inside the block, a ``fit()`` reports to the search named by ``$DET_LIGHTNING_SEARCH``
-    (nothing changes without it): the commands that start a search's trial run it inside."""
+    (nothing changes without it), and a checkpoint is published (its marker written, in a
+    bucket) or deleted only while no other worker has taken the trial over: the commands that
+    start a search's trial run it inside."""
     if not os.environ.get(SEARCH_ENV):
         yield
         return
-    with fit_callbacks(reporter_callbacks):
+    with fit_callbacks(reporter_callbacks), publish_check(_still_leased()):
         yield

@@ -49,7 +49,7 @@ def missing_message(storage_ref: str) -> str:
 def start_dashboard(plan: Plan) -> Optional["subprocess.Popen[bytes]"]:
     """Starts optuna-dashboard on the plan's search storage (created first: the dashboard
     reads a journal file only once it exists), or prints why not."""
-    from det_lightning._runner.search._settings import search_key
+    from det_lightning._runner._search_settings import search_key
     from det_lightning._runner.search._storage import open_storage, open_studies, storage_ref
 
     if plan.search is None:

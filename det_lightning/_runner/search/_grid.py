@@ -3,35 +3,19 @@
 Determined lists the points (``newHyperparameterGrid`` in ``master/pkg/searcher/grid.go``:
 hyperparameters in name order, the first varying slowest) and creates each trial from the end
 of that list (``s.RemainingTrials[len(s.RemainingTrials)-1]``): its first trial gets the list's
-last point. Each worker enqueues the points its study lacks (user attribute ``grid_point``: the
+last point (that list: ``_search_settings.grid_params``). Each worker enqueues the points its study lacks (user attribute ``grid_point``: the
 point's place in that trial order) and takes them with ``study.ask()``, which hands each
 waiting trial to one worker. Two workers opening a new search at the same moment may both
 enqueue a point: the trial with the lower number keeps it and the other is dropped unrun.
 """
 
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, Sequence
 
 import optuna
 
-from det_lightning._runner.config import grid_choices
-from det_lightning._runner.search._lease import origin, trial_number
+from det_lightning._runner._lease import origin, trial_number
 
 GRID_POINT = "grid_point"
-
-
-def grid_params(hparams: Dict[str, Any]) -> List[Dict[str, Any]]:
-    """The Optuna parameters of each grid point (what ``_sample.suggest`` reads back), in the
-    order Determined creates the points' trials.
-
-    >>> grid_params({"lr": {"type": "log", "base": 10, "minval": -3, "maxval": -1, "count": 2},
-    ...              "act": {"type": "categorical", "vals": ["relu", "tanh"]}, "size": 8})
-    [{'act': 1, 'lr': -1.0}, {'act': 1, 'lr': -3.0}, {'act': 0, 'lr': -1.0}, {'act': 0, 'lr': -3.0}]
-    """
-    points = [
-        {".".join(path): param for path, (param, _) in zip(paths, combo) if param is not None}
-        for paths, combo in grid_choices(hparams)
-    ]
-    return points[::-1]
 
 
 def enqueue_grid(study: optuna.Study, grid: Sequence[Dict[str, Any]]) -> None:

@@ -27,9 +27,9 @@ import traceback
 from typing import Any, Dict, Optional
 
 from det_lightning import errors
+from det_lightning._runner._template import TrialRequest, TrialStarter
 from det_lightning._runner.plan import Plan
 from det_lightning._runner.search._interrupt import SearchInterrupt
-from det_lightning._runner.search._template import TrialRequest, TrialStarter
 from det_lightning._runner.trial import Launch, TrialResult, run_legacy_trial
 
 logger = logging.getLogger("det_lightning")
@@ -54,8 +54,8 @@ def legacy_job(
     ``result_path``."""
     import det_lightning
     from det_lightning import compat
+    from det_lightning._runner._lease import LeaseLost
     from det_lightning._runner.search._child import reporting_to_search
-    from det_lightning._runner.search._lease import LeaseLost
 
     logging.basicConfig(level=logging.INFO, format=det_lightning.LOG_FORMAT)
     compat.install()  # model_def.py imports determined
@@ -113,7 +113,7 @@ def read_legacy_result(
         errors.InvalidHP, errors.InvalidExperimentException, LeaseLost: the trial raised it.
         TrialProcessError: it raised anything else, or its process died.
     """
-    from det_lightning._runner.search._lease import LeaseLost
+    from det_lightning._runner._lease import LeaseLost
     from det_lightning.pytorch._remote import checkpoint_location
 
     path = pathlib.Path(result_path)
@@ -187,7 +187,7 @@ def run_legacy_process(
 ) -> TrialResult:
     """One ``model_def:Trial`` trial in a process of its own (``launch``: ``run_trial`` bound
     to the worker's starter and interrupt): its ``TrialResult``, or what it raised."""
-    from det_lightning._runner.search._lease import LeaseLost
+    from det_lightning._runner._lease import LeaseLost
 
     fd, result_path = tempfile.mkstemp(prefix=f"det-lightning-trial-{number}-", suffix=".json")
     os.close(fd)

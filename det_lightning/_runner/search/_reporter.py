@@ -9,9 +9,14 @@ from typing import Any, Dict, List, Optional
 import optuna
 
 from det_lightning import errors
-from det_lightning._runner.search._asha import Bracket, decide
-from det_lightning._runner.search._lease import LeaseLost, is_superseded, trial_number
-from det_lightning._runner.search._settings import SearchSettings
+from det_lightning._runner._asha import Bracket, decide
+from det_lightning._runner._lease import (
+    LeaseLost,
+    is_superseded,
+    raise_if_taken_over,
+    trial_number,
+)
+from det_lightning._runner._search_settings import SearchSettings
 from det_lightning.pytorch import Epoch, PyTorchCallback, TrainUnit
 
 logger = logging.getLogger("det_lightning")
@@ -48,11 +53,9 @@ class SearchReporter(PyTorchCallback):
         validation is recorded and before a checkpoint is written, so a worker that lost its
         lease writes nothing more of the trial. (A command trial's process has no lease
         keeper: it asks the storage.)"""
-        if self.lost is not None:
-            lost = self.lost.is_set()
-        else:
-            lost = self.study._storage.get_trial(self.trial._trial_id).state.is_finished()
-        if lost:
+        if self.lost is None:
+            raise_if_taken_over(self.trial)
+        elif self.lost.is_set():
             raise LeaseLost(f"trial {trial_number(self.trial)} was taken over by another worker")
 
     def on_checkpoint_save_start(self, checkpoint: Dict[str, Any]) -> None:

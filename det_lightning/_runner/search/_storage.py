@@ -7,8 +7,8 @@ from typing import Any, List, Optional
 
 import optuna
 
+from det_lightning._runner._search_settings import SearchSettings
 from det_lightning._runner.search._grid import enqueue_grid
-from det_lightning._runner.search._settings import SearchSettings
 from det_lightning.pytorch._remote import CheckpointRoot, local_dir
 
 logger = logging.getLogger("det_lightning")

@@ -40,14 +40,8 @@ import optuna
 
 from det_lightning import errors
 from det_lightning._env import RESUME_ADVICE_ENV, SEARCH_ENV, TRIAL_INFO_ENV
-from det_lightning._runner.config import ExperimentConfig
-from det_lightning._runner.plan import Plan
-from det_lightning._runner.search._asha import EXITED_METRIC, Bracket
-from det_lightning._runner.search._child import search_environment
-from det_lightning._runner.search._grid import has_waiting_point, owns_point
-from det_lightning._runner.search._interrupt import SEARCH_ADVICE, SearchInterrupt
-from det_lightning._runner.search._jobs import run_legacy_process, run_trial
-from det_lightning._runner.search._lease import (
+from det_lightning._runner._asha import EXITED_METRIC, Bracket
+from det_lightning._runner._lease import (
     CONTINUES,
     LeaseKeeper,
     LeaseLost,
@@ -58,6 +52,14 @@ from det_lightning._runner.search._lease import (
     origin,
     take_over,
 )
+from det_lightning._runner._search_settings import SearchSettings, search_key
+from det_lightning._runner._template import TrialStarter
+from det_lightning._runner.config import ExperimentConfig
+from det_lightning._runner.plan import Plan
+from det_lightning._runner.search._child import search_environment
+from det_lightning._runner.search._grid import has_waiting_point, owns_point
+from det_lightning._runner.search._interrupt import SEARCH_ADVICE, SearchInterrupt
+from det_lightning._runner.search._jobs import run_legacy_process, run_trial
 from det_lightning._runner.search._reporter import (
     INVALID_HP,
     SURPLUS,
@@ -65,9 +67,7 @@ from det_lightning._runner.search._reporter import (
     trial_number,
 )
 from det_lightning._runner.search._sample import point_index, sampler_for, suggest
-from det_lightning._runner.search._settings import SearchSettings, search_key
 from det_lightning._runner.search._storage import open_storage, open_studies, storage_ref
-from det_lightning._runner.search._template import TrialStarter
 from det_lightning._runner.trial import (
     Launch,
     TrialResult,
@@ -216,6 +216,40 @@ class SearchOutcome:
     interrupted_by: Optional[str] = None
 
 
+@dataclasses.dataclass(frozen=True)
+class WorkerSetup:
+    """What every trial one worker runs shares: the plan, the search, where the trials report
+    (``storage_ref``: the storage as a trial's process is told it) and how a trial's process
+    is started (``launch``)."""
+
+    plan: Plan
+    settings: SearchSettings
+    storage_ref: str
+    launch: Launch
+
+    @property
+    def max_restarts(self) -> int:
+        """How often an error is retried from the trial's latest checkpoint."""
+        return self.plan.config.max_restarts
+
+
+@dataclasses.dataclass(frozen=True)
+class TrialRun:
+    """One run of one trial of the search on this worker: its study and bracket, the Optuna
+    trial with its number and hyperparameters, whether it continues a trial taken over
+    (``resume``: from its latest checkpoint), and ``lost``, set by the lease keeper once
+    another worker takes it over."""
+
+    worker: WorkerSetup
+    study: optuna.Study
+    bracket: Bracket
+    trial: optuna.Trial
+    number: int
+    hparams: Dict[str, Any]
+    resume: bool
+    lost: threading.Event
+
+
 def search_summary(plan: Plan, storage_url: Optional[str] = None) -> List[TrialResult]:
     """Every trial of the plan's search as it stands, training nothing."""
     assert plan.search is not None
@@ -250,29 +284,19 @@ def _work(
     signal arrived; returns the number of the trial a signal stopped, if one did."""
     leases = LeaseSettings(plan.heartbeat_timeout)
     with TrialStarter() as starter:  # each trial in its own process, forked from a warm one
-        return _loop(
-            plan,
-            settings,
-            studies,
-            reference,
-            interrupt,
-            leases,
-            functools.partial(run_trial, starter, interrupt),
-        )
+        launch = functools.partial(run_trial, starter, interrupt)
+        worker = WorkerSetup(plan, settings, reference, launch)
+        return _loop(worker, studies, interrupt, leases)
 
 
 def _loop(
-    plan: Plan,
-    settings: SearchSettings,
+    worker: WorkerSetup,
     studies: Sequence[optuna.Study],
-    reference: str,
     interrupt: SearchInterrupt,
     leases: LeaseSettings,
-    launch: Launch,
 ) -> Optional[int]:
-    config = plan.config
+    settings, config = worker.settings, worker.plan.config
     seed = config.experiment_seed()
-    max_restarts = config.max_restarts
     while interrupt.received is None:
         found = expired_trial(studies, leases)
         if found is None:
@@ -306,18 +330,7 @@ def _loop(
         with LeaseKeeper(study, trial._trial_id, leases) as keeper:
             try:
                 _run_trial(
-                    plan,
-                    settings,
-                    bracket,
-                    study,
-                    trial,
-                    number,
-                    hparams,
-                    resume,
-                    max_restarts,
-                    reference,
-                    keeper.lost,
-                    launch,
+                    TrialRun(worker, study, bracket, trial, number, hparams, resume, keeper.lost)
                 )
             except errors.TrialPreempted:  # it stays RUNNING: rerunning the search resumes it
                 keeper.release()  # any worker may take it over at once
@@ -337,40 +350,14 @@ def _wait(seconds: float, interrupt: SearchInterrupt) -> None:
         time.sleep(min(0.2, max(deadline - time.monotonic(), 0.0)))
 
 
-def _run_trial(
-    plan: Plan,
-    settings: SearchSettings,
-    bracket: Bracket,
-    study: optuna.Study,
-    trial: optuna.Trial,
-    number: int,
-    hparams: Dict[str, Any],
-    resume: bool,
-    max_restarts: int,
-    storage_ref: str,
-    lost: threading.Event,
-    launch: Launch,
-) -> None:
+def _run_trial(run: TrialRun) -> None:
     """Trains the trial in a process of its own (``launch``; retrying errors ``max_restarts``
-    times) and tells the study how it ended. Raises ``LeaseLost`` when ``lost`` is set:
+    times) and tells the study how it ended. Raises ``LeaseLost`` when ``run.lost`` is set:
     another worker took the trial over."""
     try:
-        _train_and_tell(
-            plan,
-            settings,
-            bracket,
-            study,
-            trial,
-            number,
-            hparams,
-            resume,
-            max_restarts,
-            storage_ref,
-            lost,
-            launch,
-        )
+        _train_and_tell(run)
     except Exception as e:
-        if lost.is_set() or isinstance(e, LeaseLost):
+        if run.lost.is_set() or isinstance(e, LeaseLost):
             raise LeaseLost(str(e)) from e  # whatever the trial was doing when it noticed
         raise
 
@@ -388,20 +375,10 @@ def invalid_hp_outcome(searcher: str) -> str:
     return "another trial replaces it"
 
 
-def _train_and_tell(
-    plan: Plan,
-    settings: SearchSettings,
-    bracket: Bracket,
-    study: optuna.Study,
-    trial: optuna.Trial,
-    number: int,
-    hparams: Dict[str, Any],
-    resume: bool,
-    max_restarts: int,
-    storage_ref: str,
-    lost: threading.Event,
-    launch: Launch,
-) -> None:
+def _train_and_tell(run: TrialRun) -> None:
+    plan, settings, launch = run.worker.plan, run.worker.settings, run.worker.launch
+    study, bracket, trial, number = run.study, run.bracket, run.trial, run.number
+    hparams, lost, max_restarts = run.hparams, run.lost, run.worker.max_restarts
     if trial.user_attrs.get("stopped"):
         # Its worker died after ASHA stopped it (and after its checkpoint, or while writing it).
         logger.info(f"trial {number}: was stopped at rung {trial.user_attrs.get('rung')}")
@@ -411,9 +388,7 @@ def _train_and_tell(
     lengths = lengths_for(settings, bracket, plan.config, hparams) if bracket.rung_units else None
 
     def attempt(again: bool) -> TrialResult:
-        env = _child_environment(
-            plan, settings, bracket, study, trial, number, hparams, again, storage_ref
-        )
+        env = _child_environment(run, again)
         if plan.trial_class is not None:  # its process adds the search's reporter ($SEARCH_ENV)
             return run_legacy_process(
                 launch, plan, number, hparams, lengths, "latest" if again else None, env, lost
@@ -429,7 +404,7 @@ def _train_and_tell(
     attempts = 0
     while True:
         try:
-            result = attempt(resume or attempts > 0)
+            result = attempt(run.resume or attempts > 0)
             break
         except errors.InvalidHP as invalid:
             outcome = invalid_hp_outcome(settings.searcher)
@@ -489,33 +464,28 @@ def _current_values(study: optuna.Study, trial: optuna.Trial) -> Dict[int, float
     return dict(_frozen(study, trial).intermediate_values)
 
 
-def _child_environment(
-    plan: Plan,
-    settings: SearchSettings,
-    bracket: Bracket,
-    study: optuna.Study,
-    trial: optuna.Trial,
-    number: int,
-    hparams: Dict[str, Any],
-    again: bool,
-    storage_ref: str,
-) -> Dict[str, str]:
+def _child_environment(run: TrialRun, again: bool) -> Dict[str, str]:
     """What a trial is told: where to report (the search); a command trial also its
-    hyperparameters and checkpoint (as Determined's cluster info); a model_def trial's process
-    gets the worker's whole environment with it."""
+    hyperparameters and checkpoint (``again``: its latest, as Determined's cluster info); a
+    model_def trial's process gets the worker's whole environment with it."""
     from det_lightning._info import ClusterInfo, TrialInfo
     from det_lightning.pytorch import _checkpoint as ckpt
 
+    plan, number = run.worker.plan, run.number
     search = {
         SEARCH_ENV: search_environment(
-            storage_ref, study.study_name, trial._trial_id, settings, bracket
+            run.worker.storage_ref,
+            run.study.study_name,
+            run.trial._trial_id,
+            run.worker.settings,
+            run.bracket,
         )
     }
     if plan.trial_class is not None:  # the harness passes hparams and lengths to init()/fit()
         return {**os.environ, **search}
     latest = ckpt.latest_checkpoint(plan.checkpoint_root / f"trial-{number}") if again else None
     info = ClusterInfo(
-        TrialInfo(number, 0, hparams, plan.config.raw),
+        TrialInfo(number, 0, run.hparams, plan.config.raw),
         latest_checkpoint=str(latest) if latest else None,
     )
     return {TRIAL_INFO_ENV: info.to_environment(), **search}

@@ -6,7 +6,7 @@ torch and Lightning again (seconds, for trials that may train for seconds). So a
 one warm *template* process that has imported them, and forks each trial from it::
 
     worker (TrialStarter)                     template (python -m
-                                                det_lightning._runner.search._template)
+                                                det_lightning._runner._template)
       __enter__: starts the template            imports torch, lightning, optuna,
                                                 det_lightning.pytorch and .adapters (no CUDA,
                                                 no threads); ignores SIGINT/SIGTERM; "ready"
@@ -223,7 +223,7 @@ def _serve(sock: socket.socket) -> None:
 
 
 def main(argv: List[str]) -> None:
-    """``python -m det_lightning._runner.search._template FD WORKER_PID``: the template;
+    """``python -m det_lightning._runner._template FD WORKER_PID``: the template;
     ``--one WORKER_PID``: one trial, its request on stdin (no fork)."""
     if argv[0] == "--one":
         request = pickle.loads(sys.stdin.buffer.read())
@@ -321,7 +321,7 @@ class TrialStarter:
             [
                 sys.executable,
                 "-m",
-                "det_lightning._runner.search._template",
+                "det_lightning._runner._template",
                 str(theirs.fileno()),
                 str(os.getpid()),
             ],
@@ -359,7 +359,7 @@ class TrialStarter:
             [
                 sys.executable,
                 "-m",
-                "det_lightning._runner.search._template",
+                "det_lightning._runner._template",
                 "--one",
                 str(os.getpid()),
             ],

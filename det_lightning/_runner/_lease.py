@@ -164,6 +164,13 @@ class LeaseLost(Exception):
     """Another worker took the trial over: this worker stops training it at once."""
 
 
+def raise_if_taken_over(trial: optuna.Trial) -> None:
+    """Raises ``LeaseLost`` once another worker has taken ``trial`` over, asking the storage:
+    while its worker trains it, only a takeover finishes a trial (RUNNING -> FAIL)."""
+    if trial.study._storage.get_trial(trial._trial_id).state.is_finished():
+        raise LeaseLost(f"trial {trial_number(trial)} was taken over by another worker")
+
+
 class LeaseKeeper:
     """Holds the lease on one trial while this worker trains it: taken on entry, renewed
     every ``settings.interval`` seconds by a thread, dropped on exit. When a renewal finds

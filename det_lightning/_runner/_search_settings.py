@@ -12,8 +12,8 @@ import json
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from det_lightning import errors
-from det_lightning._runner.config import Lengths
-from det_lightning._runner.search._asha import Bracket, make_brackets
+from det_lightning._runner._asha import Bracket, make_brackets
+from det_lightning._runner.config import Lengths, grid_choices
 
 _TIME_UNITS = ("batches", "epochs")
 
@@ -23,6 +23,21 @@ def search_key(raw: Dict[str, Any]) -> str:
     search, on every worker and machine and in every rerun."""
     relevant = {k: raw.get(k) for k in ("name", "hyperparameters", "searcher", "entrypoint")}
     return hashlib.sha1(json.dumps(relevant, sort_keys=True, default=str).encode()).hexdigest()[:10]
+
+
+def grid_params(hparams: Dict[str, Any]) -> List[Dict[str, Any]]:
+    """The Optuna parameters of each grid point (what ``_sample.suggest`` reads back), in the
+    order Determined creates the points' trials (``search._grid``).
+
+    >>> grid_params({"lr": {"type": "log", "base": 10, "minval": -3, "maxval": -1, "count": 2},
+    ...              "act": {"type": "categorical", "vals": ["relu", "tanh"]}, "size": 8})
+    [{'act': 1, 'lr': -1.0}, {'act': 1, 'lr': -3.0}, {'act': 0, 'lr': -1.0}, {'act': 0, 'lr': -3.0}]
+    """
+    points = [
+        {".".join(path): param for path, (param, _) in zip(paths, combo) if param is not None}
+        for paths, combo in grid_choices(hparams)
+    ]
+    return points[::-1]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,8 +64,6 @@ class SearchSettings:
     @classmethod
     def from_upfront(cls, searcher: Dict[str, Any], hparams: Dict[str, Any]) -> "SearchSettings":
         """A ``grid`` or ``random`` searcher section (``hparams``: the grid's space)."""
-        from det_lightning._runner.search._grid import grid_params
-
         grid = tuple(grid_params(hparams)) if searcher["name"] == "grid" else ()
         max_trials = len(grid) if grid else int(searcher["max_trials"])
         concurrent = int(searcher.get("max_concurrent_trials") or 16)

@@ -1,0 +1,148 @@
+"""A trial taken over while its checkpoint uploads: the stale owner publishes nothing more.
+
+Worker A trains a search's trial into a bucket (moto's S3 server) and holds its lease in the
+search's storage (a journal file, or PostgreSQL). While A's second checkpoint uploads, after its
+files and before its marker, worker B takes the trial over, through the same publish check
+(``_remote.publish_check``) the runner registers, so the takeover happens at exactly that point.
+A's upload then writes no marker and removes its files; A's ``fit()`` ends with ``LeaseLost``
+(as a trial whose lease is lost ends), and B sees the checkpoints it saw when it took over.
+"""
+
+import gc
+import json
+import pathlib
+from typing import Any, List
+
+import optuna
+import pytest
+
+from det_lightning import pytorch
+from det_lightning._env import SEARCH_ENV
+from det_lightning._runner._asha import Bracket
+from det_lightning._runner._lease import (
+    CONTINUES,
+    LeaseKeeper,
+    LeaseLost,
+    LeaseSettings,
+    take_over,
+)
+from det_lightning._runner._search_settings import SearchSettings
+from det_lightning._runner.search._child import reporting_to_search, search_environment
+from det_lightning._runner.search._storage import open_storage, storage_ref
+from det_lightning.pytorch import _checkpoint as ckpt
+from det_lightning.pytorch._remote import (
+    MARKER,
+    RemoteRoot,
+    delete_checkpoint,
+    list_complete,
+    publish_check,
+)
+from tests.fixtures.object_store import S3
+from tests.integration.test_object_store import checkpoints
+from tests.integration.test_preemption import HPARAMS, MLPTrial
+
+SETTINGS = SearchSettings("validation_loss", True, "batches", 8, 1, 4.0, [Bracket(0, 1, 1, ())])
+KEEP_ALL = {"checkpoint_storage": {"save_trial_latest": 10, "save_trial_best": 10}}
+
+
+class TakeOverAtSecondMarker:
+    """A publish check registered before the runner's: at the second marker (A's second
+    checkpoint, its files uploaded) worker B takes the trial over, through its own storage."""
+
+    def __init__(self, study_b: optuna.Study, s3: S3, prefix: str) -> None:
+        self.study_b, self.s3, self.prefix = study_b, s3, prefix
+        self.calls = 0
+        self.continuation: Any = None
+        self.unmarked_then: List[str] = []
+
+    def __call__(self) -> None:
+        self.calls += 1
+        if self.calls != 2:
+            return
+        written = checkpoints(self.s3, self.prefix)
+        self.unmarked_then = [uuid for uuid, files in written.items() if MARKER not in files]
+        (frozen,) = self.study_b.get_trials(deepcopy=False)
+        self.continuation = take_over(self.study_b, frozen)
+
+
+def _close_databases() -> None:
+    """Closes every live Optuna database storage's pooled connections now, not in the GC: the
+    trial's own (its reporter's, its publish check's) close with its process in a search."""
+    for found in gc.get_objects():
+        if type(found) is optuna.storages.RDBStorage:
+            found.engine.dispose()
+
+
+@pytest.mark.parametrize(
+    "storage_kind, sync",
+    [
+        pytest.param("journal", False, id="journal-background-upload"),
+        pytest.param("journal", True, id="journal-upload-in-training-thread"),
+        pytest.param("postgres", False, id="postgres", marks=pytest.mark.slow),
+    ],
+)
+def test_a_checkpoint_uploading_when_the_trial_is_taken_over_is_never_published(
+    s3_server: S3,
+    tmp_path: pathlib.Path,
+    monkeypatch: pytest.MonkeyPatch,
+    request: pytest.FixtureRequest,
+    storage_kind: str,
+    sync: bool,
+) -> None:
+    url = str(tmp_path / "search.journal")
+    if storage_kind == "postgres":
+        url = request.getfixturevalue("postgres_url")
+    prefix = "search/trial-1"
+    root = RemoteRoot(s3_server.url(prefix))
+    study_a = optuna.create_study(study_name="s", storage=open_storage(url, root))
+    trial = study_a.ask()
+    study_b = optuna.load_study(study_name="s", storage=open_storage(url, root))  # B's own
+    spec = search_environment(
+        storage_ref(url, root), "s", trial._trial_id, SETTINGS, SETTINGS.brackets[0]
+    )
+    monkeypatch.setenv(SEARCH_ENV, spec)
+    monkeypatch.setenv("DET_LIGHTNING_SYNC_CHECKPOINTS", "1" if sync else "0")
+    takeover = TakeOverAtSecondMarker(study_b, s3_server, prefix)
+
+    with LeaseKeeper(study_a, trial._trial_id, LeaseSettings(3600)):
+        with publish_check(takeover), reporting_to_search():
+            with pytorch.init(hparams=dict(HPARAMS), exp_conf=KEEP_ALL, accelerator="cpu") as ctx:
+                trainer = pytorch.Trainer(
+                    MLPTrial(ctx), ctx, logger=False, checkpoint_dir=str(root)
+                )
+                with pytest.raises(LeaseLost, match="taken over by another worker"):
+                    trainer.fit(
+                        max_length=pytorch.Batch(8),
+                        checkpoint_period=pytorch.Batch(2),
+                        checkpoint_policy="all",
+                    )
+            (first,) = [c.name for c in list_complete(root)]
+            with pytest.raises(LeaseLost):  # nor does A delete what B may resume from
+                delete_checkpoint(root, first)
+            _close_databases()  # while the trial's storages are alive
+
+    assert takeover.calls == 3  # the two markers, then the deletion
+    assert takeover.continuation is not None
+    assert len(takeover.unmarked_then) == 1  # B took over mid-upload: files there, no marker
+    (second,) = takeover.unmarked_then
+    # The second checkpoint never appeared for any reader, and nothing of it is left.
+    assert list(checkpoints(s3_server, prefix)) == [first]
+    assert MARKER in checkpoints(s3_server, prefix)[first]
+    assert not [k for k in s3_server.keys(prefix) if k.startswith(second)]
+    assert sorted(p.name for p in root.staging().iterdir()) == [first]
+    # What B resumes from is the checkpoint there was when it took over.
+    latest = ckpt.latest_checkpoint(root)
+    assert isinstance(latest, RemoteRoot) and latest.name == first
+    assert (
+        json.loads(s3_server.fs.cat(f"{s3_server.bucket}/{prefix}/{first}/{MARKER}"))[
+            "steps_completed"
+        ]
+        == 2
+    )
+    (old, new) = study_b.get_trials(deepcopy=False)
+    assert old.state == optuna.trial.TrialState.FAIL
+    assert (
+        new.state == optuna.trial.TrialState.RUNNING
+        and new.user_attrs[CONTINUES] == trial._trial_id
+    )
+    _close_databases()
