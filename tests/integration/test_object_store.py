@@ -8,18 +8,22 @@ local cache. The oracle for resuming is the run that never stopped.
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
-from typing import Dict
+from typing import Any, Dict, List, Set
 
 import pytest
 import torch
 
 from det_lightning import errors, pytorch
+from det_lightning.adapters.retention import VALIDATION_KEY, retain_experiment_best
 from det_lightning.pytorch import _checkpoint as ckpt
 from det_lightning.pytorch._remote import MARKER, RemoteRoot
 from tests.fixtures.object_store import S3
 from tests.integration.cli_support import PROJECT, REPO_ROOT, output, run_cli
+from tests.integration.test_checkpoints import ScriptedMetricTrial
+from tests.integration.test_checkpoints import fit as fit_checkpoints
 from tests.integration.test_preemption import (
     BATCHES,
     MLPTrial,
@@ -39,6 +43,34 @@ def checkpoints(s3: S3, prefix: str) -> Dict[str, set]:
         if rest and not rest.startswith("code/"):
             found.setdefault(uuid, set()).add(rest)
     return found
+
+
+def metadata(s3: S3, prefix: str) -> Dict[str, Dict[str, Any]]:
+    """``{uuid: metadata.json}`` of the checkpoints under ``prefix`` that have one."""
+    return {
+        uuid: json.loads(s3.fs.cat_file(f"{s3.bucket}/{prefix}/{uuid}/metadata.json"))
+        for uuid, files in checkpoints(s3, prefix).items()
+        if "metadata.json" in files
+    }
+
+
+def described(s3: S3, prefix: str, result: subprocess.CompletedProcess) -> str:
+    """A failed assertion's story: the checkpoints under ``prefix`` with their files and
+    metadata.json, and the CLI's whole output."""
+    found, metadatas = checkpoints(s3, prefix), metadata(s3, prefix)
+    lines = [f"{uuid}: {sorted(files)} {metadatas.get(uuid)}" for uuid, files in found.items()]
+    return "\n".join([f"checkpoints under {prefix}:", *lines, output(result)])
+
+
+def best_and_latest(s3: S3, prefix: str) -> Set[str]:
+    """What ``save_trial_best: 1`` and ``save_trial_latest: 1`` keep of the checkpoints under
+    ``prefix`` (smaller validation_loss is better): the newest and the best validated one."""
+    metadatas = metadata(s3, prefix)
+    newest = max(metadatas, key=lambda uuid: metadatas[uuid]["steps_completed"])
+    validated = {
+        uuid: m[VALIDATION_KEY]["value"] for uuid, m in metadatas.items() if m.get(VALIDATION_KEY)
+    }
+    return {newest, *([min(validated, key=validated.__getitem__)] if validated else [])}
 
 
 def test_fit_writes_to_s3_and_resumes_on_another_machine_bit_exact(
@@ -98,6 +130,37 @@ def test_retention_deletes_in_the_bucket(s3_server: S3, tmp_path: pathlib.Path) 
     assert list(left) == [trainer.result.latest_checkpoint]  # three others: every object gone
     staged = [p.name for p in RemoteRoot(url).staging().iterdir()]
     assert staged == [trainer.result.latest_checkpoint]  # and their local copies
+
+
+@pytest.mark.parametrize(
+    "scores,kept",
+    [
+        ([2.0, 1.0], [6]),  # the final validation is the best: the one at batch 4 goes
+        ([1.0, 2.0], [4, 6]),  # it is worse: the best (batch 4) and the latest (batch 6) stay
+    ],
+)
+def test_best_and_latest_stay_in_the_bucket(
+    s3_server: S3, tmp_path: pathlib.Path, scores: List[float], kept: List[int]
+) -> None:
+    """checkpoint_policy='best' with the default save_trial_best=1, save_trial_latest=1, as the
+    command entrypoint of the experiment test below runs: whether one or two checkpoints stay
+    depends on the validations, in the run and in the experiment's retention after it."""
+    url = s3_server.url("best/trial-1")
+    exp_conf = {"searcher": {"metric": "score", "smaller_is_better": True}}
+    fit_checkpoints(
+        ScriptedMetricTrial,
+        {"lr": 0.1, "scores": scores},
+        exp_conf=exp_conf,
+        trainer_kwargs={"logger": False, "checkpoint_dir": url},
+        max_length=pytorch.Batch(6),
+        validation_period=pytorch.Batch(4),
+        checkpoint_policy="best",
+    )
+    metadatas = metadata(s3_server, "best/trial-1")
+    assert sorted(m["steps_completed"] for m in metadatas.values()) == kept
+    assert set(metadatas) == best_and_latest(s3_server, "best/trial-1")
+    assert retain_experiment_best([RemoteRoot(url)], exp_conf) == []
+    assert metadata(s3_server, "best/trial-1") == metadatas
 
 
 def test_an_unmarked_prefix_is_invisible_and_swept_when_a_run_starts(
@@ -219,7 +282,9 @@ def test_experiment_with_s3_checkpoint_storage_writes_to_the_bucket(
     result = run_cli("experiment", str(tmp_path / "s3.yaml"), str(PROJECT), cwd=isolated_run)
     assert result.returncode == 0, output(result)
     written = checkpoints(s3_server, "exp/a/trial-1")
-    assert len(written) == 1 and FILES <= next(iter(written.values())), s3_server.keys("exp")
+    assert len(written) == 1 and FILES <= next(iter(written.values())), described(
+        s3_server, "exp/a/trial-1", result
+    )
     assert f"s3://{s3_server.bucket}/exp/a/trial-1/{next(iter(written))}" in result.stdout
     assert not (isolated_run / "s3:").exists() and not (tmp_path / "checkpoints").exists()
     # A command entrypoint's child process gets the config's endpoint too.
@@ -230,7 +295,16 @@ def test_experiment_with_s3_checkpoint_storage_writes_to_the_bucket(
     (tmp_path / "script-s3.yaml").write_text(script)
     result = run_cli("experiment", str(tmp_path / "script-s3.yaml"), str(PROJECT), cwd=isolated_run)
     assert result.returncode == 0, output(result)
-    assert len(checkpoints(s3_server, "exp/b/trial-1")) == 1, s3_server.keys("exp")
+    # The script trains unseeded (Determined's local mode): in 3 runs of 400 its final
+    # validation is worse than the one at batch 4, and then both checkpoints stay (retention
+    # keeps the best and the latest; test_best_and_latest_stay_in_the_bucket pins both cases).
+    kept = checkpoints(s3_server, "exp/b/trial-1")
+    story = described(s3_server, "exp/b/trial-1", result)
+    assert set(kept) == best_and_latest(s3_server, "exp/b/trial-1"), story
+    assert all(FILES <= files for files in kept.values()), story
+    saved = re.findall(r"saved checkpoint (\S+) at", result.stderr)
+    deleted = re.findall(r"deleted checkpoint (\S+) ", result.stderr)
+    assert set(saved) - set(kept) == set(deleted), story
     state = torch.load(
         str(
             RemoteRoot(
