@@ -40,7 +40,7 @@ on disk is ``retention.py``'s decision, and where a run starts ``resume.py``'s.
 
 import logging
 import pathlib
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import lightning.pytorch as pl
 
@@ -68,7 +68,13 @@ from det_lightning.pytorch._checkpoint_write import (
     finish_atomically,
     make_load_data,
 )
-from det_lightning.pytorch._remote import CheckpointRoot, RemoteRoot, delete_checkpoint, local_dir
+from det_lightning.pytorch._remote import (
+    CheckpointRoot,
+    RemoteRoot,
+    delete_checkpoint,
+    local_dir,
+    raise_unless_may_publish,
+)
 from det_lightning.pytorch._callback import PyTorchCallback
 from det_lightning.pytorch._code import code_sources
 
@@ -262,7 +268,9 @@ class CheckpointManager:
             abandon_partial(partial)
             raise
         if self.writer is None:
-            return finish_atomically(self.local_root, uuid, partial, files.write)
+            return finish_atomically(
+                self.local_root, uuid, partial, files.write, self._before_rename()
+            )
         self.uploaded = None
         self.writer.submit(lambda: self._write_in_background(uuid, partial, files))
         return self.local_root / uuid
@@ -270,9 +278,16 @@ class CheckpointManager:
     def _write_in_background(
         self, uuid: str, partial: pathlib.Path, files: CheckpointFiles
     ) -> None:
-        local = finish_atomically(self.local_root, uuid, partial, files.write)
+        local = finish_atomically(
+            self.local_root, uuid, partial, files.write, self._before_rename()
+        )
         if isinstance(self.root, RemoteRoot):  # marker last
             self.uploaded = self.root.upload(uuid, local)
+
+    def _before_rename(self) -> Optional[Callable[[], None]]:
+        """On a local root the rename publishes the checkpoint, so the publish checks (a
+        search's lease) run right before it; a bucket's upload runs them before its marker."""
+        return None if isinstance(self.root, RemoteRoot) else raise_unless_may_publish
 
     def wait_for_write(self) -> None:
         """Waits for the checkpoint being written in the background, if any, then runs what

@@ -192,13 +192,20 @@ def begin_atomically(root: pathlib.Path, uuid: str) -> pathlib.Path:
 
 
 def finish_atomically(
-    root: pathlib.Path, uuid: str, partial: pathlib.Path, write: Callable[[pathlib.Path], None]
+    root: pathlib.Path,
+    uuid: str,
+    partial: pathlib.Path,
+    write: Callable[[pathlib.Path], None],
+    before_rename: Optional[Callable[[], None]] = None,
 ) -> pathlib.Path:
-    """Calls ``write(partial)``, fsyncs its files, renames it to ``root/uuid`` and fsyncs
-    ``root``; on any failure ``partial`` is removed and nothing appears under ``uuid``."""
+    """Calls ``write(partial)``, fsyncs its files, calls ``before_rename()`` (an exception it
+    raises forbids the checkpoint), renames it to ``root/uuid`` and fsyncs ``root``; on any
+    failure ``partial`` is removed and nothing appears under ``uuid``."""
     try:
         write(partial)
         _fsync_tree(partial)
+        if before_rename is not None:
+            before_rename()
         os.replace(partial, root / uuid)
     except BaseException:
         abandon_partial(partial)

@@ -146,3 +146,69 @@ def test_a_checkpoint_uploading_when_the_trial_is_taken_over_is_never_published(
         and new.user_attrs[CONTINUES] == trial._trial_id
     )
     _close_databases()
+
+
+class TakeOverAtSecondRename:
+    """The local root's version of ``TakeOverAtSecondMarker``: at the second publish check
+    (A's second checkpoint written and fsynced in its hidden partial directory, not yet
+    renamed) worker B takes the trial over."""
+
+    def __init__(self, study_b: optuna.Study, root: pathlib.Path) -> None:
+        self.study_b, self.root = study_b, root
+        self.calls = 0
+        self.continuation: Any = None
+        self.partials_then: List[str] = []
+
+    def __call__(self) -> None:
+        self.calls += 1
+        if self.calls != 2:
+            return
+        self.partials_then = sorted(p.name for p in self.root.iterdir() if p.name.startswith("."))
+        (frozen,) = self.study_b.get_trials(deepcopy=False)
+        self.continuation = take_over(self.study_b, frozen)
+
+
+@pytest.mark.parametrize(
+    "sync", [False, True], ids=["background-write", "write-in-training-thread"]
+)
+def test_a_checkpoint_on_a_shared_disk_is_never_renamed_into_place_after_a_takeover(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, sync: bool
+) -> None:
+    """On a local or shared-disk root the rename publishes a checkpoint: the publish checks run
+    right before it, so a stale owner's checkpoint never appears and its partial directory is
+    removed; A's fit() ends with LeaseLost and B resumes from the checkpoint there was."""
+    root = tmp_path / "checkpoints" / "trial-1"
+    url = str(tmp_path / "search.journal")
+    study_a = optuna.create_study(study_name="s", storage=open_storage(url, root))
+    trial = study_a.ask()
+    study_b = optuna.load_study(study_name="s", storage=open_storage(url, root))
+    spec = search_environment(
+        storage_ref(url, root), "s", trial._trial_id, SETTINGS, SETTINGS.brackets[0]
+    )
+    monkeypatch.setenv(SEARCH_ENV, spec)
+    monkeypatch.setenv("DET_LIGHTNING_SYNC_CHECKPOINTS", "1" if sync else "0")
+    takeover = TakeOverAtSecondRename(study_b, root)
+
+    with LeaseKeeper(study_a, trial._trial_id, LeaseSettings(3600)):
+        with publish_check(takeover), reporting_to_search():
+            with pytorch.init(hparams=dict(HPARAMS), exp_conf=KEEP_ALL, accelerator="cpu") as ctx:
+                trainer = pytorch.Trainer(
+                    MLPTrial(ctx), ctx, logger=False, checkpoint_dir=str(root)
+                )
+                with pytest.raises(LeaseLost, match="taken over by another worker"):
+                    trainer.fit(
+                        max_length=pytorch.Batch(8),
+                        checkpoint_period=pytorch.Batch(2),
+                        checkpoint_policy="all",
+                    )
+
+    assert takeover.calls == 2 and takeover.continuation is not None
+    assert len(takeover.partials_then) == 1  # the second one, written, not yet renamed
+    (first,) = [c.name for c in ckpt.list_local(root)]
+    assert sorted(p.name for p in root.iterdir()) == [first]  # no partial left behind
+    assert ckpt.read_metadata(root / first)["steps_completed"] == 2
+    latest = ckpt.latest_checkpoint(root)
+    assert latest is not None and pathlib.Path(latest).name == first
+    (old, new) = study_b.get_trials(deepcopy=False)
+    assert old.state == optuna.trial.TrialState.FAIL
+    assert new.state == optuna.trial.TrialState.RUNNING
