@@ -8,10 +8,11 @@ A's upload then writes no marker and removes its files; A's ``fit()`` ends with 
 (as a trial whose lease is lost ends), and B sees the checkpoints it saw when it took over.
 """
 
+import contextlib
 import gc
 import json
 import pathlib
-from typing import Any, List
+from typing import Any, Callable, Iterator, List, Tuple
 
 import optuna
 import pytest
@@ -73,6 +74,44 @@ def _close_databases() -> None:
             found.engine.dispose()
 
 
+def _search_of_one_trial(
+    url: str, root: Any, monkeypatch: pytest.MonkeyPatch, sync: bool
+) -> Tuple[optuna.Study, optuna.Trial, optuna.Study]:
+    """A search's one trial, in this process's environment as a trial's process has it:
+    worker A's study and trial, and worker B's own view of the same study."""
+    study_a = optuna.create_study(study_name="s", storage=open_storage(url, root))
+    trial = study_a.ask()
+    study_b = optuna.load_study(study_name="s", storage=open_storage(url, root))  # B's own
+    spec = search_environment(
+        storage_ref(url, root), "s", trial._trial_id, SETTINGS, SETTINGS.brackets[0]
+    )
+    monkeypatch.setenv(SEARCH_ENV, spec)
+    monkeypatch.setenv("DET_LIGHTNING_SYNC_CHECKPOINTS", "1" if sync else "0")
+    return study_a, trial, study_b
+
+
+@contextlib.contextmanager
+def _worker_a_loses_its_lease(
+    study_a: optuna.Study, trial: optuna.Trial, takeover: Callable[[], None], root: Any
+) -> Iterator[None]:
+    """Worker A trains the trial (a checkpoint every 2 batches) holding its lease, with
+    ``takeover`` as a publish check before the runner's; its fit() must end with LeaseLost.
+    The block runs after the fit, lease and checks still in place."""
+    with LeaseKeeper(study_a, trial._trial_id, LeaseSettings(3600)):
+        with publish_check(takeover), reporting_to_search():
+            with pytorch.init(hparams=dict(HPARAMS), exp_conf=KEEP_ALL, accelerator="cpu") as ctx:
+                trainer = pytorch.Trainer(
+                    MLPTrial(ctx), ctx, logger=False, checkpoint_dir=str(root)
+                )
+                with pytest.raises(LeaseLost, match="taken over by another worker"):
+                    trainer.fit(
+                        max_length=pytorch.Batch(8),
+                        checkpoint_period=pytorch.Batch(2),
+                        checkpoint_policy="all",
+                    )
+            yield
+
+
 @pytest.mark.parametrize(
     "storage_kind, sync",
     [
@@ -94,32 +133,14 @@ def test_a_checkpoint_uploading_when_the_trial_is_taken_over_is_never_published(
         url = request.getfixturevalue("postgres_url")
     prefix = "search/trial-1"
     root = RemoteRoot(s3_server.url(prefix))
-    study_a = optuna.create_study(study_name="s", storage=open_storage(url, root))
-    trial = study_a.ask()
-    study_b = optuna.load_study(study_name="s", storage=open_storage(url, root))  # B's own
-    spec = search_environment(
-        storage_ref(url, root), "s", trial._trial_id, SETTINGS, SETTINGS.brackets[0]
-    )
-    monkeypatch.setenv(SEARCH_ENV, spec)
-    monkeypatch.setenv("DET_LIGHTNING_SYNC_CHECKPOINTS", "1" if sync else "0")
+    study_a, trial, study_b = _search_of_one_trial(url, root, monkeypatch, sync)
     takeover = TakeOverAtSecondMarker(study_b, s3_server, prefix)
 
-    with LeaseKeeper(study_a, trial._trial_id, LeaseSettings(3600)):
-        with publish_check(takeover), reporting_to_search():
-            with pytorch.init(hparams=dict(HPARAMS), exp_conf=KEEP_ALL, accelerator="cpu") as ctx:
-                trainer = pytorch.Trainer(
-                    MLPTrial(ctx), ctx, logger=False, checkpoint_dir=str(root)
-                )
-                with pytest.raises(LeaseLost, match="taken over by another worker"):
-                    trainer.fit(
-                        max_length=pytorch.Batch(8),
-                        checkpoint_period=pytorch.Batch(2),
-                        checkpoint_policy="all",
-                    )
-            (first,) = [c.name for c in list_complete(root)]
-            with pytest.raises(LeaseLost):  # nor does A delete what B may resume from
-                delete_checkpoint(root, first)
-            _close_databases()  # while the trial's storages are alive
+    with _worker_a_loses_its_lease(study_a, trial, takeover, root):
+        (first,) = [c.name for c in list_complete(root)]
+        with pytest.raises(LeaseLost):  # nor does A delete what B may resume from
+            delete_checkpoint(root, first)
+        _close_databases()  # while the trial's storages are alive
 
     assert takeover.calls == 3  # the two markers, then the deletion
     assert takeover.continuation is not None
@@ -178,29 +199,13 @@ def test_a_checkpoint_on_a_shared_disk_is_never_renamed_into_place_after_a_takeo
     right before it, so a stale owner's checkpoint never appears and its partial directory is
     removed; A's fit() ends with LeaseLost and B resumes from the checkpoint there was."""
     root = tmp_path / "checkpoints" / "trial-1"
-    url = str(tmp_path / "search.journal")
-    study_a = optuna.create_study(study_name="s", storage=open_storage(url, root))
-    trial = study_a.ask()
-    study_b = optuna.load_study(study_name="s", storage=open_storage(url, root))
-    spec = search_environment(
-        storage_ref(url, root), "s", trial._trial_id, SETTINGS, SETTINGS.brackets[0]
+    study_a, trial, study_b = _search_of_one_trial(
+        str(tmp_path / "search.journal"), root, monkeypatch, sync
     )
-    monkeypatch.setenv(SEARCH_ENV, spec)
-    monkeypatch.setenv("DET_LIGHTNING_SYNC_CHECKPOINTS", "1" if sync else "0")
     takeover = TakeOverAtSecondRename(study_b, root)
 
-    with LeaseKeeper(study_a, trial._trial_id, LeaseSettings(3600)):
-        with publish_check(takeover), reporting_to_search():
-            with pytorch.init(hparams=dict(HPARAMS), exp_conf=KEEP_ALL, accelerator="cpu") as ctx:
-                trainer = pytorch.Trainer(
-                    MLPTrial(ctx), ctx, logger=False, checkpoint_dir=str(root)
-                )
-                with pytest.raises(LeaseLost, match="taken over by another worker"):
-                    trainer.fit(
-                        max_length=pytorch.Batch(8),
-                        checkpoint_period=pytorch.Batch(2),
-                        checkpoint_policy="all",
-                    )
+    with _worker_a_loses_its_lease(study_a, trial, takeover, root):
+        pass
 
     assert takeover.calls == 2 and takeover.continuation is not None
     assert len(takeover.partials_then) == 1  # the second one, written, not yet renamed
