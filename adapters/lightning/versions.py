@@ -30,6 +30,8 @@ never downloaded):
       _LoggerConnector.on_batch_start/
       update_eval_step_metrics, Strategy.
       validation_step, _ResultCollection.metrics
+    _ResultMetric.to,                          none           (lean_results.py's self.log)
+      _ResultCollection.log
     call._call_callback_hooks,                 none           (hooks.py's dispatch)
       _call_lightning_module_hook,
       _call_strategy_hook
@@ -153,6 +155,9 @@ UNCHANGED: Dict[str, str] = {
     "trainer.connectors.logger_connector.result:_ResultCollection.reset": "8429e6fc269d",
     "strategies.strategy:Strategy.validation_step": "9a2c9936b512",
     "strategies.strategy:Strategy.test_step": "29f45b26add8",
+    # lean_results.py
+    "trainer.connectors.logger_connector.result:_ResultMetric.to": "efdc4d9910d9",
+    "trainer.connectors.logger_connector.result:_ResultCollection.log": "c9a2646c6a97",
 }
 
 
