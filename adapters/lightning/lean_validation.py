@@ -77,6 +77,16 @@ def install(trainer: pl.Trainer) -> None:
         loop.__class__ = LeanEvaluationLoop
 
 
+def _pass_hooks(stage: str) -> Tuple[str, ...]:
+    return tuple(
+        f"on_{stage}_{name}" for name in ("model_eval", "start", "epoch_start", "epoch_end", "end")
+    )
+
+
+# The hooks around a pass (model eval, start, epoch start and end, end), by trainer.testing.
+_PASS_HOOKS = {False: _pass_hooks("validation"), True: _pass_hooks("test")}
+
+
 class _Plan(NamedTuple):
     """What the lean step may skip for one module and strategy, worked out per pass."""
 
@@ -94,6 +104,7 @@ class _Plan(NamedTuple):
     module: pl.LightningModule  # trainer.lightning_module and trainer.strategy, the same all pass
     strategy: Strategy
     results: Optional[_ResultCollection]  # trainer._results when it is this loop's (else None)
+    pass_hooks: Tuple[str, ...]  # the pass's model-eval, start, epoch start/end and end hooks
 
 
 def _plan(loop: "LeanEvaluationLoop") -> _Plan:
@@ -130,6 +141,7 @@ def _plan(loop: "LeanEvaluationLoop") -> _Plan:
         module=module,
         strategy=strategy,
         results=results if results is loop._results else None,
+        pass_hooks=_PASS_HOOKS[testing],
     )
 
 
@@ -179,6 +191,57 @@ class LeanEvaluationLoop(_EvaluationLoop):
             logged = -1  # never quiet
         self._lean_logged_at_start = logged
         super().on_run_start()
+
+    def _pass_hook(self, index: int, strategy_too: bool, *args: Any, **kwargs: Any) -> bool:
+        """Runs a pass's start or end hook (``_PASS_HOOKS[...][index]``) as Lightning does, the
+        callbacks', then the module's and (``strategy_too``) the strategy's only where they
+        override it (Lightning's base hooks do nothing); False, running nothing, outside the
+        lean case."""
+        plan = self._lean_plan
+        if plan is None or not plan.quiet_profiler:
+            return False
+        hook = plan.pass_hooks[index]
+        module, strategy = plan.module, plan.strategy
+        call._call_callback_hooks(self.trainer, hook, *args, **kwargs)
+        if overrides(module, pl.LightningModule, hook):
+            call_hook(module, module, hook, *args, **kwargs)
+        if strategy_too and overrides(strategy, Strategy, hook):
+            call_hook(strategy, module, hook, *args, **kwargs)
+        return True
+
+    def _on_evaluation_model_eval(self) -> None:
+        """Follows ``_EvaluationLoop._on_evaluation_model_eval`` (unchanged 2.4.0 to 2.6.6):
+        the module's modes captured, then its eval hook (without the profiler's wrapping)."""
+        plan = self._lean_plan
+        if plan is None or not plan.quiet_profiler:
+            super()._on_evaluation_model_eval()
+            return
+        self._module_mode.capture(plan.module)
+        call_hook(plan.module, plan.module, plan.pass_hooks[0])
+
+    def _on_evaluation_start(self, *args: Any, **kwargs: Any) -> None:
+        """Follows ``_EvaluationLoop._on_evaluation_start`` (unchanged 2.4.0 to 2.6.6)."""
+        if not self._pass_hook(1, True, *args, **kwargs):
+            super()._on_evaluation_start(*args, **kwargs)
+
+    def _on_evaluation_epoch_start(self, *args: Any, **kwargs: Any) -> None:
+        """Follows ``_EvaluationLoop._on_evaluation_epoch_start`` (unchanged 2.4.0 to 2.6.6)."""
+        if not self._pass_hook(2, False, *args, **kwargs):
+            super()._on_evaluation_epoch_start(*args, **kwargs)
+
+    def _on_evaluation_epoch_end(self) -> None:
+        """Follows ``_EvaluationLoop._on_evaluation_epoch_end`` (unchanged 2.4.0 to 2.6.6)."""
+        if self._pass_hook(3, False):
+            self.trainer._logger_connector.on_epoch_end()
+        else:
+            super()._on_evaluation_epoch_end()
+
+    def _on_evaluation_end(self, *args: Any, **kwargs: Any) -> None:
+        """Follows ``_EvaluationLoop._on_evaluation_end`` (unchanged 2.4.0 to 2.6.6)."""
+        if self._pass_hook(4, True, *args, **kwargs):
+            self.trainer._logger_connector.reset_results()
+        else:
+            super()._on_evaluation_end(*args, **kwargs)
 
     def _on_before_fetch(self) -> None:
         """Follows ``_EvaluationLoop._on_before_fetch`` (unchanged 2.4.0 to 2.6.6): a profiler

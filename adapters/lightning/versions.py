@@ -27,6 +27,8 @@ never downloaded):
       _on_before_fetch/_on_after_fetch,
       _verify_dataloader_idx_requirement,
       _on_evaluation_end (resets the results),
+      _on_evaluation_start/_epoch_start/
+      _epoch_end/_model_eval,
       _LoggerConnector.on_batch_start/
       update_eval_step_metrics, Strategy.
       validation_step, _ResultCollection.metrics
@@ -142,6 +144,10 @@ UNCHANGED: Dict[str, str] = {
     "loops.evaluation_loop:_EvaluationLoop._build_kwargs": "e032b7157bda",
     "loops.evaluation_loop:_EvaluationLoop._build_step_args_from_hook_kwargs": "b5aa70cc7789",
     "loops.evaluation_loop:_EvaluationLoop._on_evaluation_end": "bfd8c6842e7c",
+    "loops.evaluation_loop:_EvaluationLoop._on_evaluation_start": "83b9831a3856",
+    "loops.evaluation_loop:_EvaluationLoop._on_evaluation_epoch_start": "f69c8f2231ae",
+    "loops.evaluation_loop:_EvaluationLoop._on_evaluation_epoch_end": "0c6b5bb09fca",
+    "loops.evaluation_loop:_EvaluationLoop._on_evaluation_model_eval": "f15bf5d0231d",
     "loops.evaluation_loop:_EvaluationLoop.on_run_start": "f22589252609",
     # (calls loops.utilities._verify_dataloader_idx_requirement, whose only change 2.4.0 to
     # 2.6.6 is a type annotation: Tuple -> tuple)

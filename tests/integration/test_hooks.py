@@ -260,3 +260,33 @@ def test_lightning_still_dispatches_through_the_replaced_function() -> None:
     parameters = inspect.signature(hooks._lightning_dispatch).parameters
     assert list(parameters) == ["trainer", "hook_name", "args", "monitoring_callbacks", "kwargs"]
     assert call._call_callback_hooks in (hooks._lightning_dispatch, hooks._lean_dispatch)
+
+
+def test_the_pass_hooks_a_module_or_strategy_overrides_run_as_in_lightning(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lean loop calls a pass's start and end hooks on the module and the strategy only
+    where they override them: overridden ones run in Lightning's order, with the same
+    ``_current_fx_name`` and loop state, beside the traced callbacks."""
+    from lightning.pytorch.strategies import SingleDeviceStrategy
+
+    calls: List[Tuple[Any, ...]] = []
+    stages = ("model_eval", "start", "epoch_start", "epoch_end", "end")
+    for owner, names in (
+        (TrialModule, [f"on_validation_{stage}" for stage in stages]),
+        (SingleDeviceStrategy, ["on_validation_start", "on_validation_end"]),
+    ):
+        for name in names:
+            base = getattr(owner, name)
+
+            def hook(self: Any, *args: Any, _name: str = name, _base: Any = base) -> Any:
+                module = self if isinstance(self, pl.LightningModule) else self.lightning_module
+                trainer = module.trainer
+                calls.append((type(self).__name__, _name, *_state(trainer, module)))
+                return _base(self, *args)
+
+            monkeypatch.setattr(owner, name, hook)
+    _compare_lean_and_plain(tmp_path, monkeypatch)
+    half = len(calls) // 2
+    assert half > 20 and calls[:half] == calls[half:]
+    assert {c[1] for c in calls} == {f"on_validation_{stage}" for stage in stages}
