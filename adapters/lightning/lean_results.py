@@ -102,7 +102,15 @@ def stays_on(data: Any, device: torch.device) -> bool:
     else:
         return True  # apply_to_collection returns it as it is
     for item in items:
-        if not stays_on(item, device):
+        inner = type(item)
+        if inner in _LEAVES:
+            continue
+        if inner is torch.Tensor:
+            if item.device != device:
+                return False
+        elif (inner is dict or inner is OrderedDict) and not item:
+            continue  # an empty table (most of nn.Module's hooks)
+        elif not stays_on(item, device):
             return False
     return True
 

@@ -44,7 +44,7 @@ a restart, a Lightning release with no row in ``versions.TABLE``, ``DET_LIGHTNIN
 without it and requires them equal.
 """
 
-from typing import Any, NamedTuple, Optional, Tuple
+from typing import Any, Dict, NamedTuple, Optional, Tuple
 
 import lightning.pytorch as pl
 from lightning.pytorch.loops.evaluation_loop import _EvaluationLoop
@@ -230,18 +230,55 @@ class LeanEvaluationLoop(_EvaluationLoop):
             super()._on_evaluation_epoch_start(*args, **kwargs)
 
     def _on_evaluation_epoch_end(self) -> None:
-        """Follows ``_EvaluationLoop._on_evaluation_epoch_end`` (unchanged 2.4.0 to 2.6.6)."""
-        if self._pass_hook(3, False):
-            self.trainer._logger_connector.on_epoch_end()
-        else:
+        """Follows ``_EvaluationLoop._on_evaluation_epoch_end`` (unchanged 2.4.0 to 2.6.6),
+        then ``_LoggerConnector.on_epoch_end`` on the pass's results."""
+        if not self._pass_hook(3, False):
             super()._on_evaluation_epoch_end()
+            return
+        connector = self.trainer._logger_connector
+        results = self._own_results()
+        if results is None:
+            connector.on_epoch_end()
+            return
+        assert connector._first_loop_iter is None
+        _take_epoch_metrics(connector, results)
+        connector._current_fx = None
 
     def _on_evaluation_end(self, *args: Any, **kwargs: Any) -> None:
-        """Follows ``_EvaluationLoop._on_evaluation_end`` (unchanged 2.4.0 to 2.6.6)."""
-        if self._pass_hook(4, True, *args, **kwargs):
-            self.trainer._logger_connector.reset_results()
-        else:
+        """Follows ``_EvaluationLoop._on_evaluation_end`` (unchanged 2.4.0 to 2.6.6), then
+        ``_LoggerConnector.reset_results`` on the pass's results."""
+        if not self._pass_hook(4, True, *args, **kwargs):
             super()._on_evaluation_end(*args, **kwargs)
+            return
+        connector = self.trainer._logger_connector
+        results = self._own_results()
+        if results is None:
+            connector.reset_results()
+            return
+        results.reset()
+        connector._first_loop_iter = None
+        connector._current_fx = None
+
+    def _store_dataloader_outputs(self) -> None:
+        """Follows ``_EvaluationLoop._store_dataloader_outputs`` with
+        ``_LoggerConnector.epoch_end_reached`` and ``update_eval_epoch_metrics`` (unchanged
+        2.4.0 to 2.6.6), on the pass's results."""
+        results = self._own_results()
+        if results is None:
+            super()._store_dataloader_outputs()
+            return
+        connector = self.trainer._logger_connector
+        connector._first_loop_iter = None
+        plan = self._lean_plan
+        assert plan is not None
+        logged = {} if plan.sanity_checking else _take_epoch_metrics(connector, results)
+        self._logged_outputs.append(logged)
+
+    def _own_results(self) -> Optional[_ResultCollection]:
+        """``trainer._results`` (this loop's, found once per pass), or None outside the lean
+        case."""
+        plan = self._lean_plan
+        return plan.results if plan is not None and plan.quiet_profiler else None
 
     def _on_before_fetch(self) -> None:
         """Follows ``_EvaluationLoop._on_before_fetch`` (unchanged 2.4.0 to 2.6.6): a profiler
@@ -319,3 +356,14 @@ class LeanEvaluationLoop(_EvaluationLoop):
             seen[dataloader_idx] += 1
         if not progress.is_last_batch and trainer.received_sigterm:
             raise SIGTERMException
+
+
+def _take_epoch_metrics(connector: Any, results: _ResultCollection) -> Dict[str, Any]:
+    """What ``_LoggerConnector.update_eval_epoch_metrics`` and ``on_epoch_end`` do with the
+    epoch's metrics (``connector.metrics`` with the epoch's end reached: on_step False), on
+    ``results``, ``trainer._results``; returns the logged ones."""
+    metrics = results.metrics(False)
+    connector._progress_bar_metrics.update(metrics["pbar"])
+    connector._callback_metrics.update(metrics["callback"])
+    connector._logged_metrics.update(metrics["log"])
+    return metrics["log"]

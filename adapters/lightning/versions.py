@@ -29,6 +29,10 @@ never downloaded):
       _on_evaluation_end (resets the results),
       _on_evaluation_start/_epoch_start/
       _epoch_end/_model_eval,
+      _store_dataloader_outputs,
+      _LoggerConnector.on_epoch_end/
+      update_eval_epoch_metrics/
+      epoch_end_reached/metrics,
       _LoggerConnector.on_batch_start/
       update_eval_step_metrics, Strategy.
       validation_step, _ResultCollection.metrics
@@ -148,6 +152,13 @@ UNCHANGED: Dict[str, str] = {
     "loops.evaluation_loop:_EvaluationLoop._on_evaluation_epoch_start": "f69c8f2231ae",
     "loops.evaluation_loop:_EvaluationLoop._on_evaluation_epoch_end": "0c6b5bb09fca",
     "loops.evaluation_loop:_EvaluationLoop._on_evaluation_model_eval": "f15bf5d0231d",
+    "loops.evaluation_loop:_EvaluationLoop._store_dataloader_outputs": "6b5ea99630e4",
+    "trainer.connectors.logger_connector.logger_connector:"
+    "_LoggerConnector.update_eval_epoch_metrics": "cddb2873fc75",
+    "trainer.connectors.logger_connector.logger_connector:_LoggerConnector.on_epoch_end": "2f8de9aa3568",
+    "trainer.connectors.logger_connector.logger_connector:"
+    "_LoggerConnector.epoch_end_reached": "234a054e5421",
+    "trainer.connectors.logger_connector.logger_connector:_LoggerConnector.metrics.fget": "0e23b910d871",
     "loops.evaluation_loop:_EvaluationLoop.on_run_start": "f22589252609",
     # (calls loops.utilities._verify_dataloader_idx_requirement, whose only change 2.4.0 to
     # 2.6.6 is a type annotation: Tuple -> tuple)
