@@ -235,29 +235,26 @@ class LeanEvaluationLoop(_EvaluationLoop):
         if not self._pass_hook(3, False):
             super()._on_evaluation_epoch_end()
             return
-        connector = self.trainer._logger_connector
-        results = self._own_results()
+        connector, results = self.trainer._logger_connector, self._own_results()
         if results is None:
             connector.on_epoch_end()
-            return
-        assert connector._first_loop_iter is None
-        _take_epoch_metrics(connector, results)
-        connector._current_fx = None
+        else:
+            assert connector._first_loop_iter is None
+            _take_epoch_metrics(connector, results)
+            connector._current_fx = None
 
     def _on_evaluation_end(self, *args: Any, **kwargs: Any) -> None:
         """Follows ``_EvaluationLoop._on_evaluation_end`` (unchanged 2.4.0 to 2.6.6), then
         ``_LoggerConnector.reset_results`` on the pass's results."""
-        if not self._pass_hook(4, True, *args, **kwargs):
+        if self._pass_hook(4, True, *args, **kwargs):
+            results = self._own_results()
+            if results is None:
+                self.trainer._logger_connector.reset_results()
+            else:
+                results.reset()
+                vars(self.trainer._logger_connector).update(_first_loop_iter=None, _current_fx=None)
+        else:
             super()._on_evaluation_end(*args, **kwargs)
-            return
-        connector = self.trainer._logger_connector
-        results = self._own_results()
-        if results is None:
-            connector.reset_results()
-            return
-        results.reset()
-        connector._first_loop_iter = None
-        connector._current_fx = None
 
     def _store_dataloader_outputs(self) -> None:
         """Follows ``_EvaluationLoop._store_dataloader_outputs`` with
