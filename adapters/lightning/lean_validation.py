@@ -35,8 +35,12 @@ followed are the same in all of them) against the lean step::
 
 Per pass, ``_verify_dataloader_idx_requirement`` (three signature inspections, which only ever
 raise) runs again only when what it checks changed since it last passed: the module's three
-hooks and whether several dataloaders run. ``run``, ``setup_data``, ``reset`` and the start and
-end hooks of a pass stay Lightning's.
+hooks and whether several dataloaders run. The pass's start and end hooks (model eval, start,
+epoch start and end, end) go to the callbacks as Lightning sends them, and to the module and the
+strategy only where they override the hook (the base hooks do nothing; each dispatch was ~46
+calls); the epoch's metrics are taken and the results reset on the pass's results, found once
+per pass (Lightning's logger connector looks ``trainer._results`` up again each time).
+``run``, ``on_run_end``, ``setup_data`` and ``reset`` stay Lightning's.
 Anything outside the narrow case (several dataloaders, an iterator-style step, a real profiler,
 a restart, a Lightning release with no row in ``versions.TABLE``, ``DET_LIGHTNING_LEAN=0`` or
 ``DET_LIGHTNING_LEAN_VALIDATION=0``) runs Lightning's own ``_evaluation_step``.
