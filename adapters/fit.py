@@ -23,7 +23,7 @@ import torch
 
 from det_lightning import errors
 from det_lightning.adapters import preemption
-from det_lightning.adapters.lightning import hooks, internals, lean, lean_validation
+from det_lightning.adapters.lightning import hooks, internals, lean, lean_results, lean_validation
 from det_lightning.adapters.callbacks import TrialHooks
 from det_lightning.adapters.checkpoint_io import DeterminedCheckpointIO
 from det_lightning.adapters.checkpoints import CheckpointManager
@@ -325,6 +325,7 @@ def _lightning_trainer(
     hooks.use_lean_dispatch(trainer)
     lean.install(trainer)
     lean_validation.install(trainer)
+    lean_results.install(trainer)
     # The one decision we take from Lightning: when to validate (see schedule.py).
     internals.answer_validation_checks(trainer, schedule_cb.should_check_val)
     return trainer

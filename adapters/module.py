@@ -294,8 +294,10 @@ class TrialModule(pl.LightningModule):
         if self._auto_to_device:
             batch = self.context.to_device(batch)
         # As Determined: counted on the batch evaluate_batch gets, before it runs (it may
-        # consume the batch); TrialHooks reads it with the metrics.
-        self.batch_records = self.trial.get_batch_length(batch)
+        # consume the batch); TrialHooks reads it with the metrics. A plain int attribute:
+        # stored as nn.Module.__setattr__ would, without its search of the parameter, buffer
+        # and submodule tables (13 calls a batch).
+        vars(self)["batch_records"] = self.trial.get_batch_length(batch)
         if self._eval_takes_idx:
             return self.trial.evaluate_batch(batch=batch, batch_idx=batch_idx)
         return self.trial.evaluate_batch(batch=batch)  # type: ignore[call-arg]

@@ -35,8 +35,12 @@ followed are the same in all of them) against the lean step::
 
 Per pass, ``_verify_dataloader_idx_requirement`` (three signature inspections, which only ever
 raise) runs again only when what it checks changed since it last passed: the module's three
-hooks and whether several dataloaders run. ``run``, ``setup_data``, ``reset`` and the start and
-end hooks of a pass stay Lightning's.
+hooks and whether several dataloaders run. The pass's start and end hooks (model eval, start,
+epoch start and end, end) go to the callbacks as Lightning sends them, and to the module and the
+strategy only where they override the hook (the base hooks do nothing; each dispatch was ~46
+calls); the epoch's metrics are taken and the results reset on the pass's results, found once
+per pass (Lightning's logger connector looks ``trainer._results`` up again each time).
+``run``, ``on_run_end``, ``setup_data`` and ``reset`` stay Lightning's.
 Anything outside the narrow case (several dataloaders, an iterator-style step, a real profiler,
 a restart, a Lightning release with no row in ``versions.TABLE``, ``DET_LIGHTNING_LEAN=0`` or
 ``DET_LIGHTNING_LEAN_VALIDATION=0``) runs Lightning's own ``_evaluation_step``.
@@ -44,7 +48,7 @@ a restart, a Lightning release with no row in ``versions.TABLE``, ``DET_LIGHTNIN
 without it and requires them equal.
 """
 
-from typing import Any, NamedTuple, Optional, Tuple
+from typing import Any, Dict, NamedTuple, Optional, Tuple
 
 import lightning.pytorch as pl
 from lightning.pytorch.loops.evaluation_loop import _EvaluationLoop
@@ -77,6 +81,16 @@ def install(trainer: pl.Trainer) -> None:
         loop.__class__ = LeanEvaluationLoop
 
 
+def _pass_hooks(stage: str) -> Tuple[str, ...]:
+    return tuple(
+        f"on_{stage}_{name}" for name in ("model_eval", "start", "epoch_start", "epoch_end", "end")
+    )
+
+
+# The hooks around a pass (model eval, start, epoch start and end, end), by trainer.testing.
+_PASS_HOOKS = {False: _pass_hooks("validation"), True: _pass_hooks("test")}
+
+
 class _Plan(NamedTuple):
     """What the lean step may skip for one module and strategy, worked out per pass."""
 
@@ -94,6 +108,7 @@ class _Plan(NamedTuple):
     module: pl.LightningModule  # trainer.lightning_module and trainer.strategy, the same all pass
     strategy: Strategy
     results: Optional[_ResultCollection]  # trainer._results when it is this loop's (else None)
+    pass_hooks: Tuple[str, ...]  # the pass's model-eval, start, epoch start/end and end hooks
 
 
 def _plan(loop: "LeanEvaluationLoop") -> _Plan:
@@ -130,6 +145,7 @@ def _plan(loop: "LeanEvaluationLoop") -> _Plan:
         module=module,
         strategy=strategy,
         results=results if results is loop._results else None,
+        pass_hooks=_PASS_HOOKS[testing],
     )
 
 
@@ -179,6 +195,91 @@ class LeanEvaluationLoop(_EvaluationLoop):
             logged = -1  # never quiet
         self._lean_logged_at_start = logged
         super().on_run_start()
+
+    def _pass_hook(self, index: int, strategy_too: bool, *args: Any, **kwargs: Any) -> bool:
+        """Runs a pass's start or end hook (``_PASS_HOOKS[...][index]``) as Lightning does, the
+        callbacks', then the module's and (``strategy_too``) the strategy's only where they
+        override it (Lightning's base hooks do nothing); False, running nothing, outside the
+        lean case."""
+        plan = self._lean_plan
+        if plan is None or not plan.quiet_profiler:
+            return False
+        hook = plan.pass_hooks[index]
+        module, strategy = plan.module, plan.strategy
+        call._call_callback_hooks(self.trainer, hook, *args, **kwargs)
+        if overrides(module, pl.LightningModule, hook):
+            call_hook(module, module, hook, *args, **kwargs)
+        if strategy_too and overrides(strategy, Strategy, hook):
+            call_hook(strategy, module, hook, *args, **kwargs)
+        return True
+
+    def _on_evaluation_model_eval(self) -> None:
+        """Follows ``_EvaluationLoop._on_evaluation_model_eval`` (unchanged 2.4.0 to 2.6.6):
+        the module's modes captured, then its eval hook (without the profiler's wrapping)."""
+        plan = self._lean_plan
+        if plan is None or not plan.quiet_profiler:
+            super()._on_evaluation_model_eval()
+            return
+        self._module_mode.capture(plan.module)
+        call_hook(plan.module, plan.module, plan.pass_hooks[0])
+
+    def _on_evaluation_start(self, *args: Any, **kwargs: Any) -> None:
+        """Follows ``_EvaluationLoop._on_evaluation_start`` (unchanged 2.4.0 to 2.6.6)."""
+        if not self._pass_hook(1, True, *args, **kwargs):
+            super()._on_evaluation_start(*args, **kwargs)
+
+    def _on_evaluation_epoch_start(self, *args: Any, **kwargs: Any) -> None:
+        """Follows ``_EvaluationLoop._on_evaluation_epoch_start`` (unchanged 2.4.0 to 2.6.6)."""
+        if not self._pass_hook(2, False, *args, **kwargs):
+            super()._on_evaluation_epoch_start(*args, **kwargs)
+
+    def _on_evaluation_epoch_end(self) -> None:
+        """Follows ``_EvaluationLoop._on_evaluation_epoch_end`` (unchanged 2.4.0 to 2.6.6),
+        then ``_LoggerConnector.on_epoch_end`` on the pass's results."""
+        if not self._pass_hook(3, False):
+            super()._on_evaluation_epoch_end()
+            return
+        connector, results = self.trainer._logger_connector, self._own_results()
+        if results is None:
+            connector.on_epoch_end()
+        else:
+            assert connector._first_loop_iter is None
+            _take_epoch_metrics(connector, results)
+            connector._current_fx = None
+
+    def _on_evaluation_end(self, *args: Any, **kwargs: Any) -> None:
+        """Follows ``_EvaluationLoop._on_evaluation_end`` (unchanged 2.4.0 to 2.6.6), then
+        ``_LoggerConnector.reset_results`` on the pass's results."""
+        if self._pass_hook(4, True, *args, **kwargs):
+            results = self._own_results()
+            if results is None:
+                self.trainer._logger_connector.reset_results()
+            else:
+                results.reset()
+                vars(self.trainer._logger_connector).update(_first_loop_iter=None, _current_fx=None)
+        else:
+            super()._on_evaluation_end(*args, **kwargs)
+
+    def _store_dataloader_outputs(self) -> None:
+        """Follows ``_EvaluationLoop._store_dataloader_outputs`` with
+        ``_LoggerConnector.epoch_end_reached`` and ``update_eval_epoch_metrics`` (unchanged
+        2.4.0 to 2.6.6), on the pass's results."""
+        results = self._own_results()
+        if results is None:
+            super()._store_dataloader_outputs()
+            return
+        connector = self.trainer._logger_connector
+        connector._first_loop_iter = None
+        plan = self._lean_plan
+        assert plan is not None
+        logged = {} if plan.sanity_checking else _take_epoch_metrics(connector, results)
+        self._logged_outputs.append(logged)
+
+    def _own_results(self) -> Optional[_ResultCollection]:
+        """``trainer._results`` (this loop's, found once per pass), or None outside the lean
+        case."""
+        plan = self._lean_plan
+        return plan.results if plan is not None and plan.quiet_profiler else None
 
     def _on_before_fetch(self) -> None:
         """Follows ``_EvaluationLoop._on_before_fetch`` (unchanged 2.4.0 to 2.6.6): a profiler
@@ -256,3 +357,14 @@ class LeanEvaluationLoop(_EvaluationLoop):
             seen[dataloader_idx] += 1
         if not progress.is_last_batch and trainer.received_sigterm:
             raise SIGTERMException
+
+
+def _take_epoch_metrics(connector: Any, results: _ResultCollection) -> Dict[str, Any]:
+    """What ``_LoggerConnector.update_eval_epoch_metrics`` and ``on_epoch_end`` do with the
+    epoch's metrics (``connector.metrics`` with the epoch's end reached: on_step False), on
+    ``results``, ``trainer._results``; returns the logged ones."""
+    metrics = results.metrics(False)
+    connector._progress_bar_metrics.update(metrics["pbar"])
+    connector._callback_metrics.update(metrics["callback"])
+    connector._logged_metrics.update(metrics["log"])
+    return metrics["log"]

@@ -29,9 +29,17 @@ never downloaded):
       _on_before_fetch/_on_after_fetch,
       _verify_dataloader_idx_requirement,
       _on_evaluation_end (resets the results),
+      _on_evaluation_start/_epoch_start/
+      _epoch_end/_model_eval,
+      _store_dataloader_outputs,
+      _LoggerConnector.on_epoch_end/
+      update_eval_epoch_metrics/
+      epoch_end_reached/metrics,
       _LoggerConnector.on_batch_start/
       update_eval_step_metrics, Strategy.
       validation_step, _ResultCollection.metrics
+    _ResultMetric.to,                          none           (lean_results.py's self.log)
+      _ResultCollection.log
     call._call_callback_hooks,                 none           (hooks.py's dispatch)
       _call_lightning_module_hook,
       _call_strategy_hook
@@ -178,6 +186,17 @@ UNCHANGED: Dict[str, str] = {
     "loops.evaluation_loop:_EvaluationLoop._build_kwargs": "e032b7157bda",
     "loops.evaluation_loop:_EvaluationLoop._build_step_args_from_hook_kwargs": "b5aa70cc7789",
     "loops.evaluation_loop:_EvaluationLoop._on_evaluation_end": "bfd8c6842e7c",
+    "loops.evaluation_loop:_EvaluationLoop._on_evaluation_start": "83b9831a3856",
+    "loops.evaluation_loop:_EvaluationLoop._on_evaluation_epoch_start": "f69c8f2231ae",
+    "loops.evaluation_loop:_EvaluationLoop._on_evaluation_epoch_end": "0c6b5bb09fca",
+    "loops.evaluation_loop:_EvaluationLoop._on_evaluation_model_eval": "f15bf5d0231d",
+    "loops.evaluation_loop:_EvaluationLoop._store_dataloader_outputs": "6b5ea99630e4",
+    "trainer.connectors.logger_connector.logger_connector:"
+    "_LoggerConnector.update_eval_epoch_metrics": "cddb2873fc75",
+    "trainer.connectors.logger_connector.logger_connector:_LoggerConnector.on_epoch_end": "2f8de9aa3568",
+    "trainer.connectors.logger_connector.logger_connector:"
+    "_LoggerConnector.epoch_end_reached": "234a054e5421",
+    "trainer.connectors.logger_connector.logger_connector:_LoggerConnector.metrics.fget": "0e23b910d871",
     "loops.evaluation_loop:_EvaluationLoop.on_run_start": "f22589252609",
     # (calls loops.utilities._verify_dataloader_idx_requirement, whose only change 2.4.0 to
     # 2.6.6 is a type annotation: Tuple -> tuple)
@@ -191,6 +210,9 @@ UNCHANGED: Dict[str, str] = {
     "trainer.connectors.logger_connector.result:_ResultCollection.reset": "8429e6fc269d",
     "strategies.strategy:Strategy.validation_step": "9a2c9936b512",
     "strategies.strategy:Strategy.test_step": "29f45b26add8",
+    # lean_results.py
+    "trainer.connectors.logger_connector.result:_ResultMetric.to": "efdc4d9910d9",
+    "trainer.connectors.logger_connector.result:_ResultCollection.log": "c9a2646c6a97",
 }
 
 

@@ -10,7 +10,7 @@ periods themselves (``Batch``, ``Epoch``, ``unit_reached``) are ``_units.py``'s.
 import enum
 from typing import AbstractSet, FrozenSet, Optional, Tuple
 
-from det_lightning.pytorch._units import Epoch, TrainUnit, unit_reached
+from det_lightning.pytorch._units import Batch, Epoch, TrainUnit, unit_reached
 
 
 class Boundary(enum.Enum):
@@ -74,11 +74,18 @@ class Schedule:
 
     def reached(self, batches_trained: int) -> FrozenSet[Boundary]:
         """The boundaries reached by the batch that brought the count to ``batches_trained``."""
-        hit = {
-            kind
-            for kind, unit in self._periods
-            if unit is not None and unit_reached(unit, batches_trained, self.epoch_len)
-        }
+        hit = set()
+        for kind, unit in self._periods:
+            if unit is None:
+                continue
+            # Batch(n), the common period, checked here: unit_reached's answer without its
+            # type dispatch (seven calls a batch for each period)
+            if type(unit) is Batch and type(unit.value) is int:
+                every = unit.value
+                if every < 1 or (batches_trained != 0 and batches_trained % every == 0):
+                    hit.add(kind)
+            elif unit_reached(unit, batches_trained, self.epoch_len):
+                hit.add(kind)
         if self.is_done(batches_trained):
             hit.add(Boundary.TRAIN)
         return frozenset(hit)

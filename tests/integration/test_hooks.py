@@ -318,3 +318,33 @@ def test_callbacks_added_or_replaced_mid_fit_are_dispatched_as_lightning_does(
     assert ("appended", "on_train_batch_end", 2) in lean_seen
     assert ("replaced", "on_train_batch_end", 5) in lean_seen
     assert ("replaced", "on_before_optimizer_step", 7) in lean_seen
+
+
+def test_the_pass_hooks_a_module_or_strategy_overrides_run_as_in_lightning(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lean loop calls a pass's start and end hooks on the module and the strategy only
+    where they override them: overridden ones run in Lightning's order, with the same
+    ``_current_fx_name`` and loop state, beside the traced callbacks."""
+    from lightning.pytorch.strategies import SingleDeviceStrategy
+
+    calls: List[Tuple[Any, ...]] = []
+    stages = ("model_eval", "start", "epoch_start", "epoch_end", "end")
+    for owner, names in (
+        (TrialModule, [f"on_validation_{stage}" for stage in stages]),
+        (SingleDeviceStrategy, ["on_validation_start", "on_validation_end"]),
+    ):
+        for name in names:
+            base = getattr(owner, name)
+
+            def hook(self: Any, *args: Any, _name: str = name, _base: Any = base) -> Any:
+                module = self if isinstance(self, pl.LightningModule) else self.lightning_module
+                trainer = module.trainer
+                calls.append((type(self).__name__, _name, *_state(trainer, module)))
+                return _base(self, *args)
+
+            monkeypatch.setattr(owner, name, hook)
+    _compare_lean_and_plain(tmp_path, monkeypatch)
+    half = len(calls) // 2
+    assert half > 20 and calls[:half] == calls[half:]
+    assert {c[1] for c in calls} == {f"on_validation_{stage}" for stage in stages}

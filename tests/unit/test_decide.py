@@ -108,3 +108,19 @@ def test_ranks_agree_at_every_boundary_and_once_the_interval_is_up() -> None:
 )
 def test_the_next_agreement_interval(batch_s: float, agreement_s: float, expected: int) -> None:
     assert next_agreement_interval(batch_s, agreement_s) == expected
+
+
+@pytest.mark.parametrize(
+    "period",
+    [Batch(1), Batch(3), Batch(7), Batch(0), Batch([2, 5, 9]), Epoch(1), Epoch(2), None],
+    ids=repr,
+)
+def test_reached_answers_as_unit_reached(period: object) -> None:
+    """``Schedule.reached``'s own check of a ``Batch(n)`` period gives ``unit_reached``'s
+    answer (the general one, which every other period still takes) at every count."""
+    from det_lightning.pytorch._units import unit_reached
+
+    schedule = Schedule(Batch(40), period, None, None, epoch_len=4)
+    for n in range(0, 41):
+        expected = period is not None and unit_reached(period, n, 4)
+        assert (V in schedule.reached(n)) == expected, n
