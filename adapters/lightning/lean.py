@@ -271,11 +271,12 @@ class LeanTrainingEpochLoop(_TrainingEpochLoop):
         if trainer.state.stage is RunningStage.TRAINING:
             # _LoggerConnector.update_train_step_metrics under manual optimization, with
             # should_update_logs for the fit loop (the active loop in training)
-            every = trainer.log_every_n_steps
+            # (attributes Lightning's Trainer sets in its set-up, untyped)
+            every = trainer.log_every_n_steps  # type: ignore[attr-defined]
             if (
                 every != 0
                 and ((self._batches_that_stepped + 1) % every == 0 or trainer.should_stop)
-            ) or trainer.fast_dev_run:
+            ) or trainer.fast_dev_run:  # type: ignore[attr-defined]
                 connector.log_metrics(connector.metrics["log"])
         else:
             connector.update_train_step_metrics()

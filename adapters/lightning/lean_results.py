@@ -118,7 +118,7 @@ def stays_on(data: Any, device: torch.device) -> bool:
 class LeanResultMetric(_ResultMetric):
     """Lightning's ``_ResultMetric`` whose ``to`` keeps a metric already on the device."""
 
-    def to(self, *args: Any, **kwargs: Any) -> "_ResultMetric":
+    def to(self, *args: Any, **kwargs: Any) -> "_ResultMetric":  # type: ignore[override]
         """Follows ``_ResultMetric.to`` (unchanged 2.4.0 to 2.6.6): Lightning's, unless a
         ``to(device)`` would move nothing."""
         if (
