@@ -10,7 +10,7 @@ periods themselves (``Batch``, ``Epoch``, ``unit_reached``) are ``_units.py``'s.
 import enum
 from typing import AbstractSet, FrozenSet, Optional, Tuple
 
-from det_lightning.pytorch._units import Batch, Epoch, TrainUnit, unit_reached
+from det_lightning.pytorch._units import Batch, Epoch, TrainUnit, every_reached, unit_reached
 
 
 class Boundary(enum.Enum):
@@ -78,11 +78,10 @@ class Schedule:
         for kind, unit in self._periods:
             if unit is None:
                 continue
-            # Batch(n), the common period, checked here: unit_reached's answer without its
-            # type dispatch (seven calls a batch for each period)
+            # Batch(n), the common period: unit_reached's answer without its type dispatch
+            # (seven calls a batch for each period), by the same rule
             if type(unit) is Batch and type(unit.value) is int:
-                every = unit.value
-                if every < 1 or (batches_trained != 0 and batches_trained % every == 0):
+                if every_reached(unit.value, batches_trained):
                     hit.add(kind)
             elif unit_reached(unit, batches_trained, self.epoch_len):
                 hit.add(kind)

@@ -42,11 +42,7 @@ class TrainUnit:
 
     def _divides(self, steps: int) -> bool:
         assert isinstance(self.value, int)
-        if self.value < 1:
-            return True
-        if steps == 0:
-            return False
-        return steps % self.value == 0
+        return every_reached(self.value, steps)
 
     @staticmethod
     def _from_values(
@@ -115,6 +111,18 @@ class AnyOf(TrainUnit):
 
     def should_stop(self, step_num: int) -> bool:
         raise TypeError("AnyOf mixes units: ask unit_reached(period, batches, epoch_len).")
+
+
+def every_reached(every: int, done: int) -> bool:
+    """Whether a period of ``every`` units is reached when ``done`` units are done (a period
+    below 1 is reached every time; nothing is reached at 0).
+
+    >>> every_reached(3, 6), every_reached(3, 7), every_reached(3, 0), every_reached(0, 5)
+    (True, False, False, True)
+    """
+    if every < 1:
+        return True
+    return done != 0 and done % every == 0
 
 
 def unit_reached(unit: TrainUnit, batches_trained: int, epoch_len: int) -> bool:
