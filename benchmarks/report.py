@@ -148,6 +148,9 @@ class Report:
         return "yes" if worst < 1e-5 else f"no (rel. diff {worst:.1e})"
 
     def instructions_table(self) -> List[str]:
+        """Per step, for each system that ran ``<workload>#instructions``: the instructions of
+        every thread, × raw, Lightning and Determined, and the share of threads other than
+        the main one (a TensorBoard event writer, a background checkpoint writer)."""
         names = [
             n
             for n in ("mlp", "validation")
@@ -156,23 +159,29 @@ class Report:
         if not names:
             return []
         lines = [
-            "| workload | system | M instructions / step | × raw | × Lightning |",
-            "|---|---|---|---|---|",
+            "| workload | system | M instructions / step | of it, other threads "
+            "| × raw | × Lightning | × Determined |",
+            "|---|---|---|---|---|---|---|",
         ]
         for name in names:
             counted = f"{name}#instructions"
-            raw = self.median(counted, "raw", "instructions_per_step")
-            lit = self.median(counted, "lightning", "instructions_per_step")
+            base = {
+                s: self.median(counted, s, "instructions_per_step")
+                for s in ("raw", "lightning", "determined")
+            }
             for system, _, failed in self.outcomes(counted):
                 title = self.workloads[name].title
                 if failed:
-                    lines.append(f"| {title} | {LABELS[system]} | {failed} | | |")
+                    lines.append(f"| {title} | {LABELS[system]} | {failed} | | | | |")
                     continue
                 value = self.median(counted, system, "instructions_per_step")
+                other = self.median(counted, system, "other_threads_instructions_per_step")
                 assert value is not None
                 lines.append(
                     f"| {title} | {LABELS[system]} | {value / 1e6:.3f} "
-                    f"| {_ratio(value, raw)} | {_ratio(value, lit)} |"
+                    f"| {'—' if other is None else f'{other / 1e6:.3f}'} "
+                    f"| {_ratio(value, base['raw'])} | {_ratio(value, base['lightning'])} "
+                    f"| {_ratio(value, base['determined'])} |"
                 )
         return lines
 

@@ -140,6 +140,10 @@ CACHE_EVENTS: Dict[str, Tuple[str, ...]] = {
 }
 
 
+# One process's counts per thread: {thread number: {event: count}}, thread 1 the main one.
+ThreadCounts = Dict[int, Dict[str, int]]
+
+
 def instruction_steps(quick: bool) -> Tuple[int, int]:
     return (10, 30) if quick else (100, 600)
 
@@ -153,67 +157,85 @@ def instruction_jobs(
 ) -> Tuple[Runs, Dict[Tuple[str, str], str]]:
     """Instructions per training step, counted by valgrind's callgrind (with ``cache``: also its
     simulated cache misses and branch mispredicts, ``CACHE_EVENTS``): the same on a busy
-    machine as on an idle one, so all the jobs run at once."""
+    machine as on an idle one, so all the processes run at once.
+
+    Each (workload, system) runs as two whole processes, a fit of ``steps[0]`` and one of
+    ``steps[1]`` training steps, with every thread counted apart (``--separate-threads=yes``);
+    the difference over the extra steps is the cost per step, every thread's included (a
+    TensorBoard event writer's, a checkpoint writer's). Counting whole processes does not depend
+    on when another thread does its share, which dumps requested by the main thread did."""
     steps = instruction_steps(args.quick)
     names = CACHE_WORKLOADS if cache else INSTRUCTION_WORKLOADS
     jobs = [
-        (system, chosen[name])
+        (system, chosen[name], n)
         for name in names
         if name in chosen
         for system in systems_for(name, have_determined)
         if system in systems
+        for n in steps
     ]
     runs: Runs = {}
     failures: Dict[Tuple[str, str], str] = {}
+    counted: Dict[Tuple[str, str], Dict[int, ThreadCounts]] = {}
     width = max(1, args.jobs or os.cpu_count() or 1)
     label = "cache" if cache else "instructions"
+    wanted = CACHE_EVENTS if cache else {"instructions_per_step": ("Ir",)}
     for first in range(0, len(jobs), width):
-        started = [
-            _start_callgrind(system, w, steps, args.quick, cache)
-            for system, w in jobs[first : first + width]
-        ]
-        for (system, w), (scratch, proc) in zip(jobs[first : first + width], started):
+        batch = jobs[first : first + width]
+        started = [_start_callgrind(system, w, n, args.quick, cache) for system, w, n in batch]
+        for (system, w, n), (scratch, proc) in zip(batch, started):
             code = proc.wait()
-            counts = _callgrind_counts(scratch)
             key = (w.name, system)
-            if code != 0 or any(f"steps{n}" not in counts for n in steps):
-                failures[key] = _why(scratch / "log.txt", code)
-            else:
-                wanted = CACHE_EVENTS if cache else {"instructions_per_step": ("Ir",)}
-                runs[key] = [per_step(counts, steps, wanted)]
-            print(
-                f"[{label}] {w.name:<12} {system:<17} {'ok' if key in runs else 'FAILED'}",
-                flush=True,
-            )
+            found = _callgrind_counts(scratch, proc.pid)
+            if code != 0 or found is None:
+                failures.setdefault(key, _why(scratch / "log.txt", code))
+            elif key not in failures:
+                counted.setdefault(key, {})[n] = found
+                if len(counted[key]) == len(steps):
+                    runs[key] = [per_step(counted[key], steps, wanted)]
+            if n == steps[-1] or key in failures:
+                print(
+                    f"[{label}] {w.name:<12} {system:<17} "
+                    f"{'ok' if key in runs else 'FAILED' if key in failures else ''}",
+                    flush=True,
+                )
             shutil.rmtree(scratch, ignore_errors=True)
     return runs, failures
 
 
 def per_step(
-    counts: Dict[str, Dict[str, int]], steps: Tuple[int, int], wanted: Dict[str, Tuple[str, ...]]
+    counts: Dict[int, ThreadCounts], steps: Tuple[int, int], wanted: Dict[str, Tuple[str, ...]]
 ) -> Dict[str, float]:
-    """Each ``wanted`` field per training step: its events summed, in the longer fit's dump
-    minus the shorter one's, over the steps between them.
+    """Each ``wanted`` field per training step: its events summed over every thread, in the
+    longer fit's process minus the shorter one's, over the steps between them; and, as
+    ``other_threads_<field>``, the share of the threads other than the main one.
 
-    >>> counts = {"steps100": {"Ir": 1000, "Bcm": 5, "Bim": 1},
-    ...           "steps600": {"Ir": 6000, "Bcm": 55, "Bim": 11}}
-    >>> per_step(counts, (100, 600), {"ir": ("Ir",), "mispredicts": ("Bcm", "Bim")})
-    {'ir': 10.0, 'mispredicts': 0.12}
+    >>> few = {1: {"Ir": 900, "Bcm": 5, "Bim": 1}, 2: {"Ir": 100}}
+    >>> many = {1: {"Ir": 5000, "Bcm": 55, "Bim": 11}, 2: {"Ir": 600}, 3: {"Ir": 400}}
+    >>> per_step({100: few, 600: many}, (100, 600), {"ir": ("Ir",), "mispredicts": ("Bcm", "Bim")})
+    {'ir': 10.0, 'other_threads_ir': 1.8, 'mispredicts': 0.12, 'other_threads_mispredicts': 0.0}
     """
-    few, many = counts[f"steps{steps[0]}"], counts[f"steps{steps[1]}"]
-    return {
-        field: sum(many.get(e, 0) - few.get(e, 0) for e in events) / (steps[1] - steps[0])
-        for field, events in wanted.items()
-    }
+    few, many = counts[steps[0]], counts[steps[1]]
+
+    def summed(threads: ThreadCounts, events: Tuple[str, ...], main: bool) -> int:
+        return sum(c.get(e, 0) for t, c in threads.items() if main or t != 1 for e in events)
+
+    result: Dict[str, float] = {}
+    for field, events in wanted.items():
+        for prefix, everything in (("", True), ("other_threads_", False)):
+            extra = summed(many, events, everything) - summed(few, events, everything)
+            result[prefix + field] = extra / (steps[1] - steps[0])
+    return result
 
 
 def _start_callgrind(
-    system: str, w: Any, steps: Tuple[int, int], quick: bool, cache: bool
+    system: str, w: Any, fit_steps: int, quick: bool, cache: bool
 ) -> Tuple[pathlib.Path, subprocess.Popen]:
     scratch = pathlib.Path(tempfile.mkdtemp(prefix="det-lightning-bench-cg-"))
     cmd = [
         "valgrind",
         "--tool=callgrind",
+        "--separate-threads=yes",
         f"--callgrind-out-file={scratch}/cg.%p",
         *(["--cache-sim=yes", "--branch-sim=yes"] if cache else []),
         sys.executable,
@@ -223,8 +245,8 @@ def _start_callgrind(
         str(scratch / "out.json"),
         "--scratch",
         str(scratch),
-        "--callgrind-steps",
-        ",".join(map(str, steps)),
+        "--fit-steps",
+        str(fit_steps),
     ]
     if quick:
         cmd.append("--quick")
@@ -234,21 +256,25 @@ def _start_callgrind(
     return scratch, proc
 
 
-def _callgrind_counts(scratch: pathlib.Path) -> Dict[str, Dict[str, int]]:
-    """{dump tag: {event: count}} from callgrind's dump files (``Ir``: instructions)."""
-    counts = {}
-    for path in scratch.glob("cg.*"):
-        tag, events, total = None, ["Ir"], None
-        for line in path.read_text(errors="replace").splitlines()[:40]:
-            if line.startswith("desc: Trigger:"):
-                tag = line.rsplit(" ", 1)[-1]
+def _callgrind_counts(scratch: pathlib.Path, pid: int) -> Optional[ThreadCounts]:
+    """The counts of process ``pid`` per thread, from the files callgrind writes at its end
+    with ``--separate-threads=yes`` (``cg.<pid>-<thread>``, ``Ir``: instructions); None when
+    there are none (the process did not end normally). Files of other processes (a child
+    forked by the framework) are not read: each system's own children are its business, and
+    counted the same in both fits."""
+    threads: ThreadCounts = {}
+    for path in scratch.glob(f"cg.{pid}-*"):
+        thread, events, total = None, ["Ir"], None
+        for line in path.read_text(errors="replace").splitlines()[:60]:
+            if line.startswith("thread:"):
+                thread = int(line.split()[1])
             elif line.startswith("events:"):
                 events = line.split()[1:]
             elif line.startswith(("summary:", "totals:")):
                 total = [int(n) for n in line.split()[1:]]
-        if tag is not None and total is not None:
-            counts[tag] = dict(zip(events, total))
-    return counts
+        if thread is not None and total is not None:
+            threads[thread] = dict(zip(events, total))
+    return threads if 1 in threads else None
 
 
 def _why(log: pathlib.Path, code: int) -> str:
@@ -385,10 +411,12 @@ def render(
             [
                 "## Instructions per training step",
                 "",
-                "Counted by valgrind's callgrind (`--instructions`): the instructions of a fit of "
-                f"{steps[1]} steps minus those of a fit of {steps[0]}, over {steps[1] - steps[0]}. "
-                "Deterministic, so unlike the times above it does not move with the machine's other "
-                "load; it ignores cache misses and waiting.",
+                "Counted by valgrind's callgrind (`--instructions`): the instructions of a whole "
+                f"process that fits {steps[1]} steps minus those of one that fits {steps[0]}, "
+                f"over {steps[1] - steps[0]}, every thread counted (`--separate-threads=yes`; "
+                "the other threads' share in its own column). Deterministic, so unlike the "
+                "times above it does not move with the machine's other load; it ignores cache "
+                "misses and waiting.",
                 "",
                 *report.instructions_table(),
                 "",
@@ -402,7 +430,7 @@ def render(
                 "",
                 "Counted by callgrind's cache and branch-predictor simulation (`--cache`, "
                 "`--cache-sim=yes --branch-sim=yes`; the machine's own cache sizes): the same "
-                f"difference of a {steps[1]}-step and a {steps[0]}-step fit as above, so "
+                f"difference of a {steps[1]}-step and a {steps[0]}-step process as above, so "
                 "deterministic. Where instructions per step are level and time is not, these "
                 "are where the time goes: a first-level miss costs about 10 cycles, a last-level "
                 "miss 100 or more, a mispredicted branch 15 to 20.",

@@ -12,10 +12,9 @@ import json
 import os
 import pathlib
 import resource
-import subprocess
 import sys
 import time
-from typing import Any, Dict, List
+from typing import Any, Dict
 
 SYSTEMS = (
     "raw",
@@ -80,24 +79,6 @@ def _run_workload(system: str, w: Any, scratch: pathlib.Path, tag: str) -> Dict[
     return _measure(system, w, work)
 
 
-def _callgrind_phases(system: str, w: Any, scratch: pathlib.Path, steps: List[int]) -> None:
-    """Under valgrind's callgrind: a warm-up fit, then one fit per step count, each followed by
-    a counter dump named ``steps<N>`` (``run.py --instructions`` reads the dumps)."""
-
-    def dump(tag: str) -> None:
-        subprocess.run(
-            ["callgrind_control", "--dump=" + tag, str(os.getpid())],
-            check=True,
-            capture_output=True,
-        )
-
-    _run_workload(system, dataclasses.replace(w, steps=20), scratch, "warm-up")
-    dump("warm-up")
-    for n in steps:
-        _run_workload(system, dataclasses.replace(w, steps=n), scratch, f"steps{n}")
-        dump(f"steps{n}")
-
-
 def _close_process_group() -> None:
     """The workloads that start a process group themselves (Determined's torchrun recipe) leave
     it open; closed here, while Python still runs, a gloo group cannot abort the process at
@@ -116,9 +97,11 @@ def main() -> None:
     parser.add_argument("--scratch", type=pathlib.Path, required=True)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument(
-        "--callgrind-steps",
-        default="",
-        help="comma-separated step counts: count instructions (under callgrind)",
+        "--fit-steps",
+        type=int,
+        default=0,
+        help="one fit of this many training steps and nothing else (run.py --instructions "
+        "counts this whole process under callgrind)",
     )
     args = parser.parse_args()
     output: Dict[str, Any] = {"system": args.system, "results": {}}
@@ -133,9 +116,9 @@ def main() -> None:
         torch.set_num_threads(1)
         known = workloads.by_name(args.quick)
         for name in args.workloads.split(","):
-            if args.callgrind_steps:
-                steps = [int(n) for n in args.callgrind_steps.split(",")]
-                _callgrind_phases(args.system, known[name], args.scratch / name, steps)
+            if args.fit_steps:
+                w = dataclasses.replace(known[name], steps=args.fit_steps)
+                _run_workload(args.system, w, args.scratch / name, f"steps{args.fit_steps}")
                 output["results"][name] = {}
             else:
                 output["results"][name] = _run_workload(
