@@ -363,6 +363,9 @@ def startup_section(trials: int) -> List[str]:
     return lines
 
 
+SECTIONS = ("asha", "workers", "storage", "takeover", "startup")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--trials", type=int, default=12)
@@ -373,13 +376,24 @@ def main() -> None:
         help="3 trials of 4 batches, ASHA on 1 worker, 2 workers per storage, "
         "2 trials per start-up row: checks that it all runs (the CI smoke test)",
     )
+    parser.add_argument(
+        "--sections",
+        default=",".join(SECTIONS),
+        help="comma-separated subset of " + ",".join(SECTIONS) + " (default: all)",
+    )
     parser.add_argument("--out", default=str(HERE / "results"))
     args = parser.parse_args()
+    sections = args.sections.split(",")
+    unknown = sorted(set(sections) - set(SECTIONS))
+    if unknown:
+        parser.error(f"unknown section(s) {', '.join(unknown)}; choose from {', '.join(SECTIONS)}")
     trials, max_time = (3, 4) if args.quick else (args.trials, args.max_time)
     workers = [2] if args.quick else [1, 2, 4]
     command = "python benchmarks/search.py " + (
         "--quick" if args.quick else f"--trials {trials} --max-time {max_time}"
     )
+    if sections != list(SECTIONS):
+        command += f" --sections {','.join(sections)}"
     lines = [
         f"# Searches: {trials} trials, max_time {max_time} batches",
         "",
@@ -387,19 +401,25 @@ def main() -> None:
         f"load average {os.getloadavg()[0]:.1f} at the start.",
         "",
     ]
-    # --quick: ASHA with one worker (the workers section runs two).
-    lines += asha_section(trials, max_time, [1] if args.quick else [1, 2]) + [""]
-    with postgres_databases() as database:
-        lines += workers_section(trials, max_time, workers, database) + [""]
-        lines += storage_section(20 if args.quick else 200, database) + [""]
-    lines += takeover_section() + [""]
-    lines += startup_section(2 if args.quick else 6)  # 2 trials: one gap to time
-    text = "\n".join(lines) + "\n"
+    if "asha" in sections:  # --quick: ASHA with one worker (the workers section runs two)
+        lines += asha_section(trials, max_time, [1] if args.quick else [1, 2]) + [""]
+    if "workers" in sections or "storage" in sections:
+        with postgres_databases() as database:
+            if "workers" in sections:
+                lines += workers_section(trials, max_time, workers, database) + [""]
+            if "storage" in sections:
+                lines += storage_section(20 if args.quick else 200, database) + [""]
+    if "takeover" in sections:
+        lines += takeover_section() + [""]
+    if "startup" in sections:
+        lines += startup_section(2 if args.quick else 6)  # 2 trials: one gap to time
+    text = "\n".join(lines).rstrip("\n") + "\n"
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    name = (
-        f"search{'-quick' if args.quick else ''}_cpu-{os.cpu_count()}core_{datetime.date.today()}"
-    )
+    theme = "search" + ("-quick" if args.quick else "")
+    if sections != list(SECTIONS):
+        theme += "-" + "-".join(sections)
+    name = f"{theme}_cpu-{os.cpu_count()}core_{datetime.date.today()}"
     (out / f"{name}.md").write_text(text)
     print(text)
 

@@ -104,3 +104,32 @@ def test_search_benchmark_quick_writes_every_section(tmp_path: pathlib.Path) -> 
         ["| command", "forked from the warm template"],
         ["| command", "new interpreter"],
     ]
+
+
+@pytest.mark.slow
+def test_search_benchmark_runs_only_the_sections_named(tmp_path: pathlib.Path) -> None:
+    out = tmp_path / "results"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "search.py"), "--quick"]
+        + ["--sections", "startup", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    [report] = out.glob("search-quick-startup_cpu-*core_*.md")
+    text = report.read_text()
+    assert [part.split("\n")[0] for part in text.split("## ")[1:]] == ["Trial start-up"], text
+    assert "--sections startup" in text
+
+
+def test_search_benchmark_refuses_an_unknown_section(tmp_path: pathlib.Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "search.py"), "--sections", "startup,asah"]
+        + ["--out", str(tmp_path / "results")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 2 and "unknown section(s) asah" in proc.stderr, proc.stderr
+    assert not (tmp_path / "results").exists()  # nothing ran, nothing written
