@@ -45,6 +45,15 @@ def _ratio(a: Optional[float], b: Optional[float]) -> str:
     return f"{a / b:.2f}" if a is not None and b else "—"
 
 
+def _determined_like(system: str) -> str:
+    """The Determined system a row compares with: TensorBoard on for a TensorBoard row.
+
+    >>> _determined_like("det_lightning+tb"), _determined_like("det_lightning+sync")
+    ('determined+tb', 'determined')
+    """
+    return "determined+tb" if system.endswith("+tb") else "determined"
+
+
 def _copied(system: str, runs: List[Dict[str, Any]]) -> str:
     """The state det_lightning copies for a background write (0 when written in the thread)."""
     if system != "det_lightning":
@@ -160,14 +169,14 @@ class Report:
             return []
         lines = [
             "| workload | system | M instructions / step | of it, other threads "
-            "| × raw | × Lightning | × Determined |",
+            "| × raw | × Lightning | × Determined (with TensorBoard for a TensorBoard row) |",
             "|---|---|---|---|---|---|---|",
         ]
         for name in names:
             counted = f"{name}#instructions"
             base = {
                 s: self.median(counted, s, "instructions_per_step")
-                for s in ("raw", "lightning", "determined")
+                for s in ("raw", "lightning", "determined", "determined+tb")
             }
             for system, _, failed in self.outcomes(counted):
                 title = self.workloads[name].title
@@ -181,7 +190,7 @@ class Report:
                     f"| {title} | {LABELS[system]} | {value / 1e6:.3f} "
                     f"| {'—' if other is None else f'{other / 1e6:.3f}'} "
                     f"| {_ratio(value, base['raw'])} | {_ratio(value, base['lightning'])} "
-                    f"| {_ratio(value, base['determined'])} |"
+                    f"| {_ratio(value, base[_determined_like(system)])} |"
                 )
         return lines
 

@@ -73,3 +73,7 @@ def test_a_process_without_its_main_thread_file_has_no_counts(
 
 def test_run_py_examples(run: object) -> None:
     assert doctest.testmod(run).failed == 0  # type: ignore[arg-type]
+
+
+def test_report_py_examples(run: object) -> None:
+    assert doctest.testmod(importlib.import_module("report")).failed == 0
