@@ -11,9 +11,9 @@ import optuna
 from det_lightning import errors
 from det_lightning._runner._asha import Bracket, decide
 from det_lightning._runner._lease import (
-    LeaseLost,
     is_superseded,
     raise_if_taken_over,
+    taken_over,
     trial_number,
 )
 from det_lightning._runner._search_settings import SearchSettings
@@ -56,7 +56,7 @@ class SearchReporter(PyTorchCallback):
         if self.lost is None:
             raise_if_taken_over(self.trial)
         elif self.lost.is_set():
-            raise LeaseLost(f"trial {trial_number(self.trial)} was taken over by another worker")
+            raise taken_over(trial_number(self.trial))
 
     def on_checkpoint_save_start(self, checkpoint: Dict[str, Any]) -> None:
         if self.context.distributed.rank == 0:
