@@ -15,7 +15,9 @@ One save, as Determined orders its callbacks::
     the next save, a validation's report, fit()'s end, a preemption):
     on_checkpoint_end(root/uuid); on_checkpoint_write_end(root/uuid)   # rank 0
     on_checkpoint_upload_end(uuid)              # every rank (the others at once)
-    retention: delete this trial's checkpoints checkpoint_storage no longer keeps (rank 0)
+    retention: delete this trial's checkpoints checkpoint_storage no longer keeps (rank 0);
+               what it failed to delete is tried again by the next pass, at fit()'s end,
+               and by the next run in the root (it stays marked: ``_remote.sweep``)
 
 The write runs in the training thread instead, and the hooks follow it at once, as in
 Determined, with ``Trainer(sync_checkpoints=True)`` or ``DET_LIGHTNING_SYNC_CHECKPOINTS=1``, and
@@ -326,6 +328,8 @@ class CheckpointManager:
             raise error
         if failed is not None:
             raise RuntimeError(f"The chief's last checkpoint write failed: {failed}")
+        if self.deletes and dist.rank == 0:
+            self._delete_unkept()  # again what a pass failed to delete (else nothing)
 
     def abandon(self) -> None:
         """After an exception in training: joins the write in flight (a complete checkpoint
@@ -383,7 +387,8 @@ class CheckpointManager:
         keep = choose_kept(self.entries, self.retention, self.smaller_is_better)
         for entry in [e for e in self.entries if e.uuid not in keep]:
             if not delete_checkpoint(self.root, entry.uuid):
-                continue  # logged; weighed again after the next checkpoint
+                continue  # logged and marked; tried again by the next pass, at fit()'s end
+                # and by the next run in this root (_remote.sweep)
             self.entries.remove(entry)
             if entry.uuid in self.written:
                 self.written.remove(entry.uuid)

@@ -128,8 +128,9 @@ def run_fit(
     args = dataclasses.replace(args, latest_checkpoint=plan.name)
     context.engine.steps_completed = plan.first_batch
     if context.distributed.rank == 0:
-        for leftover in sweep(root):
-            logger.info(f"Finished deleting {leftover}, which a stopped run had begun to delete.")
+        spare = plan.path.name if plan.path is not None else None  # what this run resumes
+        for leftover in sweep(root, spare):
+            logger.info(f"Finished deleting {leftover}, which an earlier run had begun to delete.")
         logger.info(
             f"checkpoints go to {root}; TensorBoard files to {options.tensorboard_dir}"
             + (f"; resuming from {plan.path} at batch {plan.first_batch}" if plan.path else "")

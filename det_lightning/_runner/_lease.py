@@ -164,11 +164,32 @@ class LeaseLost(Exception):
     """Another worker took the trial over: this worker stops training it at once."""
 
 
+def taken_over(number: int) -> LeaseLost:
+    """The error a worker ends trial ``number`` with once another worker has taken it over."""
+    return LeaseLost(
+        f"trial {number} was taken over by another worker: this worker's lease on it lapsed "
+        "(not renewed for --heartbeat-timeout seconds: the process was paused or the search's "
+        "storage out of reach), and the other worker resumes the trial from its latest "
+        "checkpoint, so nothing needs doing; this worker records and publishes nothing more of "
+        "it and goes on with the search. If workers are only slow, give them all a longer "
+        "--heartbeat-timeout."
+    )
+
+
+def superseded_now(study: optuna.Study, trial_id: int) -> bool:
+    """Whether the storage has trial ``trial_id`` taken over by another worker (a storage
+    that cannot be read now says no: the caller's own error stands)."""
+    try:
+        return is_superseded(study._storage.get_trial(trial_id))
+    except Exception:
+        return False
+
+
 def raise_if_taken_over(trial: optuna.Trial) -> None:
     """Raises ``LeaseLost`` once another worker has taken ``trial`` over, asking the storage:
     while its worker trains it, only a takeover finishes a trial (RUNNING -> FAIL)."""
     if trial.study._storage.get_trial(trial._trial_id).state.is_finished():
-        raise LeaseLost(f"trial {trial_number(trial)} was taken over by another worker")
+        raise taken_over(trial_number(trial))
 
 
 class LeaseKeeper:

@@ -185,9 +185,9 @@ def run_command_trial(
         )
         code = _wait_unless_lost(child, lost)
     if code is None:
-        from det_lightning._runner._lease import LeaseLost  # imports optuna
+        from det_lightning._runner._lease import taken_over  # imports optuna
 
-        raise LeaseLost(f"trial {number} was taken over by another worker")
+        raise taken_over(number)
     if code == errors.TrialPreempted.EXIT_CODE:
         raise errors.TrialPreempted(f"trial {number} was stopped by a signal.")
     status = "COMPLETED" if code == 0 else "ERROR"

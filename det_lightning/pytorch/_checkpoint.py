@@ -48,6 +48,7 @@ CODE_DIR = "code"
 LIGHTNING_CALLBACKS_FILE = "lightning_state.pth"
 PARTIAL_SUFFIX = ".partial"  # .<uuid>.partial: a checkpoint being written
 DELETING_SUFFIX = ".deleting"  # .<uuid>.deleting: a checkpoint being deleted
+UNKEPT_SUFFIX = ".unkept"  # .<uuid>.unkept: retention gave <uuid> up; deleted until gone
 
 MODELS = "models_state_dict"
 OPTIMIZERS = "optimizers_state_dict"

@@ -14,6 +14,11 @@ Deleting is the mirror image: the directory leaves its name in one rename, then 
     delete_atomically(root, uuid)
       rename root/<uuid> to root/.<uuid>.deleting, fsync root, remove it
     remove_deletions(root)                  what a killed deletion left, when a run starts
+
+Retention marks a checkpoint it gives up (``mark_unkept``: an empty ``.<uuid>.unkept`` beside
+it) before deleting it, and removes the mark once the checkpoint is gone from its name; a
+deletion that failed (the rename refused) leaves the checkpoint whole and marked, and the next
+run in the directory deletes it (``_remote.sweep``).
 """
 
 import dataclasses
@@ -38,6 +43,7 @@ from det_lightning.pytorch._checkpoint import (
     PARTIAL_SUFFIX,
     STATE_DICT_FILE,
     TRIAL_STATE_FILE,
+    UNKEPT_SUFFIX,
 )
 from det_lightning.pytorch._code import copy_code, main_module_name
 
@@ -279,6 +285,40 @@ def delete_atomically(root: pathlib.Path, uuid: str) -> bool:
     _fsync_dir(root)
     _remove_tree(hidden)
     return True
+
+
+def mark_unkept(root: pathlib.Path, uuid: str) -> None:
+    """Marks ``root/uuid`` as given up by retention, before it is deleted. A mark that cannot
+    be written is logged: the deletion is tried all the same, only a failed one is then not
+    finished by the next run."""
+    try:
+        _unkept_mark(root, uuid).touch()
+    except OSError as e:
+        logger.warning(f"Could not mark checkpoint {root / uuid} for deletion: {e}")
+
+
+def unmark_unkept(root: pathlib.Path, uuid: str) -> None:
+    """Removes the mark of ``root/uuid`` once it is gone from its name (a mark left behind is
+    removed by the next run, which finds no checkpoint of that name)."""
+    try:
+        _unkept_mark(root, uuid).unlink(missing_ok=True)
+    except OSError as e:
+        logger.warning(f"Could not remove {_unkept_mark(root, uuid)}: {e}")
+
+
+def marked_unkept(root: pathlib.Path) -> List[str]:
+    """The names retention marked for deletion in ``root`` (``mark_unkept``), sorted."""
+    if not root.is_dir():
+        return []
+    return sorted(
+        entry.name[1 : -len(UNKEPT_SUFFIX)]
+        for entry in root.iterdir()
+        if entry.name.startswith(".") and entry.name.endswith(UNKEPT_SUFFIX)
+    )
+
+
+def _unkept_mark(root: pathlib.Path, uuid: str) -> pathlib.Path:
+    return root / f".{uuid}{UNKEPT_SUFFIX}"
 
 
 def _remove_tree(path: pathlib.Path) -> bool:

@@ -15,6 +15,10 @@ no atomic rename, so a checkpoint under a URL is visible only once its marker ob
     root.sweep()                                     # <uuid>/ prefixes without a marker: what a
                                                      #   killed upload or deletion left
 
+Retention marks a checkpoint before deleting it (``.<uuid>.unkept`` beside it: a file, or an
+object) and removes the mark once it is gone; ``sweep`` finishes a marked checkpoint's deletion
+that failed (``delete_checkpoint``, ``sweep``).
+
 The local copies live in ``$DET_LIGHTNING_CACHE_DIR`` (default ``~/.cache/det_lightning``)
 under ``checkpoints/<hash of the root URL>/``. fsspec and the store's package (``s3fs``,
 ``gcsfs``, ``adlfs``: the extras ``s3``, ``gcs``, ``azure``) are imported only when a URL root
@@ -49,8 +53,11 @@ from det_lightning import errors
 from det_lightning.pytorch import _checkpoint as ckpt
 from det_lightning.pytorch._checkpoint_write import (
     delete_atomically,
+    mark_unkept,
+    marked_unkept,
     remove_deletions,
     remove_partials,
+    unmark_unkept,
 )
 
 logger = logging.getLogger("det_lightning.pytorch")
@@ -304,15 +311,48 @@ class RemoteRoot:
         """Deletes checkpoint ``uuid``: its marker first (it vanishes for every reader at
         once), then its objects and the local copy. Failures are logged, never raised."""
         target = self / uuid
-        try:
-            self.filesystem().rm_file(f"{target.key}/{MARKER}")
-        except FileNotFoundError:
-            pass
-        except Exception as e:
-            logger.warning(f"Could not delete checkpoint {target}: {e}")
+        if not self._remove_object(
+            f"{target.key}/{MARKER}", f"Could not delete checkpoint {target}"
+        ):
             return False
         self._withdraw(uuid)
         return True
+
+    def _remove_object(self, key: str, failure: str) -> bool:
+        """Removes the object ``key`` (one already gone counts); a failure is logged after
+        ``failure``. Returns whether it is gone."""
+        try:
+            self.filesystem().rm_file(key)
+        except FileNotFoundError:
+            pass
+        except Exception as e:
+            logger.warning(f"{failure}: {e}")
+            return False
+        return True
+
+    def mark_unkept(self, uuid: str) -> None:
+        """Marks checkpoint ``uuid`` as given up by retention (the object ``.<uuid>.unkept``
+        beside it, which no listing of checkpoints sees); a failure is logged."""
+        try:
+            self.filesystem().pipe_file(f"{self.key}/.{uuid}{ckpt.UNKEPT_SUFFIX}", b"")
+        except Exception as e:
+            logger.warning(f"Could not mark checkpoint {self / uuid} for deletion: {e}")
+
+    def unmark_unkept(self, uuid: str) -> None:
+        """Removes the mark of checkpoint ``uuid`` (a failure is logged; the next run removes
+        a mark whose checkpoint is gone)."""
+        mark = f"{self.key}/.{uuid}{ckpt.UNKEPT_SUFFIX}"
+        self._remove_object(mark, f"Could not remove the deletion mark of {self / uuid}")
+
+    def marked_unkept(self) -> List[str]:
+        """The names retention marked for deletion directly under this root, sorted."""
+        base, suffix = self.key + "/", ckpt.UNKEPT_SUFFIX
+        names = [path[len(base) :] for path in self.filesystem().find(self.key)]
+        return sorted(
+            name[1 : -len(suffix)]
+            for name in names
+            if "/" not in name and name.startswith(".") and name.endswith(suffix)
+        )
 
     def _remove_prefix(self, name: str) -> bool:
         try:
@@ -506,24 +546,52 @@ def list_complete(root: CheckpointRoot) -> List[ckpt.Listed]:
 
 def delete_checkpoint(root: CheckpointRoot, uuid: str) -> bool:
     """Deletes checkpoint ``uuid`` under ``root`` (see ``delete_atomically`` and
-    ``RemoteRoot.delete``) if the publish checks allow it; failures are logged. Returns
-    whether it is gone from its name.
+    ``RemoteRoot.delete``) if the publish checks allow it; failures are logged. It is marked
+    for deletion first and unmarked once gone, so a deletion that fails is finished by the next
+    run under ``root`` (``sweep``). Returns whether it is gone from its name.
 
     Raises:
         the publish check's exception: it forbade the deletion (nothing was deleted).
     """
     raise_unless_may_publish()
     if isinstance(root, RemoteRoot):
-        return root.delete(uuid)
-    return delete_atomically(root, uuid)
+        root.mark_unkept(uuid)
+        gone = root.delete(uuid)
+    else:
+        mark_unkept(root, uuid)
+        gone = delete_atomically(root, uuid)
+    if gone:
+        _unmark(root, uuid)
+    return gone
 
 
-def sweep(root: CheckpointRoot) -> List[str]:
-    """What stopped runs left under ``root``: unfinished deletions (locally), unmarked
-    checkpoint prefixes (a URL). Always safe when no other process writes this root."""
+def _unmark(root: CheckpointRoot, uuid: str) -> None:
     if isinstance(root, RemoteRoot):
-        return root.sweep()
-    return [str(p) for p in remove_deletions(root)]
+        root.unmark_unkept(uuid)
+    else:
+        unmark_unkept(root, uuid)
+
+
+def sweep(root: CheckpointRoot, spare: Optional[str] = None) -> List[str]:
+    """What earlier runs left under ``root``: unfinished deletions (locally), unmarked
+    checkpoint prefixes (a URL), and checkpoints retention marked for deletion whose deletion
+    failed, but for ``spare`` (the checkpoint this run resumes from: it stays marked, and this
+    run's retention weighs it again). Returns what it removed. Always safe when no other
+    process writes this root: a marked checkpoint is one retention gave up for good."""
+    if isinstance(root, RemoteRoot):
+        removed = root.sweep()
+        marked = root.marked_unkept()
+    else:
+        removed = [str(p) for p in remove_deletions(root)]
+        marked = marked_unkept(root)
+    for uuid in [name for name in marked if _UUID.match(name) and name != spare]:
+        target = root / uuid
+        exists = target.is_complete() if isinstance(target, RemoteRoot) else target.exists()
+        if not exists:
+            _unmark(root, uuid)  # deleted, its mark left behind
+        elif delete_checkpoint(root, uuid):
+            removed.append(str(target))
+    return removed
 
 
 def local_copy(location: CheckpointRoot) -> pathlib.Path:

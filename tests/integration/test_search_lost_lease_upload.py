@@ -39,6 +39,7 @@ from det_lightning.pytorch._remote import (
     publish_check,
 )
 from tests.fixtures.object_store import S3
+from tests.fixtures.postgres import PostgresServer
 from tests.integration.test_object_store import checkpoints
 from tests.integration.test_preemption import HPARAMS, MLPTrial
 
@@ -217,3 +218,38 @@ def test_a_checkpoint_on_a_shared_disk_is_never_renamed_into_place_after_a_takeo
     (old, new) = study_b.get_trials(deepcopy=False)
     assert old.state == optuna.trial.TrialState.FAIL
     assert new.state == optuna.trial.TrialState.RUNNING
+
+
+@pytest.mark.slow
+def test_a_trials_process_holds_one_database_connection(
+    tmp_path: pathlib.Path,
+    monkeypatch: pytest.MonkeyPatch,
+    postgres_server: PostgresServer,
+    postgres_url: str,
+) -> None:
+    """The trial's reporter (each validation) and its publish check (each checkpoint) share the
+    process's one storage of the search: a trial's process holds the connections of one
+    storage (its pool's), not those of one per user."""
+    root = tmp_path / "checkpoints" / "trial-1"
+    database = postgres_url.rsplit("/", 1)[1]
+    study_a, _, _ = _search_of_one_trial(postgres_url, root, monkeypatch, sync=True)
+    before = postgres_server.connections(database)  # worker A's and B's, open and idle
+    one = optuna.load_study(study_name="s", storage=open_storage(postgres_url, root))
+    assert one.get_trials(deepcopy=False)
+    per_storage = postgres_server.connections(database) - before  # what one storage holds
+    assert per_storage >= 1
+    before += per_storage
+    with reporting_to_search():
+        with pytorch.init(hparams=dict(HPARAMS), exp_conf=KEEP_ALL, accelerator="cpu") as ctx:
+            trainer = pytorch.Trainer(MLPTrial(ctx), ctx, logger=False, checkpoint_dir=str(root))
+            trainer.fit(
+                max_length=pytorch.Batch(4),
+                validation_period=pytorch.Batch(2),
+                checkpoint_period=pytorch.Batch(2),
+                checkpoint_policy="all",
+            )
+        (reported,) = study_a.get_trials(deepcopy=False)
+        assert sorted(reported.intermediate_values) == [2, 4]  # the reporter's, validations
+        assert len(ckpt.list_local(root)) == 2  # each published after the check
+        assert postgres_server.connections(database) - before == per_storage
+        _close_databases()

@@ -11,11 +11,12 @@ the trial and starts another, as for a model_def trial.
 """
 
 import contextlib
+import functools
 import json
 import logging
 import os
 import pathlib
-from typing import Any, Callable, Dict, Iterator, List, Tuple
+from typing import Any, Dict, Iterator, Tuple
 
 import optuna
 
@@ -62,8 +63,16 @@ def search_environment(
 
 
 def _search_trial() -> optuna.Trial:
-    """The search's trial this process trains, from ``$DET_LIGHTNING_SEARCH``."""
-    spec: Dict[str, Any] = json.loads(os.environ[SEARCH_ENV])
+    """The search's trial this process trains, from ``$DET_LIGHTNING_SEARCH``: one for the
+    process, so its reporter and its publish check share one storage (on a database, one
+    connection pool: Optuna's storages are safe to use from several threads, and the publish
+    check runs in the background writer's)."""
+    return _trial_of(os.environ[SEARCH_ENV])
+
+
+@functools.lru_cache(maxsize=1)
+def _trial_of(search_env: str) -> optuna.Trial:
+    spec: Dict[str, Any] = json.loads(search_env)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     storage = open_storage(spec["storage"], pathlib.Path("."))
     study = optuna.load_study(study_name=spec["study"], storage=storage)
@@ -130,18 +139,12 @@ def reporter_callbacks(
     }
 
 
-def _still_leased() -> Callable[[], None]:
+def _still_leased() -> None:
     """The search's publish check for this process (``_remote.publish_check``): raises
-    ``LeaseLost`` once another worker took the trial over. It opens the search's storage when
-    first called (a checkpoint to publish), not before."""
-    trial: List[optuna.Trial] = []
-
-    def check() -> None:
-        if not trial:
-            trial.append(_search_trial())
-        raise_if_taken_over(trial[0])
-
-    return check
+    ``LeaseLost`` once another worker took the trial over. It asks the storage the reporter
+    uses (``_search_trial``), opened when first needed (a rank other than the chief, which has
+    no reporter, opens it only for a checkpoint to publish)."""
+    raise_if_taken_over(_search_trial())
 
 
 @contextlib.contextmanager
@@ -153,5 +156,5 @@ def reporting_to_search() -> Iterator[None]:
     if not os.environ.get(SEARCH_ENV):
         yield
         return
-    with fit_callbacks(reporter_callbacks), publish_check(_still_leased()):
+    with fit_callbacks(reporter_callbacks), publish_check(_still_leased):
         yield

@@ -187,7 +187,7 @@ def run_legacy_process(
 ) -> TrialResult:
     """One ``model_def:Trial`` trial in a process of its own (``launch``: ``run_trial`` bound
     to the worker's starter and interrupt): its ``TrialResult``, or what it raised."""
-    from det_lightning._runner._lease import LeaseLost
+    from det_lightning._runner._lease import taken_over
 
     fd, result_path = tempfile.mkstemp(prefix=f"det-lightning-trial-{number}-", suffix=".json")
     os.close(fd)
@@ -202,7 +202,7 @@ def run_legacy_process(
     try:
         status = launch(request, lost)
         if status is None:
-            raise LeaseLost(f"trial {number} was taken over by another worker")
+            raise taken_over(number)
         return read_legacy_result(number, hparams, status, result_path)
     finally:
         pathlib.Path(result_path).unlink(missing_ok=True)

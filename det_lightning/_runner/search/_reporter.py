@@ -3,19 +3,13 @@ Optuna trial and applies Determined's ASHA rule at the rungs; and how the search
 trials back (the trial's number, each rung's metrics, which trials count)."""
 
 import logging
-import threading
 from typing import Any, Dict, List, Optional
 
 import optuna
 
 from det_lightning import errors
 from det_lightning._runner._asha import Bracket, decide
-from det_lightning._runner._lease import (
-    LeaseLost,
-    is_superseded,
-    raise_if_taken_over,
-    trial_number,
-)
+from det_lightning._runner._lease import is_superseded, raise_if_taken_over, trial_number
 from det_lightning._runner._search_settings import SearchSettings
 from det_lightning.pytorch import Epoch, PyTorchCallback, TrainUnit
 
@@ -36,11 +30,9 @@ class SearchReporter(PyTorchCallback):
         bracket: Bracket,
         context: Any,
         max_length: Optional[TrainUnit] = None,
-        lost: Optional[threading.Event] = None,
     ) -> None:
         self.study, self.trial, self.settings = study, trial, settings
         self.bracket, self.context = bracket, context
-        self.lost = lost  # set by the worker's LeaseKeeper when another worker took over
         self.max_length = max_length  # fit()'s: the trial ends there whatever ASHA decides
         attrs = trial.user_attrs
         self.rungs: Dict[str, float] = dict(attrs.get("rungs", {}))
@@ -51,12 +43,9 @@ class SearchReporter(PyTorchCallback):
     def raise_if_lost(self) -> None:
         """Raises ``LeaseLost`` once another worker has taken this trial over: before a
         validation is recorded and before a checkpoint is written, so a worker that lost its
-        lease writes nothing more of the trial. (A command trial's process has no lease
-        keeper: it asks the storage.)"""
-        if self.lost is None:
-            raise_if_taken_over(self.trial)
-        elif self.lost.is_set():
-            raise LeaseLost(f"trial {trial_number(self.trial)} was taken over by another worker")
+        lease writes nothing more of the trial. The trial's process asks the storage: the
+        lease keeper lives in the worker's process, which kills this one once it notices."""
+        raise_if_taken_over(self.trial)
 
     def on_checkpoint_save_start(self, checkpoint: Dict[str, Any]) -> None:
         if self.context.distributed.rank == 0:

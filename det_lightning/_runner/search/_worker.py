@@ -50,7 +50,9 @@ from det_lightning._runner._lease import (
     host_id,
     is_superseded,
     origin,
+    superseded_now,
     take_over,
+    taken_over,
 )
 from det_lightning._runner._search_settings import SearchSettings, search_key
 from det_lightning._runner._template import TrialStarter
@@ -352,14 +354,27 @@ def _wait(seconds: float, interrupt: SearchInterrupt) -> None:
 
 def _run_trial(run: TrialRun) -> None:
     """Trains the trial in a process of its own (``launch``; retrying errors ``max_restarts``
-    times) and tells the study how it ended. Raises ``LeaseLost`` when ``run.lost`` is set:
-    another worker took the trial over."""
+    times) and tells the study how it ended.
+
+    Raises:
+        LeaseLost: another worker took the trial over, whatever this worker was doing when it
+            noticed: training, or recording an end the storage then refused (the trial was
+            finished by the takeover; its continuation, the new owner's, is left as it is).
+    """
     try:
         _train_and_tell(run)
-    except Exception as e:
-        if run.lost.is_set() or isinstance(e, LeaseLost):
-            raise LeaseLost(str(e)) from e  # whatever the trial was doing when it noticed
+    except LeaseLost:
         raise
+    except Exception as e:
+        if _taken_over(run):
+            raise taken_over(run.number) from e
+        raise
+
+
+def _taken_over(run: TrialRun) -> bool:
+    """Whether another worker took the trial over: the lease keeper noticed, or the storage
+    says so (a takeover its keeper has not renewed since, e.g. as the trial ended)."""
+    return run.lost.is_set() or superseded_now(run.study, run.trial._trial_id)
 
 
 def invalid_hp_outcome(searcher: str) -> str:
@@ -418,7 +433,7 @@ def _train_and_tell(run: TrialRun) -> None:
         except (errors.TrialPreempted, LeaseLost):
             raise  # the trial stays RUNNING: rerunning the search resumes it
         except Exception:
-            if lost.is_set():
+            if _taken_over(run):
                 raise  # not the trial's error: another worker took it over
             attempts += 1
             if attempts <= max_restarts:
