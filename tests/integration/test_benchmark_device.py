@@ -1,4 +1,4 @@
-"""``benchmarks/run.py --device``: what runs without a GPU.
+"""``benchmarks/run.py --device`` and ``scripts/gpu-check.sh``: what runs without a GPU.
 
 The CUDA measurements themselves (``benchmarks/cuda.py``) need a device and run only there
 (``scripts/gpu-check.sh``); these check the rest: refusing ``--device cuda`` clearly where no
@@ -64,6 +64,27 @@ def test_no_visible_cuda_device_exits_2_with_one_line_saying_what_to_run(
     line = _refused(tmp_path)
     assert "no CUDA device is visible" in line
     assert "--device cpu" in line and "scripts/gpu-check.sh" in line
+
+
+def test_gpu_check_without_a_visible_device_exits_2_having_run_nothing() -> None:
+    """``scripts/gpu-check.sh`` (tests/gpu and the CUDA benchmark in one command) on a machine
+    where torch sees no CUDA device: one line saying so, exit 2, no venv made, no report."""
+    env = {k: v for k, v in _no_gpu_env().items() if k != "PYTHON"}
+    before = set((ROOT / "benchmarks" / "results").iterdir())
+    had_venv = (ROOT / ".venv-gpu").exists()
+    proc = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "gpu-check.sh")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    [line] = proc.stderr.strip().splitlines()
+    assert line.startswith("scripts/gpu-check.sh: ") and "CUDA" in line, line
+    assert proc.stdout == ""
+    assert set((ROOT / "benchmarks" / "results").iterdir()) == before
+    assert (ROOT / ".venv-gpu").exists() == had_venv
 
 
 @pytest.mark.parametrize(
@@ -145,3 +166,22 @@ def test_cuda_report_names_the_device_and_has_a_row_per_system(bench: Dict[str, 
     assert "Device: Some GPU (sm_90, 80 GiB), driver 580.1, CUDA 13.0" in text
     assert "| det_lightning | 3.000 | 1.50 | — | 1.00 | 12.5 | yes |" in text
     assert "not measured: exit code 1: RuntimeError: boom" in text
+
+
+def test_gpu_wheels_lists_what_the_gpu_machine_needs_from_this_venv(
+    tmp_path: pathlib.Path,
+) -> None:
+    """``scripts/gpu-check.sh --prepare``'s list: det_lightning's dependencies with the testing
+    and interop extras, as installed here (the download itself needs an index: not tested)."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        wheels = importlib.import_module("gpu_wheels")
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    found = wheels.closure("det-lightning", {"testing", "interop"}, "3.12")
+    assert {"determined", "optuna", "lightning", "pytest", "pytest-xdist", "torch"} <= set(found)
+    assert found["determined"] == "0.38.1"
+    assert not wheels.NEVER.match("optuna") and wheels.NEVER.match("nvidia-cublas")
+    listing = tmp_path / "KINDS.md"
+    listing.write_text("# machines\n\nPackages: absl-py, Typing_Extensions, zipp.\n")
+    assert wheels.names_in(listing) == {"absl-py", "typing-extensions", "zipp"}
