@@ -28,8 +28,7 @@ from typing import Any, Dict, List, Optional, Tuple
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-import cuda  # noqa: E402
-import cuda_report  # noqa: E402
+import cuda_tables  # noqa: E402
 import workloads  # noqa: E402
 from report import Report, Runs  # noqa: E402
 
@@ -518,7 +517,9 @@ def cuda_refusal(args: argparse.Namespace, chosen: Dict[str, Any]) -> Optional[s
             f"benchmarks/run.py: workloads {unfit} do not run with --device cuda (one GPU, "
             f"training steps only); choose from {','.join(workloads.DEFAULTS['cuda'])}"
         )
-    return cuda.missing_cuda()
+    import cuda_window  # torch with it: only when --device cuda
+
+    return cuda_window.missing_cuda()
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -596,11 +597,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         failures.update({(f"{w}#cache", s): r for (w, s), r in failed.items()})
     report = Report(runs, failures, [s for s in ALL_SYSTEMS if s in systems], chosen)
     if args.device == "cuda":
-        facts = cuda_report.device_facts()
+        facts = cuda_tables.device_facts()
         host = {**machine(), **versions(), "source": source_state()}
         command = " ".join(["python benchmarks/run.py", *args.argv])
-        text = cuda_report.render(command, report, facts, host, started)
-        theme, where = "overhead-cuda", cuda.slug(facts["name"])
+        text = cuda_tables.render(command, args.repeats, report, facts, host, started)
+        theme, where = "overhead-cuda", cuda_tables.slug(facts["name"])
     else:
         text = render(args, report, have_determined, started, time.perf_counter() - t0)
         theme, where = "overhead", hardware()

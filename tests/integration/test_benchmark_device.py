@@ -1,6 +1,6 @@
 """``benchmarks/run.py --device`` and ``scripts/gpu-check.sh``: what runs without a GPU.
 
-The CUDA measurements themselves (``benchmarks/cuda.py``) need a device and run only there
+The CUDA measurements themselves (``benchmarks/cuda_window.py``) need a device and run only there
 (``scripts/gpu-check.sh``); these check the rest: refusing ``--device cuda`` clearly where no
 device is visible, the AMP workload through every system on the CPU (the code paths the CUDA run
 shares), the CUDA report's shape, and the examples in the new modules' docstrings.
@@ -31,12 +31,12 @@ def _no_gpu_env() -> Dict[str, str]:
 def bench() -> Iterator[Dict[str, Any]]:
     sys.path.insert(0, str(BENCHMARKS))
     try:
-        yield {n: importlib.import_module(n) for n in ("cuda", "cuda_report", "workloads")}
+        yield {n: importlib.import_module(n) for n in ("cuda_window", "cuda_tables", "workloads")}
     finally:
         sys.path.remove(str(BENCHMARKS))
 
 
-@pytest.mark.parametrize("name", ["cuda", "cuda_report", "workloads"])
+@pytest.mark.parametrize("name", ["cuda_window", "cuda_tables", "workloads"])
 def test_docstring_examples(bench: Dict[str, Any], name: str) -> None:
     result = doctest.testmod(bench[name])
     assert result.attempted > 0 and result.failed == 0
@@ -162,10 +162,11 @@ def test_cuda_report_names_the_device_and_has_a_row_per_system(bench: Dict[str, 
         "numpy": "2",
         "source": "abc",
     }
-    text = bench["cuda_report"].render("python benchmarks/run.py", report, facts, host, "2026")
+    text = bench["cuda_tables"].render("python benchmarks/run.py", 5, report, facts, host, "2026")
     assert "Device: Some GPU (sm_90, 80 GiB), driver 580.1, CUDA 13.0" in text
     assert "| det_lightning | 3.000 | 1.50 | — | 1.00 | 12.5 | yes |" in text
     assert "not measured: exit code 1: RuntimeError: boom" in text
+    assert "(5 repetition(s), the first (warm-up) dropped)" in text
 
 
 def test_gpu_wheels_lists_what_the_gpu_machine_needs_from_this_venv(

@@ -1,7 +1,7 @@
 """The markdown report of ``run.py --device cuda``: time per step, synchronisations per batch
 and peak memory on the device, per workload and system (what ``cuda.CudaWindow`` measured).
 
-Never produced on a GPU yet (written on a CPU-only machine); ``tests/unit/test_cuda_report.py``
+Never produced on a GPU yet (written on a CPU-only machine); ``tests/integration/test_benchmark_device.py``
 renders it from made-up worker results to check its shape only.
 """
 
@@ -16,7 +16,7 @@ from report import Column, Report
 METHOD = (
     "Every workload and system runs in its own process, one at a time, interleaved within each "
     "repetition; each cell is the median (min–max) over the counted repetitions. One fit of "
-    "N batches is cut into three windows (`benchmarks/cuda.py`): the first tenth of the batches "
+    "N batches is cut into three windows (`benchmarks/cuda_window.py`): the first tenth of the batches "
     "is warm-up (CUDA context, cuDNN autotuning, the allocator's pool); the next quarter of "
     "the rest, at most 50 batches, counts host-device synchronisations; the batches after that "
     "are timed, with `torch.cuda.synchronize()` once before the first and once after the last "
@@ -34,9 +34,9 @@ METHOD = (
 
 
 def device_facts() -> Dict[str, str]:
-    """``cuda.describe_device()``, asked of a child process so that this one (which only starts
+    """``cuda_window.describe_device()``, asked of a child process so that this one (which only starts
     the workers) never holds a CUDA context of its own while they run."""
-    code = "import json, cuda; print(json.dumps(cuda.describe_device()))"
+    code = "import json, cuda_window as w; print(json.dumps(w.describe_device()))"
     here = pathlib.Path(__file__).resolve().parent
     proc = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=here, timeout=300
@@ -44,6 +44,16 @@ def device_facts() -> Dict[str, str]:
     if proc.returncode != 0:
         raise RuntimeError(f"describing the CUDA device failed: {proc.stderr.strip()[-500:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def slug(name: str) -> str:
+    """A device name as a file-name part.
+
+    >>> slug("NVIDIA H100 80GB HBM3")
+    'nvidia-h100-80gb-hbm3'
+    """
+    kept = "".join(c if c.isalnum() else "-" for c in name.lower())
+    return "-".join(part for part in kept.split("-") if part)
 
 
 def device_line(facts: Dict[str, str]) -> str:
@@ -68,13 +78,20 @@ DEVICE_COLUMNS: Tuple[Column, ...] = (
 
 
 def render(
-    command: str, report: Report, facts: Dict[str, str], host: Dict[str, Any], started: str
+    command: str,
+    repeats: int,
+    report: Report,
+    facts: Dict[str, str],
+    host: Dict[str, Any],
+    started: str,
 ) -> str:
-    """The whole report; ``host`` is ``run.machine()`` and ``versions()`` merged."""
+    """The whole report; ``host`` is ``run.machine()`` and ``versions()`` merged, with the
+    source's state under ``"source"``."""
     lines = [
         f"# det_lightning overhead on a CUDA device, {facts['name']}, {started[:10]}",
         "",
-        f"Command: `{command}`.",
+        f"Command: `{command}` ({repeats} repetition(s)"
+        f"{', the first (warm-up) dropped' if repeats > 1 else ''}).",
         "",
         device_line(facts),
         f"Host: {host['cpu']}, {host['cores']} cores, {host['memory']}, {host['os']}; Python "

@@ -135,13 +135,3 @@ def describe_device() -> Dict[str, str]:
         "cudnn": str(torch.backends.cudnn.version()),
         "torch": torch.__version__,
     }
-
-
-def slug(name: str) -> str:
-    """A device name as a file-name part.
-
-    >>> slug("NVIDIA H100 80GB HBM3")
-    'nvidia-h100-80gb-hbm3'
-    """
-    kept = "".join(c if c.isalnum() else "-" for c in name.lower())
-    return "-".join(part for part in kept.split("-") if part)
