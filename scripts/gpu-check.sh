@@ -4,6 +4,8 @@
 #
 #   scripts/gpu-check.sh              on the GPU machine: check, install, test, measure
 #   scripts/gpu-check.sh --quick      the same with the benchmark's few-step smoke sizes
+#   scripts/gpu-check.sh --no-tests --repeats 3 --workloads mlp,validation
+#                                     the benchmark alone; other options go to benchmarks/run.py
 #   scripts/gpu-check.sh --prepare [--have FILE]
 #                                     on a machine WITH a package index and this checkout's
 #                                     .venv (scripts/setup.sh test): download into .whl/ the
@@ -20,9 +22,10 @@
 # The project pins torch 2.13.0; the check runs on whatever CUDA torch the machine has (torch>=2.1
 # is all pyproject.toml asks), and the report names the version. A CUDA wheel of torch 2.13.0 is
 # several hundred MB: it cannot travel with the device tool (64 MiB with the working tree), and
-# the lent machines reach no index, so installing one there is not attempted; with an index,
-# `TORCH_SPEC=torch==2.13.0 PIP_INDEX_URL=https://download.pytorch.org/whl/cu130 scripts/setup.sh`
-# builds a CUDA .venv that step 2 then uses.
+# the lent machines reach no index, so installing one there is not attempted. On a GPU machine
+# with an index, scripts/setup.sh test with PIP_INDEX_URL (or PIP_EXTRA_INDEX_URL) naming an index
+# that holds a CUDA build of torch==2.13.0 (pytorch.org's per-CUDA indexes) builds a CUDA .venv
+# that step 2 then uses (not tried: no such machine was at hand).
 #
 # Installing det_lightning beside that torch: a venv .venv-gpu that sees the chosen Python's
 # packages (the machine's torch, lightning, numpy, pytest stay as they are; pip installs only what
@@ -34,27 +37,36 @@
 # On this workplace's device tool (no index on the GPU machine, 64 MiB carried):
 #   here:   bash scripts/gpu-check.sh --prepare --have /work/.library/device/KINDS.md
 #           (.whl/ is in .gitignore, so it travels only when carried)
-#   there:  run(command="bash scripts/gpu-check.sh", carry=[".whl"], timeout_s=600)
-# and copy benchmarks/results/overhead-cuda_* and the log back through $OUT (the script copies
-# them there when OUT is set).
+#   there:  a command runs 10 minutes at most, and the whole benchmark (18 processes a repetition,
+#           5 repetitions by default; estimated well over 10 minutes, never timed on a GPU) does
+#           not fit one, so three calls, each with carry=[".whl"]:
+#           run(command="bash scripts/gpu-check.sh --quick")                  install, tests, smoke
+#           run(command="bash scripts/gpu-check.sh --no-tests --repeats 3 --workloads mlp,validation")
+#           run(command="bash scripts/gpu-check.sh --no-tests --repeats 3 --workloads cnn,amp")
+# When OUT is set (the device tool's folder of files that come back) the script copies the
+# reports it wrote (benchmarks/results/overhead-cuda*) and its log there. Two calls on one day
+# write reports of the same name: rename them as they come back.
 #
 # NEVER RUN ON A GPU YET: written 2026-11-24 on a CPU-only machine (no GPU was lent to that
 # session). What was checked there: --prepare, the exit-2 path, the benchmark's CPU path.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-quick=()
-case "${1:-}" in
-  --prepare)
-    shift
-    [ -x .venv/bin/python ] || { echo "scripts/gpu-check.sh --prepare: run scripts/setup.sh test first (.venv)" >&2; exit 2; }
-    rm -rf .whl
-    exec .venv/bin/python scripts/gpu_wheels.py .whl "$@"
-    ;;
-  --quick) quick=(--quick) ;;
-  "") ;;
-  *) echo "scripts/gpu-check.sh: unknown option '$1' (--quick, --prepare)" >&2; exit 2 ;;
-esac
+bench_args=()
+tests=1
+if [ "${1:-}" = "--prepare" ]; then
+  shift
+  [ -x .venv/bin/python ] || { echo "scripts/gpu-check.sh --prepare: run scripts/setup.sh test first (.venv)" >&2; exit 2; }
+  rm -rf .whl
+  exec .venv/bin/python scripts/gpu_wheels.py .whl "$@"
+fi
+for arg in "$@"; do
+  case "$arg" in
+    --no-tests) tests=0 ;;
+    --prepare) echo "scripts/gpu-check.sh: --prepare comes first, alone" >&2; exit 2 ;;
+    *) bench_args+=("$arg") ;;  # benchmarks/run.py's own options (--quick, --repeats N, ...)
+  esac
+done
 
 sees_cuda() {  # true when the torch of Python $1 sees a CUDA device
   "$1" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null
@@ -100,10 +112,14 @@ export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 logs=$(mktemp -d)  # also older than the reports this run writes
 trap 'rm -rf "$logs"' EXIT
 status=0
-echo "== pytest -m gpu tests/gpu"
-"$python" -m pytest -m gpu tests/gpu -q 2>&1 | tee "$logs/tests.log" || status=1
-echo "== benchmarks/run.py --device cuda ${quick[*]:-}"
-"$python" benchmarks/run.py --device cuda "${quick[@]}" 2>&1 | tee "$logs/benchmark.log" || status=1
+if [ "$tests" = 1 ]; then
+  echo "== pytest -m gpu tests/gpu"
+  "$python" -m pytest -m gpu tests/gpu -q 2>&1 | tee "$logs/tests.log" || status=1
+else
+  echo "not run (--no-tests)" >"$logs/tests.log"
+fi
+echo "== benchmarks/run.py --device cuda ${bench_args[*]:-}"
+"$python" benchmarks/run.py --device cuda "${bench_args[@]}" 2>&1 | tee "$logs/benchmark.log" || status=1
 if [ -n "${OUT:-}" ]; then  # the device tool's folder of files that come back
   cat "$logs/tests.log" "$logs/benchmark.log" >"$OUT/gpu-check.log"
   find benchmarks/results -maxdepth 1 -name 'overhead-cuda*' -newer "$logs" -exec cp {} "$OUT/" \;
