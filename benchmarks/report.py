@@ -6,7 +6,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 Runs = Dict[Tuple[str, str], List[Dict[str, Any]]]  # (workload, system) -> counted runs
 
-STEP_WORKLOADS = ("mlp", "cnn", "validation", "ddp-mlp", "ddp-cnn")
+STEP_WORKLOADS = ("mlp", "cnn", "validation", "amp", "ddp-mlp", "ddp-cnn")
 LABELS = {
     "raw": "raw PyTorch loop",
     "lightning": "Lightning (manual optimization)",
@@ -16,6 +16,14 @@ LABELS = {
     "determined": "Determined 0.38.1 Trainer",
     "determined+tb": "Determined 0.38.1, TensorBoard on",
 }
+
+# A steps table's column: (header, result key, scale, digits).
+Column = Tuple[str, str, float, int]
+CPU_TIME: Column = ("CPU ms / step", "cpu_per_step_s", 1e3, 3)
+CPU_COLUMNS: Tuple[Column, ...] = (
+    ("wall ms / step", "per_step_s", 1e3, 3),
+    ("peak RSS MB", "maxrss_mb", 1, 0),
+)
 
 
 def _values(runs: List[Dict[str, Any]], key: str, pick: Callable = lambda v: v) -> List[float]:
@@ -115,35 +123,43 @@ class Report:
                 yield system, runs, _failure(runs, self.failures, key)
 
     # ----- tables ---------------------------------------------------------------------------
-    def steps_table(self) -> List[str]:
+    def steps_table(
+        self, timed: Column = CPU_TIME, columns: Tuple[Column, ...] = CPU_COLUMNS
+    ) -> List[str]:
+        """One row per (step workload, system): ``timed`` with its range and its ratios to raw
+        and to Lightning, then each of ``columns`` (median), then whether the weights match."""
         lines = [
-            "| workload | system | CPU ms / step, median (min–max) | × raw | × Lightning "
-            "| wall ms / step | peak RSS MB | same weights as raw |",
-            "|---|---|---|---|---|---|---|---|",
+            f"| workload | system | {timed[0]}, median (min–max) | × raw | × Lightning "
+            + "".join(f"| {c[0]} " for c in columns)
+            + "| same weights as raw |",
+            "|---|---|---|---|---" + "|---" * len(columns) + "|---|",
         ]
+        empty = "| " * (len(columns) + 3) + "|"
         for name in STEP_WORKLOADS:
             if name not in self.workloads:
                 continue
-            raw = self.median(name, "raw", "cpu_per_step_s")
-            lit = self.median(name, "lightning", "cpu_per_step_s")
+            raw = self.median(name, "raw", timed[1])
+            lit = self.median(name, "lightning", timed[1])
             raw_sum = self.median(name, "raw", "checksum")
             for system, runs, failed in self.outcomes(name):
                 title = self.workloads[name].title
                 if failed:
-                    lines.append(f"| {title} | {LABELS[system]} | {failed} | | | | | |")
+                    lines.append(f"| {title} | {LABELS[system]} | {failed} {empty}")
                     continue
-                per_step = self.median(name, system, "cpu_per_step_s")
+                per_step = self.median(name, system, timed[1])
                 lines.append(
                     f"| {title} | {LABELS[system]} "
-                    f"| {_cell(_values(runs, 'cpu_per_step_s'), 1e3, 3)} "
+                    f"| {_cell(_values(runs, timed[1]), timed[2], timed[3])} "
                     f"| {_ratio(per_step, raw)} | {_ratio(per_step, lit)} "
-                    f"| {_cell(_values(runs, 'per_step_s'), 1e3, 3).split(' ')[0]} "
-                    f"| {_cell(_values(runs, 'maxrss_mb'), 1, 0).split(' ')[0]} "
-                    f"| {self._parity(name, runs, raw_sum)} |"
+                    + "".join(
+                        f"| {_cell(_values(runs, c[1]), c[2], c[3]).split(' ')[0]} "
+                        for c in columns
+                    )
+                    + f"| {self.parity(name, runs, raw_sum)} |"
                 )
         return lines
 
-    def _parity(self, name: str, runs: List[Dict[str, Any]], raw_sum: Optional[float]) -> str:
+    def parity(self, name: str, runs: List[Dict[str, Any]], raw_sum: Optional[float]) -> str:
         processes = self.workloads[name].processes
         worlds = set(_values(runs, "world_size"))
         if worlds and worlds != {processes}:

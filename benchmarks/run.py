@@ -2,6 +2,7 @@
 
     python benchmarks/run.py            # full run, several minutes; writes benchmarks/results/
     python benchmarks/run.py --quick    # a few steps per workload (the CI smoke test)
+    python benchmarks/run.py --device cuda   # on a CUDA device (scripts/gpu-check.sh runs it)
 
 Every (repetition, workload, system) runs in its own fresh process (``worker.py``), on one
 thread, one at a time; the systems are interleaved within each repetition, so slow drift of the
@@ -27,6 +28,7 @@ from typing import Any, Dict, List, Optional, Tuple
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+import cuda_tables  # noqa: E402
 import workloads  # noqa: E402
 from report import Report, Runs  # noqa: E402
 
@@ -75,8 +77,8 @@ def _env(scratch: pathlib.Path, system: str) -> Dict[str, str]:
 def run_job(
     system: str, ws: List[Any], quick: bool, timeout: float
 ) -> Tuple[Optional[Dict[str, Dict[str, Any]]], str]:
-    """Runs one worker process for ``ws`` (all with the same process count); returns
-    ({workload: result}, "") or (None, why it failed)."""
+    """Runs one worker process for ``ws`` (all with the same process count and device);
+    returns ({workload: result}, "") or (None, why it failed)."""
     scratch = pathlib.Path(tempfile.mkdtemp(prefix="det-lightning-bench-"))
     out = scratch / "result.json"
     cmd = [sys.executable]
@@ -97,6 +99,8 @@ def run_job(
     ]
     if quick:
         cmd.append("--quick")
+    if ws[0].device != "cpu":
+        cmd += ["--device", ws[0].device]
     log = scratch / "log.txt"
     try:
         with open(log, "wb") as f:
@@ -500,6 +504,24 @@ def hardware() -> str:
     return f"cpu-{os.cpu_count()}core"
 
 
+def cuda_refusal(args: argparse.Namespace, chosen: Dict[str, Any]) -> Optional[str]:
+    """Why ``--device cuda`` cannot run as asked (one line), or None."""
+    if args.instructions or args.cache:
+        return (
+            "benchmarks/run.py: --instructions and --cache count a CPU's instructions under "
+            "valgrind; run them with --device cpu"
+        )
+    unfit = [n for n, w in chosen.items() if w.processes > 1 or w.measures != "steps"]
+    if unfit:
+        return (
+            f"benchmarks/run.py: workloads {unfit} do not run with --device cuda (one GPU, "
+            f"training steps only); choose from {','.join(workloads.DEFAULTS['cuda'])}"
+        )
+    import cuda_window  # torch with it: only when --device cuda
+
+    return cuda_window.missing_cuda()
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a few steps per workload")
@@ -509,7 +531,18 @@ def main(argv: Optional[List[str]] = None) -> int:
         default=None,
         help="repetitions, the first dropped (default 5, quick 1)",
     )
-    parser.add_argument("--workloads", default=",".join(w.name for w in workloads.WORKLOADS))
+    parser.add_argument(
+        "--device",
+        choices=("cpu", "cuda"),
+        default="cpu",
+        help="where the models train (cuda: the first GPU; one process per workload)",
+    )
+    parser.add_argument(
+        "--workloads",
+        default=None,
+        help="comma-separated; default: "
+        + "; ".join(f"{d}: {','.join(names)}" for d, names in workloads.DEFAULTS.items()),
+    )
     parser.add_argument(
         "--systems",
         default=",".join(ALL_SYSTEMS),
@@ -538,8 +571,17 @@ def main(argv: Optional[List[str]] = None) -> int:
     args.argv = [a for a in (sys.argv[1:] if argv is None else argv)]
     if args.repeats is None:
         args.repeats = 1 if args.quick else 5
-    every = workloads.by_name(args.quick)
-    chosen = {n: every[n] for n in args.workloads.split(",")}
+    every = workloads.by_name(args.quick, args.device)
+    names = args.workloads.split(",") if args.workloads else workloads.DEFAULTS[args.device]
+    unknown = [n for n in names if n not in every]
+    if unknown:
+        parser.error(f"unknown workloads {unknown}; known: {', '.join(every)}")
+    chosen = {n: every[n] for n in names}
+    if args.device == "cuda":
+        refused = cuda_refusal(args, chosen)
+        if refused:
+            print(refused, file=sys.stderr)
+            return 2
     have_determined = importlib.util.find_spec("determined") is not None
     started = datetime.datetime.now().isoformat(timespec="seconds")
     t0 = time.perf_counter()
@@ -554,10 +596,19 @@ def main(argv: Optional[List[str]] = None) -> int:
         runs.update({(f"{w}#cache", s): r for (w, s), r in counted.items()})
         failures.update({(f"{w}#cache", s): r for (w, s), r in failed.items()})
     report = Report(runs, failures, [s for s in ALL_SYSTEMS if s in systems], chosen)
-    text = render(args, report, have_determined, started, time.perf_counter() - t0)
-    theme = "overhead-quick" if args.quick else "overhead"
+    if args.device == "cuda":
+        facts = cuda_tables.device_facts()
+        host = {**machine(), **versions(), "source": source_state()}
+        command = " ".join(["python benchmarks/run.py", *args.argv])
+        text = cuda_tables.render(command, args.repeats, report, facts, host, started)
+        theme, where = "overhead-cuda", cuda_tables.slug(facts["name"])
+    else:
+        text = render(args, report, have_determined, started, time.perf_counter() - t0)
+        theme, where = "overhead", hardware()
+    if args.quick:
+        theme += "-quick"
     args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"{theme}_{hardware()}_{started[:10]}.md"
+    path = args.out / f"{theme}_{where}_{started[:10]}.md"
     path.write_text(text)
     path.with_suffix(".json").write_text(json.dumps(all_results, indent=1))
     print(text)

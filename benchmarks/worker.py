@@ -96,6 +96,7 @@ def main() -> None:
     parser.add_argument("out", type=pathlib.Path)
     parser.add_argument("--scratch", type=pathlib.Path, required=True)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument(
         "--fit-steps",
         type=int,
@@ -114,7 +115,7 @@ def main() -> None:
         import workloads
 
         torch.set_num_threads(1)
-        known = workloads.by_name(args.quick)
+        known = workloads.by_name(args.quick, args.device)
         for name in args.workloads.split(","):
             if args.fit_steps:
                 w = dataclasses.replace(known[name], steps=args.fit_steps)

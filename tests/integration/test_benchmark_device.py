@@ -1,0 +1,188 @@
+"""``benchmarks/run.py --device`` and ``scripts/gpu-check.sh``: what runs without a GPU.
+
+The CUDA measurements themselves (``benchmarks/cuda_window.py``) need a device and run only there
+(``scripts/gpu-check.sh``); these check the rest: refusing ``--device cuda`` clearly where no
+device is visible, the AMP workload through every system on the CPU (the code paths the CUDA run
+shares), the CUDA report's shape, and the examples in the new modules' docstrings.
+"""
+
+import doctest
+import importlib
+import importlib.util
+import os
+import pathlib
+import subprocess
+import sys
+from typing import Any, Dict, Iterator, List
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+BENCHMARKS = ROOT / "benchmarks"
+RUN = [sys.executable, str(BENCHMARKS / "run.py")]
+
+
+def _no_gpu_env() -> Dict[str, str]:
+    # Hides any GPU from torch, so the refusal is tested on a GPU machine too.
+    return {**os.environ, "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}
+
+
+@pytest.fixture(scope="module")
+def bench() -> Iterator[Dict[str, Any]]:
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        yield {n: importlib.import_module(n) for n in ("cuda_window", "cuda_tables", "workloads")}
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+
+
+@pytest.mark.parametrize("name", ["cuda_window", "cuda_tables", "workloads"])
+def test_docstring_examples(bench: Dict[str, Any], name: str) -> None:
+    result = doctest.testmod(bench[name])
+    assert result.attempted > 0 and result.failed == 0
+
+
+def _refused(tmp_path: pathlib.Path, *args: str) -> str:
+    out = tmp_path / "results"
+    proc = subprocess.run(
+        [*RUN, "--device", "cuda", "--quick", "--out", str(out), *args],
+        capture_output=True,
+        text=True,
+        env=_no_gpu_env(),
+        timeout=300,
+    )
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert not out.exists()  # refused before anything ran
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    return lines[0]
+
+
+def test_no_visible_cuda_device_exits_2_with_one_line_saying_what_to_run(
+    tmp_path: pathlib.Path,
+) -> None:
+    line = _refused(tmp_path)
+    assert "no CUDA device is visible" in line
+    assert "--device cpu" in line and "scripts/gpu-check.sh" in line
+
+
+def test_gpu_check_without_a_visible_device_exits_2_having_run_nothing() -> None:
+    """``scripts/gpu-check.sh`` (tests/gpu and the CUDA benchmark in one command) on a machine
+    where torch sees no CUDA device: one line saying so, exit 2, no venv made, no report."""
+    env = {k: v for k, v in _no_gpu_env().items() if k != "PYTHON"}
+    before = set((ROOT / "benchmarks" / "results").iterdir())
+    had_venv = (ROOT / ".venv-gpu").exists()
+    proc = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "gpu-check.sh")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    [line] = proc.stderr.strip().splitlines()
+    assert line.startswith("scripts/gpu-check.sh: ") and "CUDA" in line, line
+    assert proc.stdout == ""
+    assert set((ROOT / "benchmarks" / "results").iterdir()) == before
+    assert (ROOT / ".venv-gpu").exists() == had_venv
+
+
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["--instructions"], "run them with --device cpu"),
+        (["--workloads", "ddp-mlp"], "do not run with --device cuda"),
+        (["--workloads", "checkpoint"], "do not run with --device cuda"),
+    ],
+)
+def test_cuda_refuses_what_only_a_cpu_run_measures(
+    tmp_path: pathlib.Path, args: List[str], says: str
+) -> None:
+    assert says in _refused(tmp_path, *args)
+
+
+@pytest.mark.slow
+def test_amp_workload_trains_the_same_weights_in_every_system_on_the_cpu(
+    tmp_path: pathlib.Path,
+) -> None:
+    """The AMP recipe (float16 autocast and a GradScaler) and the device argument threaded
+    through every system, on the CPU: what ``--device cuda`` runs, bar the device."""
+    systems = ["raw", "lightning", "det_lightning"]
+    if importlib.util.find_spec("determined") is not None:
+        systems.append("determined")
+    out = tmp_path / "results"
+    proc = subprocess.run(
+        [*RUN, "--device", "cpu", "--quick", "--workloads", "amp"]
+        + ["--systems", ",".join(systems), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        env=_no_gpu_env(),
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    [report] = out.glob("overhead-quick_cpu-*core_*.md")
+    rows = [
+        r for r in report.read_text().splitlines() if r.startswith("| CNN 3x32x32, batch 64, f")
+    ]
+    assert len(rows) == len(systems), report.read_text()
+    for row in rows:
+        assert row.rstrip().endswith("| yes |") or "raw PyTorch loop" in row, row
+
+
+def test_cuda_report_names_the_device_and_has_a_row_per_system(bench: Dict[str, Any]) -> None:
+    """The report's shape, from worker results written by hand (no device measured here)."""
+    from report import Report
+
+    chosen = {n: w for n, w in bench["workloads"].by_name(True, "cuda").items() if n == "amp"}
+    run = {"device_per_step_s": 0.002, "syncs_per_batch": 1.0, "peak_memory_mb": 12.5}
+    runs = {
+        ("amp", "raw"): [{**run, "checksum": 1.0}],
+        ("amp", "det_lightning"): [{**run, "device_per_step_s": 0.003, "checksum": 1.0}],
+    }
+    failures = {("amp", "determined"): "exit code 1: RuntimeError: boom"}
+    report = Report(runs, failures, ["raw", "det_lightning", "determined"], chosen)
+    facts = {
+        "name": "Some GPU",
+        "capability": "sm_90",
+        "memory": "80 GiB",
+        "driver": "580.1",
+        "cuda": "13.0",
+        "cudnn": "91000",
+        "torch": "2.13.0+cu130",
+    }
+    host = {
+        "cpu": "x",
+        "cores": "16",
+        "memory": "128 GiB",
+        "os": "Linux",
+        "python": "3.12",
+        "lightning": "2.6.6",
+        "det-lightning": "0.1.0",
+        "determined": "0.38.1",
+        "numpy": "2",
+        "source": "abc",
+    }
+    text = bench["cuda_tables"].render("python benchmarks/run.py", 5, report, facts, host, "2026")
+    assert "Device: Some GPU (sm_90, 80 GiB), driver 580.1, CUDA 13.0" in text
+    assert "| det_lightning | 3.000 | 1.50 | — | 1.00 | 12.5 | yes |" in text
+    assert "not measured: exit code 1: RuntimeError: boom" in text
+    assert "(5 repetition(s), the first (warm-up) dropped)" in text
+
+
+def test_gpu_wheels_lists_what_the_gpu_machine_needs_from_this_venv(
+    tmp_path: pathlib.Path,
+) -> None:
+    """``scripts/gpu-check.sh --prepare``'s list: det_lightning's dependencies with the testing
+    and interop extras, as installed here (the download itself needs an index: not tested)."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        wheels = importlib.import_module("gpu_wheels")
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    found = wheels.closure("det-lightning", {"testing", "interop"}, "3.12")
+    assert {"determined", "optuna", "lightning", "pytest", "pytest-xdist", "torch"} <= set(found)
+    assert found["determined"] == "0.38.1"
+    assert not wheels.NEVER.match("optuna") and wheels.NEVER.match("nvidia-cublas")
+    listing = tmp_path / "KINDS.md"
+    listing.write_text("# machines\n\nPackages: absl-py, Typing_Extensions, zipp.\n")
+    assert wheels.names_in(listing) == {"absl-py", "typing-extensions", "zipp"}
