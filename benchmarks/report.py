@@ -222,7 +222,7 @@ class Report:
             ("branches_per_step", "k branches"),
             ("mispredicts_per_step", "k mispredicts"),
         )
-        lines = []
+        lines: List[str] = []
         for name in self.workloads:
             counted = f"{name}#cache"
             if not any(k[0] == counted for k in (*self.runs, *self.failures)):
