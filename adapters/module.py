@@ -258,7 +258,7 @@ class TrialModule(pl.LightningModule):
         if stepped and self._amp_scaler is not None:
             self._amp_scaler.update()
         progress.workload_metrics.append(metric_utils.check_training_output(output, idx))
-        if stepped:
+        if stepped and (self._skipped_steps or self.context.lr_schedulers):
             self._step_lr_schedulers(idx)
         progress.batches_trained = idx + 1
         if in_epoch == self.epoch_len - 1:
