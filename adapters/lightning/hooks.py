@@ -69,7 +69,10 @@ class BusyHooks:
 
         busy = hooks.busy if trainer.callbacks == hooks.seen else hooks.refresh()
 
-    Without the lean dispatch (Lightning's runs the profiler for every hook) all are busy.
+    With the lean dispatch in use, ``overriding`` holds the callbacks it would call for each
+    hook, in order (a hot path may call them itself, as ``_lean_dispatch`` does); without it
+    (Lightning's dispatch runs the profiler for every hook) every hook is busy and
+    ``overriding`` is None.
     """
 
     def __init__(self, trainer: Any, names: Iterable[str]) -> None:
@@ -77,12 +80,19 @@ class BusyHooks:
         self.names = tuple(names)
         self.seen: Optional[List[Callback]] = None
         self.busy: FrozenSet[str] = frozenset(self.names)
+        self.overriding: Optional[Dict[str, List[Callback]]] = None
 
     def refresh(self) -> FrozenSet[str]:
         callbacks = self.trainer.callbacks
         self.seen = list(callbacks)
-        lean = in_use(self.trainer)
-        self.busy = overridden(callbacks, self.names) if lean else frozenset(self.names)
+        if in_use(self.trainer):
+            self.overriding = {
+                name: [cb for cb in callbacks if _overrides(cb, name)] for name in self.names
+            }
+            self.busy = frozenset(name for name, found in self.overriding.items() if found)
+        else:
+            self.overriding = None
+            self.busy = frozenset(self.names)
         return self.busy
 
 

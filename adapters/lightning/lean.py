@@ -169,7 +169,7 @@ class LeanTrainingEpochLoop(_TrainingEpochLoop):
         # trainer.lightning_module's chain of properties before every batch
         self._lean_module = trainer.lightning_module
         self._lean_strategy = trainer.strategy
-        self._lean_hooks = hooks.BusyHooks(trainer, ("on_train_batch_start",))
+        self._lean_hooks = hooks.BusyHooks(trainer, ("on_train_batch_start", "on_train_batch_end"))
         super().on_run_start(data_fetcher)
 
     def _on_before_fetch(self) -> None:
@@ -245,7 +245,7 @@ class LeanTrainingEpochLoop(_TrainingEpochLoop):
         else:
             busy = watch.busy if trainer.callbacks == watch.seen else watch.refresh()
             if "on_train_batch_start" in busy:
-                call._call_callback_hooks(trainer, "on_train_batch_start", batch, batch_idx)
+                _callback_hooks(watch, trainer, module, "on_train_batch_start", batch, batch_idx)
             response = None
             if plan.module_batch_start:
                 response = call_hook(module, module, "on_train_batch_start", batch, batch_idx)
@@ -277,7 +277,9 @@ class LeanTrainingEpochLoop(_TrainingEpochLoop):
         if skip_rest:
             raise StopIteration
 
-        call._call_callback_hooks(trainer, "on_train_batch_end", output, batch, batch_idx)
+        busy = watch.busy if trainer.callbacks == watch.seen else watch.refresh()
+        if "on_train_batch_end" in busy:
+            _callback_hooks(watch, trainer, module, "on_train_batch_end", output, batch, batch_idx)
         if plan.module_batch_end:
             call_hook(module, module, "on_train_batch_end", output, batch, batch_idx)
         logged = getattr(module, "log_calls", None)
@@ -361,6 +363,24 @@ class LeanTrainingEpochLoop(_TrainingEpochLoop):
                 logger.save()
         if trainer.received_sigterm and not self._lean_training_done():
             raise SIGTERMException
+
+
+def _callback_hooks(
+    watch: hooks.BusyHooks, trainer: pl.Trainer, module: pl.LightningModule, name: str, *args: Any
+) -> None:
+    """``call._call_callback_hooks(trainer, name, *args)`` for a hook in ``watch.busy``: the
+    lean dispatch's loop over the callbacks it would call (``watch.overriding``), or the
+    dispatch itself when it is not in use."""
+    overriding = watch.overriding
+    if overriding is None:
+        call._call_callback_hooks(trainer, name, *args)
+        return
+    fields = module.__dict__  # (set_fx_name's assignment)
+    previous = fields["_current_fx_name"]
+    fields["_current_fx_name"] = name
+    for callback in overriding[name]:
+        getattr(callback, name)(trainer, module, *args)
+    fields["_current_fx_name"] = previous
 
 
 STEP_DIRECT = "direct"  # strategy.training_step would just call module.training_step
