@@ -93,14 +93,19 @@ class LightningBackend:
         self._fast = (
             lean.BackendFastPath(trainer) if lean.BackendFastPath.applies(trainer) else None
         )
+        # context.backward calls the fast path's backward straight (it takes gradient= as a
+        # keyword, as loss.backward does): one call less per batch.
+        if self._fast is not None:
+            vars(self)["backward"] = self._fast.backward
+        else:
+            vars(self).pop("backward", None)
 
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
+        """Lightning's ``manual_backward`` (``bind_optimizers`` puts the fast path's in its
+        place where that applies)."""
         gradient = kwargs.pop("gradient", None)
         args = (gradient,) if gradient is not None else ()
-        if self._fast is not None:
-            self._fast.backward(loss, *args, **kwargs)
-        else:
-            self._module.manual_backward(loss, *args, **kwargs)
+        self._module.manual_backward(loss, *args, **kwargs)
 
     def step(self, optimizer: torch.optim.Optimizer, step_fn: Any) -> None:
         lightning_optimizer = self._lightning_optimizers[id(optimizer)]

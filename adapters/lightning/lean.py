@@ -361,7 +361,8 @@ class LeanTrainingEpochLoop(_TrainingEpochLoop):
         if trainer.should_stop:
             for logger in trainer.loggers:
                 logger.save()
-        if trainer.received_sigterm and not self._lean_training_done():
+        # (trainer.received_sigterm's value)
+        if trainer._signal_connector.received_sigterm and not self._lean_training_done():
             raise SIGTERMException
 
 
@@ -558,7 +559,7 @@ class BackendFastPath:
         if type(lightning_optimizer).step is not LightningOptimizer.step:
             return lightning_optimizer.step()
         trainer, module, watch = self.trainer, self.module, self.watch
-        optimizer = lightning_optimizer.optimizer
+        optimizer = lightning_optimizer._optimizer  # (the optimizer property's value)
         hooked = "on_before_optimizer_step" in self.module_hooks
         busy = watch.busy if trainer.callbacks == watch.seen else watch.refresh()
         before, after = lightning_optimizer._on_before_step, lightning_optimizer._on_after_step

@@ -194,6 +194,7 @@ UNCHANGED: Dict[str, str] = {
     "strategies.strategy:Strategy.pre_backward": "f68bfe186db3",
     "strategies.strategy:Strategy.post_backward": "fd7ee0b8c419",
     "strategies.strategy:Strategy.post_training_step": "07708d2bfe40",
+    "core.optimizer:LightningOptimizer.optimizer": "ab3eed3181a0",
     # lean_validation.py
     "loops.evaluation_loop:_EvaluationLoop._evaluation_step": "a2f5504c0b30",
     "loops.evaluation_loop:_EvaluationLoop._on_before_fetch": "75d2bc59a1e7",

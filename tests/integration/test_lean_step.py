@@ -121,3 +121,36 @@ def test_busy_hooks_follow_the_callback_list() -> None:
     trainer.callbacks.append(Saver())
     assert trainer.callbacks != watch.seen
     assert watch.refresh() == frozenset({"on_after_backward"})
+
+
+def test_backward_with_a_gradient_gives_lightnings_weights(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``context.backward(loss, gradient=...)`` on a loss that is not a scalar: the fast path
+    (called straight by the context) and Lightning's ``manual_backward`` give the same
+    weights."""
+    from tests.fixtures.trials import make_trials, seed_everything
+
+    base = make_trials(pytorch)["MLPTrial"]
+
+    class VectorLossTrial(base):  # type: ignore[misc,valid-type]
+        def train_batch(self, batch: Any, epoch_idx: int, batch_idx: int) -> Any:
+            x, y = batch
+            losses = ((self.model(x) - y) ** 2).squeeze(1)  # one loss per record
+            weights = torch.linspace(0.5, 1.5, losses.shape[0])
+            self.context.backward(losses, gradient=weights, retain_graph=True)
+            self.context.step_optimizer(self.opt)
+            return {"loss": losses.mean()}
+
+    def run() -> List[torch.Tensor]:
+        seed_everything(3)
+        with pytorch.init(hparams={"lr": 0.01, "dropout": 0.0}) as context:
+            trial = VectorLossTrial(context)
+            pytorch.Trainer(trial, context, logger=False).fit(max_length=pytorch.Batch(5))
+        return [p.detach().clone() for p in trial.model.parameters()]
+
+    lean_weights = run()
+    monkeypatch.setenv(lean.LEAN_ENV, "0")
+    plain_weights = run()
+    for a, b in zip(lean_weights, plain_weights):
+        assert torch.equal(a, b)
