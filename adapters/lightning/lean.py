@@ -72,7 +72,7 @@ this path and requires them equal; its contract test fails when Lightning's code
 """
 
 from collections import OrderedDict
-from typing import Any, NamedTuple, Optional
+from typing import Any, Dict, NamedTuple, Optional
 
 import lightning.pytorch as pl
 import torch
@@ -279,7 +279,15 @@ class LeanTrainingEpochLoop(_TrainingEpochLoop):
 
         busy = watch.busy if trainer.callbacks == watch.seen else watch.refresh()
         if "on_train_batch_end" in busy:
-            _callback_hooks(watch, trainer, module, "on_train_batch_end", output, batch, batch_idx)
+            if watch.overriding is None:
+                call._call_callback_hooks(trainer, "on_train_batch_end", output, batch, batch_idx)
+            else:  # (_callback_hooks, inlined for the one hook most fits have a callback for)
+                fields = module.__dict__
+                previous = fields["_current_fx_name"]
+                fields["_current_fx_name"] = "on_train_batch_end"
+                for callback in watch.overriding["on_train_batch_end"]:
+                    callback.on_train_batch_end(trainer, module, output, batch, batch_idx)
+                fields["_current_fx_name"] = previous
         if plan.module_batch_end:
             call_hook(module, module, "on_train_batch_end", output, batch, batch_idx)
         logged = getattr(module, "log_calls", None)
@@ -516,6 +524,7 @@ class BackendFastPath:
         manual = trainer.fit_loop.epoch_loop.manual_optimization
         self.manual_hooks = (manual._on_before_step, manual._on_after_step)
         self.optim_step_progress = manual.optim_step_progress
+        self._closure_optional: Dict[type, bool] = {}  # _closure_optional_kind, per class
 
     @staticmethod
     def applies(trainer: pl.Trainer) -> bool:
@@ -570,7 +579,17 @@ class BackendFastPath:
             counts.current.ready += 1
         else:
             before()
-        if not hooked and "on_before_optimizer_step" not in busy and _closure_optional(optimizer):
+        plain = self._closure_optional.get(type(optimizer))
+        if plain is None:
+            plain = self._closure_optional[type(optimizer)] = _closure_optional_kind(
+                type(optimizer)
+            )
+        if (
+            not hooked
+            and "on_before_optimizer_step" not in busy
+            and plain
+            and not _step_hooks(optimizer)
+        ):
             # Lightning's closure would run no hook: the step without one, as Determined
             # steps (an optimizer of torch.optim skips a closure of None).
             output = optimizer.step()
@@ -597,12 +616,20 @@ def _closure_optional(optimizer: torch.optim.Optimizer) -> bool:
     """Whether ``optimizer.step()`` does what ``optimizer.step(closure=<returns None>)`` does:
     one of torch.optim's own classes other than LBFGS (which needs its closure's loss), with no
     step hooks (they see the step's arguments)."""
-    kind = type(optimizer)
-    return (
-        kind.__module__.startswith("torch.optim.")
-        and kind is not torch.optim.LBFGS
-        and not optimizer._optimizer_step_pre_hooks
-        and not optimizer._optimizer_step_post_hooks
-        and not _global_optimizer_pre_hooks
-        and not _global_optimizer_post_hooks
+    return _closure_optional_kind(type(optimizer)) and not _step_hooks(optimizer)
+
+
+def _closure_optional_kind(kind: type) -> bool:
+    """Whether ``kind``'s step skips a closure of None: torch.optim's own optimizers but LBFGS."""
+    return kind.__module__.startswith("torch.optim.") and kind is not torch.optim.LBFGS
+
+
+def _step_hooks(optimizer: torch.optim.Optimizer) -> bool:
+    """Whether a step hook (the optimizer's own, or a global one) would see the step's
+    arguments."""
+    return bool(
+        optimizer._optimizer_step_pre_hooks
+        or optimizer._optimizer_step_post_hooks
+        or _global_optimizer_pre_hooks
+        or _global_optimizer_post_hooks
     )
