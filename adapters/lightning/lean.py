@@ -588,7 +588,12 @@ class BackendFastPath:
             not hooked
             and "on_before_optimizer_step" not in busy
             and plain
-            and not _step_hooks(optimizer)
+            and not (  # (_step_hooks, inlined)
+                optimizer._optimizer_step_pre_hooks
+                or optimizer._optimizer_step_post_hooks
+                or _global_optimizer_pre_hooks
+                or _global_optimizer_post_hooks
+            )
         ):
             # Lightning's closure would run no hook: the step without one, as Determined
             # steps (an optimizer of torch.optim skips a closure of None).
