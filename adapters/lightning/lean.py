@@ -198,14 +198,15 @@ class LeanTrainingEpochLoop(_TrainingEpochLoop):
         ):
             super().advance(data_fetcher)
             return
-        trainer = self.trainer
+        trainer: Any = self.trainer  # (its callbacks attribute is set untyped, by a connector)
         module = self._lean_module
         strategy = self._lean_strategy
         watch = self._lean_hooks
         assert watch is not None
         progress = self.batch_progress
         # (progress.increment_*(), inlined: the batch progress always has every counter)
-        total, current = progress.total, progress.current
+        total: Any = progress.total  # (_ProcessedTracker: every counter)
+        current: Any = progress.current
         val_loop = self.val_loop
         if val_loop._restarting or plan.val_has_loops:  # else the setter would change nothing
             val_loop.restarting = False
@@ -507,7 +508,7 @@ class BackendFastPath:
     """
 
     def __init__(self, trainer: pl.Trainer) -> None:
-        self.trainer = trainer
+        self.trainer: Any = trainer  # (its callbacks attribute is set untyped, by a connector)
         self.module = module = trainer.lightning_module
         self.strategy = strategy = trainer.strategy
         self.module_hooks = {
