@@ -54,16 +54,17 @@ class EpochView:
         if self._iterator is None:
             self.start()
         for _ in range(len(self)):
-            batch = self._next()
+            try:
+                batch = next(self._iterator)  # type: ignore[arg-type]
+            except StopIteration:
+                if self._repeats:  # (a repeating loader never ends)
+                    raise
+                batch = self._next_pass()
             self.position += 1
             yield batch
 
-    def _next(self) -> Any:
-        try:
-            return next(self._iterator)  # type: ignore[arg-type]
-        except StopIteration:
-            if self._repeats:
-                raise
+    def _next_pass(self) -> Any:
+        """The first batch of a plain loader's next pass, once its iterator ended."""
         self._iterator = iter(self.loader)  # a plain loader ended its pass: start the next
         try:
             return next(self._iterator)

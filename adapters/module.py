@@ -93,14 +93,19 @@ class LightningBackend:
         self._fast = (
             lean.BackendFastPath(trainer) if lean.BackendFastPath.applies(trainer) else None
         )
+        # context.backward calls the fast path's backward straight (it takes gradient= as a
+        # keyword, as loss.backward does): one call less per batch.
+        if self._fast is not None:
+            vars(self)["backward"] = self._fast.backward
+        else:
+            vars(self).pop("backward", None)
 
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
+        """Lightning's ``manual_backward`` (``bind_optimizers`` puts the fast path's in its
+        place where that applies)."""
         gradient = kwargs.pop("gradient", None)
         args = (gradient,) if gradient is not None else ()
-        if self._fast is not None:
-            self._fast.backward(loss, *args, **kwargs)
-        else:
-            self._module.manual_backward(loss, *args, **kwargs)
+        self._module.manual_backward(loss, *args, **kwargs)
 
     def step(self, optimizer: torch.optim.Optimizer, step_fn: Any) -> None:
         lightning_optimizer = self._lightning_optimizers[id(optimizer)]
@@ -258,7 +263,7 @@ class TrialModule(pl.LightningModule):
         if stepped and self._amp_scaler is not None:
             self._amp_scaler.update()
         progress.workload_metrics.append(metric_utils.check_training_output(output, idx))
-        if stepped:
+        if stepped and (self._skipped_steps or self.context.lr_schedulers):
             self._step_lr_schedulers(idx)
         progress.batches_trained = idx + 1
         if in_epoch == self.epoch_len - 1:

@@ -13,7 +13,7 @@ calls and state either way, and that Lightning still dispatches through the func
 here.
 """
 
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, FrozenSet, Iterable, List, Optional
 
 from lightning.pytorch.callbacks import Callback, Checkpoint, EarlyStopping
 from lightning.pytorch.profilers import PassThroughProfiler
@@ -42,6 +42,58 @@ def use_lean_dispatch(trainer: Any) -> None:
     setattr(trainer, _PLAN, {})
     if call._call_callback_hooks is not _lean_dispatch:
         call._call_callback_hooks = _lean_dispatch
+
+
+def in_use(trainer: Any) -> bool:
+    """Whether ``trainer``'s callback hooks go through the lean dispatch (``use_lean_dispatch``
+    marked it, and the dispatch is installed)."""
+    return getattr(trainer, _PLAN, None) is not None and call._call_callback_hooks is _lean_dispatch
+
+
+def overridden(callbacks: Iterable[Callback], hook_names: Iterable[str]) -> FrozenSet[str]:
+    """Those of ``hook_names`` that some callback in ``callbacks`` overrides: the lean dispatch
+    of any other calls nothing.
+
+    >>> class Saver(Callback):
+    ...     def on_after_backward(self, trainer, pl_module): pass
+    >>> sorted(overridden([Callback(), Saver()], ["on_before_backward", "on_after_backward"]))
+    ['on_after_backward']
+    """
+    return frozenset(name for name in hook_names if any(_overrides(cb, name) for cb in callbacks))
+
+
+class BusyHooks:
+    """Which of ``names`` to dispatch to ``trainer``'s callbacks, for a hot path that skips the
+    dispatch of a hook nobody overrides (the lean dispatch would call nothing for it). The path
+    reads ``busy`` while ``trainer.callbacks == seen``, else ``refresh()``'s answer::
+
+        busy = hooks.busy if trainer.callbacks == hooks.seen else hooks.refresh()
+
+    With the lean dispatch in use, ``overriding`` holds the callbacks it would call for each
+    hook, in order (a hot path may call them itself, as ``_lean_dispatch`` does); without it
+    (Lightning's dispatch runs the profiler for every hook) every hook is busy and
+    ``overriding`` is None.
+    """
+
+    def __init__(self, trainer: Any, names: Iterable[str]) -> None:
+        self.trainer = trainer
+        self.names = tuple(names)
+        self.seen: Optional[List[Callback]] = None
+        self.busy: FrozenSet[str] = frozenset(self.names)
+        self.overriding: Optional[Dict[str, List[Callback]]] = None
+
+    def refresh(self) -> FrozenSet[str]:
+        callbacks = self.trainer.callbacks
+        self.seen = list(callbacks)
+        if in_use(self.trainer):
+            self.overriding = {
+                name: [cb for cb in callbacks if _overrides(cb, name)] for name in self.names
+            }
+            self.busy = frozenset(name for name, found in self.overriding.items() if found)
+        else:
+            self.overriding = None
+            self.busy = frozenset(self.names)
+        return self.busy
 
 
 def _overrides(callback: Callback, hook_name: str) -> bool:

@@ -72,7 +72,7 @@ this path and requires them equal; its contract test fails when Lightning's code
 """
 
 from collections import OrderedDict
-from typing import Any, NamedTuple, Optional
+from typing import Any, Dict, NamedTuple, Optional
 
 import lightning.pytorch as pl
 import torch
@@ -80,6 +80,7 @@ from torch.nn.parallel import DistributedDataParallel
 from lightning.pytorch.core.optimizer import LightningOptimizer, do_nothing_closure
 from lightning.pytorch.loops.fetchers import _PrefetchDataFetcher
 from lightning.pytorch.loops.loop import _Loop
+from lightning.pytorch.loops.optimization.manual import ManualResult
 from lightning.pytorch.loops.training_epoch_loop import _TrainingEpochLoop
 from lightning.pytorch.plugins.precision import Precision
 from lightning.pytorch.strategies import DDPStrategy, SingleDeviceStrategy, Strategy
@@ -87,8 +88,9 @@ from lightning.pytorch.strategies.ddp import _DDPForwardRedirection
 from lightning.pytorch.trainer import call
 from lightning.pytorch.trainer.states import RunningStage
 from lightning.pytorch.utilities.exceptions import SIGTERMException
+from torch.optim.optimizer import _global_optimizer_post_hooks, _global_optimizer_pre_hooks
 
-from det_lightning.adapters.lightning import versions
+from det_lightning.adapters.lightning import hooks, versions
 from det_lightning.adapters.lightning.calls import (
     batch_stays,
     call_hook,
@@ -124,6 +126,7 @@ class _Plan(NamedTuple):
     strategy_batch_start: bool  # the strategy overrides on_train_batch_start
     step: str  # how training_step is called: STEP_DIRECT, STEP_DDP, or
     # "" (Lightning's _ManualOptimization.run)
+    post_training_step: bool  # the strategy overrides the (deprecated) post_training_step
     module_batch_end: bool  # the module overrides on_train_batch_end
     marks_last_batch: bool  # a skipped batch (-1) is marked the last one (versions.Shape)
     between: bool  # done/on_advance_end may take the lean path (lean, and no accumulation)
@@ -143,6 +146,7 @@ def _plan(trainer: pl.Trainer) -> _Plan:
         module_batch_start=overrides(module, pl.LightningModule, "on_train_batch_start"),
         strategy_batch_start=overrides(strategy, Strategy, "on_train_batch_start"),
         step=_step_kind(module, strategy, trainer),
+        post_training_step=overrides(strategy, Strategy, "post_training_step"),
         module_batch_end=overrides(module, pl.LightningModule, "on_train_batch_end"),
         marks_last_batch=versions.SHAPE is not None and versions.SHAPE.marks_last_batch,
         between=lean and versions.SHAPE is not None and trainer.accumulate_grad_batches == 1,
@@ -156,9 +160,16 @@ class LeanTrainingEpochLoop(_TrainingEpochLoop):
 
     _lean_logged_seen = -1
     _lean_plan: Optional[_Plan] = None
+    _lean_hooks: Optional[hooks.BusyHooks] = None
 
     def on_run_start(self, data_fetcher: Any) -> None:
-        self._lean_plan = _plan(self.trainer)
+        trainer = self.trainer
+        self._lean_plan = _plan(trainer)
+        # the module and strategy (the same all epoch), read once rather than through
+        # trainer.lightning_module's chain of properties before every batch
+        self._lean_module = trainer.lightning_module
+        self._lean_strategy = trainer.strategy
+        self._lean_hooks = hooks.BusyHooks(trainer, ("on_train_batch_start", "on_train_batch_end"))
         super().on_run_start(data_fetcher)
 
     def _on_before_fetch(self) -> None:
@@ -182,21 +193,26 @@ class LeanTrainingEpochLoop(_TrainingEpochLoop):
         if (
             plan is None
             or not plan.lean
-            or self.restarting
+            or self._restarting  # (the restarting property's value)
             or type(data_fetcher) is not _PrefetchDataFetcher
         ):
             super().advance(data_fetcher)
             return
-        trainer = self.trainer
-        module = trainer.lightning_module
-        strategy = trainer.strategy
+        trainer: Any = self.trainer  # (its callbacks attribute is set untyped, by a connector)
+        module = self._lean_module
+        strategy = self._lean_strategy
+        watch = self._lean_hooks
+        assert watch is not None
         progress = self.batch_progress
+        # (progress.increment_*(), inlined: the batch progress always has every counter)
+        total: Any = progress.total  # (_ProcessedTracker: every counter)
+        current: Any = progress.current
         val_loop = self.val_loop
         if val_loop._restarting or plan.val_has_loops:  # else the setter would change nothing
             val_loop.restarting = False
 
         batch, _, __ = next(data_fetcher)
-        batch_idx = self.batch_idx + 1
+        batch_idx = current.ready  # self.batch_idx + 1
         progress.is_last_batch = data_fetcher.done
         if plan.converts_input:  # (the plain plugin's returns the batch)
             batch = trainer.precision_plugin.convert_input(batch)
@@ -204,7 +220,8 @@ class LeanTrainingEpochLoop(_TrainingEpochLoop):
             batch = module._on_before_batch_transfer(batch, dataloader_idx=0)
         if plan.to_device:
             batch = call_hook(strategy, module, "batch_to_device", batch, dataloader_idx=0)
-        progress.increment_ready()
+        total.ready += 1
+        current.ready += 1
         connector = trainer._logger_connector
         if trainer.state.stage is RunningStage.TRAINING:
             # _LoggerConnector.on_batch_start, on the results trainer._results finds in training
@@ -227,7 +244,9 @@ class LeanTrainingEpochLoop(_TrainingEpochLoop):
                 "train_dataloader yielded None. If this was on purpose, ignore this warning..."
             )
         else:
-            call._call_callback_hooks(trainer, "on_train_batch_start", batch, batch_idx)
+            busy = watch.busy if trainer.callbacks == watch.seen else watch.refresh()
+            if "on_train_batch_start" in busy:
+                _callback_hooks(watch, trainer, module, "on_train_batch_start", batch, batch_idx)
             response = None
             if plan.module_batch_start:
                 response = call_hook(module, module, "on_train_batch_start", batch, batch_idx)
@@ -238,7 +257,8 @@ class LeanTrainingEpochLoop(_TrainingEpochLoop):
                 if plan.marks_last_batch:
                     progress.increment_by(0, is_last_batch=True)
             else:
-                progress.increment_started()
+                total.started += 1
+                current.started += 1
                 if plan.step:
                     output = _manual_step(
                         self.manual_optimization,
@@ -247,16 +267,28 @@ class LeanTrainingEpochLoop(_TrainingEpochLoop):
                         batch,
                         batch_idx,
                         plan.step == STEP_DDP,
+                        plan.post_training_step,
                     )
                 else:
                     output = self.manual_optimization.run(
                         OrderedDict(batch=batch, batch_idx=batch_idx)
                     )
-        progress.increment_processed()
+        total.processed += 1
+        current.processed += 1
         if skip_rest:
             raise StopIteration
 
-        call._call_callback_hooks(trainer, "on_train_batch_end", output, batch, batch_idx)
+        busy = watch.busy if trainer.callbacks == watch.seen else watch.refresh()
+        if "on_train_batch_end" in busy:
+            if watch.overriding is None:
+                call._call_callback_hooks(trainer, "on_train_batch_end", output, batch, batch_idx)
+            else:  # (_callback_hooks, inlined for the one hook most fits have a callback for)
+                fields = module.__dict__
+                previous = fields["_current_fx_name"]
+                fields["_current_fx_name"] = "on_train_batch_end"
+                for callback in watch.overriding["on_train_batch_end"]:
+                    callback.on_train_batch_end(trainer, module, output, batch, batch_idx)
+                fields["_current_fx_name"] = previous
         if plan.module_batch_end:
             call_hook(module, module, "on_train_batch_end", output, batch, batch_idx)
         logged = getattr(module, "log_calls", None)
@@ -267,7 +299,8 @@ class LeanTrainingEpochLoop(_TrainingEpochLoop):
             results = self._results
             results.batch = None
             results.batch_size = None
-        progress.increment_completed()
+        total.completed += 1
+        current.completed += 1
         if trainer.state.stage is RunningStage.TRAINING:
             # _LoggerConnector.update_train_step_metrics under manual optimization, with
             # should_update_logs for the fit loop (the active loop in training)
@@ -299,7 +332,13 @@ class LeanTrainingEpochLoop(_TrainingEpochLoop):
         plan = self._lean_plan
         if plan is None or not plan.between or self._restarting:
             return super().done
-        if self._lean_training_done():
+        # (_lean_training_done, inlined)
+        if self.max_steps != -1 and (
+            self.manual_optimization.optim_step_progress.total.completed >= self.max_steps
+        ):
+            return True
+        progress = self.batch_progress
+        if progress.current.ready == self.trainer.fit_loop.max_batches or progress.is_last_batch:
             return True
         if self.trainer.should_stop:
             return super().done
@@ -331,8 +370,27 @@ class LeanTrainingEpochLoop(_TrainingEpochLoop):
         if trainer.should_stop:
             for logger in trainer.loggers:
                 logger.save()
-        if trainer.received_sigterm and not self._lean_training_done():
+        # (trainer.received_sigterm's value)
+        if trainer._signal_connector.received_sigterm and not self._lean_training_done():
             raise SIGTERMException
+
+
+def _callback_hooks(
+    watch: hooks.BusyHooks, trainer: pl.Trainer, module: pl.LightningModule, name: str, *args: Any
+) -> None:
+    """``call._call_callback_hooks(trainer, name, *args)`` for a hook in ``watch.busy``: the
+    lean dispatch's loop over the callbacks it would call (``watch.overriding``), or the
+    dispatch itself when it is not in use."""
+    overriding = watch.overriding
+    if overriding is None:
+        call._call_callback_hooks(trainer, name, *args)
+        return
+    fields = module.__dict__  # (set_fx_name's assignment)
+    previous = fields["_current_fx_name"]
+    fields["_current_fx_name"] = name
+    for callback in overriding[name]:
+        getattr(callback, name)(trainer, module, *args)
+    fields["_current_fx_name"] = previous
 
 
 STEP_DIRECT = "direct"  # strategy.training_step would just call module.training_step
@@ -391,6 +449,7 @@ def _manual_step(
     batch: Any,
     batch_idx: int,
     ddp: bool,
+    post_training_step: bool,
 ) -> Any:
     """``_ManualOptimization.run`` for a ``_step_kind`` the lean path reproduces: the
     optimizers count their steps into the loop's progress while ``training_step`` runs, as
@@ -407,11 +466,19 @@ def _manual_step(
             set_fx_name(module, "training_step")
             step_output = _ddp_training_step(strategy, module, batch, batch_idx)
             set_fx_name(module, previous)
-        else:
-            step_output = call_hook(module, module, "training_step", batch, batch_idx)
+        else:  # (call_hook, inlined: set_fx_name's assignment)
+            fields = module.__dict__
+            previous = fields["_current_fx_name"]
+            fields["_current_fx_name"] = "training_step"
+            step_output = module.training_step(batch, batch_idx)
+            fields["_current_fx_name"] = previous
         del batch
-        strategy.post_training_step()
-        output = manual.output_result_cls.from_training_step_output(step_output).asdict()
+        if post_training_step:  # (deprecated; the base strategy's does nothing)
+            strategy.post_training_step()
+        if step_output is None and manual.output_result_cls is ManualResult:
+            output = {}  # what ManualResult makes of None (every release of the table)
+        else:
+            output = manual.output_result_cls.from_training_step_output(step_output).asdict()
     except StopIteration:  # Lightning's run() swallows it at this level too
         pass
     manual._restarting = False
@@ -419,6 +486,9 @@ def _manual_step(
         optimizer._on_before_step = do_nothing_closure
         optimizer._on_after_step = do_nothing_closure
     return output
+
+
+_FAST_PATH_HOOKS = ("on_before_backward", "on_after_backward", "on_before_optimizer_step")
 
 
 class BackendFastPath:
@@ -438,13 +508,24 @@ class BackendFastPath:
     """
 
     def __init__(self, trainer: pl.Trainer) -> None:
-        self.trainer = trainer
+        self.trainer: Any = trainer  # (its callbacks attribute is set untyped, by a connector)
         self.module = module = trainer.lightning_module
+        self.strategy = strategy = trainer.strategy
         self.module_hooks = {
-            name
-            for name in ("on_before_backward", "on_after_backward", "on_before_optimizer_step")
-            if overrides(module, pl.LightningModule, name)
+            name for name in _FAST_PATH_HOOKS if overrides(module, pl.LightningModule, name)
         }
+        # The base strategy's pre/post backward do nothing (a single device's): not called, and
+        # post_backward's detached loss not made.
+        self.pre_backward = overrides(strategy, Strategy, "pre_backward")
+        self.post_backward = overrides(strategy, Strategy, "post_backward")
+        # With the lean dispatch, a hook no callback overrides is not dispatched (nothing runs).
+        self.watch = hooks.BusyHooks(trainer, _FAST_PATH_HOOKS)
+        # The manual-optimization loop's step hooks, which the step inlines (the optimizer's
+        # step counters; the pass-through profiler's start and stop do nothing).
+        manual = trainer.fit_loop.epoch_loop.manual_optimization
+        self.manual_hooks = (manual._on_before_step, manual._on_after_step)
+        self.optim_step_progress = manual.optim_step_progress
+        self._closure_optional: Dict[type, bool] = {}  # _closure_optional_kind, per class
 
     @staticmethod
     def applies(trainer: pl.Trainer) -> bool:
@@ -464,34 +545,97 @@ class BackendFastPath:
         )
 
     def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
-        trainer, module = self.trainer, self.module
-        strategy = trainer.strategy
-        strategy.pre_backward(loss)
-        call._call_callback_hooks(trainer, "on_before_backward", loss)
+        trainer, module, strategy, watch = self.trainer, self.module, self.strategy, self.watch
+        if self.pre_backward:
+            strategy.pre_backward(loss)
+        busy = watch.busy if trainer.callbacks == watch.seen else watch.refresh()
+        if "on_before_backward" in busy:
+            call._call_callback_hooks(trainer, "on_before_backward", loss)
         if "on_before_backward" in self.module_hooks:
             call_hook(module, module, "on_before_backward", loss)
         loss.backward(*args, **kwargs)
-        detached = loss.detach()
-        call._call_callback_hooks(trainer, "on_after_backward")
+        detached = loss.detach() if self.post_backward else None
+        busy = watch.busy if trainer.callbacks == watch.seen else watch.refresh()
+        if "on_after_backward" in busy:
+            call._call_callback_hooks(trainer, "on_after_backward")
         if "on_after_backward" in self.module_hooks:
             call_hook(module, module, "on_after_backward")
-        strategy.post_backward(detached)
+        if self.post_backward:
+            strategy.post_backward(detached)  # type: ignore[arg-type]
 
     def step(self, lightning_optimizer: LightningOptimizer) -> Optional[Any]:
         # LightningOptimizer makes a subclass per optimizer class ("LightningSGD"); a step
         # replaced anywhere in it takes Lightning's path.
         if type(lightning_optimizer).step is not LightningOptimizer.step:
             return lightning_optimizer.step()
-        trainer, module = self.trainer, self.module
-        optimizer = lightning_optimizer.optimizer
+        trainer, module, watch = self.trainer, self.module, self.watch
+        optimizer = lightning_optimizer._optimizer  # (the optimizer property's value)
+        hooked = "on_before_optimizer_step" in self.module_hooks
+        busy = watch.busy if trainer.callbacks == watch.seen else watch.refresh()
+        before, after = lightning_optimizer._on_before_step, lightning_optimizer._on_after_step
+        inline = before == self.manual_hooks[0] and after == self.manual_hooks[1]
+        if inline:  # _ManualOptimization._on_before_step: increment_ready, profiler start
+            counts = self.optim_step_progress
+            counts.total.ready += 1
+            counts.current.ready += 1
+        else:
+            before()
+        plain = self._closure_optional.get(type(optimizer))
+        if plain is None:
+            plain = self._closure_optional[type(optimizer)] = _closure_optional_kind(
+                type(optimizer)
+            )
+        if (
+            not hooked
+            and "on_before_optimizer_step" not in busy
+            and plain
+            and not (  # (_step_hooks, inlined)
+                optimizer._optimizer_step_pre_hooks
+                or optimizer._optimizer_step_post_hooks
+                or _global_optimizer_pre_hooks
+                or _global_optimizer_post_hooks
+            )
+        ):
+            # Lightning's closure would run no hook: the step without one, as Determined
+            # steps (an optimizer of torch.optim skips a closure of None).
+            output = optimizer.step()
+        else:
 
-        def closure() -> None:  # Lightning's do-nothing closure, then _after_closure's hooks
-            call._call_callback_hooks(trainer, "on_before_optimizer_step", optimizer)
-            if "on_before_optimizer_step" in self.module_hooks:
-                call_hook(module, module, "on_before_optimizer_step", optimizer)
-            # Lightning clips gradients here only under automatic optimization.
+            def closure() -> None:  # Lightning's do-nothing closure, then _after_closure's hooks
+                busy = watch.busy if trainer.callbacks == watch.seen else watch.refresh()
+                if "on_before_optimizer_step" in busy:
+                    call._call_callback_hooks(trainer, "on_before_optimizer_step", optimizer)
+                if hooked:
+                    call_hook(module, module, "on_before_optimizer_step", optimizer)
+                # Lightning clips gradients here only under automatic optimization.
 
-        lightning_optimizer._on_before_step()
-        output = optimizer.step(closure=closure)  # type: ignore[arg-type]
-        lightning_optimizer._on_after_step()
+            output = optimizer.step(closure=closure)  # type: ignore[arg-type]
+        if inline:  # _ManualOptimization._on_after_step: profiler stop, increment_completed
+            counts.total.completed += 1
+            counts.current.completed += 1
+        else:
+            after()
         return output
+
+
+def _closure_optional(optimizer: torch.optim.Optimizer) -> bool:
+    """Whether ``optimizer.step()`` does what ``optimizer.step(closure=<returns None>)`` does:
+    one of torch.optim's own classes other than LBFGS (which needs its closure's loss), with no
+    step hooks (they see the step's arguments)."""
+    return _closure_optional_kind(type(optimizer)) and not _step_hooks(optimizer)
+
+
+def _closure_optional_kind(kind: type) -> bool:
+    """Whether ``kind``'s step skips a closure of None: torch.optim's own optimizers but LBFGS."""
+    return kind.__module__.startswith("torch.optim.") and kind is not torch.optim.LBFGS
+
+
+def _step_hooks(optimizer: torch.optim.Optimizer) -> bool:
+    """Whether a step hook (the optimizer's own, or a global one) would see the step's
+    arguments."""
+    return bool(
+        optimizer._optimizer_step_pre_hooks
+        or optimizer._optimizer_step_post_hooks
+        or _global_optimizer_pre_hooks
+        or _global_optimizer_post_hooks
+    )

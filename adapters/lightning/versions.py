@@ -50,6 +50,8 @@ never downloaded):
     DDPStrategy.post_backward                  2.6.0 (added)  static-graph flush: the lean
                                                               backward calls post_backward too
     ManualResult.from_training_step_output     2.5.3          dict -> Mapping: called, not copied
+                                                              (None -> {} in every release: the
+                                                              lean step makes that one itself)
 
 A release newer than the last row (or older than the first) runs Lightning's own loops and
 dispatch, with one warning saying what that costs.
@@ -179,6 +181,20 @@ UNCHANGED: Dict[str, str] = {
     "_LoggerConnector.update_train_step_metrics": "60aefb4bedf9",
     "trainer.connectors.logger_connector.logger_connector:"
     "_LoggerConnector.should_update_logs": "749ef0817358",
+    # lean.py, inlined per batch: the progress counters, the manual-optimization step hooks,
+    # the strategy hooks the base strategy leaves empty (skipped unless overridden)
+    "loops.loop:_Loop.restarting": "3e06a0765969",
+    "loops.training_epoch_loop:_TrainingEpochLoop.batch_idx": "f64696c91176",
+    "loops.progress:_Progress.increment_ready": "37bc96c43ebb",
+    "loops.progress:_Progress.increment_started": "c68d0430fb33",
+    "loops.progress:_Progress.increment_processed": "e85e345d77ec",
+    "loops.progress:_Progress.increment_completed": "a83c4c72ef16",
+    "loops.optimization.manual:_ManualOptimization._on_before_step": "5d3ddb8c5b35",
+    "loops.optimization.manual:_ManualOptimization._on_after_step": "3667cfef5f68",
+    "strategies.strategy:Strategy.pre_backward": "f68bfe186db3",
+    "strategies.strategy:Strategy.post_backward": "fd7ee0b8c419",
+    "strategies.strategy:Strategy.post_training_step": "07708d2bfe40",
+    "core.optimizer:LightningOptimizer.optimizer": "ab3eed3181a0",
     # lean_validation.py
     "loops.evaluation_loop:_EvaluationLoop._evaluation_step": "a2f5504c0b30",
     "loops.evaluation_loop:_EvaluationLoop._on_before_fetch": "75d2bc59a1e7",

@@ -8,7 +8,7 @@ periods themselves (``Batch``, ``Epoch``, ``unit_reached``) are ``_units.py``'s.
 """
 
 import enum
-from typing import AbstractSet, FrozenSet, Optional, Tuple
+from typing import AbstractSet, FrozenSet, Optional, Set, Tuple
 
 from det_lightning.pytorch._units import Batch, Epoch, TrainUnit, every_reached, unit_reached
 
@@ -74,7 +74,7 @@ class Schedule:
 
     def reached(self, batches_trained: int) -> FrozenSet[Boundary]:
         """The boundaries reached by the batch that brought the count to ``batches_trained``."""
-        hit = set()
+        hit: Set[Boundary] = set()
         for kind, unit in self._periods:
             if unit is None:
                 continue
@@ -85,9 +85,12 @@ class Schedule:
                     hit.add(kind)
             elif unit_reached(unit, batches_trained, self.epoch_len):
                 hit.add(kind)
-        if self.is_done(batches_trained):
+        if batches_trained >= self.total_batches():  # is_done
             hit.add(Boundary.TRAIN)
-        return frozenset(hit)
+        return frozenset(hit) if hit else _NONE_REACHED
+
+
+_NONE_REACHED: FrozenSet[Boundary] = frozenset()  # most batches' answer, made once
 
 
 class Action(enum.Enum):

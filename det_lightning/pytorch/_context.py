@@ -9,7 +9,6 @@ class (``det_lightning/_trial_context.py``), as in Determined; the state the con
 the code that runs the trial is ``context.engine`` (``_engine_state.py``), which the context owns.
 """
 
-import contextlib
 import logging
 import pathlib
 from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Type, Union
@@ -315,8 +314,10 @@ class PyTorchTrialContext(TrialContext):
         kwargs: Dict[str, Any] = {"retain_graph": retain_graph, "create_graph": create_graph}
         if gradient is not None:
             kwargs["gradient"] = gradient
-        accumulating = self._aggregation_frequency > 1 and not engine.should_step()
-        with engine.backend.no_sync() if accumulating else contextlib.nullcontext():
+        if self._aggregation_frequency > 1 and not engine.should_step():
+            with engine.backend.no_sync():  # accumulating: no cross-rank sync
+                engine.backend.backward(loss, **kwargs)
+        else:  # (no context manager to enter and leave on every batch)
             engine.backend.backward(loss, **kwargs)
 
     def step_optimizer(
@@ -349,11 +350,15 @@ class PyTorchTrialContext(TrialContext):
         if not self.engine.should_step():
             return
         params = [p for group in optimizer.param_groups for p in group["params"]]
-        if params and all(p.grad is None for p in params):
-            raise errors.InvalidExperimentException(
-                "step_optimizer() was called before backward(): no parameter of this optimizer "
-                "has a gradient. Call context.backward(loss) first in train_batch."
-            )
+        for p in params:  # (a loop: no generator to start on every batch)
+            if p.grad is not None:
+                break
+        else:
+            if params:
+                raise errors.InvalidExperimentException(
+                    "step_optimizer() was called before backward(): no parameter of this optimizer "
+                    "has a gradient. Call context.backward(loss) first in train_batch."
+                )
         if config["average_aggregated_gradients"] and self._aggregation_frequency > 1:
             for p in params:
                 if p.grad is not None:

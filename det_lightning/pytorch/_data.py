@@ -383,12 +383,22 @@ def to_device(data: Any, device: torch.device, warned_types: Optional[Set[Type]]
         warned_types = set()
     if isinstance(data, torch.Tensor):
         return data.to(device)
+    # (a plain tensor inside is moved here, without a call of its own)
     if isinstance(data, dict):
-        return {k: to_device(v, device, warned_types) for k, v in data.items()}
+        return {
+            k: v.to(device) if type(v) is torch.Tensor else to_device(v, device, warned_types)
+            for k, v in data.items()
+        }
     if isinstance(data, list):
-        return [to_device(v, device, warned_types) for v in data]
+        return [
+            v.to(device) if type(v) is torch.Tensor else to_device(v, device, warned_types)
+            for v in data
+        ]
     if isinstance(data, tuple):
-        moved = [to_device(v, device, warned_types) for v in data]
+        moved = [
+            v.to(device) if type(v) is torch.Tensor else to_device(v, device, warned_types)
+            for v in data
+        ]
         return type(data)(*moved) if hasattr(data, "_fields") else tuple(moved)
     if isinstance(data, np.ndarray) and data.dtype.kind in "fciub":
         return torch.from_numpy(data).to(device)
