@@ -7,6 +7,8 @@
 #     Lightning's own (every hook call, counter and logged metric equal)
 #   - tests/integration/test_lightning_contract.py: the internals are there, and the installed
 #     release's functions are the ones its row names (source fingerprints)
+#   - tests/integration/test_lean_step.py: the lean step (backward, optimizer step without
+#     Lightning's closure, the callbacks it dispatches) against Lightning's own
 #   - tests/unit/test_lightning_versions.py: the table itself
 #
 #   scripts/test-lightning-releases.sh              the last release of every row
@@ -29,7 +31,7 @@ PY
 )
 fi
 tests=(tests/integration/test_hooks.py tests/integration/test_lightning_contract.py
-       tests/unit/test_lightning_versions.py)
+       tests/integration/test_lean_step.py tests/unit/test_lightning_versions.py)
 summary=()
 status=0
 for release in "${releases[@]}"; do

@@ -111,16 +111,18 @@ def test_search_benchmark_runs_only_the_sections_named(tmp_path: pathlib.Path) -
     out = tmp_path / "results"
     proc = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "search.py"), "--quick"]
-        + ["--sections", "startup", "--out", str(out)],
+        + ["--sections", "storage", "--out", str(out)],
         capture_output=True,
         text=True,
         timeout=900,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    [report] = out.glob("search-quick-startup_cpu-*core_*.md")
+    [report] = out.glob("search-quick-storage_cpu-*core_*.md")
     text = report.read_text()
-    assert [part.split("\n")[0] for part in text.split("## ")[1:]] == ["Trial start-up"], text
-    assert "--sections startup" in text
+    assert [part.split("\n")[0] for part in text.split("## ")[1:]] == ["Storage cost per trial"], (
+        text
+    )
+    assert "--sections storage" in text
 
 
 def test_search_benchmark_refuses_an_unknown_section(tmp_path: pathlib.Path) -> None:
