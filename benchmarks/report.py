@@ -204,7 +204,7 @@ class Report:
                 assert value is not None
                 lines.append(
                     f"| {title} | {LABELS[system]} | {value / 1e6:.3f} "
-                    f"| {'—' if other is None else f'{other / 1e6:.3f}'} "
+                    f"| {'—' if other is None else f'{round(other / 1e6, 3) + 0.0:.3f}'} "
                     f"| {_ratio(value, base['raw'])} | {_ratio(value, base['lightning'])} "
                     f"| {_ratio(value, base[_determined_like(system)])} |"
                 )
