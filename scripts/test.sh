@@ -44,5 +44,5 @@ fi
 cat "$low_log"
 .venv-low/bin/python -m pytest -q -m "not gpu and not slow and not distributed" -n 2 \
   tests/integration/test_hooks.py tests/integration/test_lightning_contract.py \
-  tests/unit/test_lightning_versions.py tests/integration/test_lightning_interop.py \
+  tests/integration/test_lean_step.py tests/unit/test_lightning_versions.py tests/integration/test_lightning_interop.py \
   tests/compat/test_parity.py tests/compat/test_fixture_parity.py tests/compat/test_hook_rng_parity.py
