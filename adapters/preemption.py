@@ -36,16 +36,18 @@ user named (a path or UUID, in ``fit()`` or in the variable) may be.
 
 import logging
 import os
-import pathlib
 import signal
 import threading
 import time
 from types import FrameType
-from typing import AbstractSet, Any, Callable, Dict, List, Mapping, Optional
+from typing import TYPE_CHECKING, AbstractSet, Any, Callable, Dict, List, Mapping, Optional
 
 from det_lightning import errors
 from det_lightning._env import LATEST_CHECKPOINT_ENV, RESUME_ADVICE_ENV
 from det_lightning.pytorch._boundaries import Boundary, next_agreement_interval, stop_agreement_due
+
+if TYPE_CHECKING:
+    from det_lightning.pytorch._remote import CheckpointRoot
 
 logger = logging.getLogger("det_lightning.pytorch")
 
@@ -112,7 +114,9 @@ class SignalWatcher:
         request) is set. No collective: ``StopAgreement`` asks the other ranks."""
         return local or self.received is not None
 
-    def raise_if_received(self, checkpoint: Optional[pathlib.Path], root: pathlib.Path) -> None:
+    def raise_if_received(
+        self, checkpoint: Optional["CheckpointRoot"], root: "CheckpointRoot"
+    ) -> None:
         """After a signal, ends ``fit()`` with ``TrialPreempted``; the log says how to resume."""
         received = [self.received]
         if self.distributed.size > 1:
