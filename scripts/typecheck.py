@@ -36,6 +36,11 @@ def lay_out(tree: pathlib.Path) -> pathlib.Path:
     if package.is_symlink() or package.is_file():
         package.unlink()
     elif package.exists():
+        if not all(entry.is_symlink() for entry in package.iterdir()):
+            raise SystemExit(
+                f"{package} holds more than the symlinks this script lays out (is --tree a "
+                "source folder?); give --tree an empty or earlier tree folder."
+            )
         shutil.rmtree(package)  # only symlinks inside: their targets stay
     package.mkdir(parents=True)
     for entry in sorted((REPO / "det_lightning").iterdir()):

@@ -70,6 +70,15 @@ def test_the_tree_lays_out_the_package_as_installed(tmp_path: pathlib.Path) -> N
     assert (REPO / "adapters" / "module.py").is_file()  # the sources are untouched
 
 
+def test_the_tree_is_never_laid_out_over_a_source_folder(tmp_path: pathlib.Path) -> None:
+    source = tmp_path / "det_lightning" / "errors.py"
+    source.parent.mkdir()
+    source.write_text("x = 1\n")
+    with pytest.raises(SystemExit, match="is --tree a source folder"):
+        _typecheck_script().lay_out(tmp_path)
+    assert source.read_text() == "x = 1\n"
+
+
 def test_the_report_names_the_repository_files() -> None:
     typecheck = _typecheck_script()
     report = (
