@@ -23,7 +23,7 @@ ls "$work"/dist/det_lightning-*.tar.gz >/dev/null
 echo "wheel-smoke: installing $(basename "$wheel") into a fresh venv"
 # No pip or setuptools of its own: an old setuptools there would hide the base's (torch needs
 # a recent one); the base's pip installs into it (--python).
-python3 -m venv --without-pip "$work/venv"
+"$base/bin/python" -m venv --without-pip "$work/venv"  # the same Python as the base
 py="$work/venv/bin/python"
 base_site=$("$base/bin/python" -c "import sysconfig; print(sysconfig.get_path('purelib'))")
 own_site=$("$py" -c "import sysconfig; print(sysconfig.get_path('purelib'))")

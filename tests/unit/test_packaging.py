@@ -166,3 +166,13 @@ def test_adapters_refuse_an_installed_withdrawn_release_before_importing_lightni
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("refused False lightning 2.6.3 is a withdrawn"), out.stdout
     assert "!=2.6.2,!=2.6.3" in out.stdout
+
+
+def test_ci_smokes_the_built_wheel_and_builds_the_docs_strictly() -> None:
+    ci = (REPO / "scripts" / "test.sh").read_text()
+    assert "bash scripts/wheel-smoke.sh" in ci
+    assert "-m sphinx -W --keep-going -n" in ci
+    smoke = (REPO / "scripts" / "wheel-smoke.sh").read_text()
+    assert "-m build --no-isolation" in smoke  # sdist, then the wheel from it: offline
+    assert "--no-index" in smoke  # the fresh venv installs nothing from an index
+    assert "examples/mnist" in smoke and "__version__" in smoke
