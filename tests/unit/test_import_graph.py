@@ -257,7 +257,7 @@ def _within(name: str, prefix: str) -> bool:
 
 
 def test_each_layer_imports_only_the_layers_below_it() -> None:
-    """The layers of docs/architecture.md: the runner on the API on the bridge on the values."""
+    """The layers of README's "Layout": the runner on the API on the bridge on the values."""
     graph = ModuleGraph(find_modules(ROOT, SOURCES))
     wrong = sorted(
         f"{source} -> {target}"
