@@ -2,7 +2,8 @@
 # Creates .venv and installs det_lightning into it.
 #
 #   scripts/setup.sh            runtime only (what the example needs)
-#   scripts/setup.sh test       plus the dev and interop extras (pytest, the real determined)
+#   scripts/setup.sh test       plus the dev, interop and docs extras (pytest, the real
+#                               determined, Sphinx)
 #   scripts/setup.sh release-tests
 #                               plus pytest and the real determined only: what the environments
 #                               of other Lightning releases run (the release-dependent and
@@ -19,7 +20,7 @@ cd "$(dirname "$0")/.."
 extras=""
 case "${1:-}" in
   "") ;;
-  test) extras="[dev,interop]" ;;
+  test) extras="[dev,interop,docs]" ;;
   release-tests) extras="[testing,interop]" ;;
   *) echo "scripts/setup.sh: unknown mode '$1' (none, test or release-tests)" >&2; exit 2 ;;
 esac
@@ -36,3 +37,5 @@ echo "$torch_spec" >"$constraints"
 "$venv/bin/python" -c "import importlib.util as u, sys; sys.exit(u.find_spec(\"torch\") is None)" || { echo "torch did not install" >&2; exit 1; }
 "${pip[@]}" install -c "$constraints" -e ".$extras" 2>&1 | grep -v "is ignored: it is neither" || true
 "$venv/bin/python" -c "import det_lightning.adapters, lightning"
+# What this environment was installed from, so scripts/run-example.sh installs only once.
+sha256sum pyproject.toml >"$venv/.det_lightning-setup"

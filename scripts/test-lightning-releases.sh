@@ -15,7 +15,8 @@
 #   scripts/test-lightning-releases.sh 2.5.3 2.6.1  the releases named
 #
 # Too long for CI (an environment per release); CI runs the suite on the lowest and the highest
-# release (scripts/test.sh). Record a run's summary in the README ("Lightning releases").
+# release (scripts/test.sh). Record a run's summary in benchmarks/results/ci-history.md
+# ("Lightning releases").
 set -uo pipefail
 cd "$(dirname "$0")/.."
 releases=("$@")

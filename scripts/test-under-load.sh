@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The README's test command while the machine is busy: one CPU-burning process per core runs
+# The test command (docs/contributing.md) while the machine is busy: one CPU-burning process per core runs
 # beside the tests (as on a shared CI machine), and all of them end when the tests end.
 #
 #   scripts/test-under-load.sh                 the whole suite (scripts/test.sh), under load

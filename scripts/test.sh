@@ -28,14 +28,17 @@ set +m
 trap 'kill -- -"$low_pid" 2>/dev/null || true; rm -f "$low_log"' EXIT
 .venv/bin/python -m ruff check .  # the linter (pyproject.toml's [tool.ruff])
 .venv/bin/python -m ruff format --check .  # the formatter: `ruff format .` fixes what it lists
+bash scripts/wheel-smoke.sh  # the built wheel in a fresh venv: version, --help, the example
+# The docs site (docs/), warnings as errors; its code blocks run in tests/integration/test_docs_pages.py.
+.venv/bin/python -m sphinx -W --keep-going -n -q -E -b html docs docs/_build/html
 "${pytest[@]}" -m "not gpu and not slow and not distributed" -n 2
 # Two at a time as well: most of these wait on processes of their own (imports, servers,
-# leases expiring), and every one waits for events, not durations (the README's "under load").
+# leases expiring), and every one waits for events, not durations (docs/contributing.md, "Under load").
 "${pytest[@]}" -m "not gpu and (slow or distributed)" -n 2 --dist worksteal --durations=15
 # The lowest Lightning pyproject.toml allows, in its own environment: what depends on the
 # Lightning release (the lean loop's trace against Lightning's own, the internals' contract, the
 # version table, Lightning interop) and the bit-for-bit parity with the real Determined.
-# Every release's row: scripts/test-lightning-releases.sh (too long for CI; see the README).
+# Every release's row: scripts/test-lightning-releases.sh (too long for CI; see docs/contributing.md).
 if ! wait "$low_pid"; then
   cat "$low_log" >&2
   echo "scripts/test.sh: installing Lightning 2.4.0 into .venv-low failed (above)" >&2

@@ -160,12 +160,12 @@ class Trainer:
     Args:
         trial: the trial, built with ``context``.
         context: from ``det_lightning.pytorch.init()``.
-        callbacks: Lightning callbacks, run beside the trial's ``PyTorchCallback``s.
+        callbacks: Lightning callbacks, run beside the trial's ``PyTorchCallback`` objects.
         logger: Lightning logger(s); None means TensorBoard in ``tensorboard_dir``, False none.
         plugins: Lightning plugins.
         checkpoint_dir: where checkpoints go (default ``$DET_LIGHTNING_CHECKPOINT_DIR`` or
             ``./checkpoints``): a directory, or a URL (``s3://bucket/prefix``, ``gs://...``,
-            ``az://...``; README, "Checkpoints in S3, GCS or Azure").
+            ``az://...``; docs/howto/object-store.md).
         tensorboard_dir: where TensorBoard files go (default ``$DET_LIGHTNING_TENSORBOARD_DIR``
             or ``./tensorboard/<timestamp>``).
         stop_on_nonfinite_loss: stop (``errors.NonFiniteLossError``) at the reporting period in

@@ -44,7 +44,7 @@ class PyTorchTrial(metaclass=abc.ABCMeta):
         """The validation data."""
 
     def build_callbacks(self) -> Dict[str, PyTorchCallback]:
-        """Named ``PyTorchCallback``s; the names key their state in checkpoints."""
+        """Named ``PyTorchCallback`` objects; the names key their state in checkpoints."""
         return {}
 
     def evaluate_batch(self, batch: TorchData, batch_idx: int) -> Dict[str, Any]:

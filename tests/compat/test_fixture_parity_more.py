@@ -95,7 +95,7 @@ def _misuse(api: Any, case: str, hparams: Dict[str, Any], tmp: pathlib.Path) -> 
 
 
 # case: (hyperparameters, what Determined's error says, what ours says). Determined asserts
-# on the reducers (AssertionError); ours raise TypeError (README: errors name the fix).
+# on the reducers (AssertionError); ours raise TypeError (docs/differences.md: errors name the fix).
 MISUSES = {
     "unnamed_reducer_returns_a_scalar": (
         ONEVAR,

@@ -156,7 +156,7 @@ def test_reported_metrics_read_as_determineds(
     """``report_*_metrics(...)`` lines: Determined's wording, the same metrics in the same
     order with the same values, printed as plain numbers to 4 significant digits where
     Determined prints numpy reprs (``array(2., dtype=float32)``, ``np.float64(...)``): a
-    deliberate difference (README)."""
+    deliberate difference (docs/differences.md)."""
     from determined import pytorch as det_pytorch
 
     from det_lightning import pytorch as dl_pytorch

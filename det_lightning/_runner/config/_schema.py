@@ -70,7 +70,7 @@ _SAVE_COUNTS = {
     "save_trial_latest": _Value(("integer",), minimum=0, default=1),
 }
 
-# Object stores, with Determined's keys; checkpoints go there through fsspec (README).
+# Object stores, with Determined's keys; checkpoints go there through fsspec (docs/howto/object-store.md).
 _S3_STORAGE = _Section(
     {
         "type": _Value(("string",)),
