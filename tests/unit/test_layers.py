@@ -5,7 +5,7 @@ A module belongs to the layer with the longest prefix of its name (so
 ``det_lightning.pytorch`` is the API); a package's ``__init__.py`` re-exports belong to none (a
 name imported through a package counts as its defining module, as in the cycle test). Every
 import counts, also one inside a function; imports under ``if TYPE_CHECKING:`` do not.
-``docs/notes/architecture.md`` shows the picture ``draw()`` makes of these tables.
+``docs/architecture.md`` shows the picture ``draw()`` makes of these tables.
 """
 
 import pathlib
@@ -143,8 +143,8 @@ def test_each_layer_imports_only_what_its_allow_list_names() -> None:
 
 def test_the_notes_show_the_layering_the_test_checks() -> None:
     picture = draw(LAYERS, MAY_IMPORT, ROOT, find_modules(ROOT, SOURCES))
-    notes = (ROOT / "docs" / "notes" / "architecture.md").read_text()
-    assert f"```\n{picture}```" in notes, "docs/notes/architecture.md should show:\n" + picture
+    notes = (ROOT / "docs" / "architecture.md").read_text()
+    assert f"```\n{picture}```" in notes, "docs/architecture.md should show:\n" + picture
 
 
 def test_the_checker_finds_imports_against_the_allow_list(tmp_path: pathlib.Path) -> None:
