@@ -123,6 +123,12 @@ class PyTorchTrialContext(TrialContext):
     def _tbd_writer(self) -> Any:
         return self.engine.tensorboard_writer
 
+    @property
+    def _epoch_len(self) -> Optional[int]:
+        """Batches per epoch of this rank's training loader; None until ``fit()`` builds it
+        (BYOL in Determined's examples schedules its learning rate with it)."""
+        return self.engine.epoch_len
+
     # ----- configuration --------------------------------------------------------------------
     def get_global_batch_size(self) -> int:
         if self._global_batch_size is None:
