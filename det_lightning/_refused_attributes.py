@@ -38,6 +38,13 @@ REFUSED_ATTRIBUTES: Dict[str, str] = {
         "TensorBoard files are written locally, never uploaded: use "
         "context.get_tensorboard_writer()"
     ),
+    "Context.profiler": (
+        "Determined's system-metrics profiler reports to a master: profile a loop with "
+        "torch.profiler, or a PyTorchTrial with Trainer(trial, context, profiler='simple')"
+    ),
+    "Context.experimental": (
+        "its checkpoint deduplication talks to a master: use core_context.checkpoint"
+    ),
     "PyTorchTrial.trial_controller_class": (
         "det_lightning runs a trial with pytorch.Trainer(trial, context).fit()"
     ),

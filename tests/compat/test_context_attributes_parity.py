@@ -16,9 +16,6 @@ import ast
 import importlib
 import inspect
 import json
-import pathlib
-import subprocess
-import sys
 import textwrap
 from typing import Any, Dict, Iterator, List, Set
 
@@ -26,6 +23,7 @@ import pytest
 
 from det_lightning import errors
 from det_lightning._refused_attributes import REFUSED_ATTRIBUTES
+from tests.fixtures.child import run_json
 
 pytestmark = [pytest.mark.interop, pytest.mark.slow]
 
@@ -150,15 +148,7 @@ def _all_names() -> Dict[str, List[str]]:
 @pytest.fixture(scope="module")
 def seen() -> Dict[str, Any]:
     """Both APIs' descriptions of every attribute, from one child process."""
-    result = subprocess.run(
-        [sys.executable, "-m", "tests.fixtures.attribute_snapshot", json.dumps(_all_names())],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=pathlib.Path(__file__).parents[2],  # the repository root: `tests` imports
-    )
-    assert result.returncode == 0, result.stderr[-4000:]
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    return run_json("tests.fixtures.attribute_snapshot", json.dumps(_all_names()))
 
 
 @pytest.mark.parametrize("class_name", sorted(CLASSES))
