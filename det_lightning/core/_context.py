@@ -22,7 +22,7 @@ import types
 from typing import Any, Dict, Optional, Type, Union
 
 from det_lightning import errors
-from det_lightning._env import CHECKPOINT_DIR_ENV
+from det_lightning._env import CHECKPOINT_DIR_ENV, default_tensorboard_dir
 from det_lightning._refused_attributes import RefusedAttribute
 from det_lightning.core._checkpoint import CheckpointContext
 from det_lightning.core._distributed import DistributedContext, DummyDistributedContext
@@ -106,8 +106,6 @@ def init(
         NotImplementedError: cloud storage (``s3://``, ``gs://``, a storage dict).
         ValueError: a ``shared_fs`` storage dict (as Determined).
     """
-    from det_lightning.pytorch._trainer import _default_tensorboard_dir
-
     owns_group = False
     if distributed is None:
         distributed, owns_group = _distributed_from_env()
@@ -118,7 +116,7 @@ def init(
         checkpoint=CheckpointContext(distributed, base_path),
         distributed=distributed,
         preempt=PreemptContext(distributed, preempt_mode),
-        train=TrainContext(distributed, _default_tensorboard_dir(), tensorboard_mode),
+        train=TrainContext(distributed, default_tensorboard_dir(), tensorboard_mode),
         searcher=SearcherContext(distributed),
     )
     context._owns_process_group = owns_group
