@@ -35,6 +35,10 @@ def test_the_loop_sees_what_it_sees_under_determined(records: Dict[str, Any]) ->
     assert theirs["operations"] == [1] and theirs["preempt"] is False and theirs["info"] is None
     assert theirs["stored"]["model.txt"] == "w=3" and "metadata.json" in theirs["stored"]
     assert theirs["restore_deleted"] == ["raised", "CheckpointNotFound"]
+    assert (
+        "report_training_metrics(steps_completed=1, metrics={'loss': 1.0})"
+        in (theirs["report_lines"])
+    )
 
 
 def test_the_storage_holds_one_directory_per_checkpoint(records: Dict[str, Any]) -> None:
