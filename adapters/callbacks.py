@@ -175,6 +175,7 @@ class TrialHooks(Callback):
             module.context.reset_reducers()  # the next training workload starts fresh
         if module.context.distributed.rank == 0:
             if self.determined_logging:
+                module.context.engine.metrics_reported = True
                 log_validation_to_loggers(trainer, metrics, state.batches_trained)
             # Determined's chief adds these while reporting, to the very dict its callbacks got
             # (a callback that kept it sees them).

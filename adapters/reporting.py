@@ -68,6 +68,7 @@ class TrainingReport:
             callback.on_training_workload_end(avg_metrics=averages, batch_metrics=batch_metrics)
         if dist.rank != 0:
             return
+        module.context.engine.metrics_reported = True
         metric_utils.log_training(batches_trained, averages)
         _log_per_batch(trainer, batch_metrics, averages, first_idx)
         if not in_loop:  # after training Lightning takes no self.log; nothing monitors it then

@@ -4,6 +4,10 @@ A leaf module: it imports nothing of det_lightning, so any module can name a var
 importing the module that sets or reads it (which made import cycles).
 """
 
+import os
+import pathlib
+import time
+
 # Where checkpoints go when neither fit() nor the config says (Trainer, the runner, export).
 CHECKPOINT_DIR_ENV = "DET_LIGHTNING_CHECKPOINT_DIR"
 # Where TensorBoard files go when Trainer(tensorboard_dir=...) is not given.
@@ -18,3 +22,12 @@ SEARCH_WORKER_ENV = "DET_LIGHTNING_SEARCH_WORKER"
 TRIAL_INFO_ENV = "DET_LIGHTNING_TRIAL_INFO"
 # How a trial of `det-lightning experiment` stopped by a signal continues (printed after it).
 RESUME_ADVICE_ENV = "DET_LIGHTNING_RESUME_ADVICE"
+
+
+def default_tensorboard_dir() -> pathlib.Path:
+    """``$DET_LIGHTNING_TENSORBOARD_DIR``, else a new ``./tensorboard/<time>`` run directory
+    (``pytorch.Trainer`` and ``core.init()`` without a TensorBoard directory)."""
+    configured = os.environ.get(TENSORBOARD_DIR_ENV)
+    if configured:
+        return pathlib.Path(configured)
+    return pathlib.Path.cwd() / "tensorboard" / time.strftime("%Y%m%d-%H%M%S")

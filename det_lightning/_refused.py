@@ -13,10 +13,7 @@ from typing import Callable, Dict, Iterable, NoReturn
 from det_lightning.errors import NotProvidedError
 
 _CLUSTER = "it belongs to Determined's cluster harness (a master, an agent, a task container)"
-_CORE = (
-    "det_lightning has no Core API (determined.core's contexts talk to a Determined master); "
-    "a PyTorchTrial gets this through pytorch.init() and pytorch.Trainer"
-)
+_CORE_LOCAL = "det_lightning's Core API runs locally (core.init()), without a master"
 _OTHER_FRAMEWORK = "det_lightning runs determined.pytorch.PyTorchTrial code only"
 _TB_SYNC = (
     "TensorBoard files are not synced to a master: they are written under Trainer("
@@ -106,55 +103,19 @@ REFUSED: Dict[str, str] = {
         ],
     ),
     # ----- determined.core -------------------------------------------------------------------
-    "determined.core.init": f"{_CORE}: use pytorch.init()",
-    "determined.core.Context": f"{_CORE}: use the PyTorchTrialContext from pytorch.init()",
-    **_same(
-        f"{_CORE}: Trainer.fit(checkpoint_period=...) saves, "
-        "pytorch.load_trial_from_checkpoint_path() loads",
-        [
-            "determined.core.CheckpointContext",
-            "determined.core.DummyCheckpointContext",
-            "determined.core.DownloadMode",
-        ],
+    # core.init() and its contexts work in local mode (det_lightning/core/_context.py).
+    "determined.core.SearcherContextMissing": (
+        "core.init() always has a searcher here (one operation of length 1, as Determined's "
+        "local mode): use core_context.searcher"
     ),
     **_same(
-        f"{_CORE}: SIGTERM checkpoints and stops; context.set_stop_requested(True) stops",
-        [
-            "determined.core.PreemptContext",
-            "determined.core.DummyPreemptContext",
-            "determined.core.PreemptMode",
-        ],
-    ),
-    **_same(
-        f"{_CORE}: searches run with det-lightning experiment (grid, random, adaptive_asha); "
-        "lengths are pytorch.Batch/pytorch.Epoch",
-        [
-            "determined.core.SearcherContext",
-            "determined.core.DummySearcherContext",
-            "determined.core.SearcherOperation",
-            "determined.core.DummySearcherOperation",
-            "determined.core.SearcherContextMissing",
-            "determined.core.SearcherMode",
-            "determined.core.Unit",
-        ],
-    ),
-    **_same(
-        f"{_CORE}: Trainer.fit reports training and validation metrics; raise det.InvalidHP "
-        "to reject hyperparameters",
-        [
-            "determined.core.TrainContext",
-            "determined.core.DummyTrainContext",
-            "determined.core.EarlyExitReason",
-        ],
-    ),
-    **_same(
-        f"{_CORE}: profile with Trainer(trial, context, profiler='simple') (Lightning's profilers)",
+        f"{_CORE_LOCAL}: profile with torch.profiler in a loop, or "
+        "Trainer(trial, context, profiler='simple') (Lightning's profilers) for a PyTorchTrial",
         ["determined.core.ProfilerContext", "determined.core.DummyProfilerContext"],
     ),
     **_same(
-        f"{_CORE}: {_TB_SYNC}",
+        f"{_CORE_LOCAL}: checkpoint deduplication talks to a master; use core_context.checkpoint",
         [
-            "determined.core.TensorboardMode",
             "determined.core.ExperimentalCoreContext",
             "determined.core.DummyExperimentalCoreContext",
         ],

@@ -122,6 +122,15 @@ class NotProvidedError(ModuleNotFoundError, NotImplementedError):
     """
 
 
+class NotProvidedAttributeError(AttributeError, NotImplementedError):
+    """An attribute of a Determined class that det_lightning deliberately does not provide (a
+    private one with no meaning here); the message says what to use instead.
+
+    An ``AttributeError``, so ``hasattr()`` is False and ``getattr(obj, name, default)`` falls
+    back as it would for a missing attribute.
+    """
+
+
 class InvalidHPExit(SystemExit, InvalidHP):
     """``pytorch.init()``'s exit when its block raised :class:`InvalidHP`: status 0, as in
     Determined ("InvalidHP detected during Trial init, converting InvalidHP to exit(0)"), after
@@ -182,5 +191,6 @@ __all__ = [
     "CheckpointStorageError",
     "TrialPreempted",
     "NotProvidedError",
+    "NotProvidedAttributeError",
     "InvalidHPExit",
 ]

@@ -19,6 +19,7 @@ from torch import nn
 from det_lightning import errors
 from det_lightning._trial_context import NOT_CONFIGURED, TrialContext
 from det_lightning.core import DistributedContext
+from det_lightning.pytorch._context_attributes import DeterminedAttributes
 from det_lightning.pytorch._data import _Data, to_device
 from det_lightning.pytorch._engine_state import EngineState
 from det_lightning.pytorch._experimental import PyTorchExperimentalContext
@@ -45,7 +46,7 @@ def calculate_batch_sizes(hparams: Dict[str, Any], slots: int) -> "tuple[int, in
     return per_slot, per_slot * slots
 
 
-class PyTorchTrialContext(TrialContext):
+class PyTorchTrialContext(DeterminedAttributes, TrialContext):
     """Created by ``det_lightning.pytorch.init()``; see Determined's documentation of the same name.
 
     Args:
@@ -98,30 +99,8 @@ class PyTorchTrialContext(TrialContext):
         self.lr_schedulers: List[LRScheduler] = []
         self.profiler: Any = None
         self.experimental = PyTorchExperimentalContext(self)
-        self._optimizer_configs: Dict[int, Dict[str, Any]] = {}
+        self._optimizer_configs: Dict[torch.optim.Optimizer, Dict[str, Any]] = {}
         self._to_device_warned_types: Set[Type] = set()
-
-    # Determined's names for state that lives in ``engine``: trials written for Determined
-    # sometimes reach for them (its test fixtures set ``context._scaler``).
-    @property
-    def _scaler(self) -> Any:
-        return self.engine.scaler
-
-    @_scaler.setter
-    def _scaler(self, scaler: Any) -> None:
-        self.engine.scaler = scaler
-
-    @property
-    def _steps_completed(self) -> int:  # TrialContext.get_initial_batch() reads it
-        return self.engine.steps_completed
-
-    @_steps_completed.setter
-    def _steps_completed(self, steps: int) -> None:
-        self.engine.steps_completed = steps
-
-    @property
-    def _tbd_writer(self) -> Any:
-        return self.engine.tensorboard_writer
 
     # ----- configuration --------------------------------------------------------------------
     def get_global_batch_size(self) -> int:
@@ -209,7 +188,7 @@ class PyTorchTrialContext(TrialContext):
             )
         if average_aggregated_gradients is None:
             average_aggregated_gradients = True
-        self._optimizer_configs[id(optimizer)] = {
+        self._optimizer_configs[optimizer] = {
             "average_aggregated_gradients": bool(average_aggregated_gradients)
         }
         self.optimizers.append(optimizer)
@@ -232,7 +211,7 @@ class PyTorchTrialContext(TrialContext):
                 "PyTorchCallback's on_validation_end(metrics)."
             )
         optimizer = getattr(lr_scheduler, "optimizer", None)
-        if optimizer is not None and id(optimizer) not in self._optimizer_configs:
+        if optimizer is not None and optimizer not in self._optimizer_configs:
             raise errors.InvalidExperimentException(
                 "Must use an optimizer that is returned by wrap_optimizer(): the scheduler's "
                 "optimizer was never wrapped."
@@ -335,7 +314,7 @@ class PyTorchTrialContext(TrialContext):
             auto_zero_grads: zero the gradients after the step.
             scaler: a ``GradScaler`` to step through (Determined's manual AMP recipe).
         """
-        config = self._optimizer_configs.get(id(optimizer))
+        config = self._optimizer_configs.get(optimizer)
         if config is None:
             raise errors.InvalidExperimentException(
                 f"step_optimizer() got an optimizer ({type(optimizer).__name__}) that was never "

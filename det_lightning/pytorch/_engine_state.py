@@ -20,7 +20,7 @@ underscored attributes::
     fit() ends                 close_tensorboard_writer()
 
 Trials written for Determined sometimes reach for the context's own attributes; the context
-keeps Determined's names for those (``_scaler``, ``_aggregation_frequency``, ``_tbd_writer``).
+keeps Determined's names for those (``pytorch/_context_attributes.py``).
 """
 
 import contextlib
@@ -73,6 +73,8 @@ class EngineState:
         profiler_args: the ``(args, kwargs)`` of ``context.set_profiler(...)``; None if never
             called.
         tensorboard_writer: ``context.get_tensorboard_writer()``'s writer, once made.
+        metrics_reported: the chief has reported metrics (Determined's chief makes the context's
+            TensorBoard writer then, so ``context._tbd_writer`` is one from then on).
     """
 
     hparams: Optional[Dict[str, Any]] = None
@@ -92,6 +94,7 @@ class EngineState:
     data_repro_checks_disabled: bool = False
     profiler_args: Optional[Tuple[tuple, Dict[str, Any]]] = None
     tensorboard_writer: Any = None
+    metrics_reported: bool = False
 
     # ----- where training is --------------------------------------------------------------
     def require_epoch_len(self) -> int:

@@ -108,7 +108,10 @@ class MetricReducer(metaclass=abc.ABCMeta):
 class _SimpleReducer(MetricReducer):
     """Wraps a function of the list of every value passed to ``update``, in a fixed order."""
 
-    _MISSING = object()
+    class _NotMetric:
+        """The filler for a rank with fewer values (Determined's name: ``NOT_METRIC``)."""
+
+    NOT_METRIC = _NotMetric()
 
     def __init__(self, fn: Callable[[List[Any]], Any]) -> None:
         self.fn = fn
@@ -126,8 +129,8 @@ class _SimpleReducer(MetricReducer):
     def cross_slot_reduce(self, per_slot_metrics: List) -> Any:
         # Interleave ranks (rank 0's first value, rank 1's first value, ...), which is the order
         # Determined's sharding gives the underlying records.
-        rows = itertools.zip_longest(*per_slot_metrics, fillvalue=self._MISSING)
-        return self.fn([v for row in rows for v in row if v is not self._MISSING])
+        rows = itertools.zip_longest(*per_slot_metrics, fillvalue=self.NOT_METRIC)
+        return self.fn([v for row in rows for v in row if v is not self.NOT_METRIC])
 
 
 class _WrappedReducer:

@@ -8,12 +8,11 @@ import dataclasses
 import logging
 import os
 import pathlib
-import time
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional
 
 
 from det_lightning import errors
-from det_lightning._env import CHECKPOINT_DIR_ENV, TENSORBOARD_DIR_ENV
+from det_lightning._env import CHECKPOINT_DIR_ENV, default_tensorboard_dir
 from det_lightning._info import get_cluster_info
 from det_lightning.core import DistributedContext
 from det_lightning.pytorch import _launch
@@ -33,13 +32,6 @@ logger = logging.getLogger("det_lightning.pytorch")
 core_logger = logging.getLogger("det_lightning.core")  # what Determined's core logs
 
 CHECKPOINT_POLICIES = ("best", "all", "none")
-
-
-def _default_tensorboard_dir() -> pathlib.Path:
-    configured = os.environ.get(TENSORBOARD_DIR_ENV)
-    if configured:
-        return pathlib.Path(configured)
-    return pathlib.Path.cwd() / "tensorboard" / time.strftime("%Y%m%d-%H%M%S")
 
 
 @contextlib.contextmanager
@@ -97,7 +89,7 @@ def init(
         enable_tensorboard_logging=enable_tensorboard_logging,
         trial_seed=seed,
         device=launched.device,
-        tensorboard_path=_default_tensorboard_dir(),
+        tensorboard_path=default_tensorboard_dir(),
     )
     context.engine.launch_options = launched.options
     _ACTIVE_CONTEXTS.append(context)
@@ -216,7 +208,7 @@ class Trainer:
                 checkpoint_dir or os.environ.get(CHECKPOINT_DIR_ENV) or "checkpoints",
                 context.engine.exp_conf,
             ),
-            tensorboard_dir=context.engine.tensorboard_path or _default_tensorboard_dir(),
+            tensorboard_dir=context.engine.tensorboard_path or default_tensorboard_dir(),
             default_root_dir=pathlib.Path.cwd(),
             callbacks=tuple(callbacks or ()),
             loggers=() if logger is False else None if logger is None else tuple(logger),

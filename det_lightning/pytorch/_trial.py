@@ -5,7 +5,9 @@ from typing import TYPE_CHECKING, Any, Dict, Union
 
 import torch
 
+from det_lightning._refused_attributes import RefusedAttribute
 from det_lightning.pytorch._callback import PyTorchCallback
+from det_lightning.pytorch._context import PyTorchTrialContext
 from det_lightning.pytorch._data import DataLoader, TorchData, data_length
 from det_lightning.pytorch._reducer import Reducer
 
@@ -20,6 +22,11 @@ class PyTorchTrial(metaclass=abc.ABCMeta):
     Args:
         context: the ``PyTorchTrialContext``; wrap models, optimizers and schedulers with it.
     """
+
+    # Determined's class attributes: which context a trial gets, and (refused) which
+    # controller runs it.
+    trial_context_class = PyTorchTrialContext
+    trial_controller_class = RefusedAttribute("PyTorchTrial")
 
     @abc.abstractmethod
     def __init__(self, context: "PyTorchTrialContext") -> None:

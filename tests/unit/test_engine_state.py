@@ -20,13 +20,20 @@ from det_lightning.pytorch._launch_options import LaunchOptions
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
-# The context's own modules: its base class, the context and ``context.experimental``.
+# The context's own modules: its base class, the context (with Determined's attribute names)
+# and ``context.experimental``.
 CONTEXT_MODULES = {
     "det_lightning/_trial_context.py",
     "det_lightning/pytorch/_context.py",
+    "det_lightning/pytorch/_context_attributes.py",
     "det_lightning/pytorch/_experimental.py",
 }
-CONTEXT_CLASSES = {"TrialContext", "PyTorchTrialContext", "PyTorchExperimentalContext"}
+CONTEXT_CLASSES = {
+    "TrialContext",
+    "PyTorchTrialContext",
+    "DeterminedAttributes",
+    "PyTorchExperimentalContext",
+}
 
 # Modules outside the context allowed to use its underscored attributes: none.
 ALLOWED: "set[str]" = set()

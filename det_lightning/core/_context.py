@@ -1,0 +1,165 @@
+"""``core.init()``: Determined's Core API in local mode (no master), for custom training loops.
+
+As Determined 0.38.1 does without a cluster, ``init()`` builds a ``Context`` of local parts::
+
+    with core.init() as core_context:                  # (torchrun: the process group too)
+        core_context.distributed    rank, size, collectives (torchrun's env, or one process)
+        core_context.checkpoint     store_path/restore_path/upload/download/get_metadata/delete
+                                    under checkpoint_storage, written atomically
+        core_context.train          report_training_metrics/report_validation_metrics: the log
+                                    and TensorBoard
+        core_context.searcher       operations(): one operation of length 1
+        core_context.preempt        should_preempt(): always False
+        core_context.info           None (no cluster)
+
+``docs/notes/core-api.md`` lists what differs from Determined's local mode.
+"""
+
+import logging
+import os
+import pathlib
+import types
+from typing import Any, Dict, Optional, Type, Union
+
+from det_lightning import errors
+from det_lightning._env import CHECKPOINT_DIR_ENV, default_tensorboard_dir
+from det_lightning._refused_attributes import RefusedAttribute
+from det_lightning.core._checkpoint import CheckpointContext
+from det_lightning.core._distributed import DistributedContext, DummyDistributedContext
+from det_lightning.core._modes import PreemptMode, TensorboardMode
+from det_lightning.core._searcher import PreemptContext, SearcherContext
+from det_lightning.core._train import TrainContext
+
+logger = logging.getLogger("det_lightning.core")
+
+
+class Context:
+    """The Core API's parts (see the module docstring); build it with ``core.init()``."""
+
+    profiler = RefusedAttribute("Context")
+    experimental = RefusedAttribute("Context")
+
+    def __init__(
+        self,
+        checkpoint: CheckpointContext,
+        distributed: Optional[DistributedContext] = None,
+        preempt: Optional[PreemptContext] = None,
+        train: Optional[TrainContext] = None,
+        searcher: Optional[SearcherContext] = None,
+        info: Any = None,
+    ) -> None:
+        self.checkpoint = checkpoint
+        self.distributed = distributed or DummyDistributedContext()
+        self.preempt = preempt or PreemptContext(self.distributed)
+        self.train = train or TrainContext(self.distributed, pathlib.Path("tensorboard"))
+        self.searcher = searcher or SearcherContext(self.distributed)
+        self.info = info
+        self._owns_process_group = False
+
+    def start(self) -> None:
+        self.preempt.start()
+
+    def __enter__(self) -> "Context":
+        self.start()
+        return self
+
+    def close(self, *_: Any) -> None:
+        self.preempt.close()
+        self.distributed.close()
+        self.train.close()
+        if self._owns_process_group:
+            import torch.distributed as dist
+
+            dist.destroy_process_group()
+            self._owns_process_group = False
+
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc_val: Optional[BaseException],
+        exc_tb: Optional[types.TracebackType],
+    ) -> None:
+        self.close(exc_type, exc_val, exc_tb)
+        if isinstance(exc_val, errors.InvalidHP):
+            logger.info("InvalidHP detected during Trial init, converting InvalidHP to exit(0)")
+            raise errors.InvalidHPExit(exc_val.msg) from exc_val
+
+
+def init(
+    *,
+    distributed: Optional[DistributedContext] = None,
+    checkpoint_storage: Optional[Union[str, Dict[str, Any]]] = None,
+    preempt_mode: PreemptMode = PreemptMode.WorkersAskChief,
+    tensorboard_mode: TensorboardMode = TensorboardMode.AUTO,
+) -> Context:
+    """A local Core API ``Context``; use it as ``with core.init() as core_context:``.
+
+    Args:
+        distributed: this process's ranks; default: torchrun's environment when ``WORLD_SIZE``
+            is above 1 (the gloo process group is started if none is), else one process.
+        checkpoint_storage: the checkpoint directory (a path or ``file://`` URI); default
+            ``$DET_LIGHTNING_CHECKPOINT_DIR``, else ``./checkpoints``.
+        preempt_mode: who calls ``preempt.should_preempt()``.
+        tensorboard_mode: ``AUTO`` writes reported metrics to TensorBoard.
+
+    Raises:
+        NotImplementedError: cloud storage (``s3://``, ``gs://``, a storage dict).
+        ValueError: a ``shared_fs`` storage dict (as Determined).
+    """
+    owns_group = False
+    if distributed is None:
+        distributed, owns_group = _distributed_from_env()
+    base_path = _storage_path(checkpoint_storage)
+    if checkpoint_storage is None:
+        logger.info(f"no storage_manager provided; storing checkpoints in {base_path}")
+    context = Context(
+        checkpoint=CheckpointContext(distributed, base_path),
+        distributed=distributed,
+        preempt=PreemptContext(distributed, preempt_mode),
+        train=TrainContext(distributed, default_tensorboard_dir(), tensorboard_mode),
+        searcher=SearcherContext(distributed),
+    )
+    context._owns_process_group = owns_group
+    return context
+
+
+def _distributed_from_env() -> "tuple[DistributedContext, bool]":
+    """torchrun's ranks (and a gloo group if none was started), or one process."""
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return DummyDistributedContext(), False
+    import torch.distributed as dist
+
+    started = not dist.is_initialized()
+    if started:
+        dist.init_process_group("gloo")
+    return DistributedContext.from_torch_distributed(), started
+
+
+def _storage_path(checkpoint_storage: Optional[Union[str, Dict[str, Any]]]) -> pathlib.Path:
+    if checkpoint_storage is None:
+        return pathlib.Path(os.environ.get(CHECKPOINT_DIR_ENV) or "checkpoints").absolute()
+    if isinstance(checkpoint_storage, dict):
+        if checkpoint_storage.get("type") == "shared_fs":
+            raise ValueError(
+                "Cannot configure a shared_fs checkpoint storage with a dictionary. Use a string "
+                "or a configuration file."
+            )
+        raise NotImplementedError(_CLOUD)
+    if not isinstance(checkpoint_storage, str):
+        raise TypeError("checkpoint_storage must be a string, dictionary, or None")
+    scheme, sep, rest = checkpoint_storage.partition("://")
+    if not sep:
+        return pathlib.Path(checkpoint_storage).absolute()
+    if scheme.lower() == "file":
+        return pathlib.Path(rest).absolute()
+    raise NotImplementedError(_CLOUD)
+
+
+_CLOUD = (
+    "core.init(checkpoint_storage=...) takes a local directory in det_lightning: cloud "
+    "storage (s3://, gs://, a storage dict) is not provided by its local Core API. Pass a "
+    "directory (or file:// URI) and copy it to the bucket afterwards, or use pytorch.Trainer, "
+    "whose checkpoint_dir accepts s3:// URIs."
+)
+
+__all__ = ["Context", "init"]

@@ -1,0 +1,95 @@
+"""det_lightning's local Core API (``core.init()``): what Determined's local mode has no
+counterpart to compare with (atomic checkpoints, TensorBoard, refusals)."""
+
+import logging
+import pathlib
+
+import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from det_lightning import core, errors
+from det_lightning.pytorch._checkpoint import PARTIAL_SUFFIX
+
+
+def test_a_failed_store_path_leaves_nothing(tmp_path: pathlib.Path) -> None:
+    storage = tmp_path / "ckpt"
+    with core.init(checkpoint_storage=str(storage)) as ctx:
+        with pytest.raises(RuntimeError, match="disk full"):
+            with ctx.checkpoint.store_path({"steps_completed": 1}) as (path, _):
+                (path / "model.txt").write_text("half")
+                raise RuntimeError("disk full")
+    assert list(storage.iterdir()) == []
+
+
+def test_a_checkpoint_is_hidden_until_the_block_ends(tmp_path: pathlib.Path) -> None:
+    storage = tmp_path / "ckpt"
+    with core.init(checkpoint_storage=f"file://{storage}") as ctx:
+        with ctx.checkpoint.store_path({"steps_completed": 1}) as (path, storage_id):
+            assert path.name == f".{storage_id}{PARTIAL_SUFFIX}"
+            assert not (storage / storage_id).exists()
+        assert sorted(p.name for p in storage.iterdir()) == [storage_id]
+
+
+def test_metrics_go_to_the_log_and_tensorboard(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv("DET_LIGHTNING_TENSORBOARD_DIR", str(tmp_path / "tb"))
+    caplog.set_level(logging.INFO, logger="det_lightning.core")
+    with core.init(checkpoint_storage=str(tmp_path / "ckpt")) as ctx:
+        ctx.train.report_training_metrics(2, {"loss": 0.5, "note": "text"})
+        ctx.train.report_validation_metrics(2, {"validation_loss": 0.25})
+        assert ctx.train.get_tensorboard_path() == tmp_path / "tb"
+    assert "report_training_metrics(steps_completed=2, metrics={'loss': 0.5, 'note': 'text'})" in (
+        caplog.text
+    )
+    (events,) = (tmp_path / "tb").glob("events.out.tfevents.*")
+    acc = EventAccumulator(str(events))
+    acc.Reload()
+    assert sorted(acc.Tags()["scalars"]) == ["Determined/loss", "Determined/val_validation_loss"]
+    assert [(e.step, e.value) for e in acc.Scalars("Determined/loss")] == [(2, 0.5)]
+
+
+def test_manual_tensorboard_mode_writes_nothing(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DET_LIGHTNING_TENSORBOARD_DIR", str(tmp_path / "tb"))
+    with core.init(
+        checkpoint_storage=str(tmp_path), tensorboard_mode=core.TensorboardMode.MANUAL
+    ) as ctx:
+        ctx.train.report_training_metrics(1, {"loss": 1.0})
+    assert not (tmp_path / "tb").exists()
+
+
+@pytest.mark.parametrize("storage", ["s3://bucket/prefix", {"type": "s3", "bucket": "b"}])
+def test_cloud_storage_is_refused_naming_the_alternative(storage: object) -> None:
+    with pytest.raises(NotImplementedError, match="takes a local directory"):
+        core.init(checkpoint_storage=storage)  # type: ignore[arg-type]
+
+
+def test_a_shared_fs_dict_is_refused_as_determined_does() -> None:
+    with pytest.raises(ValueError, match="Use a string"):
+        core.init(checkpoint_storage={"type": "shared_fs", "host_path": "/tmp"})
+
+
+def test_sharded_checkpoints_across_processes_are_refused(tmp_path: pathlib.Path) -> None:
+    dist = core.DistributedContext(
+        rank=0, size=2, local_rank=0, local_size=2, cross_rank=0, cross_size=1
+    )
+    ctx = core.init(distributed=dist, checkpoint_storage=str(tmp_path))
+    with pytest.raises(NotImplementedError, match="shard=False"):
+        with ctx.checkpoint.store_path(shard=True):
+            pass
+
+
+def test_the_profiler_is_refused_as_an_attribute_error(tmp_path: pathlib.Path) -> None:
+    ctx = core.init(checkpoint_storage=str(tmp_path))
+    assert not hasattr(ctx, "profiler")
+    with pytest.raises(errors.NotProvidedAttributeError, match="torch.profiler"):
+        ctx.profiler  # noqa: B018
+
+
+def test_invalid_hp_exits_with_status_zero(tmp_path: pathlib.Path) -> None:
+    with pytest.raises(SystemExit) as info:
+        with core.init(checkpoint_storage=str(tmp_path)):
+            raise errors.InvalidHP("lr too large")
+    assert info.value.code == 0
