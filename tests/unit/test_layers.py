@@ -49,6 +49,7 @@ LAYERS: Dict[str, Tuple[str, Tuple[str, ...]]] = {
             "det_lightning._trial_context",
             "det_lightning._info",
             "det_lightning._refused",
+            "det_lightning._refused_attributes",
         ),
     ),
     "leaves": (
