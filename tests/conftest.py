@@ -7,6 +7,7 @@ from typing import Iterator
 import pytest
 import torch
 
+from tests.fixtures import warm
 from tests.fixtures.object_store import S3, s3_endpoint
 from tests.fixtures.postgres import postgres_server, postgres_url  # noqa: F401 (fixtures)
 from tests.fixtures.writers import close_open_writers
@@ -35,6 +36,16 @@ def isolated_run(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> Ite
     close_open_writers()  # while the working directory is still this test's
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()
+
+
+@pytest.fixture(autouse=True)
+def warm_launcher(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Processes the tests start through ``tests/fixtures/warm.py`` fork from a warm server;
+    a test marked ``new_interpreters`` (its subject is the interpreter boundary) starts real
+    ones."""
+    warm.set_cold(request.node.get_closest_marker("new_interpreters") is not None)
+    yield
+    warm.set_cold(False)
 
 
 @pytest.fixture

@@ -16,6 +16,8 @@ import sys
 import time
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
+from tests.fixtures import warm
+
 REPO = pathlib.Path(__file__).resolve().parents[2]
 PROBE = pathlib.Path(__file__).parent / "scripts" / "probe.py"
 TORCHRUN = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
@@ -54,7 +56,8 @@ def start(
     env: Optional[Mapping[str, str]] = None,
     log_name: str = "output.txt",
 ) -> subprocess.Popen:
-    """Starts ``python *args`` in ``workdir``, in a new session, with its own storage."""
+    """Starts ``python *args`` in ``workdir``, in a new session, with its own storage (forked
+    from the warm launcher, ``tests/fixtures/warm.py``)."""
     workdir.mkdir(parents=True, exist_ok=True)
     full_env = {
         **os.environ,
@@ -64,7 +67,7 @@ def start(
         **(env or {}),
     }
     with open(workdir / log_name, "w") as log:
-        return subprocess.Popen(
+        return warm.Popen(
             [sys.executable, *args],
             cwd=workdir,
             env=full_env,

@@ -19,6 +19,7 @@ PROBE = str(jobs.PROBE)
 COMMON = ["--out", "out", "--devices", "2", "--accelerator", "cpu", "--batches", "12"]
 
 
+@pytest.mark.new_interpreters  # Lightning's launcher: rank 0 a real interpreter
 @pytest.mark.parametrize("stopping_rank", [0, 1])
 def test_one_rank_asking_to_stop_stops_every_rank_at_the_same_batch(
     tmp_path: pathlib.Path, stopping_rank: int

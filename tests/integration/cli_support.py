@@ -11,6 +11,8 @@ import subprocess
 import sys
 from typing import Any, Dict, List, Optional
 
+from tests.fixtures import warm
+
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 PROJECT = REPO_ROOT / "tests" / "fixtures" / "determined_project"
 VALIDATION_LOG_ENV = "FIXTURE_VALIDATION_LOG"
@@ -36,13 +38,11 @@ def run_cli(
     env: Optional[Dict[str, str]] = None,
     command: Optional[List[str]] = None,
 ) -> subprocess.CompletedProcess:
-    """``python -m det_lightning ARGS`` (or ``command ARGS``) in ``cwd``; never writes bytecode
-    next to the fixture project."""
+    """``python -m det_lightning ARGS`` (or ``command ARGS``) in ``cwd``, forked from the warm
+    launcher (``tests/fixtures/warm.py``); never writes bytecode next to the fixture project."""
     full_env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1", **(env or {})}
     argv = (command or [sys.executable, "-m", "det_lightning"]) + list(args)
-    return subprocess.run(
-        argv, cwd=cwd, env=full_env, capture_output=True, text=True, timeout=TIMEOUT_S
-    )
+    return warm.run(argv, cwd=cwd, env=full_env, capture_output=True, text=True, timeout=TIMEOUT_S)
 
 
 def output(result: subprocess.CompletedProcess) -> str:

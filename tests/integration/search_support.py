@@ -16,6 +16,7 @@ from optuna.storages.journal import JournalFileBackend
 
 from det_lightning._runner._lease import CONTINUES, is_superseded, trial_number
 from det_lightning._runner.search._reporter import SURPLUS
+from tests.fixtures import warm
 from tests.integration.cli_support import PROJECT
 
 UNITS = [2, 4, 8]
@@ -179,7 +180,7 @@ def check_search(
 def start_search(
     workdir: pathlib.Path, project: pathlib.Path, *extra: str, env: Optional[Dict[str, str]] = None
 ) -> subprocess.Popen:
-    return subprocess.Popen(
+    return warm.Popen(
         [
             sys.executable,
             "-m",

@@ -127,6 +127,7 @@ def test_checkpoint_dispatches_to_export(
 
 @pytest.mark.slow
 @pytest.mark.distributed
+@pytest.mark.new_interpreters  # the CLI's launcher: det-lightning run under torchrun
 def test_run_with_two_devices_starts_two_aliased_processes(
     isolated_run: pathlib.Path, checkpoint_dir: pathlib.Path
 ) -> None:

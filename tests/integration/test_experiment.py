@@ -130,6 +130,7 @@ def test_grid_search_runs_each_point_and_reports_the_best(
 
 
 @pytest.mark.slow
+@pytest.mark.new_interpreters  # an experiment's command trial from a real interpreter
 def test_command_entrypoint_runs_the_script_in_the_model_dir(
     isolated_run: pathlib.Path, checkpoint_dir: pathlib.Path
 ) -> None:

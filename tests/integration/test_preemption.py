@@ -302,6 +302,7 @@ def test_a_checkpoint_the_user_names_may_be_fully_unpickled(
 
 # ----- in a process of its own -----------------------------------------------------------------
 @pytest.mark.slow
+@pytest.mark.new_interpreters  # signal delivery and exit status of a real interpreter
 def test_sigterm_exits_with_status_75_and_the_requeued_run_continues(
     tmp_path: pathlib.Path,
     checkpoint_dir: pathlib.Path,
@@ -426,6 +427,7 @@ def test_a_second_signal_exits_at_once_keeping_the_last_complete_checkpoint(
 
 
 @pytest.mark.slow
+@pytest.mark.new_interpreters  # a SIGKILL drill on a real interpreter
 def test_kill_9_during_a_checkpoint_write_loses_nothing_complete(
     tmp_path: pathlib.Path, checkpoint_dir: pathlib.Path, straight: Dict[str, torch.Tensor]
 ) -> None:

@@ -68,6 +68,7 @@ def test_an_adaptive_asha_search_stops_trials_by_determineds_rule_and_reruns_as_
     assert len(read_trials(checkpoint_dir / JOURNAL_NAME)) == 6  # finished: nothing runs twice
 
 
+@pytest.mark.new_interpreters  # a SIGKILL drill: the search CLI as a real interpreter
 def test_a_search_killed_mid_trial_continues_when_rerun(
     isolated_run: pathlib.Path, checkpoint_dir: pathlib.Path, slow_project: pathlib.Path
 ) -> None:

@@ -9,6 +9,8 @@ import threading
 import time
 from typing import Any, List
 
+from tests.fixtures import warm
+
 SCRIPT = pathlib.Path(__file__).with_name("train.py")
 TIMEOUT_S = 180  # a loaded CI machine imports torch and Lightning slowly
 
@@ -25,7 +27,7 @@ class Script:
         args_file = where / "args.json"
         args_file.write_text(json.dumps(args))
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
-        self.process = subprocess.Popen(
+        self.process = warm.Popen(  # forked from the warm launcher (tests/fixtures/warm.py)
             [sys.executable, str(SCRIPT), str(args_file)],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,

@@ -1,0 +1,108 @@
+"""The tests' warm launcher (``tests/fixtures/warm.py``): a forked child is what ``python
+ARGS`` would be, and falls back to a new interpreter where it could differ."""
+
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from tests.fixtures import warm
+
+pytestmark = pytest.mark.slow
+
+DESCRIBE = """
+import json, os, signal, sys
+print(json.dumps({
+    "argv": sys.argv, "cwd": os.getcwd(), "name": __name__, "path0": sys.path[0],
+    "env": dict(os.environ), "warm": "torch" in sys.modules, "stdin": sys.stdin.read(),
+    "sigint": signal.getsignal(signal.SIGINT) is signal.default_int_handler,
+    "sigterm": signal.getsignal(signal.SIGTERM) == signal.SIG_DFL,
+    "fds": sorted(int(fd) for fd in os.listdir("/proc/self/fd")),
+    "session": os.getsid(0) == os.getpid(),
+}))
+"""
+
+
+def _environment() -> dict:
+    """This process's environment less one variable, plus one."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
+    return {**env, "ONLY": "this"}
+
+
+def _describe(*args: str, cwd: pathlib.Path, **kwargs: object) -> dict:
+    result = warm.run(
+        [sys.executable, *args],
+        cwd=cwd,
+        env=kwargs.pop("env", _environment()),
+        input="from stdin",
+        capture_output=True,
+        text=True,
+        timeout=300,
+        **kwargs,
+    )
+    assert result.returncode == 0, result.stderr
+    described: dict = json.loads(result.stdout)
+    return described
+
+
+def test_a_warm_child_starts_as_python_would(isolated_run: pathlib.Path) -> None:
+    script = isolated_run / "describe.py"
+    script.write_text(DESCRIBE)
+    seen = _describe(str(script), "a", "--b", cwd=isolated_run, start_new_session=True)
+    assert seen["warm"], "forked from the server, torch is already imported"
+    assert seen["argv"] == [str(script), "a", "--b"] and seen["name"] == "__main__"
+    assert seen["cwd"] == str(isolated_run) and seen["path0"] == str(isolated_run)
+    assert seen["env"] == _environment(), "the environment replaced wholesale"
+    assert seen["stdin"] == "from stdin" and seen["sigint"] and seen["sigterm"]
+    assert seen["fds"][:3] == [0, 1, 2] and len(seen["fds"]) == 4  # and the listing's own
+    assert seen["session"]
+    code = _describe("-c", DESCRIBE, "x", cwd=isolated_run)
+    assert code["argv"] == ["-c", "x"] and code["path0"] == "" and not code["session"]
+
+
+def test_exit_statuses_and_tracebacks_are_the_interpreters(isolated_run: pathlib.Path) -> None:
+    def run(code: str) -> subprocess.CompletedProcess:
+        return warm.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+
+    raised = run("raise ValueError('boom')")
+    assert raised.returncode == 1
+    assert raised.stderr.splitlines() == [  # no frame of the launcher's, as in a new interpreter
+        "Traceback (most recent call last):",
+        '  File "<string>", line 1, in <module>',
+        "ValueError: boom",
+    ], raised.stderr
+    said = run("import sys; sys.exit('a message')")
+    assert (said.returncode, said.stderr) == (1, "a message\n")
+    assert run("import sys; sys.exit(3)").returncode == 3
+    assert run("raise KeyboardInterrupt").returncode == -signal.SIGINT
+    assert run("import os; os._exit(7)").returncode == 7
+
+
+def test_a_signal_to_a_warm_childs_group_ends_it(isolated_run: pathlib.Path) -> None:
+    child = warm.Popen(
+        [sys.executable, "-c", "import time; print('up', flush=True); time.sleep(300)"],
+        stdout=subprocess.PIPE,
+        start_new_session=True,
+    )
+    assert child.stdout is not None and child.stdout.readline() == b"up\n"
+    with pytest.raises(subprocess.TimeoutExpired):
+        child.wait(0.01)
+    os.killpg(child.pid, signal.SIGTERM)
+    assert child.wait(60) == -signal.SIGTERM
+    child.stdout.close()
+
+
+def test_where_a_child_could_differ_it_is_a_new_interpreter(isolated_run: pathlib.Path) -> None:
+    assert not _describe("-X", "importtime", "-c", DESCRIBE, cwd=isolated_run)["warm"]
+    assert not _describe("-c", DESCRIBE, cwd=isolated_run, env={"ONLY": "this"})["warm"]
+    (isolated_run / "optuna.py").write_text("")  # shadows a preloaded module
+    assert not _describe("-c", DESCRIBE, cwd=isolated_run)["warm"]
+
+
+@pytest.mark.new_interpreters
+def test_the_marker_starts_new_interpreters(isolated_run: pathlib.Path) -> None:
+    assert not _describe("-c", DESCRIBE, cwd=isolated_run)["warm"]
