@@ -416,9 +416,7 @@ def to_device(data: Any, device: torch.device, warned_types: Optional[Set[Type]]
     return _to_device(data, device, warned_types, copy_options(device))
 
 
-def _to_device(
-    data: Any, device: torch.device, warned_types: Set[Type], kw: Dict[str, Any]
-) -> Any:
+def _to_device(data: Any, device: torch.device, warned_types: Set[Type], kw: Dict[str, Any]) -> Any:
     if isinstance(data, torch.Tensor):
         return data.to(device, **kw)
     # (a plain tensor inside is moved here, without a call of its own)
