@@ -18,6 +18,7 @@ from torch.utils import data
 from det_lightning.pytorch._data import (
     DataLoader,
     ResumableBatchSampler,
+    adapt_batch_sampler,
     dataset_repro_error,
     loader_length,
 )
@@ -103,7 +104,7 @@ def build_training_view(
             pass_starts,
         )
         epoch_len = dist.broadcast(len(sampler))
-        torch_loader = loader._torch_loader(sampler)
+        torch_loader = loader._torch_loader(sampler, context.device)
         return EpochView(torch_loader, epoch_len, start_batch, repeats=True), sampler
     _check_plain_loader(context, "build_training_data_loader", loader)
     epoch_len = dist.broadcast(loader_length(loader))
@@ -148,9 +149,8 @@ def build_validation_loader(
         return WholeLoader(None)
     if isinstance(loader, DataLoader):
         replicas, rank = (dist.size, dist.rank) if evaluate_batch else (1, 0)
-        torch_loader = loader.get_data_loader(
-            repeat=False, skip=0, num_replicas=replicas, rank=rank
-        )
+        sampler = adapt_batch_sampler(loader.batch_sampler, num_replicas=replicas, rank=rank)
+        torch_loader = loader._torch_loader(sampler, context.device)
     else:
         _check_plain_loader(context, "build_validation_data_loader", loader)
         torch_loader = loader

@@ -46,7 +46,7 @@ from det_lightning.adapters.profiler import TraceProfiler
 from det_lightning.core import DistributedContext
 from det_lightning.pytorch import _checkpoint as ckpt
 from det_lightning.pytorch._context import PyTorchTrialContext
-from det_lightning.pytorch._data import DataLoader
+from det_lightning.pytorch._data import DataLoader, pins_memory
 from det_lightning.pytorch._seeds import experiment_seed, seed_all
 from det_lightning.pytorch._trial import PyTorchTrial
 
@@ -164,7 +164,7 @@ class LightningTrial(TrialModule):
     def _torch_loader(self, loader: Any, fn: str) -> Any:
         """One pass of ``loader``; with several devices Lightning's sampler shards it."""
         if isinstance(loader, DataLoader):
-            return _as_torch_loader(loader)
+            return _as_torch_loader(loader, self.context.device)
         _check_plain_loader(self.context, f"{fn}_data_loader", loader)
         return loader
 
@@ -217,11 +217,11 @@ class LightningTrial(TrialModule):
         stateful.restore(self._slots_not_in_lightning(), saved, warn=False)
 
 
-def _as_torch_loader(loader: DataLoader) -> torch.utils.data.DataLoader:
+def _as_torch_loader(loader: DataLoader, device: torch.device) -> torch.utils.data.DataLoader:
     """The torch loader ``loader`` describes, built from its ``batch_size``/``sampler`` (not a
     batch sampler) so that Lightning can re-create it with its distributed sampler."""
     if loader.batch_size is None:  # the user's own batch sampler: Lightning must cope with it
-        return loader.get_data_loader()
+        return loader._torch_loader(loader.batch_sampler, device)  # type: ignore[arg-type]
     return torch.utils.data.DataLoader(
         loader.dataset,
         batch_size=loader.batch_size,
@@ -229,7 +229,7 @@ def _as_torch_loader(loader: DataLoader) -> torch.utils.data.DataLoader:
         drop_last=loader.drop_last,
         num_workers=loader.num_workers,
         collate_fn=loader.collate_fn,
-        pin_memory=loader.pin_memory,
+        pin_memory=pins_memory(loader.pin_memory, device),
         timeout=loader.timeout,
         worker_init_fn=loader.worker_init_fn,
         multiprocessing_context=loader.multiprocessing_context,

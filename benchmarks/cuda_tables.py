@@ -71,6 +71,10 @@ def device_line(facts: Dict[str, str]) -> str:
     )
 
 
+# What each row is compared with on a device: the careful loop (pinned memory, non-blocking
+# copies, no .item() per batch) is the limit, Determined the reference.
+DEVICE_RATIOS = ("raw", "raw-best", "determined", "lightning")
+
 # The step table's columns on a device (report.Column).
 DEVICE_TIME: Column = ("ms / step", "device_per_step_s", 1e3, 3)
 DEVICE_COLUMNS: Tuple[Column, ...] = (
@@ -105,7 +109,7 @@ def render(
         "",
         METHOD,
         "",
-        *report.steps_table(DEVICE_TIME, DEVICE_COLUMNS),
+        *report.steps_table(DEVICE_TIME, DEVICE_COLUMNS, DEVICE_RATIOS),
     ]
     failures = report.failure_lines()
     if failures:

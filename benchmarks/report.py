@@ -9,6 +9,7 @@ Runs = Dict[Tuple[str, str], List[Dict[str, Any]]]  # (workload, system) -> coun
 STEP_WORKLOADS = ("mlp", "cnn", "validation", "amp", "ddp-mlp", "ddp-cnn")
 LABELS = {
     "raw": "raw PyTorch loop",
+    "raw-best": "raw loop, pinned + non-blocking (raw-best)",
     "lightning": "Lightning (manual optimization)",
     "det_lightning": "det_lightning",
     "det_lightning+tb": "det_lightning, TensorBoard on",
@@ -51,6 +52,15 @@ def _cell(values: List[float], scale: float, digits: int) -> str:
 
 def _ratio(a: Optional[float], b: Optional[float]) -> str:
     return f"{a / b:.2f}" if a is not None and b else "—"
+
+
+# The systems a steps table's ratio columns can compare with, by their header.
+RATIO_HEADERS = {
+    "raw": "× raw",
+    "raw-best": "× raw-best",
+    "lightning": "× Lightning",
+    "determined": "× Determined",
+}
 
 
 def _determined_like(system: str) -> str:
@@ -124,22 +134,25 @@ class Report:
 
     # ----- tables ---------------------------------------------------------------------------
     def steps_table(
-        self, timed: Column = CPU_TIME, columns: Tuple[Column, ...] = CPU_COLUMNS
+        self,
+        timed: Column = CPU_TIME,
+        columns: Tuple[Column, ...] = CPU_COLUMNS,
+        ratios: Tuple[str, ...] = ("raw", "lightning"),
     ) -> List[str]:
-        """One row per (step workload, system): ``timed`` with its range and its ratios to raw
-        and to Lightning, then each of ``columns`` (median), then whether the weights match."""
+        """One row per (step workload, system): ``timed`` with its range and its ratios to each
+        of ``ratios`` (``RATIO_HEADERS``; "determined" is Determined with TensorBoard for a
+        TensorBoard row), then each of ``columns`` (median), then whether the weights match."""
         lines = [
-            f"| workload | system | {timed[0]}, median (min–max) | × raw | × Lightning "
+            f"| workload | system | {timed[0]}, median (min–max) "
+            + "".join(f"| {RATIO_HEADERS[r]} " for r in ratios)
             + "".join(f"| {c[0]} " for c in columns)
             + "| same weights as raw |",
-            "|---|---|---|---|---" + "|---" * len(columns) + "|---|",
+            "|---|---|---" + "|---" * (len(ratios) + len(columns)) + "|---|",
         ]
-        empty = "| " * (len(columns) + 3) + "|"
+        empty = "| " * (len(columns) + len(ratios) + 1) + "|"
         for name in STEP_WORKLOADS:
             if name not in self.workloads:
                 continue
-            raw = self.median(name, "raw", timed[1])
-            lit = self.median(name, "lightning", timed[1])
             raw_sum = self.median(name, "raw", "checksum")
             for system, runs, failed in self.outcomes(name):
                 title = self.workloads[name].title
@@ -147,10 +160,13 @@ class Report:
                     lines.append(f"| {title} | {LABELS[system]} | {failed} {empty}")
                     continue
                 per_step = self.median(name, system, timed[1])
+                against = [_determined_like(system) if r == "determined" else r for r in ratios]
                 lines.append(
                     f"| {title} | {LABELS[system]} "
                     f"| {_cell(_values(runs, timed[1]), timed[2], timed[3])} "
-                    f"| {_ratio(per_step, raw)} | {_ratio(per_step, lit)} "
+                    + "".join(
+                        f"| {_ratio(per_step, self.median(name, r, timed[1]))} " for r in against
+                    )
                     + "".join(
                         f"| {_cell(_values(runs, c[1]), c[2], c[3]).split(' ')[0]} "
                         for c in columns

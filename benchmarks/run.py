@@ -34,6 +34,7 @@ from report import Report, Runs  # noqa: E402
 
 ALL_SYSTEMS = [
     "raw",
+    "raw-best",
     "lightning",
     "det_lightning",
     "det_lightning+tb",
@@ -43,8 +44,14 @@ ALL_SYSTEMS = [
 ]
 
 
+# Where raw-best (raw_loop.py's careful loop) runs: the single-process step workloads.
+RAW_BEST_WORKLOADS = ("mlp", "cnn", "validation", "amp")
+
+
 def systems_for(name: str, have_determined: bool) -> List[str]:
     systems = ["raw", "lightning", "det_lightning"]
+    if name in RAW_BEST_WORKLOADS:
+        systems.insert(1, "raw-best")
     if name == "mlp":
         systems.append("det_lightning+tb")
     if name == "checkpoint":  # the same saves written in the training thread
@@ -175,7 +182,7 @@ def instruction_jobs(
         for name in names
         if name in chosen
         for system in systems_for(name, have_determined)
-        if system in systems
+        if system in systems and system != "raw-best"  # on a CPU, raw's very instructions
         for n in steps
     ]
     runs: Runs = {}

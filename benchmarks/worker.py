@@ -18,6 +18,7 @@ from typing import Any, Dict
 
 SYSTEMS = (
     "raw",
+    "raw-best",
     "lightning",
     "det_lightning",
     "det_lightning+tb",
@@ -28,10 +29,10 @@ SYSTEMS = (
 
 
 def _measure(system: str, workload: Any, work: pathlib.Path) -> Dict[str, Any]:
-    if system == "raw":
+    if system in ("raw", "raw-best"):
         import raw_loop
 
-        return raw_loop.run(workload, work)
+        return raw_loop.run(workload, work, best=system == "raw-best")
     if system == "lightning":
         import lightning_module
 

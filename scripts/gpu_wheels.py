@@ -1,31 +1,31 @@
 """Downloads, here, the wheels a GPU machine without a package index needs for
 ``scripts/gpu-check.sh`` (run as ``scripts/gpu-check.sh --prepare``; see that script's header).
 
-The wheels are those of det_lightning's dependencies with the ``testing`` and ``interop`` extras
-(the real Determined), at the versions installed in this checkout's ``.venv``, for the GPU
-machine's Python (``--python-version``, default 3.12) on manylinux x86-64. Left out: torch and
-its CUDA libraries (the GPU machine must already have a CUDA build of torch: its wheel alone is
-several hundred MB) and, with ``--have FILE``, the packages the GPU machine already holds, except
-small pure-Python ones (under 1 MiB: carried anyway, in case the machine's version does not
-satisfy a pin, e.g. Determined's ``requests``). Prints the total size; a carried folder counts
-against the device tool's 64 MiB limit.
+The wheels are those of the distributions that ``PROBE`` (det_lightning with its adapters, the
+real Determined's ``determined.pytorch``, Lightning, pytest) loads in this checkout's ``.venv``,
+at the versions installed here, for the GPU machine's Python (``--python-version``, default
+3.12) on manylinux x86-64, each without its dependencies (``pip download --no-deps``): the
+import tells what is needed, not the packages' metadata. So Determined comes without the
+storage libraries it declares and ``determined.pytorch`` never imports (google-api-python-client,
+boto3/botocore: 33 MiB). Left out too: torch and its CUDA libraries (the GPU machine's own CUDA
+build is what the check runs on), det_lightning (``scripts/gpu_install.py`` builds it from the
+checkout there) and, with ``--have FILE``, what the GPU machine already holds. Prints the total
+size; a carried folder counts against the device tool's 64 MiB limit.
 """
 
 import argparse
 import importlib.metadata as md
+import json
 import pathlib
 import re
 import subprocess
 import sys
 from typing import Dict, List, Set
 
-from packaging.requirements import Requirement
-
 # Never carried: the GPU machine's own CUDA build of torch is what the check runs on.
 NEVER = re.compile(r"^(torch|triton|nvidia-.*|cuda-.*)$")
 PLATFORMS = [f"manylinux_2_{n}_x86_64" for n in (17, 24, 26, 27, 28, 31, 34)]
 PLATFORMS += ["manylinux2014_x86_64", "manylinux1_x86_64"]
-SMALL = 2**20
 
 
 def normalized(name: str) -> str:
@@ -36,25 +36,28 @@ def normalized(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def closure(root: str, extras: Set[str], python: str) -> Dict[str, str]:
-    """{name: installed version} of ``root`` and everything it requires (with ``extras``),
-    markers evaluated for Python ``python`` on Linux."""
-    env = {"python_version": python, "python_full_version": python + ".0"}
-    found: Dict[str, Set[str]] = {}
-    todo = [(root, extras)]
-    while todo:
-        name, wanted = todo.pop()
-        dist = md.distribution(name)
-        key = normalized(dist.metadata["Name"])
-        if key in found and wanted <= found[key]:
-            continue
-        found[key] = found.get(key, set()) | wanted
-        for line in dist.requires or []:
-            req = Requirement(line)
-            chosen = [{**env, "extra": e} for e in (wanted or {""})]
-            if req.marker is None or any(req.marker.evaluate(e) for e in chosen):
-                todo.append((req.name, set(req.extras)))
-    return {name: md.version(name) for name in found}
+# What the GPU check imports: what its tests and benchmark run on.
+PROBE = "import det_lightning.adapters, determined.pytorch, lightning, pytest, xdist"
+_FILES = "import sys, json; print(json.dumps([getattr(m, '__file__', None) for m in list(sys.modules.values())]))"
+
+
+def imported(statement: str = PROBE) -> Dict[str, str]:
+    """{name: installed version} of the distributions whose files ``statement`` loads, run in a
+    fresh process of this Python."""
+    out = subprocess.run(
+        [sys.executable, "-c", f"{statement}\n{_FILES}"], check=True, capture_output=True, text=True
+    ).stdout
+    loaded = {str(pathlib.Path(f).resolve()) for f in json.loads(out.splitlines()[-1]) if f}
+    found: Dict[str, str] = {}
+    for dist in md.distributions():
+        for f in dist.files or []:
+            if (
+                f.suffix in (".py", ".so")
+                and str(pathlib.Path(str(dist.locate_file(f))).resolve()) in loaded
+            ):
+                found[normalized(dist.metadata["Name"])] = dist.version
+                break
+    return found
 
 
 def names_in(path: pathlib.Path) -> Set[str]:
@@ -81,16 +84,11 @@ def main() -> int:
     parser.add_argument("--have", type=pathlib.Path, help="names the GPU machine already holds")
     args = parser.parse_args()
     have = names_in(args.have) if args.have else set()
-    wanted = closure("det-lightning", {"testing", "interop"}, args.python_version)
-    wanted.pop("det-lightning")
-    pins = [f"{n}=={v}" for n, v in sorted(wanted.items()) if not NEVER.match(n)]
+    wanted = imported()
+    wanted.pop("det-lightning", None)
+    pins = [f"{n}=={v}" for n, v in sorted(wanted.items()) if not NEVER.match(n) and n not in have]
     args.dest.mkdir(parents=True, exist_ok=True)
     download(pins, args.dest, args.python_version)
-    for wheel in sorted(args.dest.glob("*.whl")):
-        name = normalized(wheel.name.split("-")[0])
-        pure = wheel.name.endswith("-none-any.whl")
-        if name in have and not (pure and wheel.stat().st_size < SMALL):
-            wheel.unlink()
     kept = list(args.dest.glob("*.whl"))
     total = sum(w.stat().st_size for w in kept) / 2**20
     print(f"{len(kept)} wheels, {total:.1f} MiB in {args.dest}")

@@ -69,7 +69,8 @@ class Plan:
 
 
 def launch_options(config: ExperimentConfig, given: Dict[str, Any]) -> Dict[str, Any]:
-    """Launch options: the command line's, else ``resources.slots_per_trial`` as ``devices``.
+    """Launch options: the command line's, else the config's: ``resources.slots_per_trial`` as
+    ``devices``, ``optimizations.precision`` and ``reproducibility.deterministic`` (ours).
 
     >>> from det_lightning._runner.config import load_config
     >>> conf = {"entrypoint": "m:T", "searcher": {"name": "single", "metric": "loss"}}
@@ -77,6 +78,9 @@ def launch_options(config: ExperimentConfig, given: Dict[str, Any]) -> Dict[str,
     {'devices': 2}
     >>> launch_options(load_config({**conf, "resources": {"slots_per_trial": 0}}), {})
     {'accelerator': 'cpu'}
+    >>> launch_options(load_config({**conf, "optimizations": {"precision": "bf16-mixed"},
+    ...                             "reproducibility": {"deterministic": True}}), {})
+    {'precision': 'bf16-mixed', 'deterministic': True}
     """
     options = {name: value for name, value in given.items() if value is not None}
     slots = config.slots_per_trial()
@@ -84,6 +88,10 @@ def launch_options(config: ExperimentConfig, given: Dict[str, Any]) -> Dict[str,
         options.setdefault("devices", slots)
     if slots == 0:  # Determined's CPU-only trial
         options.setdefault("accelerator", "cpu")
+    if config.precision() is not None:
+        options.setdefault("precision", config.precision())
+    if config.deterministic():
+        options.setdefault("deterministic", True)
     return options
 
 

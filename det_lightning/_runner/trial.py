@@ -43,6 +43,7 @@ LAUNCH_FLAGS = {
     "num_nodes": "--num-nodes",
     "strategy": "--strategy",
     "precision": "--precision",
+    "deterministic": "--deterministic",  # a switch: no value
 }
 
 
@@ -138,10 +139,17 @@ def run_legacy_trial(
 
 
 def launch_flags(options: Dict[str, Any]) -> List[str]:
-    """``{"devices": 2}`` -> ``["--devices", "2"]``, for ``det-lightning run``."""
+    """``{"devices": 2}`` -> ``["--devices", "2"]``, for ``det-lightning run``.
+
+    >>> launch_flags({"precision": "bf16-mixed", "deterministic": True})
+    ['--precision', 'bf16-mixed', '--deterministic']
+    """
     flags: List[str] = []
     for name, value in options.items():
-        flags += [LAUNCH_FLAGS[name], str(value)]
+        if isinstance(value, bool):
+            flags += [LAUNCH_FLAGS[name]] if value else []
+        else:
+            flags += [LAUNCH_FLAGS[name], str(value)]
     return flags
 
 

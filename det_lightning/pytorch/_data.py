@@ -51,6 +51,10 @@ class DataLoader:
     """Same arguments as ``torch.utils.data.DataLoader``; the trainer builds the real loader.
 
     Iterating it directly gives one plain pass, as a torch loader would.
+
+    ``pin_memory`` (ours: Determined's default is ``False``): ``None``, the default, pins the
+    batches the trainer loads when the trial's device is CUDA, so that ``context.to_device``'s
+    non-blocking copies read page-locked memory; ``True`` or ``False`` is used as given.
     """
 
     def __init__(
@@ -62,7 +66,7 @@ class DataLoader:
         batch_sampler: Optional[data.Sampler] = None,
         num_workers: int = 0,
         collate_fn: Optional[Callable[[List[Any]], Any]] = None,
-        pin_memory: bool = False,
+        pin_memory: Optional[bool] = None,
         drop_last: bool = False,
         timeout: float = 0,
         worker_init_fn: Optional[Callable[[int], None]] = None,
@@ -111,13 +115,17 @@ class DataLoader:
             collate_fn = data.default_collate if batch_sampler is not None else data.default_convert
         self.collate_fn = collate_fn
 
-    def _torch_loader(self, batch_sampler: data.Sampler) -> data.DataLoader:
+    def _torch_loader(
+        self, batch_sampler: data.Sampler, device: Optional[torch.device] = None
+    ) -> data.DataLoader:
+        """A torch loader over ``batch_sampler``, pinned as ``pins_memory`` decides for
+        ``device`` (the trial's; None: a loader iterated outside a trial)."""
         return data.DataLoader(
             self.dataset,
             batch_sampler=batch_sampler,
             num_workers=self.num_workers,
             collate_fn=self.collate_fn,
-            pin_memory=self.pin_memory,
+            pin_memory=pins_memory(self.pin_memory, device),
             timeout=self.timeout,
             worker_init_fn=self.worker_init_fn,
             multiprocessing_context=self.multiprocessing_context,
@@ -130,16 +138,9 @@ class DataLoader:
         self, repeat: bool = False, skip: int = 0, num_replicas: int = 1, rank: int = 0
     ) -> data.DataLoader:
         """A torch loader over this one's batches: repeated, sharded and skipped as asked."""
-        from det_lightning.pytorch import samplers
-
-        batch_sampler: Any = self.batch_sampler
-        if repeat:
-            batch_sampler = samplers.RepeatBatchSampler(batch_sampler)
-        if num_replicas > 1:
-            batch_sampler = samplers.DistributedBatchSampler(batch_sampler, num_replicas, rank)
-        if skip > 0:
-            batch_sampler = samplers.SkipBatchSampler(batch_sampler, skip)
-        return self._torch_loader(batch_sampler)
+        return self._torch_loader(
+            adapt_batch_sampler(self.batch_sampler, repeat, skip, num_replicas, rank)
+        )
 
     def __iter__(self) -> Iterator:
         return iter(self.get_data_loader())
@@ -373,35 +374,71 @@ def data_length(data: _Data) -> int:
     )
 
 
+def pins_memory(pin_memory: Optional[bool], device: Optional[torch.device]) -> bool:
+    """Whether a ``DataLoader`` built for a trial on ``device`` pins its batches: as asked, or,
+    by default (``None``), when they go to a CUDA device (pinning without CUDA only warns).
+
+    >>> pins_memory(None, torch.device("cuda", 0)), pins_memory(None, torch.device("cpu"))
+    (True, False)
+    >>> pins_memory(False, torch.device("cuda", 0)), pins_memory(None, None)
+    (False, False)
+    """
+    if pin_memory is not None:
+        return pin_memory
+    return device is not None and device.type == "cuda"
+
+
+def copy_options(device: torch.device) -> Dict[str, Any]:
+    """The keyword arguments of ``tensor.to(device, ...)`` in ``to_device``: a copy to a CUDA
+    device is queued on the current stream without waiting for the device (the host runs on to
+    the next step; from pinned memory the copy overlaps the step before); any other copy (to
+    the CPU: a read of results) stays blocking, as in Determined.
+
+    >>> copy_options(torch.device("cuda", 0)), copy_options(torch.device("cpu"))
+    ({'non_blocking': True}, {})
+    """
+    return _ASYNC if device.type == "cuda" else _BLOCKING
+
+
+_ASYNC: Dict[str, Any] = {"non_blocking": True}
+_BLOCKING: Dict[str, Any] = {}
+
+
 def to_device(data: Any, device: torch.device, warned_types: Optional[Set[Type]] = None) -> Any:
     """Moves tensors (and numeric numpy arrays) in nested dicts, lists and tuples to ``device``.
 
     Anything else with a ``.to()`` method is moved too; other objects are returned unchanged
-    with one warning per type.
+    with one warning per type. Tensors bound for a CUDA device are copied with
+    ``non_blocking=True`` (``copy_options``).
     """
     if warned_types is None:
         warned_types = set()
+    return _to_device(data, device, warned_types, copy_options(device))
+
+
+def _to_device(data: Any, device: torch.device, warned_types: Set[Type], kw: Dict[str, Any]) -> Any:
     if isinstance(data, torch.Tensor):
-        return data.to(device)
+        return data.to(device, **kw)
     # (a plain tensor inside is moved here, without a call of its own)
     if isinstance(data, dict):
         return {
-            k: v.to(device) if type(v) is torch.Tensor else to_device(v, device, warned_types)
+            k: v.to(device, **kw)
+            if type(v) is torch.Tensor
+            else _to_device(v, device, warned_types, kw)
             for k, v in data.items()
         }
-    if isinstance(data, list):
-        return [
-            v.to(device) if type(v) is torch.Tensor else to_device(v, device, warned_types)
-            for v in data
-        ]
-    if isinstance(data, tuple):
+    if isinstance(data, (list, tuple)):
         moved = [
-            v.to(device) if type(v) is torch.Tensor else to_device(v, device, warned_types)
+            v.to(device, **kw)
+            if type(v) is torch.Tensor
+            else _to_device(v, device, warned_types, kw)
             for v in data
         ]
+        if isinstance(data, list):
+            return moved
         return type(data)(*moved) if hasattr(data, "_fields") else tuple(moved)
     if isinstance(data, np.ndarray) and data.dtype.kind in "fciub":
-        return torch.from_numpy(data).to(device)
+        return torch.from_numpy(data).to(device, **kw)
     if callable(getattr(data, "to", None)):
         try:
             return data.to(device)

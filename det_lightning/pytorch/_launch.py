@@ -31,7 +31,10 @@ LAUNCH_ENV = {name: f"DET_LIGHTNING_{name.upper()}" for name in LAUNCH_OPTIONS}
 
 
 def _parse_env_value(name: str, text: str) -> Any:
-    """``"2"`` -> 2 for counts; ``"0,1"`` -> [0, 1] for device lists; other text as given."""
+    """``"2"`` -> 2 for counts; ``"0,1"`` -> [0, 1] for device lists; ``"1"``/``"true"`` ->
+    True for the ``deterministic`` switch; other text as given."""
+    if name == "deterministic":
+        return text.strip().lower() in ("1", "true", "yes", "on")
     if name in ("devices", "num_nodes") and text.lstrip("-").isdigit():
         return int(text)
     if name == "devices" and "," in text:
@@ -63,9 +66,9 @@ def _devices(text: str) -> Union[int, str]:
 
 
 def add_launch_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """Adds ``--accelerator``, ``--devices``, ``--num-nodes``, ``--strategy`` and ``--precision``
-    (Lightning's ``Trainer`` arguments of those names) to ``parser``; pass the parsed arguments
-    to ``init()`` with ``**launch_kwargs(args)``.
+    """Adds ``--accelerator``, ``--devices``, ``--num-nodes``, ``--strategy``, ``--precision``
+    and ``--deterministic`` (Lightning's ``Trainer`` arguments of those names) to ``parser``;
+    pass the parsed arguments to ``init()`` with ``**launch_kwargs(args)``.
 
     >>> args = add_launch_arguments(argparse.ArgumentParser()).parse_args(["--devices", "2"])
     >>> launch_kwargs(args)
@@ -98,6 +101,13 @@ def add_launch_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPa
     )
     group.add_argument(
         "--precision", default=None, help="32-true (default), 16-mixed, bf16-mixed, 64-true, ..."
+    )
+    group.add_argument(
+        "--deterministic",
+        action="store_true",
+        default=None,
+        help="deterministic algorithms only (cuDNN, cuBLAS), set before CUDA starts: the same "
+        "weights run after run, at some cost in speed",
     )
     return parser
 

@@ -10,7 +10,9 @@ import torch
 
 from det_lightning.core import DistributedContext
 
-LAUNCH_OPTIONS = ("accelerator", "devices", "num_nodes", "strategy", "precision")
+# Lightning Trainer options of the same names; ``deterministic`` is also applied by init() itself
+# (``_determinism``), before the launch.
+LAUNCH_OPTIONS = ("accelerator", "devices", "num_nodes", "strategy", "precision", "deterministic")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,6 +28,7 @@ class LaunchOptions:
     num_nodes: Optional[int] = None
     strategy: Any = None
     precision: Any = None
+    deterministic: Optional[bool] = None
 
     @classmethod
     def of(cls, options: Mapping[str, Any]) -> "LaunchOptions":

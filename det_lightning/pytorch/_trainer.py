@@ -18,6 +18,7 @@ from det_lightning.core import DistributedContext
 from det_lightning.pytorch import _launch
 from det_lightning.pytorch._callback import PyTorchCallback
 from det_lightning.pytorch._context import PyTorchTrialContext
+from det_lightning.pytorch._determinism import apply_deterministic, wants_deterministic
 from det_lightning.pytorch._lengths import Lengths
 from det_lightning.pytorch._remote import checkpoint_location
 from det_lightning.pytorch._result import FitArgs, FitResult, ProfilerConfig, TrainerOptions
@@ -47,6 +48,7 @@ def init(
     num_nodes: Optional[int] = None,
     strategy: Any = None,
     precision: Any = None,
+    deterministic: Optional[bool] = None,
 ) -> Iterator[PyTorchTrialContext]:
     """Creates the ``PyTorchTrialContext`` for a trial; use as ``with init(...) as context:``.
 
@@ -63,12 +65,19 @@ def init(
             (defaults: Lightning's own; see ``add_launch_arguments``). With several devices the
             processes start here: ``python train.py --devices 2`` re-runs the script for the
             second one, so ``context.distributed`` is right in the trial's ``__init__``.
+        deterministic: deterministic algorithms only (``torch.use_deterministic_algorithms``,
+            cuDNN without autotuning, ``CUBLAS_WORKSPACE_CONFIG``), set here before anything
+            starts CUDA (ours; default: ``$DET_LIGHTNING_DETERMINISTIC``, else the config's
+            ``reproducibility.deterministic``, else off).
     """
     info = get_cluster_info()
     if info is not None and hparams is None and exp_conf is None:
         # One trial of a `det-lightning experiment` search: its hyperparameters and config.
         hparams, exp_conf = info.trial.hparams, info.trial.config
     seed = experiment_seed(exp_conf)
+    wanted = wants_deterministic(deterministic, exp_conf, os.environ)
+    if wanted:
+        apply_deterministic()
     launched = _launch.start(
         {
             "accelerator": accelerator,
@@ -76,6 +85,9 @@ def init(
             "num_nodes": num_nodes,
             "strategy": strategy,
             "precision": precision,
+            # An explicit False reaches Lightning (which then turns the flags off); left
+            # unsaid, Lightning leaves torch's flags as they are.
+            "deterministic": wanted if deterministic is not None else (wanted or None),
         },
         distributed,
     )

@@ -22,6 +22,7 @@ pytestmark = pytest.mark.gpu
 
 TRIALS = make_trials(pytorch)
 HPARAMS = {"lr": 0.01, "dropout": 0.3, "shuffle": True}
+SYNC = "called a synchronizing CUDA operation"  # torch's sync debug mode warning
 
 
 @pytest.fixture(autouse=True)
@@ -256,5 +257,31 @@ def test_no_cuda_synchronisation_between_batches() -> None:
                 checkpoint_policy="none",
             )
     torch.cuda.set_sync_debug_mode(0)
-    syncs = [str(w.message) for w in caught if "synchroniz" in str(w.message)]
+    syncs = [f"{w.filename}:{w.lineno}" for w in caught if str(w.message).startswith(SYNC)]
     assert syncs == []
+
+
+def test_batches_reach_the_device_from_pinned_memory_without_waiting(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every host-to-device copy of a batch (training and validation) is non-blocking and reads
+    page-locked memory: the loader pinned it (``pin_memory``'s default on CUDA)."""
+    copies: List[Any] = []
+    real_to = torch.Tensor.to
+
+    def recording_to(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        out = real_to(self, *args, **kwargs)
+        if self.device.type == "cpu" and out.device.type == "cuda":
+            copies.append((kwargs.get("non_blocking", False), self.is_pinned()))
+        return out
+
+    with pytorch.init(hparams=HPARAMS, accelerator="gpu") as context:
+        trial = TRIALS["MLPTrial"](context)
+        monkeypatch.setattr(torch.Tensor, "to", recording_to)
+        pytorch.Trainer(trial, context, logger=False).fit(
+            max_length=pytorch.Batch(8),
+            validation_period=pytorch.Batch(4),
+            checkpoint_policy="none",
+        )
+    assert len(copies) >= 16  # inputs and targets of 8 training batches, then validation's
+    assert set(copies) == {(True, True)}

@@ -107,7 +107,7 @@ def test_amp_workload_trains_the_same_weights_in_every_system_on_the_cpu(
 ) -> None:
     """The AMP recipe (float16 autocast and a GradScaler) and the device argument threaded
     through every system, on the CPU: what ``--device cuda`` runs, bar the device."""
-    systems = ["raw", "lightning", "det_lightning"]
+    systems = ["raw", "raw-best", "lightning", "det_lightning"]
     if importlib.util.find_spec("determined") is not None:
         systems.append("determined")
     out = tmp_path / "results"
@@ -137,10 +137,11 @@ def test_cuda_report_names_the_device_and_has_a_row_per_system(bench: Dict[str, 
     run = {"device_per_step_s": 0.002, "syncs_per_batch": 1.0, "peak_memory_mb": 12.5}
     runs = {
         ("amp", "raw"): [{**run, "checksum": 1.0}],
+        ("amp", "raw-best"): [{**run, "device_per_step_s": 0.0025, "checksum": 1.0}],
         ("amp", "det_lightning"): [{**run, "device_per_step_s": 0.003, "checksum": 1.0}],
     }
     failures = {("amp", "determined"): "exit code 1: RuntimeError: boom"}
-    report = Report(runs, failures, ["raw", "det_lightning", "determined"], chosen)
+    report = Report(runs, failures, ["raw", "raw-best", "det_lightning", "determined"], chosen)
     facts = {
         "name": "Some GPU",
         "capability": "sm_90",
@@ -164,7 +165,9 @@ def test_cuda_report_names_the_device_and_has_a_row_per_system(bench: Dict[str, 
     }
     text = bench["cuda_tables"].render("python benchmarks/run.py", 5, report, facts, host, "2026")
     assert "Device: Some GPU (sm_90, 80 GiB), driver 580.1, CUDA 13.0" in text
-    assert "| det_lightning | 3.000 | 1.50 | — | 1.00 | 12.5 | yes |" in text
+    assert "| × raw | × raw-best | × Determined | × Lightning | syncs / batch |" in text
+    assert "| det_lightning | 3.000 | 1.50 | 1.20 | — | — | 1.00 | 12.5 | yes |" in text
+    assert "| raw loop, pinned + non-blocking (raw-best) | 2.500 | 1.25 | 1.00 |" in text
     assert "not measured: exit code 1: RuntimeError: boom" in text
     assert "(5 repetition(s), the first (warm-up) dropped)" in text
 
@@ -172,16 +175,18 @@ def test_cuda_report_names_the_device_and_has_a_row_per_system(bench: Dict[str, 
 def test_gpu_wheels_lists_what_the_gpu_machine_needs_from_this_venv(
     tmp_path: pathlib.Path,
 ) -> None:
-    """``scripts/gpu-check.sh --prepare``'s list: det_lightning's dependencies with the testing
-    and interop extras, as installed here (the download itself needs an index: not tested)."""
+    """``scripts/gpu-check.sh --prepare``'s list: what the check's imports load, as installed
+    here; Determined's storage libraries, which ``determined.pytorch`` never imports, are not on
+    it (the download itself needs an index: not tested)."""
     sys.path.insert(0, str(ROOT / "scripts"))
     try:
         wheels = importlib.import_module("gpu_wheels")
     finally:
         sys.path.remove(str(ROOT / "scripts"))
-    found = wheels.closure("det-lightning", {"testing", "interop"}, "3.12")
-    assert {"determined", "optuna", "lightning", "pytest", "pytest-xdist", "torch"} <= set(found)
+    found = wheels.imported()
+    assert {"determined", "appdirs", "lightning", "pytest", "pytest-xdist", "torch"} <= set(found)
     assert found["determined"] == "0.38.1"
+    assert not {"boto3", "botocore", "google-api-python-client", "optuna"} & set(found)
     assert not wheels.NEVER.match("optuna") and wheels.NEVER.match("nvidia-cublas")
     listing = tmp_path / "KINDS.md"
     listing.write_text("# machines\n\nPackages: absl-py, Typing_Extensions, zipp.\n")

@@ -49,12 +49,14 @@ def test_every_launch_flag_reaches_init() -> None:
         "ddp_find_unused_parameters_true",
         "--precision",
         "bf16-mixed",
+        "--deterministic",
     ) == {
         "devices": 2,
         "num_nodes": 3,
         "accelerator": "cpu",
         "strategy": "ddp_find_unused_parameters_true",
         "precision": "bf16-mixed",
+        "deterministic": True,
     }
     assert parse("--num_nodes", "2") == {"num_nodes": 2}
 

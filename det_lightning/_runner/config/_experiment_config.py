@@ -145,6 +145,15 @@ class ExperimentConfig:
         """``optimizations.aggregation_frequency`` (default 1)."""
         return int(self.raw["optimizations"]["aggregation_frequency"])
 
+    def precision(self) -> Optional[str]:
+        """``optimizations.precision`` (ours): Lightning's precision, None for its default."""
+        value = self.raw["optimizations"]["precision"]
+        return None if value is None else str(value)
+
+    def deterministic(self) -> bool:
+        """``reproducibility.deterministic`` (ours; default false): see ``init(deterministic)``."""
+        return bool(self.raw["reproducibility"]["deterministic"])
+
     def experiment_seed(self) -> Optional[int]:
         """``reproducibility.experiment_seed``; None means "do not seed" (see module notes)."""
         seed = self.raw["reproducibility"]["experiment_seed"]

@@ -153,6 +153,9 @@ _RESOURCES = _Section(
     },
 )
 
+# Lightning's precision settings a trial can train in (``lightning.Trainer(precision=...)``).
+PRECISIONS = ("64-true", "32-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true")
+
 _OPTIMIZATIONS = _Section(
     {
         "aggregation_frequency": _Value(("integer",), minimum=1, default=1),
@@ -160,6 +163,8 @@ _OPTIMIZATIONS = _Section(
         "average_training_metrics": _Value(("boolean",), default=False),
         "gradient_compression": _ignored("boolean"),
         "mixed_precision": _Value(("string",), choices=("O0", "O1", "O2", "O3"), ignored=True),
+        # Ours: Lightning's precision for every trial (what --precision sets; it wins).
+        "precision": _Value(("string",), choices=PRECISIONS, default=None),
         "tensor_fusion_threshold": _ignored("integer"),
         "tensor_fusion_cycle_time": _ignored("integer"),
         "auto_tune_tensor_fusion": _ignored("boolean"),
@@ -181,7 +186,13 @@ _EXPERIMENT = _Section(
         "checkpoint_policy": _Value(("string",), choices=("best", "all", "none"), default="best"),
         "resources": _RESOURCES,
         "optimizations": _OPTIMIZATIONS,
-        "reproducibility": _Section({"experiment_seed": _Value(("integer",), default=None)}),
+        "reproducibility": _Section(
+            {
+                "experiment_seed": _Value(("integer",), default=None),
+                # Ours: init(deterministic=True) for every trial (what --deterministic sets).
+                "deterministic": _Value(("boolean",), default=False),
+            }
+        ),
         "data": _Value(("mapping",), default={}),
         "perform_initial_validation": _Value(("boolean",), default=False),
         "scheduling_unit": _Value(("integer",), minimum=1, default=100),
