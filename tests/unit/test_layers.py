@@ -31,6 +31,7 @@ LAYERS: Dict[str, Tuple[str, Tuple[str, ...]]] = {
         (
             "det_lightning.pytorch._trainer",
             "det_lightning.pytorch._launch",
+            "det_lightning.pytorch._determinism",
             "det_lightning.tensorboard",
         ),
     ),
