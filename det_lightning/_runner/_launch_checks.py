@@ -7,8 +7,10 @@ The value checks (``--devices abc``, ``--num-nodes 0``) are the argument types i
 """
 
 import argparse
+import sys
 from typing import Any, List, Mapping, Optional, Sequence, Tuple
 
+from det_lightning._job_processes import cpu_count, oversubscribed
 from det_lightning.pytorch._launch_options import LAUNCH_OPTIONS
 
 GPU_ACCELERATORS = ("gpu", "cuda")
@@ -63,6 +65,21 @@ def on_gpu(options: Mapping[str, Any], gpus: int) -> bool:
     return accelerator in GPU_ACCELERATORS or (accelerator == "auto" and gpus > 0)
 
 
+def warn_if_oversubscribed(options: Mapping[str, Any], asked: str) -> None:
+    """Prints ``oversubscribed``'s warning for ``options["devices"]`` processes, if any
+    (``asked``: where the count came from, e.g. ``--devices 3``)."""
+    gpus = gpu_count()
+    warning = oversubscribed(
+        processes=options["devices"],
+        asked=asked,
+        on_gpu=on_gpu(options, gpus),
+        cpus=cpu_count(),
+        gpus=gpus,
+    )
+    if warning:
+        print(f"det-lightning: {warning}", file=sys.stderr, flush=True)
+
+
 class LaunchCheckingParser(argparse.ArgumentParser):
     """An ``ArgumentParser`` that, where it has launch options, refuses those this machine
     cannot run (``launch_problem``) as argparse refuses a bad value: usage, one error line,
@@ -81,4 +98,10 @@ class LaunchCheckingParser(argparse.ArgumentParser):
         return parsed, rest
 
 
-__all__ = ["LaunchCheckingParser", "gpu_count", "launch_problem", "on_gpu"]
+__all__ = [
+    "LaunchCheckingParser",
+    "gpu_count",
+    "launch_problem",
+    "on_gpu",
+    "warn_if_oversubscribed",
+]

@@ -33,9 +33,9 @@ from typing import Any, Callable, ContextManager, Dict, List, Mapping, Optional,
 
 import det_lightning
 from det_lightning import compat, errors
-from det_lightning._job_processes import cpu_count, is_chief, oversubscribed, quiet_unless_chief
+from det_lightning._job_processes import is_chief, quiet_unless_chief
 from det_lightning._env import SEARCH_ENV, SEARCH_WORKER_ENV
-from det_lightning._runner import _launch_checks, _overrides
+from det_lightning._runner import _check, _launch_checks, _overrides
 from det_lightning._runner._cli_text import EPILOG, CommandParser, version_text
 from det_lightning._runner.config._experiment_config import announce_ignored
 from det_lightning._runner.experiment import INTERRUPTED_NOTE, run_experiment
@@ -114,16 +114,7 @@ def _start_processes(
     command = torchrun_command(options, os.environ, argv)
     if command is None:
         return None
-    gpus = _launch_checks.gpu_count()
-    warning = oversubscribed(
-        processes=options["devices"],
-        asked=f"{source}{options['devices']}",
-        on_gpu=_launch_checks.on_gpu(options, gpus),
-        cpus=cpu_count(),
-        gpus=gpus,
-    )
-    if warning:
-        print(f"{PROG}: {warning}", file=sys.stderr, flush=True)
+    _launch_checks.warn_if_oversubscribed(options, f"{source}{options['devices']}")
     print(
         f"{PROG}: starting {options['devices']} processes: {' '.join(command[1:])}",
         file=sys.stderr,
@@ -406,6 +397,7 @@ def build_parser() -> argparse.ArgumentParser:
     checkpoint.add_argument("action", choices=("export", "convert"))
     checkpoint.add_argument("rest", metavar="ARGS", nargs=argparse.REMAINDER)
     checkpoint.set_defaults(handler=_cmd_checkpoint)
+    _check.add_parser(commands)
     return parser
 
 
