@@ -416,6 +416,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     except compat.RealDeterminedImportedError as e:
         _error(args.command, str(e))
         return EXIT_FAILURE
+    except errors.InvalidExperimentException as e:  # a search's trial cannot be ranked
+        _error(args.command, str(e))
+        return EXIT_FAILURE
     except errors.TrialPreempted as e:
         if not e.reported:  # the trainer logged how to continue; else say it here, once
             print(f"{PROG} {args.command}: {e}", file=sys.stderr, flush=True)

@@ -89,3 +89,22 @@ def test_more_processes_than_cores_warns_once(tmp_path: pathlib.Path) -> None:
     assert result.stdout.count("ran") == asked, output(result)
     warning = f"det-lightning: warning: --devices {asked} starts {asked} processes on "
     assert result.stderr.count(warning) == 1, output(result)
+
+
+@pytest.mark.slow
+def test_a_search_whose_journal_cannot_be_written_is_one_line(tmp_path: pathlib.Path) -> None:
+    (tmp_path / "a-file").write_text("")  # as root no folder is read-only: one under a file
+    result = run_cli(
+        "experiment",
+        "--checkpoint-dir",
+        str(tmp_path / "a-file" / "ckpt"),
+        str(PROJECT / "search.yaml"),
+        str(PROJECT),
+        cwd=tmp_path,
+    )
+    assert result.returncode == 2, output(result)
+    last = result.stderr.splitlines()[-1]
+    assert last.startswith("det-lightning experiment: error: "), output(result)
+    assert f"cannot be written in {tmp_path / 'a-file' / 'ckpt'}" in last, output(result)
+    assert "give a writable folder with --checkpoint-dir" in last, output(result)
+    assert "Traceback" not in result.stderr, output(result)
