@@ -7,6 +7,7 @@ Usage::
     det-lightning experiment [LAUNCH] [--checkpoint-dir DIR] [--storage URL] [--workers N]
                              [--dashboard] CONFIG.yaml MODEL_DIR
     det-lightning checkpoint {export,convert} ...         # see det_lightning.pytorch._export
+    det-lightning check [DIR|CONFIG ...]                  # would each project run? (_check)
 
 Code run by ``run`` and ``experiment`` gets ``det_lightning`` when it imports ``determined``
 (``det_lightning.compat``).
