@@ -20,7 +20,11 @@ rejoin), and its strategy wraps the whole ``TrialModule`` as usual.
 import atexit
 import copy
 import gc
+import os
+import sys
 from typing import Any, Dict, Optional
+
+from det_lightning._job_processes import cpu_count, oversubscribed, quiet_unless_chief
 
 from det_lightning.adapters.fit import _quiet_lightning_setup
 from det_lightning.core import DistributedContext, DummyDistributedContext
@@ -36,6 +40,7 @@ def start_processes(options: Dict[str, Any], distributed: Optional[DistributedCo
         distributed: the user's own ``DistributedContext``, if any; it must agree with Lightning.
     """
     strategy = _launch_strategy(options)
+    quiet_unless_chief(os.environ)  # Lightning's launcher set this process's ranks
     joined_before = _process_group_exists()
     strategy.setup_environment()
     if not joined_before and _process_group_exists():
@@ -87,8 +92,28 @@ def _launch_strategy(options: Dict[str, Any]) -> Any:
             "with torchrun."
         )
     if launcher is not None:
+        environment = getattr(strategy, "cluster_environment", None)  # a parallel strategy's
+        if environment is None or not environment.creates_processes_externally:  # Lightning's
+            _warn_if_oversubscribed(trainer)
         launcher.launch(lambda: None)
     return strategy
+
+
+def _warn_if_oversubscribed(trainer: Any) -> None:
+    """Before Lightning starts the other processes: a warning when there are more than cores
+    (on the CPU) or GPUs."""
+    from lightning.pytorch.accelerators import CUDAAccelerator
+
+    on_gpu = isinstance(trainer.accelerator, CUDAAccelerator)
+    warning = oversubscribed(
+        processes=trainer.num_devices,
+        asked=f"devices={trainer.num_devices}",
+        on_gpu=on_gpu,
+        cpus=cpu_count(),
+        gpus=CUDAAccelerator.auto_device_count() if on_gpu else 0,
+    )
+    if warning:
+        print(f"det_lightning: {warning}", file=sys.stderr, flush=True)
 
 
 def _process_group_exists() -> bool:

@@ -41,6 +41,15 @@ def check_training_output(output: Any, batch_idx: int) -> Dict[str, Any]:
     for name, value in output.items():
         if not isinstance(name, str):
             raise TypeError(f"train_batch() returned a metric named {name!r}; names must be str.")
+        if isinstance(value, (str, bytes)):
+            # Determined averages it to None without a word; the chart shows a gap, the
+            # summary a blank, and nobody learns why.
+            raise TypeError(
+                f"train_batch() returned metric {name!r} = {value!r} at batch {batch_idx}: "
+                "training metrics are averaged over each reporting period, so each must be a "
+                "number, a tensor or a numpy array (None for a batch without it); log text "
+                "with logging instead."
+            )
         checked[name] = value.detach() if isinstance(value, torch.Tensor) else value
     return checked
 
@@ -184,7 +193,7 @@ def average_training_metrics(
         except (TypeError, ValueError):
             if values:
                 jsonable({name: values[0]})  # raises for a value that cannot even be reported
-            averages[name] = None  # not averageable (e.g. strings); keep the name visible
+            averages[name] = None  # not averageable (arrays of unequal shapes): keep the name
     return averages, batch_metrics
 
 

@@ -142,8 +142,9 @@ class SignalWatcher:
             f"{errors.TrialPreempted.EXIT_CODE}."
         )
         if self.distributed.rank == 0:
-            logger.warning(message)
-        raise errors.TrialPreempted(message, checkpoint=str(checkpoint) if checkpoint else None)
+            logger.warning(message)  # the job's one line about it (the chief's)
+        where = str(checkpoint) if checkpoint else None
+        raise errors.TrialPreempted(message, checkpoint=where, reported=True)
 
 
 STOP_AGREEMENT_ENV = "DET_LIGHTNING_STOP_AGREEMENT_INTERVAL"

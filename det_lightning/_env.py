@@ -20,6 +20,9 @@ SEARCH_ENV = "DET_LIGHTNING_SEARCH"
 SEARCH_WORKER_ENV = "DET_LIGHTNING_SEARCH_WORKER"
 # A search's command trial: Determined's cluster info (hyperparameters, checkpoint; JSON).
 TRIAL_INFO_ENV = "DET_LIGHTNING_TRIAL_INFO"
+# "1": every fit() runs Determined's test mode (one batch, a validation, a checkpoint), as
+# fit(test_mode=True); `det-lightning check` smoke-runs a project's script with it.
+TEST_MODE_ENV = "DET_LIGHTNING_TEST_MODE"
 # How a trial of `det-lightning experiment` stopped by a signal continues (printed after it).
 RESUME_ADVICE_ENV = "DET_LIGHTNING_RESUME_ADVICE"
 

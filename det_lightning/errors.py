@@ -154,15 +154,19 @@ class TrialPreempted(SystemExit):
     A ``SystemExit``: left uncaught, the process ends with status ``EXIT_CODE`` (75, sysexits'
     ``EX_TEMPFAIL``: "try again"). Run again with ``fit(latest_checkpoint="latest")`` (or
     ``DET_LIGHTNING_LATEST_CHECKPOINT=latest``) to continue. ``checkpoint`` is the last
-    checkpoint's path, if any.
+    checkpoint's path, if any; ``reported``: the message was already logged (by the trainer,
+    or by the trial's own process), so ``det-lightning`` does not print it again.
     """
 
     EXIT_CODE = 75
 
-    def __init__(self, message: str = "", checkpoint: "str | None" = None) -> None:
+    def __init__(
+        self, message: str = "", checkpoint: "str | None" = None, reported: bool = False
+    ) -> None:
         super().__init__(self.EXIT_CODE)
         self.message = message
         self.checkpoint = checkpoint
+        self.reported = reported
 
     def __str__(self) -> str:
         return self.message

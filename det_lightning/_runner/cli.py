@@ -7,6 +7,7 @@ Usage::
     det-lightning experiment [LAUNCH] [--checkpoint-dir DIR] [--storage URL] [--workers N]
                              [--dashboard] CONFIG.yaml MODEL_DIR
     det-lightning checkpoint {export,convert} ...         # see det_lightning.pytorch._export
+    det-lightning check [DIR|CONFIG ...]                  # would each project run? (_check)
 
 Code run by ``run`` and ``experiment`` gets ``det_lightning`` when it imports ``determined``
 (``det_lightning.compat``).
@@ -18,11 +19,8 @@ environment as ``$DET_LIGHTNING_<OPTION>``. With ``--devices N`` (N > 1) either 
 processes of itself under torchrun, whose environment ``init()`` reads; Lightning's own launcher
 would re-run the bare script, without the ``determined`` alias.
 
-Exit status: 0 on success; 2 for a usage or configuration error (the message names the config
-key); 1 when a trial fails or the real ``determined`` is already imported; 75 when training was
-stopped by a signal after checkpointing (run again to resume; a search prints its summary first,
-the interrupted trial shown INTERRUPTED); a script's own status for ``run``
-(0 when a search's trial raises ``det.InvalidHP``: the search drops the trial and goes on).
+Exit status: ``_cli_text.EPILOG``, the end of every ``--help`` (0, 1, 2, 75; ``run``: the
+script's). After a signal a search prints its summary first, the interrupted trial INTERRUPTED.
 """
 
 import argparse
@@ -36,8 +34,11 @@ from typing import Any, Callable, ContextManager, Dict, List, Mapping, Optional,
 
 import det_lightning
 from det_lightning import compat, errors
+from det_lightning._job_processes import is_chief, quiet_unless_chief
 from det_lightning._env import SEARCH_ENV, SEARCH_WORKER_ENV
-from det_lightning._runner.config import load_config
+from det_lightning._runner import _check, _launch_checks, _overrides
+from det_lightning._runner._cli_text import EPILOG, CommandParser, version_text
+from det_lightning._runner.config._experiment_config import announce_ignored
 from det_lightning._runner.experiment import INTERRUPTED_NOTE, run_experiment
 from det_lightning._runner.plan import Plan, UsageError, plan_experiment
 from det_lightning._runner.search._dashboard import dashboard_beside
@@ -106,12 +107,15 @@ def torchrun_command(
     return command + ["-m", "det_lightning", *argv]
 
 
-def _start_processes(options: Mapping[str, Any], argv: Sequence[str]) -> Optional[int]:
+def _start_processes(
+    options: Mapping[str, Any], argv: Sequence[str], source: str = "--devices "
+) -> Optional[int]:
     """Runs ``det-lightning ARGV`` once per device under torchrun and returns its exit status,
-    or None to go on in this process."""
+    or None to go on in this process; ``source``: where the device count came from."""
     command = torchrun_command(options, os.environ, argv)
     if command is None:
         return None
+    _launch_checks.warn_if_oversubscribed(options, f"{source}{options['devices']}")
     print(
         f"{PROG}: starting {options['devices']} processes: {' '.join(command[1:])}",
         file=sys.stderr,
@@ -188,8 +192,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def _cmd_experiment(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format=det_lightning.LOG_FORMAT)
+    quiet_unless_chief(os.environ)
     try:
-        config = load_config(args.config)
+        config = _overrides.load_with_overrides(args.config, args.config_overrides, announce=False)
         plan = plan_experiment(config, args.model_dir, _launch_options(args), args.checkpoint_dir)
         plan.storage = args.storage
         plan.heartbeat_timeout = args.heartbeat_timeout
@@ -207,15 +212,22 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
 
 
 def _run_plan(plan: Plan, args: argparse.Namespace) -> int:
+    # The ignored keys are announced once: by the process that runs the job (its chief), or
+    # by the one that starts a search's workers.
+    announce = is_chief(os.environ) and os.environ.get(SEARCH_WORKER_ENV) is None
     if plan.search is not None and os.environ.get(SEARCH_WORKER_ENV) is None:
         workers = _search_workers(plan, args.workers)
         if workers > 1:
+            announce_ignored(plan.config.ignored_keys)
             return _run_workers(workers, plan, args.argv)
     if plan.trial_class is not None:
-        status = _start_processes(plan.launch, args.argv)  # a command starts its own
+        source = "--devices " if args.devices is not None else "resources.slots_per_trial: "
+        status = _start_processes(plan.launch, args.argv, source)  # a command starts its own
         if status is not None:
             return status
         compat.install()  # model_def.py imports determined
+    if announce:
+        announce_ignored(plan.config.ignored_keys)
     return run_experiment(plan)
 
 
@@ -285,8 +297,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG,
         description="Run Determined PyTorchTrial projects, unmodified, on PyTorch Lightning.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    parser.add_argument("--version", action="version", version=version_text())
+    commands = parser.add_subparsers(
+        dest="command",
+        metavar="COMMAND",
+        required=True,
+        parser_class=CommandParser,
+    )
 
     run = commands.add_parser(
         "run",
@@ -302,9 +322,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="TARGET is a module to run, as with python -m",
     )
     run.add_argument("target", metavar="SCRIPT", help="the script (or module, with -m)")
-    run.add_argument(
+    script_args = run.add_argument(
         "script_args", metavar="ARGS", nargs=argparse.REMAINDER, help="arguments for the script"
     )
+    script_args.required = False  # argparse counts a REMAINDER as required: SCRIPT is
     run.set_defaults(handler=_cmd_run)
 
     experiment = commands.add_parser(
@@ -355,6 +376,14 @@ def build_parser() -> argparse.ArgumentParser:
         "(and after, until Ctrl-C); needs pip install "
         "'det_lightning[dashboard]'",
     )
+    experiment.add_argument(
+        "--config",
+        dest="config_overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help=_overrides.HELP,
+    )
     experiment.add_argument("config", metavar="CONFIG", help="the experiment config (YAML)")
     experiment.add_argument("model_dir", metavar="MODEL_DIR", help="the model definition directory")
     experiment.set_defaults(handler=_cmd_experiment)
@@ -369,6 +398,7 @@ def build_parser() -> argparse.ArgumentParser:
     checkpoint.add_argument("action", choices=("export", "convert"))
     checkpoint.add_argument("rest", metavar="ARGS", nargs=argparse.REMAINDER)
     checkpoint.set_defaults(handler=_cmd_checkpoint)
+    _check.add_parser(commands)
     return parser
 
 
@@ -387,8 +417,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     except compat.RealDeterminedImportedError as e:
         _error(args.command, str(e))
         return EXIT_FAILURE
+    except errors.InvalidExperimentException as e:  # a search's trial cannot be ranked
+        _error(args.command, str(e))
+        return EXIT_FAILURE
     except errors.TrialPreempted as e:
-        _error(args.command, str(e))  # its message says how to continue
+        if not e.reported:  # the trainer logged how to continue; else say it here, once
+            print(f"{PROG} {args.command}: {e}", file=sys.stderr, flush=True)
         return errors.TrialPreempted.EXIT_CODE
 
 

@@ -159,7 +159,11 @@ def run_experiment(plan: Plan) -> int:
         if os.environ.get(SEARCH_WORKER_ENV) == "summary":  # the workers are done
             results = _worker.search_summary(plan, plan.storage)
         else:
-            outcome = _worker.run_search(plan, plan.storage)
+            try:
+                outcome = _worker.run_search(plan, plan.storage)
+            except errors.InvalidExperimentException:  # e.g. no searcher.metric: it stops
+                _report(_worker.search_summary(plan, plan.storage), config.searcher, False)
+                raise  # the command prints its one line
             results, interrupted_by = outcome.trials, outcome.interrupted_by
     else:
         os.environ.setdefault(RESUME_ADVICE_ENV, SINGLE_ADVICE)

@@ -197,7 +197,8 @@ def run_command_trial(
 
         raise taken_over(number)
     if code == errors.TrialPreempted.EXIT_CODE:
-        raise errors.TrialPreempted(f"trial {number} was stopped by a signal.")
+        # The trial's process said how it stopped.
+        raise errors.TrialPreempted(f"trial {number} was stopped by a signal.", reported=True)
     status = "COMPLETED" if code == 0 else "ERROR"
     if code != 0:
         logger.error(f"trial {number}: the command exited with status {code}")

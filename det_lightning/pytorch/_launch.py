@@ -60,9 +60,34 @@ def _devices(text: str) -> Union[int, str]:
 
     >>> _devices("2"), _devices("auto"), _devices("0,2")
     (2, 'auto', '0,2')
+    >>> _devices("abc")
+    Traceback (most recent call last):
+    argparse.ArgumentTypeError: 'abc' is not a device count (2), -1 for all, auto, or a list of \
+device indices (0,1)
+
+    Raises:
+        argparse.ArgumentTypeError: none of those (argparse prints it as a usage error).
     """
     stripped = text.strip()
-    return int(stripped) if stripped.lstrip("-").isdigit() else stripped
+    if stripped.lstrip("-").isdigit() and (int(stripped) == -1 or int(stripped) > 0):
+        return int(stripped)
+    parts = [part.strip() for part in stripped.split(",")]
+    if stripped == "auto" or ("," in stripped and all(p.isdigit() for p in parts if p)):
+        return stripped
+    raise argparse.ArgumentTypeError(
+        f"{text!r} is not a device count (2), -1 for all, auto, or a list of device indices (0,1)"
+    )
+
+
+def _positive_int(text: str) -> int:
+    """``--num-nodes``: a count > 0.
+
+    Raises:
+        argparse.ArgumentTypeError: anything else.
+    """
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of nodes > 0")
+    return int(text)
 
 
 def add_launch_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -89,7 +114,7 @@ def add_launch_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPa
         "--num-nodes",
         "--num_nodes",
         dest="num_nodes",
-        type=int,
+        type=_positive_int,
         default=None,
         help="number of nodes; run the script on each (SLURM, torchrun, or NODE_RANK/MASTER_ADDR)",
     )

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional
 
 
 from det_lightning import errors
-from det_lightning._env import CHECKPOINT_DIR_ENV, default_tensorboard_dir
+from det_lightning._env import CHECKPOINT_DIR_ENV, TEST_MODE_ENV, default_tensorboard_dir
 from det_lightning._info import get_cluster_info
 from det_lightning.core import DistributedContext
 from det_lightning.pytorch import _launch
@@ -277,7 +277,8 @@ class Trainer:
         ``latest_checkpoint`` is a checkpoint directory, a UUID under ``checkpoint_dir``, or
         ``"latest"``; when it is None, ``$DET_LIGHTNING_LATEST_CHECKPOINT`` is used (with
         ``latest``, a first run that finds no checkpoint starts fresh), so a requeued job
-        continues where it stopped.
+        continues where it stopped. ``$DET_LIGHTNING_TEST_MODE=1`` turns ``test_mode`` on
+        (``det-lightning check`` smoke-runs an unmodified script so).
 
         Raises:
             det_lightning.errors.TrialPreempted: after SIGTERM/SIGINT, once the current batch
@@ -305,7 +306,7 @@ class Trainer:
             checkpoint_policy=checkpoint_policy,
             latest_checkpoint=str(latest_checkpoint) if latest_checkpoint is not None else None,
             step_zero_validation=bool(step_zero_validation),
-            test_mode=bool(test_mode),
+            test_mode=bool(test_mode) or os.environ.get(TEST_MODE_ENV) == "1",
             profiling_enabled=bool(profiling_enabled),
         )
         from det_lightning.adapters.fit import run_fit

@@ -113,6 +113,11 @@ class TrainBatchReturnsFloat(Trial):
         return 1.5
 
 
+class TrainMetricIsText(Trial):
+    def train_batch(self, batch: Any, epoch_idx: int, batch_idx: int) -> Any:
+        return {**super().train_batch(batch, epoch_idx, batch_idx), "phase": "warmup"}
+
+
 class EvalMetricNotNumeric(Trial):
     def evaluate_batch(self, batch: Any) -> Dict[str, Any]:
         return {**super().evaluate_batch(batch), "obj": object()}
@@ -268,6 +273,14 @@ CASES = [
         TrainBatchReturnsFloat,
         TypeError,
         "train_batch() returned a float at batch 0; it must return the loss tensor or a dict",
+    ),
+    row(
+        "training metric is a string",
+        TrainMetricIsText,
+        TypeError,
+        "train_batch() returned metric 'phase' = 'warmup' at batch 0: training metrics are "
+        "averaged over each reporting period, so each must be a number, a tensor or a numpy "
+        "array",
     ),
     row(
         "validation metric not numeric",

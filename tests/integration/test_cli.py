@@ -145,7 +145,8 @@ def test_run_with_two_devices_starts_two_aliased_processes(
         env={VALIDATION_LOG_ENV: str(log)},
     )
     assert result.returncode == 0, output(result)
-    assert "Initializing distributed: GLOBAL_RANK: 1, MEMBER: 2/2" in result.stderr, output(result)
+    assert "Initializing distributed: GLOBAL_RANK: 0, MEMBER: 1/2" in result.stderr, output(result)
+    assert "GLOBAL_RANK: 1" not in result.stderr, output(result)  # each line once: the chief's
     # Both processes ran the unmodified script (ValidationLog runs on every rank).
     assert sorted(v["batches"] for v in read_validation_log(log)) == [4, 4, 6, 6]
     checkpoints = list(checkpoint_dir.iterdir())

@@ -393,6 +393,16 @@ def test_a_searcher_metric_no_validation_returns_ends_the_search_naming_it(
         (PROJECT / "asha.yaml").read_text().replace("metric: validation_loss", "metric: accuracy")
     )
     result = run_cli("experiment", str(config), str(PROJECT), cwd=isolated_run)
-    assert result.returncode != 0, output(result)
-    assert "searcher.metric 'accuracy' is not among the validation metrics" in output(result)
+    assert result.returncode == 1, output(result)
+    # One error line and the summary as it stands, not a traceback.
+    assert "Traceback" not in result.stderr, output(result)
+    error_lines = [line for line in result.stderr.splitlines() if "error:" in line]
+    assert error_lines == [
+        "det-lightning experiment: error: searcher.metric 'accuracy' is not among the "
+        "validation metrics ['validation_loss']: the search cannot rank this trial. Return it "
+        "from evaluate_batch (or evaluate_full_dataset), or change searcher.metric."
+    ], output(result)
+    summary = result.stdout.splitlines()
+    assert summary[0].split()[:3] == ["trial", "status", "hyperparameters"], output(result)
+    assert summary[1].split()[:2] == ["1", "ERROR"], output(result)
     assert len(read_trials(checkpoint_dir / JOURNAL_NAME)) == 1

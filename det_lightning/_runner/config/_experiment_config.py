@@ -311,13 +311,17 @@ def validate_config(config: Dict[str, Any]) -> Tuple[Dict[str, Any], List[str]]:
     return raw, ctx.ignored
 
 
-def load_config(source: Union[str, "os.PathLike[str]", Dict[str, Any]]) -> ExperimentConfig:
+def load_config(
+    source: Union[str, "os.PathLike[str]", Dict[str, Any]], announce: bool = True
+) -> ExperimentConfig:
     """Load and validate a Determined experiment config.
 
     Keys with no local meaning are reported in ``ignored_keys`` and in one logged warning.
 
     Args:
         source: a path to a YAML file, or an already-parsed config dict (not modified).
+        announce: log the warning now; else the caller does, with ``announce_ignored`` (the
+            command logs it from one process of the job).
 
     Returns:
         The validated config.
@@ -332,10 +336,16 @@ def load_config(source: Union[str, "os.PathLike[str]", Dict[str, Any]]) -> Exper
     raw, ignored = validate_config(config)
     if raw.get("name") is None:
         raw["name"] = default_experiment_name()
+    if announce:
+        announce_ignored(ignored)
+    return ExperimentConfig(raw, ignored)
+
+
+def announce_ignored(ignored: List[str]) -> None:
+    """Logs the one warning that names the config keys ignored locally (none: nothing)."""
     if ignored:
         logger.warning(
             "These experiment-config keys only matter on a Determined cluster and are "
             "ignored when running locally: %s",
             ", ".join(ignored),
         )
-    return ExperimentConfig(raw, ignored)

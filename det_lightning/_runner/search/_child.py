@@ -29,7 +29,7 @@ from det_lightning._runner._search_settings import SearchSettings, length_mismat
 from det_lightning._runner.config import Lengths
 from det_lightning._runner.search._reporter import INVALID_HP, SearchReporter
 from det_lightning._runner.search._storage import open_storage
-from det_lightning.pytorch import PyTorchCallback, TrainUnit
+from det_lightning.pytorch import Epoch, PyTorchCallback, TrainUnit
 from det_lightning.pytorch._context import PyTorchTrialContext
 from det_lightning.pytorch._remote import publish_check
 from det_lightning.pytorch._trainer import fit_callbacks
@@ -103,22 +103,45 @@ def _settings(spec: Dict[str, Any]) -> Tuple[SearchSettings, Bracket]:
     return settings, bracket
 
 
-def _warn_if_not_searcher_length(spec: Dict[str, Any], max_length: TrainUnit) -> None:
-    """A search's trial whose script trains for its own length: warned, as Determined does
-    when ``searcher.time_metric`` is set, and always under ``adaptive_asha`` (its rungs)."""
-    info = get_cluster_info()
-    if info is None:  # a model_def trial: the runner passes the length
-        return
-    lengths = Lengths.from_config(info.trial.config)
-    try:
-        expected = lengths.searcher_length(info.trial.hparams)
-    except errors.InvalidConfigException:  # records without global_batch_size: none to compare
-        return
-    if expected is None or expected == max_length:
-        return
-    rungs = spec["bracket"]["rung_units"]
-    if rungs or lengths.searcher_time is not None:
-        trainer_logger.warning(length_mismatch(max_length, expected, rungs, spec["time_metric"]))
+def in_batches(length: TrainUnit, epoch_len: int) -> int:
+    """``length`` in batches, an epoch being ``epoch_len`` of them.
+
+    >>> from det_lightning.pytorch import Batch, Epoch
+    >>> in_batches(Epoch(1), 64) == in_batches(Batch(64), 64)
+    True
+    """
+    assert isinstance(length.value, int)
+    return length.value * epoch_len if isinstance(length, Epoch) else length.value
+
+
+class SearcherLengthCheck(PyTorchCallback):
+    """A search's trial whose script trains for its own length: warned once the epoch length
+    is known (``Epoch(1)`` of 64 batches is the searcher's ``max_time: 64`` batches), as
+    Determined does when ``searcher.time_metric`` is set, and always under ``adaptive_asha``
+    (its rungs)."""
+
+    def __init__(self, spec: Dict[str, Any], max_length: TrainUnit, context: Any) -> None:
+        self.spec, self.max_length, self.context = spec, max_length, context
+
+    def on_training_start(self) -> None:
+        info = get_cluster_info()
+        if info is None:  # a model_def trial: the runner passes the length
+            return
+        lengths = Lengths.from_config(info.trial.config)
+        try:
+            expected = lengths.searcher_length(info.trial.hparams)
+        except errors.InvalidConfigException:  # records without global_batch_size: none
+            return
+        epoch_len = self.context.engine.require_epoch_len()
+        if expected is None or in_batches(expected, epoch_len) == in_batches(
+            self.max_length, epoch_len
+        ):
+            return
+        rungs = self.spec["bracket"]["rung_units"]
+        if rungs or lengths.searcher_time is not None:
+            trainer_logger.warning(
+                length_mismatch(self.max_length, expected, rungs, self.spec["time_metric"])
+            )
 
 
 def reporter_callbacks(
@@ -129,13 +152,13 @@ def reporter_callbacks(
     spec: Dict[str, Any] = json.loads(os.environ[SEARCH_ENV])
     if context.distributed.rank != 0:
         return {}
-    _warn_if_not_searcher_length(spec, max_length)
     settings, bracket = _settings(spec)
     live = _search_trial()
     return {
         "_det_lightning_search": SearchReporter(
             live.study, live, settings, bracket, context, max_length
-        )
+        ),
+        "_det_lightning_search_length": SearcherLengthCheck(spec, max_length, context),
     }
 
 

@@ -171,7 +171,8 @@ def run_trial(
             process.signal(signal.SIGKILL)
             process.wait()
     if status == errors.TrialPreempted.EXIT_CODE or (interrupt.received and status != 0):
-        raise errors.TrialPreempted("the trial was stopped by a signal.")
+        # The trial's process said how it stopped.
+        raise errors.TrialPreempted("the trial was stopped by a signal.", reported=True)
     return status
 
 

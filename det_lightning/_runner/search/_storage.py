@@ -1,13 +1,16 @@
 """Where a search lives: its Optuna storage (a journal file beside the checkpoints, or a
 database several machines share) and its studies, one per bracket."""
 
+import errno
 import logging
+import os
 import pathlib
 from typing import Any, List, Optional
 
 import optuna
 
 from det_lightning._runner._search_settings import SearchSettings
+from det_lightning._runner.plan import UsageError
 from det_lightning._runner.search._grid import enqueue_grid
 from det_lightning.pytorch._remote import CheckpointRoot, local_dir
 
@@ -26,8 +29,31 @@ def open_storage(url: Optional[str], checkpoint_root: CheckpointRoot) -> Any:
     if url and "://" in url:
         return _open_database(url)
     path = pathlib.Path(url) if url else local_dir(checkpoint_root) / JOURNAL_NAME
-    path.parent.mkdir(parents=True, exist_ok=True)
+    _check_writable(path, given=bool(url))
     return JournalStorage(JournalFileBackend(str(path)))
+
+
+def _check_writable(path: pathlib.Path, given: bool) -> None:
+    """The journal file and the lock Optuna keeps beside it can be written (else Optuna fails
+    deep inside with a traceback that names neither the folder nor the fix).
+
+    Raises:
+        UsageError: they cannot, with the folder and what to pass instead.
+    """
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "ab"):
+            pass
+        if not os.access(path.parent, os.W_OK | os.X_OK):
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path.parent))
+    except OSError as e:
+        flag = (
+            "--storage" if given else "--checkpoint-dir (the journal goes beside it) or --storage"
+        )
+        raise UsageError(
+            f"the search's journal {path} cannot be written in {path.parent} "
+            f"({e.strerror or e}); give a writable folder with {flag}."
+        ) from None
 
 
 def _open_database(url: str, attempts: int = 5) -> Any:

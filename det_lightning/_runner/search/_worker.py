@@ -59,6 +59,7 @@ from det_lightning._runner._template import TrialStarter
 from det_lightning._runner.config import ExperimentConfig
 from det_lightning._runner.plan import Plan
 from det_lightning._runner.search._child import search_environment
+from det_lightning._runner.search._failure import log_failure
 from det_lightning._runner.search._grid import has_waiting_point, owns_point
 from det_lightning._runner.search._interrupt import SEARCH_ADVICE, SearchInterrupt
 from det_lightning._runner.search._jobs import run_legacy_process, run_trial
@@ -432,17 +433,15 @@ def _train_and_tell(run: TrialRun) -> None:
             raise  # the trial cannot be ranked (e.g. no searcher metric): Determined stops too
         except (errors.TrialPreempted, LeaseLost):
             raise  # the trial stays RUNNING: rerunning the search resumes it
-        except Exception:
+        except Exception as e:
             if _taken_over(run):
                 raise  # not the trial's error: another worker took it over
             attempts += 1
             if attempts <= max_restarts:
-                logger.exception(
-                    f"trial {number} failed; restart {attempts} of {max_restarts} "
-                    "from its latest checkpoint"
-                )
+                then = f"restart {attempts} of {max_restarts} from its latest checkpoint"
+                log_failure(plan.checkpoint_root, number, e, then)
                 continue
-            logger.exception(f"trial {number} failed")
+            log_failure(plan.checkpoint_root, number, e, "the search goes on without it")
             if bracket.rung_units:  # ASHA: it counts as the worst at its rung
                 attrs = _current_attrs(study, trial)
                 rungs = dict(attrs.get("rungs", {}))

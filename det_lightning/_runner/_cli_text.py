@@ -1,0 +1,50 @@
+"""What ``det-lightning --help`` and ``--version`` print besides the options."""
+
+import importlib.metadata
+import platform
+
+import det_lightning
+from det_lightning._runner._launch_checks import LaunchCheckingParser
+
+# The exit statuses, as the module docstring of cli.py explains them; in every --help.
+EPILOG = """\
+exit status:
+  0   success (also a search's trial that raised det.InvalidHP: the search drops it)
+  1   a trial or a `check` failed, or the real `determined` was already imported
+  2   a usage or configuration error (the message names the option or config key)
+  75  stopped by a signal (SIGINT, SIGTERM) after checkpointing: run the same command
+      again to continue (EX_TEMPFAIL)
+  `run` exits with the script's own status.
+"""
+
+
+def _installed(distribution: str) -> str:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def version_text() -> str:
+    """``det-lightning <version>`` and, on a second line, the Lightning and torch it runs on
+    (read from their metadata: neither is imported).
+
+    >>> version_text().splitlines()[0] == f"det-lightning {det_lightning.__version__}"
+    True
+    """
+    return (
+        f"det-lightning {det_lightning.__version__}\n"
+        f"lightning {_installed('lightning')}, torch {_installed('torch')}, "
+        f"Python {platform.python_version()}"
+    )
+
+
+class CommandParser(LaunchCheckingParser):
+    """A command's parser: its ``--help`` ends with the exit statuses (kept as written; the
+    description above is wrapped as usual)."""
+
+    def format_help(self) -> str:
+        return f"{super().format_help()}\n{EPILOG}"
+
+
+__all__ = ["CommandParser", "EPILOG", "version_text"]
