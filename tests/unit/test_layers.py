@@ -54,12 +54,13 @@ LAYERS: Dict[str, Tuple[str, Tuple[str, ...]]] = {
         ),
     ),
     "leaves": (
-        "what many modules need: errors, environment variable names, on/off settings, seeds",
+        "what many modules need: errors, environment variable names, on/off settings, seeds, the job's process count",
         (
             "det_lightning.errors",
             "det_lightning._env",
             "det_lightning._switch",
             "det_lightning._import",
+            "det_lightning._job_processes",
             "det_lightning.pytorch._seeds",
         ),
     ),
