@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the sdist and, from it, the wheel (`python -m build`), installs the wheel into a fresh
-# virtual environment and runs it there: the version, `det-lightning --help`, the example.
+# virtual environment and runs it there: the version, `det-lightning --help` and `--version`, the example.
 #
 #   scripts/wheel-smoke.sh           with .venv (scripts/setup.sh test) as the base
 #   BASE_VENV=DIR scripts/wheel-smoke.sh
@@ -37,6 +37,10 @@ assert det_lightning.__file__.startswith(sys.prefix), det_lightning.__file__
 assert det_lightning.adapters.__file__.startswith(sys.prefix), det_lightning.adapters.__file__
 print('det_lightning', det_lightning.__version__)")
 "$work/venv/bin/det-lightning" --help >/dev/null
+version=$("$work/venv/bin/det-lightning" --version | head -n 1)
+want=$("$py" -c "import det_lightning; print('det-lightning', det_lightning.__version__)")
+[ "$version" = "$want" ] || { echo "wheel-smoke: --version said '$version', not '$want'" >&2; exit 1; }
+echo "$version"
 cp -r examples/mnist "$work/mnist"
 (cd "$work/mnist" && OMP_NUM_THREADS=1 "$work/venv/bin/det-lightning" experiment const.yaml . \
   >"$work/example.log" 2>&1) \
