@@ -73,12 +73,17 @@ PROVIDED: Dict[str, Dict[str, "tuple[str, str]"]] = {
         "trial_context_class": (ALIKE, "Determined's harness (det_lightning's context class)"),
     },
     "DataLoader": {
-        name: (SAME, "public")
-        for name in (
-            "dataset batch_size sampler batch_sampler num_workers collate_fn pin_memory "
-            "drop_last timeout worker_init_fn multiprocessing_context generator prefetch_factor "
-            "persistent_workers"
-        ).split()
+        **{
+            name: (SAME, "public")
+            for name in (
+                "dataset batch_size sampler batch_sampler num_workers collate_fn "
+                "drop_last timeout worker_init_fn multiprocessing_context generator "
+                "prefetch_factor persistent_workers"
+            ).split()
+        },
+        # Ours defaults to None (pin only when the trial's device is CUDA, docs/howto/gpu.md);
+        # Determined's to False. An explicit value is kept as given, as in Determined.
+        "pin_memory": (ALIKE, "public; a deliberate difference in the default"),
     },
     "_SimpleReducer": {
         "fn": (SAME, "not seen"),

@@ -28,7 +28,7 @@ except ImportError:
 
 class Trial(PyTorchTrial):
     def __init__(self, context):
-        self.core = det.core.init()
+        self.env = det.EnvContext
         self.loader = pytorch.DataLoader
 """
 
@@ -44,10 +44,10 @@ def test_refused_names_with_where_and_what_to_use(tmp_path: pathlib.Path) -> Non
     found = refused_names(_project(tmp_path))
     assert [line.split(":")[0] for line in found] == [
         "determined.pytorch.deepspeed (model_def.py",
-        "determined.core.init (model_def.py",
+        "determined.EnvContext (model_def.py",
     ]
     assert "pytorch.init(strategy='deepspeed')" in found[0]
-    assert found[1].startswith("determined.core.init (model_def.py:18): ")
+    assert found[1].startswith("determined.EnvContext (model_def.py:18): ")
 
 
 def test_missing_packages_leave_out_the_project_the_stdlib_and_optional_imports(
@@ -76,7 +76,10 @@ def test_find_configs_takes_yaml_with_an_entrypoint(tmp_path: pathlib.Path) -> N
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "c.yml").write_text("entrypoint: python3 train.py\n")
     assert _check.find_configs(tmp_path) == [tmp_path / "a.yaml", tmp_path / "sub" / "c.yml"]
-    assert [p.name for p in _check.find_configs(REPO / "examples")] == ["adaptive.yaml"]
+    assert [p.name for p in _check.find_configs(REPO / "examples")] == [
+        "adaptive.yaml",
+        "const.yaml",
+    ]
 
 
 def test_a_bad_config_fails_its_project_and_the_table_says_why(
