@@ -30,7 +30,7 @@ import no_such_package_xyz
 
 class Trial(pytorch.PyTorchTrial):
     def __init__(self, context):
-        self.core = det.core.init()
+        self.env = det.EnvContext  # refused: the cluster's environment
 """
 
 
@@ -60,7 +60,7 @@ def test_check_a_folder_of_projects(isolated_run: pathlib.Path, tmp_path: pathli
         ["projects/regression/const.yaml", "ok", "0", "0", "2", "passed"],
         ["projects/regression/script.yaml", "ok", "0", "0", "0", "passed"],
     ], output(result)
-    assert "refused: determined.core.init (model_def.py:8): " in result.stdout
+    assert "refused: determined.EnvContext (model_def.py:8): " in result.stdout
     assert "missing package: no_such_package_xyz (model_def.py:3)" in result.stdout
     assert result.stdout.rstrip().endswith("3 of 4 would run."), output(result)
     # The scratch folder is gone; nothing was written into the projects nor the default places.
