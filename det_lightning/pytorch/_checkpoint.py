@@ -26,13 +26,16 @@ import json
 import pathlib
 import pickle
 import uuid as uuid_lib
-from typing import TYPE_CHECKING, Any, Dict, List, NamedTuple, Optional, Union, overload
+from typing import TYPE_CHECKING, Any, Dict, List, NamedTuple, Optional, Tuple, Union, overload
 
 import torch
 
 from det_lightning import errors
 
+from det_lightning.pytorch._identity import IDENTITY_KEY
+
 if TYPE_CHECKING:
+    from det_lightning.pytorch._identity import RunIdentity
     from det_lightning.pytorch._remote import RemoteRoot
 
 STATE_DICT_FILE = "state_dict.pth"
@@ -270,6 +273,12 @@ def latest_checkpoint(
     under a URL root (``_remote.RemoteRoot``, which lists its own) only checkpoints with their
     marker count."""
     listed = list_local(root) if isinstance(root, pathlib.Path) else root.complete()
+    return _newest(root, listed)
+
+
+def _newest(
+    root: Union[pathlib.Path, "RemoteRoot"], listed: List[Listed]
+) -> Optional[Union[pathlib.Path, "RemoteRoot"]]:
     best, best_key = None, (-1, -1.0)
     for entry in listed:
         try:
@@ -279,3 +288,36 @@ def latest_checkpoint(
         if key > best_key:
             best, best_key = entry.name, key
     return None if best is None else root / best
+
+
+def read_load_data(root: Union[pathlib.Path, "RemoteRoot"], name: str) -> Dict[str, Any]:
+    """``load_data.json`` of checkpoint ``name`` under ``root`` ({} when absent or unreadable)."""
+    try:
+        if isinstance(root, pathlib.Path):
+            text = (root / name / LOAD_DATA_FILE).read_text()
+        else:
+            where = root / name
+            text = where.filesystem().cat_file(f"{where.key}/{LOAD_DATA_FILE}").decode()
+        content = json.loads(text)
+    except (OSError, ValueError):
+        return {}
+    return content if isinstance(content, dict) else {}
+
+
+def latest_of_run(
+    root: Union[pathlib.Path, "RemoteRoot"], identity: "RunIdentity"
+) -> Tuple[Optional[Union[pathlib.Path, "RemoteRoot"]], List[str]]:
+    """Like ``latest_checkpoint``, among the checkpoints ``identity`` may resume from (its own
+    run's: ``_identity``); also the ones passed over, each as ``"<uuid> (<how it differs>)"``."""
+    from det_lightning.pytorch._identity import saved_identity
+
+    listed = list_local(root) if isinstance(root, pathlib.Path) else root.complete()
+    mine, passed = [], []
+    for entry in listed:
+        load_data = None if IDENTITY_KEY in entry.metadata else read_load_data(root, entry.name)
+        differs = identity.mismatch(saved_identity(entry.metadata, load_data))
+        if differs is None:
+            mine.append(entry)
+        else:
+            passed.append(f"{entry.name} ({differs})")
+    return _newest(root, mine), sorted(passed)
