@@ -27,7 +27,7 @@ import torch
 
 from det_lightning import errors
 from det_lightning.adapters import stateful
-from det_lightning._env import LATEST_CHECKPOINT_ENV, WARM_START_ENV
+from det_lightning._env import LATEST_CHECKPOINT_ENV, ALLOW_WARM_START_ENV
 from det_lightning.adapters.module import TrialModule
 from det_lightning.adapters.retention import steps_from_metadata
 from det_lightning.pytorch import _checkpoint as ckpt
@@ -107,7 +107,7 @@ def plan_resume(
         trial_state = {**ckpt.new_trial_state(), "batches_trained": steps, "last_ckpt": steps}
     if warm:
         logger.info(
-            f"{WARM_START_ENV}=1: warm start from {path}, another run's checkpoint: restoring "
+            f"{ALLOW_WARM_START_ENV}=1: warm start from {path}, another run's checkpoint: restoring "
             "its weights, optimizer and callback state, and training from batch 0."
         )
     elif not ckpt.is_same_trial(trial_state):
@@ -125,7 +125,7 @@ def plan_resume(
 def _refuse_unless_warm_start(
     path: pathlib.Path, identity: RunIdentity, trial_state: Optional[Dict[str, Any]]
 ) -> bool:
-    """Whether a checkpoint named explicitly is another run's that ``$DET_LIGHTNING_WARM_START``
+    """Whether a checkpoint named explicitly is another run's that ``$DET_LIGHTNING_ALLOW_WARM_START``
     makes a warm start. Only det_lightning's checkpoints of this (local) trial id are checked:
     one of another trial id is a warm start by Determined's own rule.
 
@@ -139,11 +139,11 @@ def _refuse_unless_warm_start(
     differs = identity.mismatch(saved, with_experiment=False)
     if differs is None:
         return False
-    if os.environ.get(WARM_START_ENV, "").strip() == "1":
+    if os.environ.get(ALLOW_WARM_START_ENV, "").strip() == "1":
         return True
     raise errors.InvalidCheckpointException(
         f"{path} was written by another run: {differs} (that checkpoint's first, this run's "
-        f"second). Resuming continues the run that wrote it; set {WARM_START_ENV}=1 to start "
+        f"second). Resuming continues the run that wrote it; set {ALLOW_WARM_START_ENV}=1 to start "
         "from its weights, optimizer and callback state instead (a warm start, from batch 0), "
         "or name a checkpoint of this run."
     )

@@ -23,4 +23,4 @@ RESUME_ADVICE_ENV = "DET_LIGHTNING_RESUME_ADVICE"
 RUN_IDENTITY_ENV = "DET_LIGHTNING_RUN_IDENTITY"
 # "1": a checkpoint named explicitly whose trial class or hyperparameters differ from the run's
 # is a warm start (its weights, from batch 0) instead of an error.
-WARM_START_ENV = "DET_LIGHTNING_WARM_START"
+ALLOW_WARM_START_ENV = "DET_LIGHTNING_ALLOW_WARM_START"

@@ -2,10 +2,10 @@
 
 Usage::
 
-    det-lightning run [LAUNCH] train.py [ARGS ...]        # a Trainer-API script, unmodified
-    det-lightning run [LAUNCH] -m package.module [ARGS ...]
-    det-lightning experiment [LAUNCH] [--checkpoint-dir DIR] [--storage URL] [--workers N]
-                             [--dashboard] CONFIG.yaml MODEL_DIR
+    det-lightning run [LAUNCH] [--resume] train.py [ARGS ...]   # a Trainer-API script, unmodified
+    det-lightning run [LAUNCH] [--resume] -m package.module [ARGS ...]
+    det-lightning experiment [create] [LAUNCH] [--checkpoint-dir DIR] [--storage URL]
+                             [--workers N] [--dashboard] CONFIG.yaml MODEL_DIR
     det-lightning checkpoint {export,convert} ...         # see det_lightning.pytorch._export
 
 Code run by ``run`` and ``experiment`` gets ``det_lightning`` when it imports ``determined``
@@ -20,8 +20,9 @@ would re-run the bare script, without the ``determined`` alias.
 
 Exit status: 0 on success; 2 for a usage or configuration error (the message names the config
 key); 1 when a trial fails or the real ``determined`` is already imported; 75 when training was
-stopped by a signal after checkpointing (run again to resume; a search prints its summary first,
-the interrupted trial shown INTERRUPTED); a script's own status for ``run``
+stopped by a signal after checkpointing (the message says the command that continues: for
+``experiment`` the same command, which prints its summary first, the interrupted trial shown
+INTERRUPTED; for ``run`` the command with ``--resume``); a script's own status for ``run``
 (0 when a search's trial raises ``det.InvalidHP``: the search drops the trial and goes on).
 """
 
@@ -30,13 +31,19 @@ import contextlib
 import logging
 import os
 import runpy
+import shlex
 import subprocess
 import sys
 from typing import Any, Callable, ContextManager, Dict, List, Mapping, Optional, Sequence
 
 import det_lightning
 from det_lightning import compat, errors
-from det_lightning._env import SEARCH_ENV, SEARCH_WORKER_ENV
+from det_lightning._env import (
+    LATEST_CHECKPOINT_ENV,
+    RESUME_ADVICE_ENV,
+    SEARCH_ENV,
+    SEARCH_WORKER_ENV,
+)
 from det_lightning._runner.config import load_config
 from det_lightning._runner.experiment import INTERRUPTED_NOTE, run_experiment
 from det_lightning._runner.plan import Plan, UsageError, plan_experiment
@@ -169,6 +176,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return status
     for name, value in options.items():
         os.environ[LAUNCH_ENV[name]] = str(value)
+    if args.resume:
+        os.environ[LATEST_CHECKPOINT_ENV] = "latest"
+    # After a signal, the command that continues: this one, with --resume.
+    again = args.argv if args.resume else ["run", "--resume", *args.argv[1:]]
+    os.environ.setdefault(RESUME_ADVICE_ENV, f"To continue, run: {PROG} {shlex.join(again)}")
     try:
         with _search_reporting():
             return run_script(args.target, args.script_args, as_module=args.module)
@@ -207,7 +219,7 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
 
 
 def _run_plan(plan: Plan, args: argparse.Namespace) -> int:
-    if plan.search is not None and os.environ.get(SEARCH_WORKER_ENV) is None:
+    if os.environ.get(SEARCH_WORKER_ENV) is None:
         workers = _search_workers(plan, args.workers)
         if workers > 1:
             return _run_workers(workers, plan, args.argv)
@@ -296,6 +308,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_launch_arguments(run)
     run.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue from this run's latest checkpoint in the checkpoint directory (as "
+        "DET_LIGHTNING_LATEST_CHECKPOINT=latest; a fresh start if there is none). Only a "
+        "checkpoint of the same trial class and hyperparameters counts",
+    )
+    run.add_argument(
         "-m",
         dest="module",
         action="store_true",
@@ -310,10 +329,13 @@ def build_parser() -> argparse.ArgumentParser:
     experiment = commands.add_parser(
         "experiment",
         help="run a Determined experiment config locally",
-        description="Run a Determined experiment config locally: searchers grid, random and "
-        "adaptive_asha on Optuna (several workers may share one search through --storage, and "
-        "rerunning continues it), single as one trial; each trial checkpoints to "
-        "<checkpoint dir>/trial-<n>/.",
+        description="Run a Determined experiment config locally: every searcher (single: a "
+        "search of one trial) on Optuna. The experiment's id is its name and a hash of its "
+        "name, hyperparameters, searcher and entrypoint: trial n checkpoints to "
+        "<checkpoint dir>/<id>/trial-<n>/ and rerunning the same command continues the "
+        "experiment (an interrupted or failed trial resumes from its own latest checkpoint; "
+        "several workers may share one through --storage). To start over, change the name or "
+        "delete the folder. Also spelled `experiment create CONFIG MODEL_DIR`.",
     )
     add_launch_arguments(experiment)
     experiment.add_argument(
@@ -379,6 +401,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         The exit status (see the module docstring).
     """
     argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:2] == ["experiment", "create"]:  # Determined's spelling
+        argv = ["experiment", *argv[2:]]
     args = build_parser().parse_args(argv)
     args.argv = argv
     handler: Callable[[argparse.Namespace], int] = args.handler

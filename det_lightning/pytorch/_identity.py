@@ -12,7 +12,7 @@ Every checkpoint's ``metadata.json`` records the run that wrote it under ``IDENT
 ``latest`` considers only checkpoints whose identity is the run's; a checkpoint written before
 identities existed (no such key) counts by its ``load_data.json``: the same trial class and
 hyperparameters. A checkpoint named explicitly whose trial class or hyperparameters differ is
-refused unless ``$DET_LIGHTNING_WARM_START=1`` asks for a warm start. A checkpoint the real
+refused unless ``$DET_LIGHTNING_ALLOW_WARM_START=1`` asks for a warm start. A checkpoint the real
 Determined wrote (another trial id) keeps Determined's rule: a warm start.
 """
 

@@ -916,7 +916,7 @@ def test_checkpoint_of_another_trial_shape_is_a_clear_error(
     refused = rf"another run: trial class .*MLPTrial, not .*{trial_cls.__name__}.*WARM_START=1"
     with pytest.raises(errors.InvalidCheckpointException, match=refused):
         fit(trial_cls, HPARAMS, max_length=pytorch.Batch(12), latest_checkpoint=str(path))
-    monkeypatch.setenv("DET_LIGHTNING_WARM_START", "1")
+    monkeypatch.setenv("DET_LIGHTNING_ALLOW_WARM_START", "1")
     with pytest.raises(errors.InvalidCheckpointException, match=message):
         fit(trial_cls, HPARAMS, max_length=pytorch.Batch(12), latest_checkpoint=str(path))
     with pytest.raises(errors.InvalidCheckpointException, match=message):

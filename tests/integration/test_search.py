@@ -12,7 +12,6 @@ import re
 import optuna
 import pytest
 
-from det_lightning._runner.search._storage import JOURNAL_NAME
 from tests.integration.cli_support import (
     INVALID_TRIAL,
     PROJECT,
@@ -22,6 +21,8 @@ from tests.integration.cli_support import (
     run_cli,
 )
 from tests.integration.search_support import (
+    experiment_of,
+    journal_of,
     GRID,
     GRID_ORDER,
     barrier,
@@ -49,7 +50,7 @@ def test_an_adaptive_asha_search_stops_trials_by_determineds_rule_and_reruns_as_
 ) -> None:
     result = run_cli("experiment", CONFIG, str(PROJECT), cwd=isolated_run)
     assert result.returncode == 0, output(result)
-    check_search(checkpoint_dir, read_trials(checkpoint_dir / JOURNAL_NAME))
+    check_search(checkpoint_dir, read_trials(journal_of(checkpoint_dir)))
     rows = [line for line in result.stdout.splitlines() if line[:1].isdigit()]
     states = {
         number_of(t): (
@@ -57,7 +58,7 @@ def test_an_adaptive_asha_search_stops_trials_by_determineds_rule_and_reruns_as_
             if t.state == optuna.trial.TrialState.COMPLETE
             else f"STOPPED EARLY at rung {t.user_attrs['rung']}"
         )
-        for t in read_trials(checkpoint_dir / JOURNAL_NAME)
+        for t in read_trials(journal_of(checkpoint_dir))
     }
     assert [re.split(r"\s{2,}", row)[:2] for row in rows] == [
         [str(n), states[n]] for n in sorted(states)
@@ -65,7 +66,7 @@ def test_an_adaptive_asha_search_stops_trials_by_determineds_rule_and_reruns_as_
 
     again = run_cli("experiment", CONFIG, str(PROJECT), cwd=isolated_run)
     assert again.returncode == 0, output(again)
-    assert len(read_trials(checkpoint_dir / JOURNAL_NAME)) == 6  # finished: nothing runs twice
+    assert len(read_trials(journal_of(checkpoint_dir))) == 6  # finished: nothing runs twice
 
 
 def test_a_search_killed_mid_trial_continues_when_rerun(
@@ -75,7 +76,7 @@ def test_a_search_killed_mid_trial_continues_when_rerun(
     batches or later); rerunning the command resumes it from that checkpoint and finishes the
     search, every trial run once."""
     start_and_kill_at_batch(isolated_run, slow_project, 4)  # past rung 1
-    journal = checkpoint_dir / JOURNAL_NAME
+    journal = journal_of(checkpoint_dir)
     running = [t for t in read_trials(journal) if t.state == optuna.trial.TrialState.RUNNING]
     assert len(running) == 1 and running[0]._trial_id == 0, "not killed inside trial 1"
     rerun = start_search(isolated_run, slow_project)
@@ -116,7 +117,7 @@ def test_invalid_hp_trials_are_dropped_and_replaced(
     process = start_search(isolated_run, slow_project)
     out = process.communicate(timeout=240)[0]
     assert process.returncode == 0, out
-    trials = read_trials(checkpoint_dir / JOURNAL_NAME)
+    trials = read_trials(journal_of(checkpoint_dir))
     invalid = [t for t in trials if t.user_attrs.get("invalid_hp")]
     valid = [t for t in trials if not t.user_attrs.get("invalid_hp")]
     assert invalid and all(t.user_attrs["hparams"]["hidden_size"] == 8 for t in invalid)
@@ -144,7 +145,7 @@ def test_a_command_entrypoint_trial_gets_its_hparams_and_reports_to_the_search(
     path.write_text(config)
     result = run_cli("experiment", str(path), str(PROJECT), cwd=isolated_run)
     assert result.returncode == 0, output(result)
-    trials = read_trials(checkpoint_dir / JOURNAL_NAME)
+    trials = read_trials(journal_of(checkpoint_dir))
     assert len(trials) == 6
     for trial in trials:
         assert trial.user_attrs["rungs"], trial.number  # reported from the child process
@@ -154,7 +155,7 @@ def test_a_command_entrypoint_trial_gets_its_hparams_and_reports_to_the_search(
         assert max(trial.intermediate_values) == (4 if stopped else 8)
         number = trial._trial_id + 1
         assert f"hidden_size={trial.user_attrs['hparams']['hidden_size']}" in result.stdout
-        assert (checkpoint_dir / f"trial-{number}").is_dir()
+        assert (experiment_of(checkpoint_dir) / f"trial-{number}").is_dir()
     assert any(t.state == optuna.trial.TrialState.PRUNED for t in trials)
 
 
@@ -167,7 +168,7 @@ def test_workers_flag_runs_trials_at_once_and_prints_one_summary(
     out = process.communicate(timeout=240)[0]
     assert process.returncode == 0, out
     assert "2 workers share this search" in out
-    trials = read_trials(checkpoint_dir / JOURNAL_NAME)
+    trials = read_trials(journal_of(checkpoint_dir))
     check_search(checkpoint_dir, trials, replay=False)
     assert len({t.user_attrs["pid"] for t in trials}) == 2
     assert out.count("best: trial") == 1  # the summary, printed once when all are done
@@ -203,7 +204,7 @@ def test_determineds_mnist_adaptive_config_runs_end_to_end(
     )
     result = run_cli("experiment", str(path), str(project), cwd=isolated_run)
     assert result.returncode == 0, output(result)
-    trials = read_trials(checkpoint_dir / JOURNAL_NAME)
+    trials = read_trials(journal_of(checkpoint_dir))
     assert len(trials) == 4
     assert all(
         t.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
@@ -224,7 +225,7 @@ def test_a_grid_search_runs_determineds_points_in_its_order_and_reruns_as_done(
         "experiment", GRID, str(PROJECT), cwd=isolated_run, env={VALIDATION_LOG_ENV: str(log)}
     )
     assert result.returncode == 0, output(result)
-    trials = read_trials(checkpoint_dir / JOURNAL_NAME)
+    trials = read_trials(journal_of(checkpoint_dir))
     assert grid_points(trials) == GRID_ORDER
     assert [t.user_attrs["grid_point"] for t in sorted(trials, key=lambda t: t._trial_id)] == [
         0,
@@ -250,7 +251,10 @@ def test_a_grid_search_runs_determineds_points_in_its_order_and_reruns_as_done(
         re.M,
     )
     assert [(int(h), round(float(lr), 6)) for _, lr, h, _ in rows] == GRID_ORDER, output(result)
-    assert all(pathlib.Path(path).parent == checkpoint_dir / f"trial-{n}" for n, _, _, path in rows)
+    assert all(
+        pathlib.Path(path).parent == experiment_of(checkpoint_dir) / f"trial-{n}"
+        for n, _, _, path in rows
+    )
     for trial in trials:  # HParams: each trial's own run, beside its validation scalars
         run = isolated_run.parent / "tensorboard" / f"trial-{trial._trial_id + 1}"
         values, metrics, scalars = read_hparams_view(run)
@@ -273,9 +277,9 @@ def test_a_grid_search_runs_determineds_points_in_its_order_and_reruns_as_done(
         env={VALIDATION_LOG_ENV: str(log)},
     )
     assert again.returncode == 0, output(again)
-    assert record.read_text().split() == [str(checkpoint_dir / JOURNAL_NAME)]
+    assert record.read_text().split() == [str(journal_of(checkpoint_dir))]
     assert "keeps serving; press Ctrl-C" in again.stderr
-    assert len(read_trials(checkpoint_dir / JOURNAL_NAME)) == 4
+    assert len(read_trials(journal_of(checkpoint_dir))) == 4
     assert len(read_validation_log(log)) == 8  # finished: nothing trained again
     assert len(re.findall(r"^[1-4]\s+COMPLETED", again.stdout, re.M)) == 4
 
@@ -294,7 +298,7 @@ def test_a_random_search_killed_mid_trial_resumes_it_and_runs_each_trial_once(
 ) -> None:
     slow_config(slow_project, RANDOM_SEARCHER)
     start_and_kill_at_batch(isolated_run, slow_project, 4)
-    journal = checkpoint_dir / JOURNAL_NAME
+    journal = journal_of(checkpoint_dir)
     (running,) = [t for t in read_trials(journal) if t.state == optuna.trial.TrialState.RUNNING]
     drawn = running.user_attrs["hparams"]
     rerun = start_search(isolated_run, slow_project)
@@ -310,7 +314,7 @@ def test_a_random_search_killed_mid_trial_resumes_it_and_runs_each_trial_once(
         newest = max(
             (
                 p
-                for p in (checkpoint_dir / f"trial-{number_of(trial)}").iterdir()
+                for p in (experiment_of(checkpoint_dir) / f"trial-{number_of(trial)}").iterdir()
                 if not p.name.startswith(".")
             ),
             key=checkpoint_steps,
@@ -327,7 +331,7 @@ def test_two_workers_share_a_grid_search_each_point_once(
     )
     out = process.communicate(timeout=240)[0]
     assert process.returncode == 0, out
-    trials = read_trials(checkpoint_dir / JOURNAL_NAME)
+    trials = read_trials(journal_of(checkpoint_dir))
     assert sorted(grid_points(trials)) == sorted(GRID_ORDER)
     assert sorted(t.user_attrs["grid_point"] for t in trials) == [0, 1, 2, 3]
     assert all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
@@ -370,7 +374,7 @@ def test_invalid_hp_from_a_command_entrypoint_drops_the_trial_and_replaces_it(
     )
     result = run_cli("experiment", str(path), str(project), cwd=isolated_run)
     assert result.returncode == 0, output(result)
-    trials = sorted(read_trials(checkpoint_dir / JOURNAL_NAME), key=lambda t: t._trial_id)
+    trials = sorted(read_trials(journal_of(checkpoint_dir)), key=lambda t: t._trial_id)
     sizes = [t.user_attrs["hparams"]["hidden_size"] for t in trials]
     assert sizes == [8, 8, 8, 2, 2]  # seed 2's draws: three dropped, two replacing them run
     assert [t.user_attrs.get("invalid_hp") for t in trials] == [
@@ -394,4 +398,4 @@ def test_a_searcher_metric_no_validation_returns_ends_the_search_naming_it(
     result = run_cli("experiment", str(config), str(PROJECT), cwd=isolated_run)
     assert result.returncode != 0, output(result)
     assert "searcher.metric 'accuracy' is not among the validation metrics" in output(result)
-    assert len(read_trials(checkpoint_dir / JOURNAL_NAME)) == 1
+    assert len(read_trials(journal_of(checkpoint_dir))) == 1

@@ -18,6 +18,7 @@ from tests.integration.cli_support import (
     run_cli,
 )
 from tests.integration.search_support import (
+    experiment_of,
     GRID,
     GRID_ORDER,
     barrier,
@@ -80,7 +81,7 @@ def test_a_grid_search_on_postgresql_runs_each_point_once_and_reruns_as_done(
     assert all(t.state == COMPLETE for t in trials)
     assert [v["batches"] for v in read_validation_log(log)] == [4, 8] * 4
     for trial in trials:
-        assert (checkpoint_dir / f"trial-{trial._trial_id + 1}").is_dir()
+        assert (experiment_of(checkpoint_dir) / f"trial-{trial._trial_id + 1}").is_dir()
 
     again = run_cli(*command, cwd=isolated_run, env={VALIDATION_LOG_ENV: str(log)})
     assert again.returncode == 0, output(again)

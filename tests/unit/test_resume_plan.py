@@ -252,6 +252,6 @@ def test_a_named_checkpoint_of_another_run_is_refused_unless_warm_started(
     message = r'theirs was written by another run: hyperparameters \{"lr": 0.5\}, not \{"lr": 0.1\}'
     with pytest.raises(errors.InvalidCheckpointException, match=message + ".*WARM_START=1"):
         plan_resume(str(theirs), tmp_path, mine)
-    monkeypatch.setenv("DET_LIGHTNING_WARM_START", "1")
+    monkeypatch.setenv("DET_LIGHTNING_ALLOW_WARM_START", "1")
     plan = plan_resume(str(theirs), tmp_path, mine)
     assert plan.warm_start and plan.first_batch == 0 and plan.path == theirs

@@ -39,6 +39,14 @@ class ExperimentConfig:
         self.raw = raw
         self.ignored_keys = list(ignored_keys)
         self.lengths = Lengths.from_config(raw)
+        self.name_given = raw.get("name") is not None  # load_config names an unnamed one
+
+    @property
+    def as_given(self) -> Dict[str, Any]:
+        """The config with its name as the file gave it (None for an unnamed experiment,
+        whose random name changes every time it is loaded): what identifies the experiment
+        (``_search_settings.experiment_id``)."""
+        return self.raw if self.name_given else {**self.raw, "name": None}
 
     def __repr__(self) -> str:
         """Short form naming the entrypoint and searcher."""
@@ -80,8 +88,10 @@ class ExperimentConfig:
 
     @property
     def max_restarts(self) -> int:
-        """``max_restarts``: how often a failing trial of a search is retried."""
-        return int(self.raw.get("max_restarts") or 0)
+        """``max_restarts``: how often a failing trial is restarted from its latest
+        checkpoint (Determined's default: 5)."""
+        value = self.raw.get("max_restarts")
+        return 5 if value is None else int(value)
 
     @property
     def checkpoint_storage(self) -> Optional[Dict[str, Any]]:
@@ -321,12 +331,15 @@ def load_config(source: Union[str, "os.PathLike[str]", Dict[str, Any]]) -> Exper
     else:
         config = source
     raw, ignored = validate_config(config)
-    if raw.get("name") is None:
-        raw["name"] = default_experiment_name()
     if ignored:
         logger.warning(
             "These experiment-config keys only matter on a Determined cluster and are "
             "ignored when running locally: %s",
             ", ".join(ignored),
         )
-    return ExperimentConfig(raw, ignored)
+    named = raw.get("name") is not None
+    if not named:
+        raw["name"] = default_experiment_name()
+    loaded = ExperimentConfig(raw, ignored)
+    loaded.name_given = named
+    return loaded

@@ -187,7 +187,7 @@ _EXPERIMENT = _Section(
         "scheduling_unit": _Value(("integer",), minimum=1, default=100),
         "debug": _Value(("boolean",), default=False),
         # Cluster-only keys: accepted so existing configs load, reported as ignored.
-        "max_restarts": _Value(("integer",), minimum=0, ignored=True),
+        "max_restarts": _Value(("integer",), minimum=0),
         "environment": _ignored("mapping"),
         "bind_mounts": _ignored("list"),
         "profiling": _ignored("mapping"),

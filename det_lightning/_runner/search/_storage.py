@@ -59,7 +59,8 @@ def storage_ref(url: Optional[str], checkpoint_root: CheckpointRoot) -> str:
 
 
 def open_studies(storage: Any, key: str, settings: SearchSettings) -> List[optuna.Study]:
-    """One study per bracket (a grid's with its points enqueued)."""
+    """One study per bracket, named for the experiment id ``key`` (a grid's with its points
+    enqueued)."""
     direction = (
         optuna.study.StudyDirection.MINIMIZE
         if settings.smaller_is_better
