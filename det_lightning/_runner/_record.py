@@ -28,7 +28,8 @@ def experiment_record(plan: Plan) -> Dict[str, Any]:
         "searcher": plan.config.searcher["name"],
         "model_dir": str(plan.model_dir),
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "config": plan.config.raw,
+        # As given: an unnamed experiment's random name left out, so the id reads back.
+        "config": {k: v for k, v in plan.config.as_given.items() if v is not None or k != "name"},
     }
 
 

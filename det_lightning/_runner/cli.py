@@ -7,6 +7,8 @@ Usage::
     det-lightning experiment [create] [LAUNCH] [--checkpoint-dir DIR] [--storage URL]
                              [--workers N] [--dashboard] CONFIG.yaml MODEL_DIR
     det-lightning checkpoint {export,convert} ...         # see det_lightning.pytorch._export
+    det-lightning experiment list [--checkpoint-dir DIR]  # and `experiment describe ID`,
+    det-lightning checkpoint list [ID] [--checkpoint-dir DIR]   # from the files (_bookkeeping)
 
 Code run by ``run`` and ``experiment`` gets ``det_lightning`` when it imports ``determined``
 (``det_lightning.compat``).
@@ -243,14 +245,17 @@ def _positive_seconds(text: str) -> float:
 
 def _search_workers(plan: Plan, asked: Optional[int]) -> int:
     """How many trials of a search run at once on this machine: ``--workers``, else one per
-    ``resources.slots_per_trial`` GPUs (at most ``max_concurrent_trials``), else one."""
+    ``resources.slots_per_trial`` GPUs (at most ``max_concurrent_trials`` and the search's
+    trials: one for ``single``), else one."""
     if asked is not None:
         return max(int(asked), 1)
     import torch
 
     slots = max(plan.config.slots_per_trial(), 1)
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    limit = int(plan.config.searcher.get("max_concurrent_trials") or 16)
+    limit = min(
+        int(plan.config.searcher.get("max_concurrent_trials") or 16), plan.search.max_trials
+    )
     return max(min(gpus // slots, limit), 1)
 
 
@@ -329,7 +334,9 @@ def build_parser() -> argparse.ArgumentParser:
     experiment = commands.add_parser(
         "experiment",
         help="run a Determined experiment config locally",
-        description="Run a Determined experiment config locally: every searcher (single: a "
+        description="Run a Determined experiment config locally (`experiment list`, "
+        "`experiment describe ID` show the experiments under a checkpoint directory): every "
+        "searcher (single: a "
         "search of one trial) on Optuna. The experiment's id is its name and a hash of its "
         "name, hyperparameters, searcher and entrypoint: trial n checkpoints to "
         "<checkpoint dir>/<id>/trial-<n>/ and rerunning the same command continues the "
@@ -384,7 +391,8 @@ def build_parser() -> argparse.ArgumentParser:
     checkpoint = commands.add_parser(
         "checkpoint",
         help="Lightning .ckpt files to Determined checkpoints (export), and back (convert)",
-        description="export FILE.ckpt [--checkpoint-dir DIR] [--code DIR] [--trust]; "
+        description="list [ID] [--checkpoint-dir DIR]: the experiments' checkpoints; "
+        "export FILE.ckpt [--checkpoint-dir DIR] [--code DIR] [--trust]; "
         "convert CHECKPOINT_DIR FILE.ckpt [--trust]. `det-lightning checkpoint export --help` "
         "for more.",
     )
@@ -403,6 +411,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:2] == ["experiment", "create"]:  # Determined's spelling
         argv = ["experiment", *argv[2:]]
+    if argv[:2] in (["experiment", "list"], ["experiment", "describe"], ["checkpoint", "list"]):
+        from det_lightning._runner import _bookkeeping
+
+        return _bookkeeping.main(" ".join(argv[:2]), argv[2:])
     args = build_parser().parse_args(argv)
     args.argv = argv
     handler: Callable[[argparse.Namespace], int] = args.handler

@@ -67,6 +67,7 @@ def test_an_experiment_never_resumes_another_ones_checkpoint(
     checkpoint_dir: pathlib.Path,
     request: pytest.FixtureRequest,
     store: str,
+    capsys: pytest.CaptureFixture,
 ) -> None:
     """The issue's story: experiment B (lr 0.5, 6 batches), then A (lr 0.1, 4 batches), in one
     checkpoint folder (or bucket prefix), then A again: A trains its own 4 batches from batch 0
@@ -97,6 +98,7 @@ def test_an_experiment_never_resumes_another_ones_checkpoint(
             identity = json.loads((path / "metadata.json").read_text())["det_lightning_identity"]
             assert identity["experiment_id"] == own.parent.name and identity["trial"] == 1
             assert identity["hparams"]["learning_rate"] == 0.1
+        _bookkeeping_lists_both(checkpoint_dir, own, capsys)
     else:
         assert row.group(2).startswith(
             f"s3://{s3.bucket}/team/{experiment_dir(pathlib.Path(), a)}/trial-1/"
@@ -104,6 +106,29 @@ def test_an_experiment_never_resumes_another_ones_checkpoint(
         assert {k.split("/")[0] for k in s3.keys("team")} == {
             str(experiment_dir(pathlib.Path(), c)) for c in (a, b)
         }
+
+
+def _bookkeeping_lists_both(
+    root: pathlib.Path, own: pathlib.Path, capsys: pytest.CaptureFixture
+) -> None:
+    """``experiment list``, ``experiment describe ID`` and ``checkpoint list ID``, from the
+    files (in this process: they import no trial code)."""
+    from det_lightning._runner import cli
+
+    capsys.readouterr()
+    assert cli.main(["experiment", "list", "--checkpoint-dir", str(root)]) == 0
+    listed = capsys.readouterr().out
+    rows = {line.split()[0]: line.split() for line in listed.splitlines()[1:]}
+    assert len(rows) == 2 and rows[own.parent.name][1:5] == ["a", "single", "COMPLETED", "1"]
+    assert rows[own.parent.name][5].startswith("validation_loss=")
+    assert cli.main(["experiment", "describe", own.parent.name, "--checkpoint-dir", str(root)]) == 0
+    described = capsys.readouterr().out
+    assert f"experiment {own.parent.name} (a): COMPLETED" in described
+    assert re.search(r"^1\s+COMPLETED\s+.*learning_rate=0.1\s+4\s", described, re.M), described
+    assert cli.main(["checkpoint", "list", own.parent.name, "--checkpoint-dir", str(root)]) == 0
+    checkpoints = capsys.readouterr().out.splitlines()[1:]
+    assert {line.split()[-1] for line in checkpoints} == {str(p) for p in own.iterdir()}
+    assert all(line.split()[1] == "1" for line in checkpoints)
 
 
 def test_a_single_experiment_continues_when_rerun(
