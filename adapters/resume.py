@@ -1,11 +1,16 @@
 """Where ``fit()`` starts, decided once before training: ``plan_resume`` finds and reads the
 checkpoint into a frozen ``ResumePlan``, which ``run_fit`` follows::
 
-    plan_resume(latest_checkpoint, root)
+    plan_resume(latest_checkpoint, root, identity)     # identity: the run's (``_identity``)
       None                        $DET_LIGHTNING_LATEST_CHECKPOINT, if set; else a fresh start
-      "latest"                    delete .<uuid>.partial leftovers; the complete checkpoint with
-                                  the most batches under root, or a fresh start if there is none
-      a path, or a UUID under root    that checkpoint (an error if there is no such directory)
+      "latest"                    delete .<uuid>.partial leftovers; of the checkpoints of this
+                                  run (its identity) under root, the one with the most batches
+                                  (a trial of an experiment with none: under <root>/../../
+                                  trial-<n>, the layout before experiment ids); others are
+                                  named in one log line; a fresh start if there is none
+      a path, or a UUID under root    that checkpoint (an error if there is no such directory);
+                                  ours, of another trial class or hyperparameters: refused
+                                  unless $DET_LIGHTNING_ALLOW_WARM_START=1 (a warm start)
       state_dict.pth              weights_only; full unpickling only for a checkpoint the user
                                   named and the real Determined wrote (it pickles numpy state)
       trial_state.pkl             plain data only; another trial's (a cluster trial's) makes a

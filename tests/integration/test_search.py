@@ -16,6 +16,7 @@ from tests.integration.cli_support import (
     INVALID_TRIAL,
     PROJECT,
     VALIDATION_LOG_ENV,
+    experiment_dir,
     output,
     read_validation_log,
     run_cli,
@@ -256,7 +257,8 @@ def test_a_grid_search_runs_determineds_points_in_its_order_and_reruns_as_done(
         for n, _, _, path in rows
     )
     for trial in trials:  # HParams: each trial's own run, beside its validation scalars
-        run = isolated_run.parent / "tensorboard" / f"trial-{trial._trial_id + 1}"
+        tensorboard = experiment_dir(isolated_run.parent / "tensorboard", GRID)
+        run = tensorboard / f"trial-{trial._trial_id + 1}"
         values, metrics, scalars = read_hparams_view(run)
         drawn = trial.user_attrs["hparams"]
         assert values == {

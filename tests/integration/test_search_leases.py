@@ -18,6 +18,7 @@ import pytest
 
 from det_lightning._runner._lease import CONTINUES, HOST_ID_ENV, is_superseded
 from tests.fixtures.object_store import S3
+from tests.integration.cli_support import experiment_dir
 from tests.integration.search_support import (
     experiment_of,
     journal_of,
@@ -174,7 +175,8 @@ def test_the_drill_two_machines_share_only_a_database_and_a_bucket(
         r"(\d+)",
         out,
     )
-    assert resumed and resumed.group(1) == s3_server.url(f"search/trial-{number}"), out
+    search = experiment_dir(pathlib.Path("search"), slow_project / "asha.yaml").as_posix()
+    assert resumed and resumed.group(1) == s3_server.url(f"{search}/trial-{number}"), out
     assert int(resumed.group(2)) == 4, out  # A's checkpoint, downloaded from the bucket
     for trial in trials:  # each trained to the last rung it reached, its checkpoint in the bucket
         rungs = trial.user_attrs["rungs"]
@@ -182,7 +184,7 @@ def test_the_drill_two_machines_share_only_a_database_and_a_bucket(
             optuna.trial.TrialState.COMPLETE if len(rungs) == 3 else optuna.trial.TrialState.PRUNED
         )
         assert trial.state == expected and max(trial.intermediate_values) == UNITS[len(rungs) - 1]
-        prefix = f"search/trial-{number_of(trial)}"
+        prefix = f"{search}/trial-{number_of(trial)}"
         markers = [k for k in s3_server.keys(prefix) if k.endswith("/.complete")]
         steps = [
             json.loads(s3_server.fs.cat(f"{s3_server.bucket}/{prefix}/{k}"))["steps_completed"]

@@ -20,10 +20,10 @@ from det_lightning._runner.plan import plan_experiment
 from det_lightning._runner.search._worker import lengths_for
 from det_lightning.pytorch import Batch, Epoch
 from det_lightning.pytorch._units import unit_reached
-from tests.integration.search_support import experiment_of
 from tests.integration.cli_support import (
     PROJECT,
     VALIDATION_LOG_ENV,
+    experiment_dir,
     output,
     read_validation_log,
     run_cli,
@@ -212,7 +212,7 @@ def test_sigterm_to_a_search_prints_the_summary_and_says_to_rerun_it(
         text=True,
         start_new_session=True,
     )
-    trial_dir = experiment_of(checkpoint_dir) / "trial-1"
+    trial_dir = experiment_dir(checkpoint_dir, config) / "trial-1"
     deadline = time.monotonic() + 240
     while (
         time.monotonic() < deadline

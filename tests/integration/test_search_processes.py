@@ -18,10 +18,9 @@ from optuna.storages.journal import JournalFileBackend
 
 from det_lightning._runner._lease import pid_alive, take_over
 from det_lightning._runner._template import WARM_START_ENV
-from tests.integration.cli_support import PROJECT, output, run_cli
+from tests.integration.cli_support import PROJECT, experiment_dir, output, run_cli
 from tests.integration.search_support import (
     checkpoint_steps,
-    experiment_of,
     journal_of,
     read_trials,
     wait_while_running,
@@ -299,7 +298,7 @@ def test_sigterm_to_the_worker_alone_reaches_its_trial_once(
         start_new_session=True,
         env=dict(os.environ, OMP_NUM_THREADS="1"),
     )
-    trial_dir = experiment_of(checkpoint_dir) / "trial-1"
+    trial_dir = experiment_dir(checkpoint_dir, config) / "trial-1"
     try:
         wait_while_running(
             lambda: (

@@ -14,14 +14,16 @@ One worker (one ``det-lightning experiment`` process) loops::
          against what the other trials recorded there; a trial ranked out stops through
          context.set_stop_requested (a checkpoint, on_trial_shutdown)
     study.tell(): COMPLETE, PRUNED (stopped at a rung), or FAIL (an error; InvalidHP: not counted)
-    no trial left to start, but some still RUNNING elsewhere: wait, renewing nothing, until they
-         finish or their leases expire (then take them over); none left: exit
+    no trial left to start, but some still RUNNING elsewhere: wait (logging their pid and host),
+         renewing nothing, until they finish or their leases expire (then take them over);
+         none left: exit
 
 While a worker trains a trial it renews the trial's lease every few seconds; a worker that
 finds its lease lost (another worker took the trial over) stops training it at once.
 
-``grid`` and ``random`` are one bracket without rungs: a trial trains its full length, and its
-validations are recorded for the summary. Each bracket is one Optuna study; every worker given
+``grid``, ``random`` and ``single`` (one trial) are one bracket without rungs: a trial trains its
+full length, and its validations are recorded for the summary. Every attempt of a trial resumes
+from its own latest checkpoint, if it has one (a rerun, a takeover, a restart after an error). Each bracket is one Optuna study; every worker given
 the same storage (by default a journal file beside the checkpoints, safe for several processes
 on one machine; ``--storage URL`` for a database several machines share) works on the same
 search. Rerunning the command continues it.
@@ -329,14 +331,7 @@ def _loop(
             if index is None:
                 if not _others_running(studies):
                     break
-                running = running_elsewhere(studies)
-                if running and running != waited_for:  # each change, once
-                    logger.info(
-                        f"experiment {worker.plan.experiment_id}: {', '.join(running)} "
-                        "running in another worker; waiting for it (this worker trains nothing "
-                        "of it unless its lease expires)"
-                    )
-                    waited_for = running
+                waited_for = _note_waiting(worker.plan.experiment_id, studies, waited_for)
                 _wait(leases.interval, interrupt)  # until they finish or their leases expire
                 continue
             asked = _ask(studies[index], settings, index, config.hyperparameters, seed)
@@ -375,6 +370,21 @@ def _loop(
                     "lease had expired); stopped training it here"
                 )
     return None
+
+
+def _note_waiting(
+    experiment_id: str, studies: Sequence[optuna.Study], logged: List[str]
+) -> List[str]:
+    """Logs which trials this worker waits for (another start of the same experiment, or
+    another worker), with their pid and host, when that changes; returns what it logged."""
+    running = running_elsewhere(studies)
+    if running and running != logged:
+        logger.info(
+            f"experiment {experiment_id}: {', '.join(running)} running in another worker; "
+            "waiting for it (this worker trains nothing of it unless its lease expires)"
+        )
+        return running
+    return logged
 
 
 def _wait(seconds: float, interrupt: SearchInterrupt) -> None:
