@@ -124,10 +124,12 @@ class ExperimentConfig:
         Returns:
             ``host_path`` joined with ``storage_path`` for ``shared_fs``, ``container_path``
             for ``directory``, ``s3://bucket/prefix`` (``gs://``, ``az://container/prefix``)
-            for ``s3`` (``gcs``, ``azure``), or None when unset.
+            for ``s3`` (``gcs``, ``azure``), or None when unset or without ``type`` (only
+            ``save_*`` counts: the default storage, the checkpoint directory, as Determined's
+            master merges it with the cluster's).
         """
         storage = self.checkpoint_storage
-        if not storage:
+        if not storage or "type" not in storage:
             return None
         if storage["type"] == "shared_fs":
             return os.path.join(storage["host_path"], storage.get("storage_path") or "")
