@@ -45,6 +45,8 @@ SUPERSEDED = "superseded"  # set on a trial another worker took over (then FAIL)
 CONTINUES = "continues"  # on a continuation: the Optuna trial id it takes over
 TRIAL_NUMBER = "trial_number"  # the experiment's trial number, kept by its continuations
 ORIGIN = "origin"  # on a continuation: the study's number of the trial first asked for
+SURPLUS = "surplus"  # a trial asked for past the budget: told FAIL, never run
+BRACKET = "-bracket-"  # a search's studies are named <search key>-bracket-<i>
 HOST_ID_ENV = "DET_LIGHTNING_HOST_ID"  # names this machine (default: its host name)
 DEFAULT_TIMEOUT_S = 120.0
 # Attributes of the worker, not of the trial: a continuation starts without them.
@@ -144,6 +146,29 @@ def trial_number(trial: Any) -> int:
     the continuation of a trial another worker took over."""
     number = trial.user_attrs.get(TRIAL_NUMBER)
     return int(number) if number is not None else int(trial._trial_id) + 1
+
+
+def number_new_trial(study: optuna.Study, trial: optuna.Trial) -> int:
+    """Gives ``trial``, just asked for and no continuation, the experiment's next trial number
+    and returns it: one more than the highest of the trials asked for before it in this
+    search's studies (its brackets), surplus ones aside. Continuations keep their trial's
+    number, so numbers run 1, 2, 3, ... with no gap after a takeover, as Determined's do;
+    a trial asked for but not yet numbered counts with its fallback (its id + 1), so a race
+    may leave a gap but never gives two trials one number."""
+    storage = study._storage
+    bracket = study.study_name.rpartition(BRACKET)[0]
+    numbers = [0]
+    for sibling in storage.get_all_studies():
+        name = sibling.study_name
+        if name == study.study_name or (bracket and name.rpartition(BRACKET)[0] == bracket):
+            numbers += [
+                trial_number(t)
+                for t in storage.get_all_trials(sibling._study_id, deepcopy=False)
+                if t._trial_id < trial._trial_id and not t.user_attrs.get(SURPLUS)
+            ]
+    number = max(numbers) + 1
+    trial.set_user_attr(TRIAL_NUMBER, number)
+    return number
 
 
 def origin(trial: Any) -> int:

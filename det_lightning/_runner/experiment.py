@@ -23,11 +23,13 @@ cluster; configuration errors stop everything before the first trial.
 import logging
 import os
 import sys
-from typing import Any, Dict, List, Optional, Sequence
+import time
+from typing import List, Sequence
 
 from det_lightning import errors
 from det_lightning._env import LATEST_CHECKPOINT_ENV, RESUME_ADVICE_ENV, SEARCH_WORKER_ENV
 from det_lightning._runner.plan import Plan
+from det_lightning._runner.summary import best_trial, format_summary, terminal_width
 from det_lightning._runner.trial import (
     FINISHED,
     INVALID_HP,
@@ -38,65 +40,6 @@ from det_lightning._runner.trial import (
 )
 
 logger = logging.getLogger("det_lightning")
-
-
-def _flat(hparams: Dict[str, Any], prefix: str = "") -> Dict[str, Any]:
-    out: Dict[str, Any] = {}
-    for key, value in hparams.items():
-        if isinstance(value, dict):
-            out.update(_flat(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
-def _show(value: Any) -> str:
-    return f"{value:.4g}" if isinstance(value, float) else str(value)
-
-
-def best_trial(results: Sequence[TrialResult], smaller_is_better: bool) -> Optional[TrialResult]:
-    """The completed trial with the best searcher metric, if any reported one."""
-    scored = [r for r in results if r.status in FINISHED and r.best_metric is not None]
-    if not scored:
-        return None
-    sign = 1.0 if smaller_is_better else -1.0
-    return min(scored, key=lambda r: sign * float(r.best_metric or 0.0))
-
-
-def format_summary(results: Sequence[TrialResult], metric: str, smaller_is_better: bool) -> str:
-    """The table printed after an experiment: one row per trial, then the best trial.
-
-    >>> rows = [TrialResult(1, {"lr": 0.1}, "COMPLETED", 0.5, None, batches=8),
-    ...         TrialResult(2, {"lr": 0.01}, "COMPLETED", 0.25, None),
-    ...         TrialResult(3, {"lr": 1.0}, "STOPPED_EARLY", 0.9, None, batches=2, rung=0)]
-    >>> print(format_summary(rows, "loss", True))  # doctest: +NORMALIZE_WHITESPACE
-    trial  status                   hyperparameters  batches  best loss  checkpoint
-    1      COMPLETED                lr=0.1           8        0.5        -
-    2      COMPLETED                lr=0.01          -        0.25       -
-    3      STOPPED EARLY at rung 0  lr=1             2        0.9        -
-    best: trial 2 (loss=0.25), checkpoint -
-    """
-    header = ["trial", "status", "hyperparameters", "batches", f"best {metric}", "checkpoint"]
-    rows = [header] + [
-        [
-            str(r.number),
-            r.state(),
-            ", ".join(f"{k}={_show(v)}" for k, v in _flat(r.hparams).items()) or "-",
-            str(r.batches) if r.batches is not None else "-",
-            _show(r.best_metric) if r.best_metric is not None else "-",
-            str(r.checkpoint) if r.checkpoint else "-",
-        ]
-        for r in results
-    ]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
-    best = best_trial(results, smaller_is_better)
-    if best is not None:
-        lines.append(
-            f"best: trial {best.number} ({metric}={_show(best.best_metric)}), checkpoint "
-            f"{best.checkpoint or '-'}"
-        )
-    return "\n".join(lines)
 
 
 def run_trials(plan: Plan) -> List[TrialResult]:
@@ -140,7 +83,7 @@ def run_experiment(plan: Plan) -> int:
     Returns:
         0 unless a trial failed (trials other workers of a search still run do not count).
     """
-    config = plan.config
+    started, config = time.monotonic(), plan.config
     if plan.command is not None and plan.search is None:
         logger.info(
             "A command entrypoint chooses its own hyperparameters and training length locally "
@@ -170,7 +113,7 @@ def run_experiment(plan: Plan) -> int:
         _retain_experiment_best(plan, results)
     worker = os.environ.get(SEARCH_WORKER_ENV) not in (None, "summary")
     if chief and not worker:  # one report: the chief's, the parent's
-        _report(results, config.searcher, interrupted)
+        _report(plan, results, interrupted, time.monotonic() - started)
     if interrupted:
         return errors.TrialPreempted.EXIT_CODE
     # RUNNING: a trial another worker of the same search is training.
@@ -185,9 +128,18 @@ INTERRUPTED_NOTE = (
 )
 
 
-def _report(results: Sequence[TrialResult], searcher: Dict[str, Any], interrupted: bool) -> None:
+def _report(plan: Plan, results: Sequence[TrialResult], interrupted: bool, wall_s: float) -> None:
     """The summary table on stdout; after a signal, how to continue on stderr."""
-    print(format_summary(results, searcher["metric"], searcher["smaller_is_better"]), flush=True)
+    searcher = plan.config.searcher
+    table = format_summary(
+        results,
+        searcher["metric"],
+        searcher["smaller_is_better"],
+        root=plan.checkpoint_root,
+        width=terminal_width(),
+        wall_s=wall_s,
+    )
+    print(table, flush=True)
     running = sum(1 for r in results if r.status == "RUNNING")
     if running:
         print(f"{running} trial(s) still running in other workers of this search.", flush=True)

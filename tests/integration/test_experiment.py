@@ -75,7 +75,7 @@ def test_legacy_entrypoint_validates_at_config_batches_and_checkpoints(
     assert best, output(result)
     losses = [v["validation_loss"] for v in read_validation_log(log)]
     assert float(best.group(1)) == pytest.approx(min(losses), rel=1e-3)
-    checkpoint = pathlib.Path(best.group(2))
+    checkpoint = checkpoint_dir / best.group(2)  # relative to the root the summary names
     assert checkpoint.parent == checkpoint_dir / "trial-1"
     assert (checkpoint / "code" / "model_def.py").read_bytes() == before["model_def.py"]
 
@@ -368,6 +368,11 @@ def test_summary_picks_the_best_completed_trial() -> None:
     assert lower.splitlines()[-1] == "best: trial 1 (loss=0.5), checkpoint -"
     higher = _experiment.format_summary(rows, "accuracy", smaller_is_better=False)
     assert higher.splitlines()[-1] == "best: trial 3 (accuracy=0.75), checkpoint /c/trial-3/x"
+    under_c = _experiment.format_summary(rows, "accuracy", False, root=pathlib.Path("/c"))
+    assert under_c.splitlines()[-2:] == [
+        "checkpoints under /c",
+        "best: trial 3 (accuracy=0.75), checkpoint trial-3/x",
+    ]
     assert _experiment.best_trial(rows[1:2], True) is None
 
 

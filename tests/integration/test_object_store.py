@@ -285,7 +285,8 @@ def test_experiment_with_s3_checkpoint_storage_writes_to_the_bucket(
     assert len(written) == 1 and FILES <= next(iter(written.values())), described(
         s3_server, "exp/a/trial-1", result
     )
-    assert f"s3://{s3_server.bucket}/exp/a/trial-1/{next(iter(written))}" in result.stdout
+    assert f"checkpoints under s3://{s3_server.bucket}/exp/a\n" in result.stdout
+    assert f"checkpoint trial-1/{next(iter(written))}\n" in result.stdout
     assert not (isolated_run / "s3:").exists() and not (tmp_path / "checkpoints").exists()
     # A command entrypoint's child process gets the config's endpoint too.
     script = (PROJECT / "script.yaml").read_text() + (

@@ -111,3 +111,33 @@ def test_the_host_id_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch)
     assert _lease.host_id() == "machine-b"
     monkeypatch.delenv(_lease.HOST_ID_ENV)
     assert _lease.host_id()
+
+
+def test_trial_numbers_run_on_after_a_takeover(tmp_path: pathlib.Path) -> None:
+    """Determined numbers trials 1, 2, 3, ...: a continuation keeps its trial's number and
+    takes none of its own; brackets share the numbers, another search's studies do not."""
+    from det_lightning._runner._search_settings import SearchSettings
+    from det_lightning._runner.search import _worker
+
+    storage = JournalStorage(JournalFileBackend(str(tmp_path / "search.journal")))
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    bracket_0, bracket_1, other = (
+        optuna.create_study(study_name=name, storage=storage)
+        for name in ("k-bracket-0", "k-bracket-1", "other-bracket-0")
+    )
+    space = {"x": {"type": "double", "minval": 0.0, "maxval": 1.0}}
+    settings = SearchSettings.from_upfront({"name": "random", "metric": "m", "max_trials": 9}, {})
+
+    def ask(study: optuna.Study) -> optuna.Trial:
+        trial = _worker._ask(study, settings, 0, space, seed=None)
+        assert trial is not None
+        return trial
+
+    first = ask(bracket_0)
+    ask(other)  # another search in the same database
+    assert _lease.trial_number(ask(bracket_1)) == 2
+    (frozen,) = [t for t in bracket_0.get_trials() if t._trial_id == first._trial_id]
+    continuation = take_over(bracket_0, frozen)
+    assert continuation is not None and _lease.trial_number(continuation) == 1
+    assert [_lease.trial_number(ask(s)) for s in (bracket_0, bracket_1)] == [3, 4]
+    assert _lease.trial_number(ask(other)) == 2

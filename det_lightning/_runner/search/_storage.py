@@ -7,6 +7,7 @@ from typing import Any, List, Optional
 
 import optuna
 
+from det_lightning._runner._lease import BRACKET
 from det_lightning._runner._search_settings import SearchSettings
 from det_lightning._runner.search._grid import enqueue_grid
 from det_lightning.pytorch._remote import CheckpointRoot, local_dir
@@ -68,7 +69,7 @@ def open_studies(storage: Any, key: str, settings: SearchSettings) -> List[optun
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     studies = [
         optuna.create_study(
-            study_name=f"{key}-bracket-{i}",
+            study_name=f"{key}{BRACKET}{i}",
             storage=storage,
             direction=direction,
             load_if_exists=True,

@@ -43,12 +43,15 @@ from det_lightning._env import RESUME_ADVICE_ENV, SEARCH_ENV, TRIAL_INFO_ENV
 from det_lightning._runner._asha import EXITED_METRIC, Bracket
 from det_lightning._runner._lease import (
     CONTINUES,
+    SURPLUS,
+    TRIAL_NUMBER,
     LeaseKeeper,
     LeaseLost,
     LeaseSettings,
     expired,
     host_id,
     is_superseded,
+    number_new_trial,
     origin,
     superseded_now,
     take_over,
@@ -64,7 +67,6 @@ from det_lightning._runner.search._interrupt import SEARCH_ADVICE, SearchInterru
 from det_lightning._runner.search._jobs import run_legacy_process, run_trial
 from det_lightning._runner.search._reporter import (
     INVALID_HP,
-    SURPLUS,
     counted,
     trial_number,
 )
@@ -77,7 +79,7 @@ from det_lightning._runner.trial import (
     write_trial_hparams,
 )
 from det_lightning.pytorch import Batch, Epoch
-from det_lightning.pytorch._remote import checkpoint_location
+from det_lightning.pytorch._remote import CheckpointRoot, checkpoint_location
 from det_lightning.pytorch._units import AnyOf
 
 logger = logging.getLogger("det_lightning")
@@ -188,6 +190,8 @@ def _admit(
     if "hparams" in trial.user_attrs:  # a continuation
         _suggest(trial, space)  # its own point again (fixed), so the study records it
         return trial
+    if TRIAL_NUMBER not in trial.user_attrs:
+        number_new_trial(study, trial)
     # The sampler is read when the trial draws (suggest), not when it is asked for.
     trials = study.get_trials(deepcopy=False)
     me = next(t for t in trials if t._trial_id == trial._trial_id)
@@ -506,6 +510,16 @@ def _child_environment(run: TrialRun, again: bool) -> Dict[str, str]:
     return {TRIAL_INFO_ENV: info.to_environment(), **search}
 
 
+def _unfinished_checkpoint(plan: Plan, number: int, status: str) -> Optional[CheckpointRoot]:
+    """The latest checkpoint of a trial that did not finish (interrupted, running elsewhere,
+    failed), which records none: what resuming it starts from."""
+    from det_lightning.pytorch import _checkpoint as ckpt
+
+    if status not in ("INTERRUPTED", "RUNNING", "ERROR"):
+        return None
+    return ckpt.latest_checkpoint(plan.checkpoint_root / f"trial-{number}")
+
+
 def _status(frozen: optuna.trial.FrozenTrial, interrupted: AbstractSet[int], timeout: float) -> str:
     """A trial's state in the summary: RUNNING only while a live worker holds its lease."""
     states = optuna.trial.TrialState
@@ -547,7 +561,9 @@ def summarize(
                     attrs.get("hparams", {}),
                     status,
                     best,
-                    checkpoint_location(checkpoint) if checkpoint else None,
+                    checkpoint_location(checkpoint)
+                    if checkpoint
+                    else _unfinished_checkpoint(plan, trial_number(frozen), status),
                     batches=attrs.get("batches"),
                     rung=int(attrs["rung"])
                     if status == "STOPPED_EARLY" and "rung" in attrs
