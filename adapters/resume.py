@@ -4,7 +4,9 @@ checkpoint into a frozen ``ResumePlan``, which ``run_fit`` follows::
     plan_resume(latest_checkpoint, root)
       None                        $DET_LIGHTNING_LATEST_CHECKPOINT, if set; else a fresh start
       "latest"                    delete .<uuid>.partial leftovers; the complete checkpoint with
-                                  the most batches under root, or a fresh start if there is none
+                                  the most batches under root, or a fresh start if there is none;
+                                  damaged ones (files deleted) are named in a warning, never
+                                  resumed from
       a path, or a UUID under root    that checkpoint (an error if there is no such directory)
       state_dict.pth              weights_only; full unpickling only for a checkpoint the user
                                   named and the real Determined wrote (it pickles numpy state)
@@ -20,7 +22,7 @@ import dataclasses
 import logging
 import os
 import pathlib
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import lightning.pytorch as pl
 import torch
@@ -37,6 +39,7 @@ from det_lightning.pytorch._remote import (
     RemoteRoot,
     checkpoint_location,
     is_url,
+    list_damaged,
     local_copy,
     local_dir,
 )
@@ -125,13 +128,46 @@ def _locate(
     for partial in remove_partials(local_dir(root)):
         logger.info(f"Deleted the unfinished checkpoint {partial}.")
     found = ckpt.latest_checkpoint(root)
+    damaged = list_damaged(root)
+    if damaged:
+        logger.warning(damaged_warning(source, damaged, found))
     if found is None:
-        logger.info(
-            f"{source}: no complete checkpoint under {root} yet; starting from the beginning."
-        )
+        if not damaged:
+            logger.info(
+                f"{source}: no complete checkpoint under {root} yet; starting from the beginning."
+            )
         return None, False, None
     logger.info(f"{source}: resuming from {found}.")
     return local_copy(found), False, str(found)
+
+
+def damaged_warning(
+    source: str, damaged: List[Tuple[CheckpointRoot, List[str]]], found: Optional[CheckpointRoot]
+) -> str:
+    """What ``latest`` says of checkpoints it cannot resume from: each one and what it lacks,
+    where it resumes instead, and how to proceed.
+
+    >>> print(damaged_warning("latest", [("/c/a1", ["metadata.json"])], None))
+    latest: skipped 1 damaged checkpoint(s), which lack files:
+      /c/a1 (no metadata.json)
+    No complete checkpoint is left: training STARTS FROM THE BEGINNING. To resume instead,
+    restore the missing files, or name a checkpoint (its path or UUID) in latest_checkpoint or
+    $DET_LIGHTNING_LATEST_CHECKPOINT; to start over without this warning, delete or move the
+    damaged directories.
+    """
+    listed = "".join(f"\n  {path} (no {', '.join(missing)})" for path, missing in damaged)
+    head = f"{source}: skipped {len(damaged)} damaged checkpoint(s), which lack files:{listed}\n"
+    if found is not None:
+        return head + (
+            f"Resuming from {found}, the newest complete checkpoint, instead. Delete or move "
+            "the damaged directories to stop this warning."
+        )
+    return head + (
+        "No complete checkpoint is left: training STARTS FROM THE BEGINNING. To resume instead,"
+        "\nrestore the missing files, or name a checkpoint (its path or UUID) in "
+        f"latest_checkpoint or\n${LATEST_CHECKPOINT_ENV}; to start over without this warning, "
+        "delete or move the\ndamaged directories."
+    )
 
 
 def resolve_checkpoint(latest_checkpoint: str, root: CheckpointRoot) -> pathlib.Path:

@@ -25,8 +25,20 @@ import io
 import json
 import pathlib
 import pickle
+import re
 import uuid as uuid_lib
-from typing import TYPE_CHECKING, Any, Dict, List, NamedTuple, Optional, Union, overload
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Collection,
+    Dict,
+    List,
+    NamedTuple,
+    Optional,
+    Tuple,
+    Union,
+    overload,
+)
 
 import torch
 
@@ -49,6 +61,7 @@ LIGHTNING_CALLBACKS_FILE = "lightning_state.pth"
 PARTIAL_SUFFIX = ".partial"  # .<uuid>.partial: a checkpoint being written
 DELETING_SUFFIX = ".deleting"  # .<uuid>.deleting: a checkpoint being deleted
 UNKEPT_SUFFIX = ".unkept"  # .<uuid>.unkept: retention gave <uuid> up; deleted until gone
+UUID_PATTERN = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 
 MODELS = "models_state_dict"
 OPTIMIZERS = "optimizers_state_dict"
@@ -231,10 +244,53 @@ def read_metadata(ckpt_dir: pathlib.Path) -> Dict[str, Any]:
     return content if isinstance(content, dict) else {}
 
 
+def lacking(names: Collection[str], metadata: Optional[Dict[str, Any]]) -> List[str]:
+    """What a checkpoint directory holding the files ``names`` lacks to be complete: its
+    ``state_dict.pth``, a ``metadata.json`` with ``steps_completed`` (``metadata``: its
+    content, None when unreadable), and, for one we wrote, its trial state ([]: complete).
+
+    >>> lacking(["state_dict.pth", "metadata.json", "trial_state.pkl"], {"steps_completed": 4})
+    []
+    >>> lacking(["metadata.json"], {"steps_completed": 4, "det_lightning_version": "1"})
+    ['state_dict.pth', 'trial_state.pkl']
+    """
+    missing = []
+    if not {STATE_DICT_FILE, STATE_DICT_FILE_DOCS} & set(names):
+        missing.append(STATE_DICT_FILE)
+    if METADATA_FILE not in names:
+        missing.append(METADATA_FILE)
+    elif not isinstance((metadata or {}).get("steps_completed"), int):
+        missing.append(f"{METADATA_FILE}'s steps_completed")
+    written_here = "det_lightning_version" in (metadata or {})
+    if written_here and not {TRIAL_STATE_FILE, LEGACY_TRIAL_STATE_FILE} & set(names):
+        missing.append(TRIAL_STATE_FILE)
+    return missing
+
+
+def lacking_local(path: pathlib.Path) -> List[str]:
+    """What the checkpoint directory ``path`` lacks to be complete (see ``lacking``)."""
+    names = [p.name for p in path.iterdir() if p.is_file()]
+    return lacking(names, read_metadata(path) if METADATA_FILE in names else None)
+
+
 def is_complete(path: pathlib.Path) -> bool:
     """Whether ``path`` is a finished checkpoint (never a partial one)."""
-    has_state = any((path / name).is_file() for name in (STATE_DICT_FILE, STATE_DICT_FILE_DOCS))
-    return path.is_dir() and has_state and (path / METADATA_FILE).is_file()
+    return path.is_dir() and not lacking_local(path)
+
+
+def damaged_local(root: pathlib.Path) -> List[Tuple[pathlib.Path, List[str]]]:
+    """The checkpoint directories (UUID-named) under ``root`` that are not complete, each with
+    what it lacks: files deleted from a finished checkpoint, or a copy cut short. Unfinished
+    writes and deletions have hidden names (``_checkpoint_write``) and are never listed."""
+    if not root.is_dir():
+        return []
+    found = []
+    for path in sorted(root.iterdir()):
+        if path.is_dir() and UUID_PATTERN.match(path.name):
+            missing = lacking_local(path)
+            if missing:
+                found.append((path, missing))
+    return found
 
 
 class Listed(NamedTuple):

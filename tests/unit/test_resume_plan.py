@@ -191,3 +191,40 @@ def test_a_missing_checkpoint_says_what_to_pass(tmp_path: pathlib.Path, requeste
     expected = "Pass a checkpoint directory, a UUID under the checkpoint directory"
     with pytest.raises(errors.InvalidCheckpointException, match=expected):
         plan_resume(requested, tmp_path / "checkpoints")
+
+
+UUIDS = ("0a7c8a3e-1111-4222-8333-944445555601", "0a7c8a3e-1111-4222-8333-944445555602")
+
+
+@pytest.mark.parametrize(
+    "deleted", [ckpt.METADATA_FILE, ckpt.STATE_DICT_FILE, ckpt.TRIAL_STATE_FILE]
+)
+def test_latest_names_a_damaged_newest_checkpoint_and_resumes_the_one_before(
+    deleted: str, tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    root = tmp_path / "checkpoints"
+    older = _ours(root, UUIDS[0], 3)
+    newest = _ours(root, UUIDS[1], 6)
+    (newest / deleted).unlink()
+    plan = plan_resume("latest", root)
+    assert (plan.path, plan.first_batch) == (older, 3)
+    (warning,) = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert f"{newest} (no {deleted})" in warning.message, warning.message
+    assert f"Resuming from {older}, the newest complete checkpoint" in warning.message
+    assert newest.is_dir()  # nothing a user had is deleted
+
+
+def test_latest_with_only_damaged_checkpoints_says_it_starts_over(
+    tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    root = tmp_path / "checkpoints"
+    damaged = _ours(root, UUIDS[0], 3)
+    (damaged / ckpt.METADATA_FILE).unlink()
+    partial = root / f".{UUIDS[1]}{ckpt.PARTIAL_SUFFIX}"  # an unfinished write: cleaned
+    partial.mkdir()
+    assert plan_resume("latest", root) == ResumePlan()
+    (warning,) = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert f"{damaged} (no metadata.json)" in warning.message
+    assert "STARTS FROM THE BEGINNING" in warning.message and "delete or move" in warning.message
+    assert str(partial) not in warning.message and not partial.exists()
+    assert "no complete checkpoint under" not in caplog.text  # the warning says it instead
