@@ -154,7 +154,7 @@ def number_new_trial(study: optuna.Study, trial: optuna.Trial) -> int:
     search's studies (its brackets), surplus ones aside. Continuations keep their trial's
     number, so numbers run 1, 2, 3, ... with no gap after a takeover, as Determined's do;
     a trial asked for but not yet numbered counts with its fallback (its id + 1), so a race
-    may leave a gap but never gives two trials one number."""
+    may leave a gap but never gives two trials that run one number."""
     storage = study._storage
     bracket = study.study_name.rpartition(BRACKET)[0]
     numbers = [0]

@@ -152,7 +152,7 @@ def test_a_command_entrypoint_trial_gets_its_hparams_and_reports_to_the_search(
         assert stopped == bool(trial.user_attrs.get("stopped"))
         # train.py validates every 4 batches: a trial ranked out stops at its 4th batch.
         assert max(trial.intermediate_values) == (4 if stopped else 8)
-        number = trial._trial_id + 1
+        number = number_of(trial)
         assert f"hidden_size={trial.user_attrs['hparams']['hidden_size']}" in result.stdout
         assert (checkpoint_dir / f"trial-{number}").is_dir()
     assert any(t.state == optuna.trial.TrialState.PRUNED for t in trials)
@@ -236,7 +236,7 @@ def test_a_grid_search_runs_determineds_points_in_its_order_and_reruns_as_done(
     lines = read_validation_log(log)
     assert [v["batches"] for v in lines] == [4, 8] * 4
     for trial in trials:  # each trial's reported validations are its study values
-        number = trial._trial_id + 1
+        number = number_of(trial)
         mine = lines[2 * (number - 1) : 2 * number]
         assert trial.intermediate_values == {
             4: pytest.approx(mine[0]["validation_loss"]),
@@ -244,15 +244,17 @@ def test_a_grid_search_runs_determineds_points_in_its_order_and_reruns_as_done(
         }
         assert trial.value == pytest.approx(mine[1]["validation_loss"])
     rows = re.findall(
-        r"^([1-4])\s+COMPLETED\s+global_batch_size=8, learning_rate=(\S+), "
-        r"hidden_size=(\d)\s+8\s+\S+\s+(\S+)$",
+        r"^([1-4])\s+COMPLETED\s+learning_rate=(\S+), hidden_size=(\d)\s+8\s+\S+\s+(\S+)$",
         result.stdout,
         re.M,
     )
     assert [(int(h), round(float(lr), 6)) for _, lr, h, _ in rows] == GRID_ORDER, output(result)
-    assert all(pathlib.Path(path).parent == checkpoint_dir / f"trial-{n}" for n, _, _, path in rows)
+    assert "\nevery trial: global_batch_size=8\n" in result.stdout, output(result)
+    for n, _, _, shown in rows:  # its checkpoint, by (the start of) its path under the root
+        names = [f"trial-{n}/{p.name}" for p in (checkpoint_dir / f"trial-{n}").iterdir()]
+        assert any(name.startswith(shown) or name.split("/")[1].startswith(shown) for name in names)
     for trial in trials:  # HParams: each trial's own run, beside its validation scalars
-        run = isolated_run.parent / "tensorboard" / f"trial-{trial._trial_id + 1}"
+        run = isolated_run.parent / "tensorboard" / f"trial-{number_of(trial)}"
         values, metrics, scalars = read_hparams_view(run)
         drawn = trial.user_attrs["hparams"]
         assert values == {

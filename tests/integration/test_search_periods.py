@@ -227,6 +227,11 @@ def test_sigterm_to_a_search_prints_the_summary_and_says_to_rerun_it(
     assert process.returncode == 75, result
     states = [re.split(r"\s{2,}", row)[1] for row in _rows(out)]
     assert states.count("INTERRUPTED") == 1, result
+    (interrupted,) = [re.split(r"\s{2,}", row) for row in _rows(out) if "INTERRUPTED" in row]
+    last = re.search(r"The last checkpoint is (\S+)\. ", err)  # the row shows the checkpoint
+    assert last, result
+    shown, newest = interrupted[-1], pathlib.Path(last.group(1)).name
+    assert newest.startswith(shown) or shown.endswith(newest), result
     assert "Rerun the same command to continue it" in err, result
     assert "rerun the same det-lightning experiment command: the search resumes this trial" in (
         err

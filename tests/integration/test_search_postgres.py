@@ -23,6 +23,7 @@ from tests.integration.search_support import (
     barrier,
     check_search,
     grid_points,
+    number_of,
     read_trials,
     slow_grid_config,
     slow_project,  # noqa: F401 (a fixture)
@@ -80,7 +81,7 @@ def test_a_grid_search_on_postgresql_runs_each_point_once_and_reruns_as_done(
     assert all(t.state == COMPLETE for t in trials)
     assert [v["batches"] for v in read_validation_log(log)] == [4, 8] * 4
     for trial in trials:
-        assert (checkpoint_dir / f"trial-{trial._trial_id + 1}").is_dir()
+        assert (checkpoint_dir / f"trial-{number_of(trial)}").is_dir()
 
     again = run_cli(*command, cwd=isolated_run, env={VALIDATION_LOG_ENV: str(log)})
     assert again.returncode == 0, output(again)
@@ -145,7 +146,7 @@ def test_a_search_on_postgresql_killed_mid_trial_resumes_it_from_its_checkpoint(
         if t.state == optuna.trial.TrialState.RUNNING
     ]
     assert len(running) == 1, "not killed inside a trial"
-    number = running[0]._trial_id + 1
+    number = number_of(running[0])
     rerun = start_search(isolated_run, slow_project, "--storage", postgres_url)
     out = rerun.communicate(timeout=400)[0]
     assert rerun.returncode == 0, out
