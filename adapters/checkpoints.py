@@ -42,7 +42,7 @@ on disk is ``retention.py``'s decision, and where a run starts ``resume.py``'s.
 
 import logging
 import pathlib
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Mapping, Optional
 
 import lightning.pytorch as pl
 
@@ -86,7 +86,7 @@ logger = logging.getLogger("det_lightning.pytorch")
 _WRITE_HOOKS = ("on_checkpoint_end", "on_checkpoint_write_end", "on_checkpoint_upload_end")
 
 
-def _observes_writes(callbacks: Dict[str, PyTorchCallback]) -> bool:
+def _observes_writes(callbacks: Mapping[str, PyTorchCallback]) -> bool:
     """Whether a callback overrides a hook Determined calls right after each write: then every
     write happens in the training thread, so those hooks come where Determined calls them
     (before the next batch; they may add files before the upload)."""

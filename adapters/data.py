@@ -11,7 +11,7 @@ sampler injection is off (``use_distributed_sampler=False``): our batch sampler 
 import itertools
 import logging
 import sys
-from typing import Any, Callable, Dict, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, Optional
 
 from torch.utils import data
 
@@ -21,6 +21,10 @@ from det_lightning.pytorch._data import (
     dataset_repro_error,
     loader_length,
 )
+
+if TYPE_CHECKING:
+    from det_lightning.pytorch._context import PyTorchTrialContext
+    from det_lightning.pytorch._trial import PyTorchTrial
 
 logger = logging.getLogger("det_lightning.pytorch")
 
@@ -77,8 +81,8 @@ class EpochView:
 
 
 def build_training_view(
-    trial: Any,
-    context: Any,
+    trial: "PyTorchTrial",
+    context: "PyTorchTrialContext",
     start_batch: int,
     pass_states: Optional[Dict[int, Any]],
     base_seed: Optional[int],
@@ -132,7 +136,9 @@ class _PlainPasses:
         return iterator
 
 
-def build_validation_loader(trial: Any, context: Any, evaluate_batch: bool) -> Any:
+def build_validation_loader(
+    trial: "PyTorchTrial", context: "PyTorchTrialContext", evaluate_batch: bool
+) -> Any:
     """The validation loader: sharded for ``evaluate_batch``; whole, on the chief, for
     ``evaluate_full_dataset`` (other ranks get one empty step: Lightning rejects a loader of
     length zero, and every rank must reach the validation hooks that reduce across ranks)."""
@@ -196,7 +202,7 @@ class WholeLoader:
         return iter([self.loader])
 
 
-def _check_plain_loader(context: Any, fn: str, loader: Any) -> None:
+def _check_plain_loader(context: "PyTorchTrialContext", fn: str, loader: Any) -> None:
     if loader is None:
         raise TypeError(
             f"{fn}() returned None: it must return a det_lightning.pytorch.DataLoader (or, with "

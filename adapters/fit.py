@@ -47,13 +47,14 @@ from det_lightning.pytorch._background import sync_checkpoints
 from det_lightning.pytorch._callback import PyTorchCallback
 from det_lightning.pytorch._remote import CheckpointRoot, sweep
 from det_lightning.pytorch._result import FitArgs, FitResult, TrainerOptions
-from det_lightning.pytorch._trial import is_overridden, pre_012_api
+from det_lightning.pytorch._context import PyTorchTrialContext
+from det_lightning.pytorch._trial import PyTorchTrial, is_overridden, pre_012_api
 from det_lightning.pytorch._boundaries import Schedule
 
 logger = logging.getLogger("det_lightning.pytorch")
 
 
-def check_trial(trial: Any, context: Any) -> None:
+def check_trial(trial: PyTorchTrial, context: PyTorchTrialContext) -> None:
     legacy = pre_012_api(type(trial))
     if legacy:
         raise errors.InvalidExperimentException(
@@ -82,7 +83,7 @@ def check_trial(trial: Any, context: Any) -> None:
         )
 
 
-def build_callbacks(trial: Any) -> Dict[str, PyTorchCallback]:
+def build_callbacks(trial: PyTorchTrial) -> Dict[str, PyTorchCallback]:
     callbacks = trial.build_callbacks()
     if not isinstance(callbacks, dict):
         raise TypeError(
@@ -115,7 +116,7 @@ def _shutdown_after(callbacks: Dict[str, PyTorchCallback]) -> Iterator[None]:
 
 
 def run_fit(
-    trial: Any, context: Any, args: FitArgs, options: TrainerOptions
+    trial: PyTorchTrial, context: PyTorchTrialContext, args: FitArgs, options: TrainerOptions
 ) -> Tuple[FitResult, pl.Trainer]:
     """Trains ``trial`` per ``fit()``'s ``args`` with the Trainer's ``options``; returns what
     it did, and the ``lightning.Trainer`` that ran it."""
@@ -154,8 +155,8 @@ def run_fit(
 
 
 def _train(
-    trial: Any,
-    context: Any,
+    trial: PyTorchTrial,
+    context: PyTorchTrialContext,
     args: FitArgs,
     options: TrainerOptions,
     stop_signal: Callable[[bool], bool],
@@ -282,7 +283,7 @@ def _quiet_lightning_setup() -> Iterator[None]:
             q.setLevel(level)
 
 
-def _base_seed(context: Any, extra: Dict[str, Any]) -> Optional[int]:
+def _base_seed(context: PyTorchTrialContext, extra: Dict[str, Any]) -> Optional[int]:
     """With several processes every rank must shuffle alike: derive pass seeds from the chief's
     initial torch seed (no draw, so the chief's random stream is untouched)."""
     if extra.get("base_seed") is not None:
@@ -293,7 +294,7 @@ def _base_seed(context: Any, extra: Dict[str, Any]) -> Optional[int]:
 
 
 def _lightning_trainer(
-    context: Any,
+    context: PyTorchTrialContext,
     options: TrainerOptions,
     trial_hooks: TrialHooks,
     schedule_cb: ScheduleCallback,

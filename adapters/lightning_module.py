@@ -134,7 +134,8 @@ class LightningTrial(TrialModule):
     @override
     def configure_callbacks(self) -> List[pl.Callback]:
         trainer = internals.attached_trainer(self)
-        if trainer is not None and self.bridge in trainer.callbacks:
+        # Trainer.callbacks is public, but assigned in Lightning's callback connector: undeclared.
+        if trainer is not None and self.bridge in trainer.callbacks:  # type: ignore[attr-defined]
             return []  # a later validate()/test() on the same Trainer: attached already
         return [self.trial_hooks, self.bridge, self.trace_profiler]
 

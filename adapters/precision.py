@@ -23,7 +23,7 @@ So Lightning's plugin never scales a loss or steps the scaler itself (that would
 it owns autocast, and the scaler's state in Lightning checkpoints.
 """
 
-from typing import Any, Dict, List, Optional, Set
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Set
 
 import lightning.pytorch as pl
 import torch
@@ -31,6 +31,9 @@ from lightning.pytorch.plugins.precision import MixedPrecision, Precision
 from typing_extensions import override
 
 from det_lightning.pytorch._lr_scheduler import LRScheduler
+
+if TYPE_CHECKING:
+    from det_lightning.pytorch._context import PyTorchTrialContext
 
 _MIXED = {
     "16": "16-mixed",
@@ -86,7 +89,7 @@ def amp_precision(device_type: str) -> str:
     return "16-mixed" if device_type == "cuda" else "bf16-mixed"
 
 
-def apply_precision(context: Any, kwargs: Dict[str, Any]) -> Dict[str, Any]:
+def apply_precision(context: "PyTorchTrialContext", kwargs: Dict[str, Any]) -> Dict[str, Any]:
     """``lightning.Trainer`` kwargs with the trial's precision as a :class:`TrialPrecision`.
 
     ``kwargs["precision"]`` (from ``init(precision=...)`` or ``Trainer(..., precision=...)``)
@@ -117,7 +120,7 @@ def apply_precision(context: Any, kwargs: Dict[str, Any]) -> Dict[str, Any]:
     return out
 
 
-def _scaler_for(context: Any, precision: str) -> Optional[Any]:
+def _scaler_for(context: "PyTorchTrialContext", precision: str) -> Optional[Any]:
     """The scaler Lightning's plugin should know about; creates the context's for "16-mixed"."""
     engine = context.engine
     if precision == "bf16-mixed":
@@ -143,7 +146,7 @@ def scheduler_waits(scheduler: Any, skipped: Set[int]) -> bool:
     return id(getattr(scheduler._scheduler, "optimizer", None)) in skipped
 
 
-def adopt_trainer_precision(trainer: Any, context: Any) -> None:
+def adopt_trainer_precision(trainer: pl.Trainer, context: "PyTorchTrialContext") -> None:
     """Under a user's ``lightning.Trainer``: its mixed precision, set up as ``apply_precision``
     does for ours (Lightning's scaler becomes the context's, used in Determined's order).
 
@@ -155,7 +158,7 @@ def adopt_trainer_precision(trainer: Any, context: Any) -> None:
         trainer.strategy.precision_plugin = _take_over(context, plugin)
 
 
-def _take_over(context: Any, plugin: MixedPrecision) -> TrialPrecision:
+def _take_over(context: "PyTorchTrialContext", plugin: MixedPrecision) -> TrialPrecision:
     """A :class:`TrialPrecision` in place of Lightning's own, its scaler now the context's."""
     if plugin.scaler is not None and context.engine.scaler is None:
         context.engine.scaler = plugin.scaler

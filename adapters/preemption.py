@@ -36,16 +36,21 @@ user named (a path or UUID, in ``fit()`` or in the variable) may be.
 
 import logging
 import os
-import pathlib
 import signal
 import threading
 import time
 from types import FrameType
-from typing import AbstractSet, Any, Callable, Dict, List, Mapping, Optional
+from typing import TYPE_CHECKING, AbstractSet, Any, Callable, Dict, List, Mapping, Optional
 
 from det_lightning import errors
 from det_lightning._env import LATEST_CHECKPOINT_ENV, RESUME_ADVICE_ENV
 from det_lightning.pytorch._boundaries import Boundary, next_agreement_interval, stop_agreement_due
+
+if TYPE_CHECKING:
+    import lightning.pytorch as pl
+
+    from det_lightning.core import DistributedContext
+    from det_lightning.pytorch._remote import CheckpointRoot
 
 logger = logging.getLogger("det_lightning.pytorch")
 
@@ -61,7 +66,7 @@ class SignalWatcher:
         distributed: the context's ``DistributedContext``.
     """
 
-    def __init__(self, distributed: Any) -> None:
+    def __init__(self, distributed: "DistributedContext") -> None:
         self.distributed = distributed
         self.received: Optional[int] = None
         self._previous: Dict[int, Any] = {}
@@ -112,7 +117,9 @@ class SignalWatcher:
         request) is set. No collective: ``StopAgreement`` asks the other ranks."""
         return local or self.received is not None
 
-    def raise_if_received(self, checkpoint: Optional[pathlib.Path], root: pathlib.Path) -> None:
+    def raise_if_received(
+        self, checkpoint: Optional["CheckpointRoot"], root: "CheckpointRoot"
+    ) -> None:
         """After a signal, ends ``fit()`` with ``TrialPreempted``; the log says how to resume."""
         received = [self.received]
         if self.distributed.size > 1:
@@ -157,7 +164,7 @@ class StopAgreement:
 
     def __init__(
         self,
-        distributed: Any,
+        distributed: "DistributedContext",
         wants_stop: Callable[[bool], bool],
         environ: Optional[Mapping[str, str]] = None,
     ) -> None:
@@ -259,7 +266,7 @@ def _fixed_interval(environ: Mapping[str, str]) -> Optional[int]:
     return int(text)
 
 
-def supersede_lightning_signals(trainer: Any) -> None:
+def supersede_lightning_signals(trainer: "pl.Trainer") -> None:
     """Keeps Lightning from installing its SIGTERM handler for ``trainer``: ours decide when
     to stop (after the batch, with a checkpoint) instead of its ``SIGTERMException``."""
     # Lightning >= 2.6 also broadcasts its SIGTERM flag from rank 0 before every batch and reads

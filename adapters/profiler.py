@@ -23,10 +23,11 @@ from typing_extensions import override
 
 from det_lightning.adapters.lightning import internals
 from det_lightning.adapters.module import TrialModule
+from det_lightning.pytorch._context import PyTorchTrialContext
 from det_lightning.pytorch._result import ProfilerConfig
 
 
-def build_trace_profiler(context: Any) -> Optional[torch.profiler.profile]:
+def build_trace_profiler(context: PyTorchTrialContext) -> Optional[torch.profiler.profile]:
     """The profiler ``context.set_profiler(...)`` asked for, writing to TensorBoard, or None.
 
     Raises:

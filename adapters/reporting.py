@@ -21,7 +21,6 @@ fit() ends
 """
 
 import dataclasses
-import pathlib
 from typing import Any, Dict, List, Optional, Set
 
 import lightning.pytorch as pl
@@ -29,6 +28,7 @@ import lightning.pytorch as pl
 from det_lightning.adapters import metrics as metric_utils
 from det_lightning.adapters.module import TrialModule
 from det_lightning.pytorch._context import PyTorchTrialContext
+from det_lightning.pytorch._remote import CheckpointRoot
 from det_lightning.pytorch._result import FitResult
 from det_lightning.pytorch._trial import PyTorchTrial
 
@@ -147,11 +147,12 @@ def _log_per_batch(
 
 
 def closing_summary(
-    result: FitResult, metric: str, smaller_is_better: bool, resume_from: Optional[pathlib.Path]
+    result: FitResult, metric: str, smaller_is_better: bool, resume_from: Optional[CheckpointRoot]
 ) -> List[str]:
     """The lines that close a ``fit()``: what was trained, ``metric`` (the searcher metric), and
     the checkpoint to resume from.
 
+    >>> import pathlib
     >>> done = FitResult(64, ({"validation_loss": 0.31}, {"validation_loss": 0.26050577}),
     ...                  pathlib.Path("ck"), epochs_trained=1, seconds=7.84)
     >>> print("\\n".join(closing_summary(done, "validation_loss", True, pathlib.Path("ck/a1"))))

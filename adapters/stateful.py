@@ -18,7 +18,7 @@ restoring draws no random numbers. ``pytorch.Trainer`` saves and restores every 
 
 import dataclasses
 import logging
-from typing import Any, Dict, List, Optional, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Protocol, Sequence
 
 import torch
 
@@ -30,6 +30,10 @@ from det_lightning.pytorch._state_dicts import (
     model_state_dicts,
     restore_rng_state,
 )
+
+if TYPE_CHECKING:
+    from det_lightning.pytorch._callback import PyTorchCallback
+    from det_lightning.pytorch._context import PyTorchTrialContext
 
 logger = logging.getLogger("det_lightning.pytorch")
 
@@ -61,7 +65,9 @@ class Slot:
     warning: str = ""
 
 
-def trial_slots(context: Any, callbacks: Dict[str, Any]) -> List[Slot]:
+def trial_slots(
+    context: "PyTorchTrialContext", callbacks: Mapping[str, "PyTorchCallback"]
+) -> List[Slot]:
     """Every stateful object of a trial, in ``state_dict.pth``'s order (Determined's)."""
     slots = [
         Slot(ckpt.MODELS, _Models(context.models), "model_state_dict", empty=[]),
@@ -156,7 +162,7 @@ class _Each:
 class _ByName:
     """``PyTorchCallback``s by name; one the checkpoint has no state for keeps its own."""
 
-    def __init__(self, objects: Dict[str, Any]) -> None:
+    def __init__(self, objects: Mapping[str, Stateful]) -> None:
         self.objects = objects
 
     def state_dict(self) -> Dict[str, Any]:

@@ -14,12 +14,15 @@ import os
 import pathlib
 import shutil
 import tempfile
-from typing import Any, Iterable, Optional
+from typing import TYPE_CHECKING, Any, Iterable, Optional
 
 import torch
 
 from det_lightning import errors
 from det_lightning.pytorch._remote import CheckpointRoot, RemoteRoot, local_dir
+
+if TYPE_CHECKING:
+    from det_lightning.core import DistributedContext
 
 logger = logging.getLogger("det_lightning.pytorch")
 
@@ -28,7 +31,9 @@ PROBE_BYTES = 4096
 _TORCH_WRITE_FAILURES = ("inline_container", "PytorchStreamWriter", "file write failed")
 
 
-def check_checkpoint_dir(root: CheckpointRoot, distributed: Any, models: Iterable[Any]) -> None:
+def check_checkpoint_dir(
+    root: CheckpointRoot, distributed: "DistributedContext", models: Iterable[Any]
+) -> None:
     """Raises ``CheckpointStorageError`` if checkpoints cannot be written under ``root``.
 
     The chief (which writes checkpoints) probes; every rank gets the verdict. A URL root is

@@ -33,7 +33,7 @@ import socket
 import threading
 import time
 import uuid
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional, Union
 
 import optuna
 from optuna.exceptions import UpdateFinishedTrialError
@@ -139,14 +139,14 @@ def take_over(study: optuna.Study, frozen: optuna.trial.FrozenTrial) -> Optional
     return None  # another worker's study.ask() popped it first: that worker resumes it
 
 
-def trial_number(trial: Any) -> int:
+def trial_number(trial: Union[optuna.Trial, optuna.trial.FrozenTrial]) -> int:
     """The trial's number in the experiment: unique across the storage's studies, and kept by
     the continuation of a trial another worker took over."""
     number = trial.user_attrs.get(TRIAL_NUMBER)
     return int(number) if number is not None else int(trial._trial_id) + 1
 
 
-def origin(trial: Any) -> int:
+def origin(trial: Union[optuna.Trial, optuna.trial.FrozenTrial]) -> int:
     """The study's number of the trial as first asked for: a continuation's place in the
     order the search admits trials in is its first ask's."""
     place = trial.user_attrs.get(ORIGIN)

@@ -9,7 +9,7 @@ import logging
 import os
 import pathlib
 import time
-from typing import Any, Callable, Dict, Iterator, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional
 
 
 from det_lightning import errors
@@ -25,6 +25,9 @@ from det_lightning.pytorch._result import FitArgs, FitResult, ProfilerConfig, Tr
 from det_lightning.pytorch._seeds import experiment_seed, seed_all
 from det_lightning.pytorch._trial import PyTorchTrial
 from det_lightning.pytorch._units import Batch, TrainUnit, check_max_length, check_period
+
+if TYPE_CHECKING:
+    import lightning.pytorch as pl  # never at run time: fit() imports the adapters
 
 logger = logging.getLogger("det_lightning.pytorch")
 core_logger = logging.getLogger("det_lightning.core")  # what Determined's core logs
@@ -207,7 +210,7 @@ class Trainer:
             logger = [logger]
         searcher = (context.engine.exp_conf or {}).get("searcher") or {}
         self.result: Optional[FitResult] = None  # set by fit()
-        self._lightning_trainer: Any = None  # the lightning.Trainer of the last fit()
+        self._lightning_trainer: Optional["pl.Trainer"] = None  # the last fit()'s
         self._options = TrainerOptions(
             checkpoint_dir=checkpoint_location(
                 checkpoint_dir or os.environ.get(CHECKPOINT_DIR_ENV) or "checkpoints",

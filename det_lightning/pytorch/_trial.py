@@ -1,13 +1,16 @@
 """``PyTorchTrial``: the user's model, data and steps. No loop logic lives here."""
 
 import abc
-from typing import Any, Dict, Union
+from typing import TYPE_CHECKING, Any, Dict, Union
 
 import torch
 
 from det_lightning.pytorch._callback import PyTorchCallback
 from det_lightning.pytorch._data import DataLoader, TorchData, data_length
 from det_lightning.pytorch._reducer import Reducer
+
+if TYPE_CHECKING:
+    from det_lightning.pytorch._context import PyTorchTrialContext
 
 
 class PyTorchTrial(metaclass=abc.ABCMeta):
@@ -19,7 +22,7 @@ class PyTorchTrial(metaclass=abc.ABCMeta):
     """
 
     @abc.abstractmethod
-    def __init__(self, context: Any) -> None:
+    def __init__(self, context: "PyTorchTrialContext") -> None:
         pass
 
     @abc.abstractmethod

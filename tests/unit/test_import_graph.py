@@ -231,42 +231,8 @@ def test_the_config_is_read_raw_only_inside_the_config_package() -> None:
     assert not readers, "raw config reads outside the config package:\n" + "\n".join(readers)
 
 
-# (importer prefix, imported prefix): the API and the bridge never reach up into the runner;
-# the value modules and the leaf modules never import what starts Lightning.
-FORBIDDEN = [
-    ("det_lightning.pytorch", "det_lightning._runner"),
-    ("det_lightning.core", "det_lightning._runner"),
-    ("det_lightning.adapters", "det_lightning._runner"),
-    # the entry points start the bridge; the bridge never calls back into them
-    ("det_lightning.adapters", "det_lightning.pytorch._trainer"),
-    ("det_lightning.adapters", "det_lightning.pytorch._launch"),
-    ("det_lightning.pytorch._seeds", "det_lightning"),
-    ("det_lightning._env", "det_lightning"),
-    ("det_lightning.pytorch._units", "det_lightning.adapters"),
-    ("det_lightning.pytorch._boundaries", "det_lightning.adapters"),
-    ("det_lightning.pytorch._result", "det_lightning.adapters"),
-    ("det_lightning.pytorch._lengths", "det_lightning.adapters"),
-    ("det_lightning.pytorch._launch_options", "det_lightning.adapters"),
-    ("det_lightning.pytorch._engine_state", "det_lightning.adapters"),
-    ("det_lightning.pytorch._context", "det_lightning.adapters"),
-]
-
-
 def _within(name: str, prefix: str) -> bool:
     return name == prefix or name.startswith(prefix + ".")
-
-
-def test_each_layer_imports_only_the_layers_below_it() -> None:
-    """The layers of README's "Layout": the runner on the API on the bridge on the values."""
-    graph = ModuleGraph(find_modules(ROOT, SOURCES))
-    wrong = sorted(
-        f"{source} -> {target}"
-        for source, targets in graph.edges.items()
-        for target in targets
-        for above, below in FORBIDDEN
-        if _within(source, above) and _within(target, below) and not _within(target, above)
-    )
-    assert not wrong, "imports against the layering:\n" + "\n".join(wrong)
 
 
 # One trial (and the checks before it) sits below the search that runs many: what these

@@ -3,7 +3,7 @@ Optuna trial and applies Determined's ASHA rule at the rungs; and how the search
 trials back (the trial's number, each rung's metrics, which trials count)."""
 
 import logging
-from typing import Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 import optuna
 
@@ -12,6 +12,9 @@ from det_lightning._runner._asha import Bracket, decide
 from det_lightning._runner._lease import is_superseded, raise_if_taken_over, trial_number
 from det_lightning._runner._search_settings import SearchSettings
 from det_lightning.pytorch import Epoch, PyTorchCallback, TrainUnit
+
+if TYPE_CHECKING:
+    from det_lightning.pytorch import PyTorchTrialContext
 
 logger = logging.getLogger("det_lightning")
 
@@ -28,7 +31,7 @@ class SearchReporter(PyTorchCallback):
         trial: optuna.Trial,
         settings: SearchSettings,
         bracket: Bracket,
-        context: Any,
+        context: "PyTorchTrialContext",
         max_length: Optional[TrainUnit] = None,
     ) -> None:
         self.study, self.trial, self.settings = study, trial, settings
