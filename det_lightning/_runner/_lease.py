@@ -134,9 +134,21 @@ def take_over(study: optuna.Study, frozen: optuna.trial.FrozenTrial) -> Optional
     study.enqueue_trial(dict(frozen.params), user_attrs=attrs, skip_if_exists=False)
     for waiting in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)):
         if waiting.user_attrs.get(CONTINUES) == frozen._trial_id:
+            _carry_values(storage, frozen, waiting._trial_id)
             if storage.set_trial_state_values(waiting._trial_id, optuna.trial.TrialState.RUNNING):
                 return optuna.trial.Trial(study, waiting._trial_id)
     return None  # another worker's study.ask() popped it first: that worker resumes it
+
+
+def _carry_values(storage: Any, frozen: optuna.trial.FrozenTrial, trial_id: int) -> None:
+    """Gives the continuation ``trial_id`` the validations its trial reported before the
+    takeover: a trial killed after its last validation (and checkpoint) resumes at its end and
+    reports nothing more, and its worker tells the study the last value reported."""
+    for step, value in frozen.intermediate_values.items():
+        try:
+            storage.set_trial_intermediate_value(trial_id, step, value)
+        except UpdateFinishedTrialError:
+            return  # the continuation ended already (another worker popped and ran it)
 
 
 def trial_number(trial: Union[optuna.Trial, optuna.trial.FrozenTrial]) -> int:
@@ -223,8 +235,9 @@ class LeaseKeeper:
         self._thread.join()
 
     def renew(self, renewed: Optional[float] = None) -> bool:
-        """Writes the lease (``renewed``: now); False, and ``lost`` set, once the trial is
-        finished (taken over)."""
+        """Writes the lease (``renewed``: now); False once the trial is finished: by another
+        worker's takeover (then ``lost`` is set), or by this worker as it ended the trial
+        (told the study while this thread renewed)."""
         lease = {
             "host": host_id(),
             "pid": os.getpid(),
@@ -234,7 +247,8 @@ class LeaseKeeper:
         try:
             self.storage.set_trial_user_attr(self.trial_id, LEASE, lease)
         except UpdateFinishedTrialError:
-            self.lost.set()
+            if is_superseded(self.storage.get_trial(self.trial_id)):
+                self.lost.set()
             return False
         return True
 
@@ -253,6 +267,8 @@ class LeaseKeeper:
             except Exception:  # a storage hiccup: the next renewal tries again
                 logger.warning("could not renew the lease on a trial; retrying", exc_info=True)
                 continue
+            if not self.lost.is_set():
+                return  # this worker ended the trial: nothing to renew
             logger.warning("another worker took this trial over: stopping it here")
             self.on_lost()
             return

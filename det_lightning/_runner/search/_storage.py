@@ -9,21 +9,34 @@ import optuna
 
 from det_lightning._runner._search_settings import SearchSettings
 from det_lightning._runner.search._grid import enqueue_grid
+from det_lightning._runner.search._pool import OneConnectionPool
 from det_lightning.pytorch._remote import CheckpointRoot, local_dir
 
 logger = logging.getLogger("det_lightning")
 
 JOURNAL_NAME = "search.journal"
+# A database storage's engine: one connection per process, open only while in use.
+ENGINE_KWARGS = {"poolclass": OneConnectionPool}
 
 
-def open_storage(url: Optional[str], checkpoint_root: CheckpointRoot) -> Any:
+def open_storage(url: Optional[str], checkpoint_root: CheckpointRoot, *, made: bool = False) -> Any:
     """The Optuna storage: ``url`` (a database URL, or a journal file path), else a journal file
     beside the checkpoints (beside their local copies for a URL root: give several machines
-    ``--storage``)."""
+    ``--storage``). ``made``: the worker that started this process made and checked the
+    database's tables (a trial's process): opening it then reads and writes nothing."""
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
 
     if url and "://" in url:
+        if made:
+            return optuna.storages.get_storage(
+                optuna.storages.RDBStorage(
+                    url,
+                    engine_kwargs=ENGINE_KWARGS,
+                    skip_compatibility_check=True,
+                    skip_table_creation=True,
+                )
+            )
         return _open_database(url)
     path = pathlib.Path(url) if url else local_dir(checkpoint_root) / JOURNAL_NAME
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -31,26 +44,26 @@ def open_storage(url: Optional[str], checkpoint_root: CheckpointRoot) -> Any:
 
 
 def _open_database(url: str, attempts: int = 5) -> Any:
-    """Optuna's RDB storage for ``url``, one for all the studies of this worker.
+    """Optuna's RDB storage for ``url``, one for all the studies of this process, holding at
+    most one connection at a time, only while in use (``_pool``).
 
     Opening it creates Optuna's tables in a new database. Workers starting together on an empty
     database all try to: PostgreSQL makes the others wait for the first one's transaction, then
     fails them ("type studydirection already exists"; likewise for the schema version records
     written next). Each failure means another worker's transaction at that step committed, so
-    trying again finds what it wrote and gets further. The tables are made through a storage
-    without a connection pool, so a failed try leaves no connection open.
+    trying again finds what it wrote and gets further; a failed try leaves no connection open.
     """
-    from sqlalchemy import exc, pool
+    from sqlalchemy import exc
 
     for attempt in range(attempts):
         try:
-            optuna.storages.RDBStorage(url, engine_kwargs={"poolclass": pool.NullPool})
+            storage = optuna.storages.RDBStorage(url, engine_kwargs=ENGINE_KWARGS)
             break
         except (exc.IntegrityError, exc.ProgrammingError, exc.OperationalError):
             if attempt == attempts - 1:
                 raise
             logger.info("another worker is creating the search's tables; trying again")
-    return optuna.storages.get_storage(url)
+    return optuna.storages.get_storage(storage)
 
 
 def storage_ref(url: Optional[str], checkpoint_root: CheckpointRoot) -> str:
