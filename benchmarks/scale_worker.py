@@ -14,6 +14,7 @@ publish check, with ``sleep`` for the training. Each report is written to ``spec
 """
 
 import functools
+import gc
 import json
 import logging
 import os
@@ -198,6 +199,9 @@ def worker(index: int, spec: Dict[str, Any]) -> None:
 def main(argv: List[str]) -> int:
     spec = json.loads(pathlib.Path(argv[0]).read_text())
     import det_lightning._runner.search._worker  # noqa: F401 (warm: torch, optuna, sqlalchemy)
+    import s3fs  # noqa: F401 (and botocore: the workers' and trials' checkpoint uploads)
+
+    gc.freeze()  # what the workers inherit stays shared: their collections leave it untouched
 
     pids = []
     for index in range(spec["workers"]):

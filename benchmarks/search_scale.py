@@ -131,11 +131,23 @@ def servers(env: Dict[str, str]) -> Iterator[Servers]:
         shutil.rmtree(root, ignore_errors=True)
 
 
+MIN_AVAILABLE_MB = 2500  # below, the drill kills its workers: the machine is shared
+
+
+def available_mb() -> int:
+    for line in pathlib.Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) // 1024
+    return 1 << 30
+
+
 class ConnectionWatch:
-    """Polls ``pg_stat_activity`` for the drill database's connections: their peak."""
+    """Polls ``pg_stat_activity`` for the drill database's connections (their peak) and the
+    machine's available memory (its low; below ``MIN_AVAILABLE_MB`` it kills ``pids``)."""
 
     def __init__(self, servers: Servers) -> None:
         self.servers, self.peak, self.polls = servers, 0, 0
+        self.low_mb, self.pids, self.out_of_memory = available_mb(), [], False
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -153,6 +165,12 @@ class ConnectionWatch:
                 "SELECT count(*) FROM pg_stat_activity WHERE datname = %s", self.servers.database
             )
             self.peak, self.polls = max(self.peak, int(rows[0][0])), self.polls + 1
+            self.low_mb = min(self.low_mb, available_mb())
+            if self.low_mb < MIN_AVAILABLE_MB and not self.out_of_memory:
+                self.out_of_memory = True
+                for pid in self.pids:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
 
 
 def commits(servers: Servers) -> int:
@@ -215,7 +233,7 @@ def run_workers(
         "pids": str(work / "pids.json"), "cache": str(work / "cache"), "trial_seconds": 0.5,
     }  # fmt: skip
     (work / "spec.json").write_text(json.dumps(spec))
-    before = commits(servers)
+    before, memory_before = commits(servers), available_mb()
     start = time.perf_counter()
     log = open(work / "workers.log", "w")
     process = subprocess.Popen(
@@ -226,6 +244,7 @@ def run_workers(
         while not (work / "pids.json").exists() and process.poll() is None:
             time.sleep(0.2)
         pids = json.loads((work / "pids.json").read_text()) if process.poll() is None else []
+        watch.pids = pids
 
         def started() -> int:
             path = work / "events.jsonl"
@@ -239,6 +258,7 @@ def run_workers(
     return {
         "status": status, "seconds": seconds, "killed": killed, "peak": watch.peak,
         "commits": commits(servers) - before, "log": work / "workers.log",
+        "low_mb": watch.low_mb, "memory_before_mb": memory_before, "out_of_memory": watch.out_of_memory,
     }  # fmt: skip
 
 
@@ -384,7 +404,16 @@ def scale_section(workers: int, trials: int, kills: int) -> Tuple[List[str], boo
     units = {name: brackets[int(name.rsplit("-", 1)[1])].rung_units for name in studies}
     wrong = replay(events, units)
     budget = 2 * workers
-    checks = [("every worker ended well", run["status"] == 0, f"status {run['status']}")]
+    used = run["memory_before_mb"] - run["low_mb"]
+    checks = [
+        ("every worker ended well", run["status"] == 0, f"status {run['status']}"),
+        (
+            f"the machine kept {MIN_AVAILABLE_MB} MB available",
+            not run["out_of_memory"],
+            f"lowest {run['low_mb']} MB available, {run['memory_before_mb']} before: "
+            f"~{used / workers:.0f} MB per worker with its trial",
+        ),
+    ]
     checks += check_trials(studies, trials)
     checks.append(
         (

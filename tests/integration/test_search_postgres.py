@@ -9,7 +9,9 @@ from typing import Any, List
 import optuna
 import pytest
 
+from det_lightning._runner.search import _pool
 from det_lightning._runner.search._storage import open_storage
+from tests.fixtures.postgres import PostgresServer, server_in_tmp
 from tests.integration.cli_support import (
     PROJECT,
     VALIDATION_LOG_ENV,
@@ -66,6 +68,76 @@ def test_workers_opening_a_new_database_at_once_all_get_the_storage(
     finally:
         for storage in opened:  # closes their pooled connections now, not in the GC
             storage._backend.engine.dispose()
+
+
+def test_a_process_holds_one_connection_and_only_while_it_talks(
+    postgres_server: PostgresServer, postgres_url: str, tmp_path: pathlib.Path
+) -> None:
+    """A worker's two threads (its loop and its lease keeper) writing at once hold one
+    connection between them; idle, the process holds none (pg_stat_activity)."""
+    from sqlalchemy import event
+
+    storage = open_storage(postgres_url, tmp_path)
+    engine = storage._backend.engine
+    study = optuna.create_study(study_name="s", storage=storage)
+    trial_id = study.ask()._trial_id
+    live, peak = [0], [0]
+    count = threading.Lock()
+
+    def opened(*_: Any) -> None:
+        with count:
+            live[0] += 1
+            peak[0] = max(peak[0], live[0])
+
+    def closed(*_: Any) -> None:
+        with count:
+            live[0] -= 1
+
+    event.listen(engine, "connect", opened)
+    event.listen(engine, "close", closed)
+    together = threading.Barrier(2)
+
+    def write(key: str) -> None:
+        together.wait()
+        for i in range(20):
+            storage.set_trial_user_attr(trial_id, key, i)
+
+    threads = [threading.Thread(target=write, args=(key,)) for key in ("loop", "lease")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    database = postgres_url.rsplit("/", 1)[1]
+    assert peak[0] == 1 and live[0] == 0
+    assert postgres_server.connections(database) == 0
+    assert storage.get_trial(trial_id).user_attrs["lease"] == 19
+
+
+def test_a_server_at_its_connection_limit_stops_the_search_with_the_fixes_named(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PostgreSQL refuses a connection past max_connections ("sorry, too many clients
+    already"): the storage tries again for a while, then stops with what to do."""
+    import psycopg
+
+    monkeypatch.setattr(_pool, "LIMIT_WAIT_S", 0.5)
+    with server_in_tmp("-c max_connections=2 -c superuser_reserved_connections=0") as server:
+        server.execute("CREATE DATABASE full_db")
+        held = [
+            psycopg.connect(host="127.0.0.1", port=server.port, user="postgres", dbname="full_db")
+            for _ in range(2)
+        ]
+        try:
+            with pytest.raises(_pool.ConnectionLimitReached) as refused:
+                open_storage(server.url("full_db"), tmp_path)
+        finally:
+            for connection in held:
+                connection.close()
+        message = str(refused.value)
+        assert "too many clients" in message and "2*N connections" in message
+        for fix in ("max_connections", "PgBouncer in transaction mode", "gRPC storage proxy"):
+            assert fix in message
+        open_storage(server.url("full_db"), tmp_path)  # below the limit again: it opens
 
 
 def test_a_grid_search_on_postgresql_runs_each_point_once_and_reruns_as_done(

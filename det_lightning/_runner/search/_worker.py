@@ -34,9 +34,10 @@ import os
 import threading
 import time
 import warnings
-from typing import AbstractSet, Any, Dict, List, Optional, Sequence, Tuple
+from typing import AbstractSet, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import optuna
+from optuna.exceptions import UpdateFinishedTrialError
 
 from det_lightning import errors
 from det_lightning._env import RESUME_ADVICE_ENV, SEARCH_ENV, TRIAL_INFO_ENV
@@ -175,6 +176,23 @@ def _ask(
     return _admit(study, settings, index, study.ask(), space, seed)
 
 
+def _unless_taken_over(admit: Callable[..., Optional[optuna.Trial]]) -> Any:
+    """``admit``, or None when another worker took the trial over before this one leased it
+    (a trial asked for but not leased for ``--heartbeat-timeout`` seconds looks abandoned: a
+    worker slowed down that long, e.g. among many on few cores, finds it finished)."""
+
+    @functools.wraps(admit)
+    def guarded(*args: Any, **kwargs: Any) -> Optional[optuna.Trial]:
+        try:
+            return admit(*args, **kwargs)
+        except UpdateFinishedTrialError:
+            logger.warning("a trial this worker asked for was taken over before it began")
+            return None
+
+    return guarded
+
+
+@_unless_taken_over
 def _admit(
     study: optuna.Study,
     settings: SearchSettings,
