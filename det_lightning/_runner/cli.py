@@ -390,6 +390,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     except errors.TrialPreempted as e:
         _error(args.command, str(e))  # its message says how to continue
         return errors.TrialPreempted.EXIT_CODE
+    except RuntimeError as e:
+        pool = sys.modules.get("det_lightning._runner.search._pool")  # imported with a database
+        if pool is None or not isinstance(e, pool.ConnectionLimitReached):
+            raise
+        _error(args.command, str(e))  # the database is full: its message names the fixes
+        return EXIT_FAILURE
 
 
 __all__ = ["build_parser", "main", "run_script"]

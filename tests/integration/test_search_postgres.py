@@ -114,13 +114,17 @@ def test_a_process_holds_one_connection_and_only_while_it_talks(
 
 
 def test_a_server_at_its_connection_limit_stops_the_search_with_the_fixes_named(
-    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """PostgreSQL refuses a connection past max_connections ("sorry, too many clients
-    already"): the storage tries again for a while, then stops with what to do."""
+    already"): the storage tries again for a while, then stops with what to do; the command
+    says so in one message, not a driver's traceback."""
     import psycopg
 
+    from det_lightning._runner import cli
+
     monkeypatch.setattr(_pool, "LIMIT_WAIT_S", 0.5)
+    monkeypatch.chdir(tmp_path)
     with server_in_tmp("-c max_connections=2 -c superuser_reserved_connections=0") as server:
         server.execute("CREATE DATABASE full_db")
         held = [
@@ -130,6 +134,8 @@ def test_a_server_at_its_connection_limit_stops_the_search_with_the_fixes_named(
         try:
             with pytest.raises(_pool.ConnectionLimitReached) as refused:
                 open_storage(server.url("full_db"), tmp_path)
+            url = server.url("full_db")
+            assert cli.main(["experiment", "--storage", url, GRID, str(PROJECT)]) == 1
         finally:
             for connection in held:
                 connection.close()
@@ -137,6 +143,8 @@ def test_a_server_at_its_connection_limit_stops_the_search_with_the_fixes_named(
         assert "too many clients" in message and "2*N connections" in message
         for fix in ("max_connections", "PgBouncer in transaction mode", "gRPC storage proxy"):
             assert fix in message
+        said = capsys.readouterr().err
+        assert "PgBouncer" in said and "Traceback" not in said, said
         open_storage(server.url("full_db"), tmp_path)  # below the limit again: it opens
 
 
@@ -224,3 +232,29 @@ def test_a_search_on_postgresql_killed_mid_trial_resumes_it_from_its_checkpoint(
     assert f"trial {number} (bracket 0, rungs at [2, 4, 8] batches) resumed" in out, out
     assert "resuming from" in out
     check_search(checkpoint_dir, read_trials(postgres_url, checkpoint_dir))
+
+
+def test_workers_reach_the_database_through_optunas_grpc_proxy(
+    postgres_server: PostgresServer, postgres_url: str, tmp_path: pathlib.Path
+) -> None:
+    """``--storage grpc://HOST:PORT``: the proxy holds the database's connections, the
+    workers none."""
+    import warnings
+
+    from optuna.storages._grpc.server import make_server
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        server = make_server(open_storage(postgres_url, tmp_path), "127.0.0.1", 0)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        storage = open_storage(f"grpc://127.0.0.1:{port}", tmp_path)
+        study = optuna.create_study(study_name="proxied", storage=storage)
+        study.tell(study.ask(), 0.5)
+        assert [
+            t.value for t in open_storage(postgres_url, tmp_path).get_all_trials(study._study_id)
+        ] == [0.5]
+        assert postgres_server.connections(postgres_url.rsplit("/", 1)[1]) == 0
+    finally:
+        server.stop(None)

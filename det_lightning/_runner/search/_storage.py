@@ -15,6 +15,7 @@ from det_lightning.pytorch._remote import CheckpointRoot, local_dir
 logger = logging.getLogger("det_lightning")
 
 JOURNAL_NAME = "search.journal"
+GRPC_SCHEME = "grpc://"  # Optuna's gRPC storage proxy, in front of a database
 # A database storage's engine: one connection per process, open only while in use.
 ENGINE_KWARGS = {"poolclass": OneConnectionPool}
 
@@ -27,6 +28,8 @@ def open_storage(url: Optional[str], checkpoint_root: CheckpointRoot, *, made: b
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
 
+    if url and url.startswith(GRPC_SCHEME):
+        return _open_grpc_proxy(url)
     if url and "://" in url:
         if made:
             return optuna.storages.get_storage(
@@ -64,6 +67,22 @@ def _open_database(url: str, attempts: int = 5) -> Any:
                 raise
             logger.info("another worker is creating the search's tables; trying again")
     return optuna.storages.get_storage(storage)
+
+
+def _open_grpc_proxy(url: str) -> Any:
+    """Optuna's gRPC storage proxy at ``grpc://host:port``: one server
+    (``optuna.storages.run_grpc_proxy_server``) holds the database's connections for all the
+    workers (``docs/notes/many-machines.md``)."""
+    import warnings
+
+    from optuna.storages import GrpcStorageProxy
+
+    host, _, port = url[len(GRPC_SCHEME) :].rstrip("/").rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"--storage {url}: a gRPC storage proxy is grpc://HOST:PORT.")
+    with warnings.catch_warnings():  # Optuna marks the proxy experimental
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return GrpcStorageProxy(host=host, port=int(port))
 
 
 def storage_ref(url: Optional[str], checkpoint_root: CheckpointRoot) -> str:
