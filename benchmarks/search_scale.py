@@ -262,6 +262,37 @@ def run_workers(
     }  # fmt: skip
 
 
+def pool_costs(servers: Servers, operations: int = 200) -> Dict[str, float]:
+    """Milliseconds per report-like operation (a user attribute written, the trial read back)
+    through det_lightning's pool (a connection per operation) and through SQLAlchemy's
+    ``QueuePool(pool_size=1, max_overflow=0)`` (one connection kept open)."""
+    import optuna
+    from sqlalchemy import pool
+
+    from det_lightning._runner.search._pool import OneConnectionPool
+
+    servers.server.execute("CREATE DATABASE costs")  # not the drill's: its trials are checked
+    url = servers.server.url("costs")
+    costs = {}
+    kinds = {
+        "one connection per operation (OneConnectionPool)": {"poolclass": OneConnectionPool},
+        "one connection kept (QueuePool 1+0)": {
+            "poolclass": pool.QueuePool, "pool_size": 1, "max_overflow": 0,
+        },
+    }  # fmt: skip
+    for name, kwargs in kinds.items():
+        storage = optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
+        study_id = storage.create_new_study([optuna.study.StudyDirection.MINIMIZE], name)
+        trial_id = storage.create_new_trial(study_id)
+        start = time.perf_counter()
+        for i in range(operations):
+            storage.set_trial_user_attr(trial_id, "rungs", {"0": i})
+            storage.get_trial(trial_id)
+        costs[name] = (time.perf_counter() - start) * 1000 / operations
+        storage.engine.dispose()
+    return costs
+
+
 # ----- checks --------------------------------------------------------------------------------
 
 
@@ -392,6 +423,7 @@ def scale_section(workers: int, trials: int, kills: int) -> Tuple[List[str], boo
     with tempfile.TemporaryDirectory(prefix="det-lightning-scale-") as tmp, servers(env) as srv:
         work = pathlib.Path(tmp)
         load = os.getloadavg()
+        costs = pool_costs(srv)
         run = run_workers(work, srv, env, workers=workers, trials=trials, kills=kills)
         max_connections = int(srv.query("SHOW max_connections")[0][0])
         studies = final_trials(srv.url)
@@ -444,6 +476,8 @@ def scale_section(workers: int, trials: int, kills: int) -> Tuple[List[str], boo
         "|---|---|---|",
     ]
     lines += [f"| {name} | {'yes' if ok else '**NO**'} | {found} |" for name, ok, found in checks]
+    lines += ["", "| pool (measured before the drill) | ms per report-like write + read |"]
+    lines += ["|---|---|"] + [f"| {name} | {ms:.1f} |" for name, ms in costs.items()]
     passed = all(ok for _, ok, _ in checks)
     if not passed:
         lines += ["", "Workers' log (its end):", "", "```", log_tail, "```"]

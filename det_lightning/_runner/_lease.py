@@ -135,8 +135,13 @@ def take_over(study: optuna.Study, frozen: optuna.trial.FrozenTrial) -> Optional
     for waiting in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)):
         if waiting.user_attrs.get(CONTINUES) == frozen._trial_id:
             _carry_values(storage, frozen, waiting._trial_id)
-            if storage.set_trial_state_values(waiting._trial_id, optuna.trial.TrialState.RUNNING):
-                return optuna.trial.Trial(study, waiting._trial_id)
+            try:
+                if storage.set_trial_state_values(
+                    waiting._trial_id, optuna.trial.TrialState.RUNNING
+                ):
+                    return optuna.trial.Trial(study, waiting._trial_id)
+            except UpdateFinishedTrialError:
+                return None  # popped by another worker and ended since this one listed it
     return None  # another worker's study.ask() popped it first: that worker resumes it
 
 
