@@ -182,10 +182,12 @@ def _unless_taken_over(admit: Callable[..., Optional[optuna.Trial]]) -> Any:
     worker slowed down that long, e.g. among many on few cores, finds it finished)."""
 
     @functools.wraps(admit)
-    def guarded(*args: Any, **kwargs: Any) -> Optional[optuna.Trial]:
+    def guarded(study: optuna.Study, *args: Any) -> Optional[optuna.Trial]:
         try:
-            return admit(*args, **kwargs)
-        except UpdateFinishedTrialError:
+            return admit(study, *args)
+        except (UpdateFinishedTrialError, ValueError):  # study.tell(): "Cannot tell a FAIL trial"
+            if not superseded_now(study, args[2]._trial_id):
+                raise
             logger.warning("a trial this worker asked for was taken over before it began")
             return None
 
