@@ -50,7 +50,7 @@ from det_lightning.adapters import stateful
 from det_lightning.adapters.checkpoint_io import DeterminedSave
 from det_lightning.adapters.metrics import is_numerical_scalar
 from det_lightning.adapters.module import TrialModule
-from det_lightning.adapters.resume import ResumePlan
+from det_lightning.adapters.resume import ResumePlan, identity_of
 from det_lightning.adapters.retention import (
     RUN_KEY,
     VALIDATION_KEY,
@@ -79,6 +79,7 @@ from det_lightning.pytorch._remote import (
 )
 from det_lightning.pytorch._callback import PyTorchCallback
 from det_lightning.pytorch._code import code_sources
+from det_lightning.pytorch._identity import IDENTITY_KEY
 
 logger = logging.getLogger("det_lightning.pytorch")
 
@@ -413,7 +414,11 @@ class CheckpointManager:
             code_sources(type(module.trial)),
             [self.local_root, *self.skip_dirs],
             callbacks,
-            {RUN_KEY: self.run_id, VALIDATION_KEY: self._validation_record()},
+            {
+                RUN_KEY: self.run_id,
+                VALIDATION_KEY: self._validation_record(),
+                IDENTITY_KEY: identity_of(module.trial, module.context).to_metadata(),
+            },
         )
 
     def _validation_record(self) -> Optional[Dict[str, Any]]:

@@ -35,6 +35,7 @@ from det_lightning.adapters.reporting import closing_summary
 from det_lightning.adapters.resume import (
     ResumePlan,
     apply_state,
+    identity_of,
     plan_resume,
     restore_lightning_callbacks,
 )
@@ -125,7 +126,7 @@ def run_fit(
     callbacks = build_callbacks(trial)
     root = options.checkpoint_dir  # a directory or a URL (_remote.RemoteRoot)
     check_checkpoint_dir(root, context.distributed, context.models)
-    plan = plan_resume(args.latest_checkpoint, root)
+    plan = plan_resume(args.latest_checkpoint, root, identity_of(trial, context))
     args = dataclasses.replace(args, latest_checkpoint=plan.name)
     context.engine.steps_completed = plan.first_batch
     if context.distributed.rank == 0:

@@ -1,11 +1,18 @@
 """Where ``fit()`` starts, decided once before training: ``plan_resume`` finds and reads the
 checkpoint into a frozen ``ResumePlan``, which ``run_fit`` follows::
 
-    plan_resume(latest_checkpoint, root)
+    plan_resume(latest_checkpoint, root, identity)     # identity: the run's (``_identity``)
       None                        $DET_LIGHTNING_LATEST_CHECKPOINT, if set; else a fresh start
-      "latest"                    delete .<uuid>.partial leftovers; the complete checkpoint with
-                                  the most batches under root, or a fresh start if there is none
-      a path, or a UUID under root    that checkpoint (an error if there is no such directory)
+      "latest"                    delete .<uuid>.partial leftovers; of the checkpoints of this
+                                  run (its identity) under root, the one with the most batches
+                                  (a trial of an experiment with none: under <root>/../../
+                                  trial-<n>, the layout before experiment ids); others are
+                                  named in one log line; a fresh start if there is none;
+                                  damaged ones (files deleted) are named in a warning, never
+                                  resumed from
+      a path, or a UUID under root    that checkpoint (an error if there is no such directory);
+                                  ours, of another trial class or hyperparameters: refused
+                                  unless $DET_LIGHTNING_ALLOW_WARM_START=1 (a warm start)
       state_dict.pth              weights_only; full unpickling only for a checkpoint the user
                                   named and the real Determined wrote (it pickles numpy state)
       trial_state.pkl             plain data only; another trial's (a cluster trial's) makes a
@@ -20,23 +27,25 @@ import dataclasses
 import logging
 import os
 import pathlib
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import lightning.pytorch as pl
 import torch
 
 from det_lightning import errors
 from det_lightning.adapters import stateful
-from det_lightning._env import LATEST_CHECKPOINT_ENV
+from det_lightning._env import LATEST_CHECKPOINT_ENV, ALLOW_WARM_START_ENV
 from det_lightning.adapters.module import TrialModule
 from det_lightning.adapters.retention import steps_from_metadata
 from det_lightning.pytorch import _checkpoint as ckpt
-from det_lightning.pytorch._checkpoint_write import remove_partials
+from det_lightning.pytorch._checkpoint_write import remove_partials, trial_class_spec
+from det_lightning.pytorch._identity import RunIdentity, saved_identity
 from det_lightning.pytorch._remote import (
     CheckpointRoot,
     RemoteRoot,
     checkpoint_location,
     is_url,
+    list_damaged,
     local_copy,
     local_dir,
 )
@@ -79,7 +88,14 @@ class ResumePlan:
         return (self.state or {}).get(ckpt.EXTRA, {}).get("data", {})
 
 
-def plan_resume(latest_checkpoint: Optional[str], root: CheckpointRoot) -> ResumePlan:
+def identity_of(trial: Any, context: Any) -> RunIdentity:
+    """The identity of the run training ``trial`` (what its checkpoints record)."""
+    return RunIdentity.of_run(trial_class_spec(type(trial))[0], context.engine.hparams)
+
+
+def plan_resume(
+    latest_checkpoint: Optional[str], root: CheckpointRoot, identity: RunIdentity
+) -> ResumePlan:
     """Resolves ``fit(latest_checkpoint=...)``, or ``$DET_LIGHTNING_LATEST_CHECKPOINT`` when
     it is None, and reads the checkpoint. ``"latest"`` with no complete checkpoint under
     ``root`` is a fresh start, so one command serves the first run and every requeue.
@@ -88,27 +104,61 @@ def plan_resume(latest_checkpoint: Optional[str], root: CheckpointRoot) -> Resum
         InvalidCheckpointException: a named checkpoint does not exist, or the checkpoint is
             damaged or needs unpickling it may not get (the message says what to do).
     """
-    path, trusted, name = _locate(latest_checkpoint, root)
+    path, trusted, name = _locate(latest_checkpoint, root, identity)
     if path is None:
         return ResumePlan()
     state = _read_state_dict(path, trusted)
     trial_state = ckpt.read_trial_state(path)
+    warm = trusted and _refuse_unless_warm_start(path, identity, trial_state)
     if trial_state is None:
         steps = steps_from_metadata(path)
         trial_state = {**ckpt.new_trial_state(), "batches_trained": steps, "last_ckpt": steps}
+    if warm:
+        logger.info(
+            f"{ALLOW_WARM_START_ENV}=1: warm start from {path}, another run's checkpoint: restoring "
+            "its weights, optimizer and callback state, and training from batch 0."
+        )
     elif not ckpt.is_same_trial(trial_state):
         logger.info(
             f"{path} belongs to trial {trial_state.get('trial_id')}, not to this (local) trial: "
             "restoring its weights, optimizer and callback state, and training from batch 0 "
             f"(it had trained {trial_state['batches_trained']} batches)."
         )
+    if warm or not ckpt.is_same_trial(trial_state):
         without_data_position = {k: v for k, v in state.items() if k != ckpt.EXTRA}
         return ResumePlan(path, trusted, name, warm_start=True, state=without_data_position)
     return ResumePlan(path, trusted, name, state=state, trial_state=trial_state)
 
 
+def _refuse_unless_warm_start(
+    path: pathlib.Path, identity: RunIdentity, trial_state: Optional[Dict[str, Any]]
+) -> bool:
+    """Whether a checkpoint named explicitly is another run's that ``$DET_LIGHTNING_ALLOW_WARM_START``
+    makes a warm start. Only det_lightning's checkpoints of this (local) trial id are checked:
+    one of another trial id is a warm start by Determined's own rule.
+
+    Raises:
+        InvalidCheckpointException: its trial class or hyperparameters differ from the run's.
+    """
+    metadata = ckpt.read_metadata(path)
+    if _written_by_determined(path) or not ckpt.is_same_trial(trial_state or {"trial_id": 0}):
+        return False
+    saved = saved_identity(metadata, ckpt.read_load_data(path.parent, path.name))
+    differs = identity.mismatch(saved, with_experiment=False)
+    if differs is None:
+        return False
+    if os.environ.get(ALLOW_WARM_START_ENV, "").strip() == "1":
+        return True
+    raise errors.InvalidCheckpointException(
+        f"{path} was written by another run: {differs} (that checkpoint's first, this run's "
+        f"second). Resuming continues the run that wrote it; set {ALLOW_WARM_START_ENV}=1 to start "
+        "from its weights, optimizer and callback state instead (a warm start, from batch 0), "
+        "or name a checkpoint of this run."
+    )
+
+
 def _locate(
-    requested: Optional[str], root: CheckpointRoot
+    requested: Optional[str], root: CheckpointRoot, identity: RunIdentity
 ) -> Tuple[Optional[pathlib.Path], bool, Optional[str]]:
     """The (local) checkpoint directory to resume from, whether it is trusted, and its name.
     A checkpoint under a URL is downloaded into the cache first."""
@@ -124,14 +174,66 @@ def _locate(
         return resolve_checkpoint(requested, root), True, requested
     for partial in remove_partials(local_dir(root)):
         logger.info(f"Deleted the unfinished checkpoint {partial}.")
-    found = ckpt.latest_checkpoint(root)
+    found = _latest_of_run(root, identity)
+    damaged = list_damaged(root)
+    if damaged:
+        logger.warning(damaged_warning(source, damaged, found))
     if found is None:
-        logger.info(
-            f"{source}: no complete checkpoint under {root} yet; starting from the beginning."
-        )
+        if not damaged:
+            logger.info(
+                f"{source}: no complete checkpoint under {root} yet; starting from the beginning."
+            )
         return None, False, None
     logger.info(f"{source}: resuming from {found}.")
     return local_copy(found), False, str(found)
+
+
+def _latest_of_run(root: CheckpointRoot, identity: RunIdentity) -> Optional[CheckpointRoot]:
+    """The newest checkpoint of this run under ``root``; for a trial of an experiment with
+    none there, under the trial's directory of the layout before experiment ids
+    (``<root>/trial-<n>``, whose checkpoints match by trial class and hyperparameters)."""
+    roots = [root]
+    if identity.experiment_id is not None and root.parent.name == identity.experiment_id:
+        roots.append(root.parent.parent / root.name)
+    for where in roots:
+        found, passed = ckpt.latest_of_run(where, identity)
+        if passed:
+            logger.info(
+                f"latest: passed over {len(passed)} checkpoint(s) of other runs under {where}: "
+                + ", ".join(passed)
+            )
+        if found is not None:
+            return found
+    return None
+
+
+def damaged_warning(
+    source: str, damaged: List[Tuple[CheckpointRoot, List[str]]], found: Optional[CheckpointRoot]
+) -> str:
+    """What ``latest`` says of checkpoints it cannot resume from: each one and what it lacks,
+    where it resumes instead, and how to proceed.
+
+    >>> print(damaged_warning("latest", [("/c/a1", ["metadata.json"])], None))
+    latest: skipped 1 damaged checkpoint(s), which lack files:
+      /c/a1 (no metadata.json)
+    No complete checkpoint is left: training STARTS FROM THE BEGINNING. To resume instead,
+    restore the missing files, or name a checkpoint (its path or UUID) in latest_checkpoint or
+    $DET_LIGHTNING_LATEST_CHECKPOINT; to start over without this warning, delete or move the
+    damaged directories.
+    """
+    listed = "".join(f"\n  {path} (no {', '.join(missing)})" for path, missing in damaged)
+    head = f"{source}: skipped {len(damaged)} damaged checkpoint(s), which lack files:{listed}\n"
+    if found is not None:
+        return head + (
+            f"Resuming from {found}, the newest complete checkpoint, instead. Delete or move "
+            "the damaged directories to stop this warning."
+        )
+    return head + (
+        "No complete checkpoint is left: training STARTS FROM THE BEGINNING. To resume instead,"
+        "\nrestore the missing files, or name a checkpoint (its path or UUID) in "
+        f"latest_checkpoint or\n${LATEST_CHECKPOINT_ENV}; to start over without this warning, "
+        "delete or move the\ndamaged directories."
+    )
 
 
 def resolve_checkpoint(latest_checkpoint: str, root: CheckpointRoot) -> pathlib.Path:

@@ -368,6 +368,7 @@ def startup_section(trials: int) -> List[str]:
 
 
 SECTIONS = ("asha", "workers", "storage", "takeover", "startup")
+EXTRA_SECTIONS = ("scale",)  # not in the default run (nor in CI): --sections scale
 
 
 def main() -> None:
@@ -385,12 +386,17 @@ def main() -> None:
         default=",".join(SECTIONS),
         help="comma-separated subset of " + ",".join(SECTIONS) + " (default: all)",
     )
+    parser.add_argument("--scale-workers", type=int, default=64)
+    parser.add_argument("--scale-trials", type=int, default=500)
+    parser.add_argument("--scale-kills", type=int, default=8)
     parser.add_argument("--out", default=str(HERE / "results"))
     args = parser.parse_args()
     sections = args.sections.split(",")
-    unknown = sorted(set(sections) - set(SECTIONS))
+    unknown = sorted(set(sections) - set(SECTIONS) - set(EXTRA_SECTIONS))
     if unknown:
-        parser.error(f"unknown section(s) {', '.join(unknown)}; choose from {', '.join(SECTIONS)}")
+        parser.error(
+            f"unknown section(s) {', '.join(unknown)}; choose from {', '.join(SECTIONS + EXTRA_SECTIONS)}"
+        )
     trials, max_time = (3, 4) if args.quick else (args.trials, args.max_time)
     workers = [2] if args.quick else [1, 2, 4]
     command = "python benchmarks/search.py " + (
@@ -398,6 +404,11 @@ def main() -> None:
     )
     if sections != list(SECTIONS):
         command += f" --sections {','.join(sections)}"
+    if "scale" in sections:
+        command += (
+            f" --scale-workers {args.scale_workers} --scale-trials {args.scale_trials}"
+            f" --scale-kills {args.scale_kills}"
+        )
     lines = [
         f"# Searches: {trials} trials, max_time {max_time} batches",
         "",
@@ -418,6 +429,12 @@ def main() -> None:
         lines += takeover_section() + [""]
     if "startup" in sections:
         lines += startup_section(2 if args.quick else 6)  # 2 trials: one gap to time
+    passed = True
+    if "scale" in sections:
+        from search_scale import scale_section
+
+        scale, passed = scale_section(args.scale_workers, args.scale_trials, args.scale_kills)
+        lines += scale
     text = "\n".join(lines).rstrip("\n") + "\n"
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -427,6 +444,8 @@ def main() -> None:
     name = f"{theme}_cpu-{os.cpu_count()}core_{datetime.date.today()}"
     (out / f"{name}.md").write_text(text)
     print(text)
+    if not passed:
+        raise SystemExit("the scale drill failed a check (see the table above)")
 
 
 if __name__ == "__main__":

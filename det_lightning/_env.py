@@ -25,6 +25,12 @@ TRIAL_INFO_ENV = "DET_LIGHTNING_TRIAL_INFO"
 TEST_MODE_ENV = "DET_LIGHTNING_TEST_MODE"
 # How a trial of `det-lightning experiment` stopped by a signal continues (printed after it).
 RESUME_ADVICE_ENV = "DET_LIGHTNING_RESUME_ADVICE"
+# A trial of `det-lightning experiment`: its experiment id and trial number (JSON), recorded in
+# each checkpoint's metadata so that `latest` never resumes another experiment's checkpoint.
+RUN_IDENTITY_ENV = "DET_LIGHTNING_RUN_IDENTITY"
+# "1": a checkpoint named explicitly whose trial class or hyperparameters differ from the run's
+# is a warm start (its weights, from batch 0) instead of an error.
+ALLOW_WARM_START_ENV = "DET_LIGHTNING_ALLOW_WARM_START"
 
 
 def default_tensorboard_dir() -> pathlib.Path:

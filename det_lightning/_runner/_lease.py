@@ -45,6 +45,8 @@ SUPERSEDED = "superseded"  # set on a trial another worker took over (then FAIL)
 CONTINUES = "continues"  # on a continuation: the Optuna trial id it takes over
 TRIAL_NUMBER = "trial_number"  # the experiment's trial number, kept by its continuations
 ORIGIN = "origin"  # on a continuation: the study's number of the trial first asked for
+SURPLUS = "surplus"  # a trial asked for past the budget: told FAIL, never run
+BRACKET = "-bracket-"  # a search's studies are named <search key>-bracket-<i>
 HOST_ID_ENV = "DET_LIGHTNING_HOST_ID"  # names this machine (default: its host name)
 DEFAULT_TIMEOUT_S = 120.0
 # Attributes of the worker, not of the trial: a continuation starts without them.
@@ -134,9 +136,26 @@ def take_over(study: optuna.Study, frozen: optuna.trial.FrozenTrial) -> Optional
     study.enqueue_trial(dict(frozen.params), user_attrs=attrs, skip_if_exists=False)
     for waiting in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)):
         if waiting.user_attrs.get(CONTINUES) == frozen._trial_id:
-            if storage.set_trial_state_values(waiting._trial_id, optuna.trial.TrialState.RUNNING):
-                return optuna.trial.Trial(study, waiting._trial_id)
+            _carry_values(storage, frozen, waiting._trial_id)
+            try:
+                if storage.set_trial_state_values(
+                    waiting._trial_id, optuna.trial.TrialState.RUNNING
+                ):
+                    return optuna.trial.Trial(study, waiting._trial_id)
+            except UpdateFinishedTrialError:
+                return None  # popped by another worker and ended since this one listed it
     return None  # another worker's study.ask() popped it first: that worker resumes it
+
+
+def _carry_values(storage: Any, frozen: optuna.trial.FrozenTrial, trial_id: int) -> None:
+    """Gives the continuation ``trial_id`` the validations its trial reported before the
+    takeover: a trial killed after its last validation (and checkpoint) resumes at its end and
+    reports nothing more, and its worker tells the study the last value reported."""
+    for step, value in frozen.intermediate_values.items():
+        try:
+            storage.set_trial_intermediate_value(trial_id, step, value)
+        except UpdateFinishedTrialError:
+            return  # the continuation ended already (another worker popped and ran it)
 
 
 def trial_number(trial: Union[optuna.Trial, optuna.trial.FrozenTrial]) -> int:
@@ -144,6 +163,29 @@ def trial_number(trial: Union[optuna.Trial, optuna.trial.FrozenTrial]) -> int:
     the continuation of a trial another worker took over."""
     number = trial.user_attrs.get(TRIAL_NUMBER)
     return int(number) if number is not None else int(trial._trial_id) + 1
+
+
+def number_new_trial(study: optuna.Study, trial: optuna.Trial) -> int:
+    """Gives ``trial``, just asked for and no continuation, the experiment's next trial number
+    and returns it: one more than the highest of the trials asked for before it in this
+    search's studies (its brackets), surplus ones aside. Continuations keep their trial's
+    number, so numbers run 1, 2, 3, ... with no gap after a takeover, as Determined's do;
+    a trial asked for but not yet numbered counts with its fallback (its id + 1), so a race
+    may leave a gap but never gives two trials that run one number."""
+    storage = study._storage
+    bracket = study.study_name.rpartition(BRACKET)[0]
+    numbers = [0]
+    for sibling in storage.get_all_studies():
+        name = sibling.study_name
+        if name == study.study_name or (bracket and name.rpartition(BRACKET)[0] == bracket):
+            numbers += [
+                trial_number(t)
+                for t in storage.get_all_trials(sibling._study_id, deepcopy=False)
+                if t._trial_id < trial._trial_id and not t.user_attrs.get(SURPLUS)
+            ]
+    number = max(numbers) + 1
+    trial.set_user_attr(TRIAL_NUMBER, number)
+    return number
 
 
 def origin(trial: Union[optuna.Trial, optuna.trial.FrozenTrial]) -> int:
@@ -223,8 +265,9 @@ class LeaseKeeper:
         self._thread.join()
 
     def renew(self, renewed: Optional[float] = None) -> bool:
-        """Writes the lease (``renewed``: now); False, and ``lost`` set, once the trial is
-        finished (taken over)."""
+        """Writes the lease (``renewed``: now); False once the trial is finished: by another
+        worker's takeover (then ``lost`` is set), or by this worker as it ended the trial
+        (told the study while this thread renewed)."""
         lease = {
             "host": host_id(),
             "pid": os.getpid(),
@@ -234,7 +277,8 @@ class LeaseKeeper:
         try:
             self.storage.set_trial_user_attr(self.trial_id, LEASE, lease)
         except UpdateFinishedTrialError:
-            self.lost.set()
+            if is_superseded(self.storage.get_trial(self.trial_id)):
+                self.lost.set()
             return False
         return True
 
@@ -253,6 +297,8 @@ class LeaseKeeper:
             except Exception:  # a storage hiccup: the next renewal tries again
                 logger.warning("could not renew the lease on a trial; retrying", exc_info=True)
                 continue
+            if not self.lost.is_set():
+                return  # this worker ended the trial: nothing to renew
             logger.warning("another worker took this trial over: stopping it here")
             self.on_lost()
             return

@@ -9,6 +9,7 @@ length), holding ``max_trials`` trials, or the grid's points.
 import dataclasses
 import hashlib
 import json
+import re
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from det_lightning import errors
@@ -23,6 +24,19 @@ def search_key(raw: Dict[str, Any]) -> str:
     search, on every worker and machine and in every rerun."""
     relevant = {k: raw.get(k) for k in ("name", "hyperparameters", "searcher", "entrypoint")}
     return hashlib.sha1(json.dumps(relevant, sort_keys=True, default=str).encode()).hexdigest()[:10]
+
+
+def experiment_id(raw: Dict[str, Any]) -> str:
+    """The experiment's identity: the same for every rerun of the same config, on every worker
+    and machine; its checkpoints, TensorBoard runs and search storage live under it
+    (``raw``: the config as given, ``ExperimentConfig.as_given``; an unnamed one is
+    ``experiment-<key>``).
+
+    >>> experiment_id({"name": "my exp", "searcher": {"name": "single"}})
+    'my-exp-2c2b2e0849'
+    """
+    name = re.sub(r"[^\w.-]+", "-", str(raw.get("name") or "experiment")).strip("-.")
+    return f"{name or 'experiment'}-{search_key(raw)}"
 
 
 def grid_params(hparams: Dict[str, Any]) -> List[Dict[str, Any]]:
@@ -63,9 +77,13 @@ class SearchSettings:
 
     @classmethod
     def from_upfront(cls, searcher: Dict[str, Any], hparams: Dict[str, Any]) -> "SearchSettings":
-        """A ``grid`` or ``random`` searcher section (``hparams``: the grid's space)."""
+        """A ``grid``, ``random`` or ``single`` (one trial, drawn as ``random`` draws)
+        searcher section (``hparams``: the grid's space)."""
         grid = tuple(grid_params(hparams)) if searcher["name"] == "grid" else ()
-        max_trials = len(grid) if grid else int(searcher["max_trials"])
+        if searcher["name"] == "single":
+            max_trials = 1
+        else:
+            max_trials = len(grid) if grid else int(searcher["max_trials"])
         concurrent = int(searcher.get("max_concurrent_trials") or 16)
         return cls(
             metric=searcher["metric"],

@@ -183,7 +183,10 @@ def become_trial(request: TrialRequest, parent: int) -> None:
         die_with_parent(parent)
         signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        started_in = os.getcwd()
         os.chdir(request.cwd)
+        if sys.path and sys.path[0] in (started_in, ""):  # as `python -m` started in cwd has it
+            sys.path[0] = os.getcwd()
         os.environ.clear()
         os.environ.update(request.env)
         sys.argv = list(request.argv)
@@ -222,6 +225,21 @@ def _serve(sock: socket.socket) -> None:
         _send(sock, ("exit", os.waitstatus_to_exitcode(status)))
 
 
+def _preload() -> None:
+    """Imports what every trial would, as ``det_lightning.adapters`` imports Lightning: with
+    the worker's directory (the model folder, where a search is started there) out of sight,
+    so a project's own ``torchvision/`` stand-in cannot answer Lightning's probes for the real
+    one. The trial, forked afterwards, sees the project's modules again."""
+    from det_lightning._import import without_project_modules
+
+    with without_project_modules():
+        for name in PRELOAD:
+            importlib.import_module(name)
+        for name in PRELOAD_IF_INSTALLED:
+            if importlib.util.find_spec(name) is not None:
+                importlib.import_module(name)
+
+
 def main(argv: List[str]) -> None:
     """``python -m det_lightning._runner._template FD WORKER_PID``: the template;
     ``--one WORKER_PID``: one trial, its request on stdin (no fork)."""
@@ -232,11 +250,7 @@ def main(argv: List[str]) -> None:
     die_with_parent(worker)
     for signum in (signal.SIGINT, signal.SIGTERM):  # the worker passes them on to the trial
         signal.signal(signum, signal.SIG_IGN)
-    for name in PRELOAD:
-        importlib.import_module(name)
-    for name in PRELOAD_IF_INSTALLED:
-        if importlib.util.find_spec(name) is not None:
-            importlib.import_module(name)
+    _preload()
     sock = socket.socket(fileno=fd)
     _send(sock, ("ready", sorted(t.name for t in threading.enumerate())))
     _serve(sock)

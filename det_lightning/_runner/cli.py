@@ -2,12 +2,14 @@
 
 Usage::
 
-    det-lightning run [LAUNCH] train.py [ARGS ...]        # a Trainer-API script, unmodified
-    det-lightning run [LAUNCH] -m package.module [ARGS ...]
-    det-lightning experiment [LAUNCH] [--checkpoint-dir DIR] [--storage URL] [--workers N]
-                             [--dashboard] CONFIG.yaml MODEL_DIR
+    det-lightning run [LAUNCH] [--resume] train.py [ARGS ...]   # a Trainer-API script, unmodified
+    det-lightning run [LAUNCH] [--resume] -m package.module [ARGS ...]
+    det-lightning experiment [create] [LAUNCH] [--checkpoint-dir DIR] [--storage URL]
+                             [--workers N] [--dashboard] CONFIG.yaml MODEL_DIR
     det-lightning checkpoint {export,convert} ...         # see det_lightning.pytorch._export
     det-lightning check [DIR|CONFIG ...]                  # would each project run? (_check)
+    det-lightning experiment list [--checkpoint-dir DIR]  # and `experiment describe ID`,
+    det-lightning checkpoint list [ID] [--checkpoint-dir DIR]   # from the files (_bookkeeping)
 
 Code run by ``run`` and ``experiment`` gets ``det_lightning`` when it imports ``determined``
 (``det_lightning.compat``).
@@ -20,7 +22,9 @@ processes of itself under torchrun, whose environment ``init()`` reads; Lightnin
 would re-run the bare script, without the ``determined`` alias.
 
 Exit status: ``_cli_text.EPILOG``, the end of every ``--help`` (0, 1, 2, 75; ``run``: the
-script's). After a signal a search prints its summary first, the interrupted trial INTERRUPTED.
+script's). After a signal the message says the command that continues: for ``experiment``
+the same command, which prints its summary first, the interrupted trial INTERRUPTED; for
+``run`` the command with ``--resume``.
 """
 
 import argparse
@@ -28,6 +32,7 @@ import contextlib
 import logging
 import os
 import runpy
+import shlex
 import subprocess
 import sys
 from typing import Any, Callable, ContextManager, Dict, List, Mapping, Optional, Sequence
@@ -35,10 +40,15 @@ from typing import Any, Callable, ContextManager, Dict, List, Mapping, Optional,
 import det_lightning
 from det_lightning import compat, errors
 from det_lightning._job_processes import is_chief, quiet_unless_chief
-from det_lightning._env import SEARCH_ENV, SEARCH_WORKER_ENV
 from det_lightning._runner import _check, _launch_checks, _overrides
 from det_lightning._runner._cli_text import EPILOG, CommandParser, version_text
 from det_lightning._runner.config._experiment_config import announce_ignored
+from det_lightning._env import (
+    LATEST_CHECKPOINT_ENV,
+    RESUME_ADVICE_ENV,
+    SEARCH_ENV,
+    SEARCH_WORKER_ENV,
+)
 from det_lightning._runner.experiment import INTERRUPTED_NOTE, run_experiment
 from det_lightning._runner.plan import Plan, UsageError, plan_experiment
 from det_lightning._runner.search._dashboard import dashboard_beside
@@ -173,6 +183,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return status
     for name, value in options.items():
         os.environ[LAUNCH_ENV[name]] = str(value)
+    if args.resume:
+        os.environ[LATEST_CHECKPOINT_ENV] = "latest"
+    # After a signal, the command that continues: this one, with --resume.
+    again = args.argv if args.resume else ["run", "--resume", *args.argv[1:]]
+    os.environ.setdefault(RESUME_ADVICE_ENV, f"To continue, run: {PROG} {shlex.join(again)}")
     try:
         with _search_reporting():
             return run_script(args.target, args.script_args, as_module=args.module)
@@ -215,7 +230,7 @@ def _run_plan(plan: Plan, args: argparse.Namespace) -> int:
     # The ignored keys are announced once: by the process that runs the job (its chief), or
     # by the one that starts a search's workers.
     announce = is_chief(os.environ) and os.environ.get(SEARCH_WORKER_ENV) is None
-    if plan.search is not None and os.environ.get(SEARCH_WORKER_ENV) is None:
+    if os.environ.get(SEARCH_WORKER_ENV) is None:
         workers = _search_workers(plan, args.workers)
         if workers > 1:
             announce_ignored(plan.config.ignored_keys)
@@ -243,14 +258,17 @@ def _positive_seconds(text: str) -> float:
 
 def _search_workers(plan: Plan, asked: Optional[int]) -> int:
     """How many trials of a search run at once on this machine: ``--workers``, else one per
-    ``resources.slots_per_trial`` GPUs (at most ``max_concurrent_trials``), else one."""
+    ``resources.slots_per_trial`` GPUs (at most ``max_concurrent_trials`` and the search's
+    trials: one for ``single``), else one."""
     if asked is not None:
         return max(int(asked), 1)
     import torch
 
     slots = max(plan.config.slots_per_trial(), 1)
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    limit = int(plan.config.searcher.get("max_concurrent_trials") or 16)
+    limit = min(
+        int(plan.config.searcher.get("max_concurrent_trials") or 16), plan.search.max_trials
+    )
     return max(min(gpus // slots, limit), 1)
 
 
@@ -316,6 +334,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_launch_arguments(run)
     run.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue from this run's latest checkpoint in the checkpoint directory (as "
+        "DET_LIGHTNING_LATEST_CHECKPOINT=latest; a fresh start if there is none). Only a "
+        "checkpoint of the same trial class and hyperparameters counts",
+    )
+    run.add_argument(
         "-m",
         dest="module",
         action="store_true",
@@ -331,10 +356,15 @@ def build_parser() -> argparse.ArgumentParser:
     experiment = commands.add_parser(
         "experiment",
         help="run a Determined experiment config locally",
-        description="Run a Determined experiment config locally: searchers grid, random and "
-        "adaptive_asha on Optuna (several workers may share one search through --storage, and "
-        "rerunning continues it), single as one trial; each trial checkpoints to "
-        "<checkpoint dir>/trial-<n>/.",
+        description="Run a Determined experiment config locally (`experiment list`, "
+        "`experiment describe ID` show the experiments under a checkpoint directory): every "
+        "searcher (single: a "
+        "search of one trial) on Optuna. The experiment's id is its name and a hash of its "
+        "name, hyperparameters, searcher and entrypoint: trial n checkpoints to "
+        "<checkpoint dir>/<id>/trial-<n>/ and rerunning the same command continues the "
+        "experiment (an interrupted or failed trial resumes from its own latest checkpoint; "
+        "several workers may share one through --storage). To start over, change the name or "
+        "delete the folder. Also spelled `experiment create CONFIG MODEL_DIR`.",
     )
     add_launch_arguments(experiment)
     experiment.add_argument(
@@ -391,7 +421,8 @@ def build_parser() -> argparse.ArgumentParser:
     checkpoint = commands.add_parser(
         "checkpoint",
         help="Lightning .ckpt files to Determined checkpoints (export), and back (convert)",
-        description="export FILE.ckpt [--checkpoint-dir DIR] [--code DIR] [--trust]; "
+        description="list [ID] [--checkpoint-dir DIR]: the experiments' checkpoints; "
+        "export FILE.ckpt [--checkpoint-dir DIR] [--code DIR] [--trust]; "
         "convert CHECKPOINT_DIR FILE.ckpt [--trust]. `det-lightning checkpoint export --help` "
         "for more.",
     )
@@ -409,6 +440,12 @@ def main(argv: Optional[List[str]] = None) -> int:
         The exit status (see the module docstring).
     """
     argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:2] == ["experiment", "create"]:  # Determined's spelling
+        argv = ["experiment", *argv[2:]]
+    if argv[:2] in (["experiment", "list"], ["experiment", "describe"], ["checkpoint", "list"]):
+        from det_lightning._runner import _bookkeeping
+
+        return _bookkeeping.main(" ".join(argv[:2]), argv[2:])
     args = build_parser().parse_args(argv)
     args.argv = argv
     handler: Callable[[argparse.Namespace], int] = args.handler
@@ -424,6 +461,12 @@ def main(argv: Optional[List[str]] = None) -> int:
         if not e.reported:  # the trainer logged how to continue; else say it here, once
             print(f"{PROG} {args.command}: {e}", file=sys.stderr, flush=True)
         return errors.TrialPreempted.EXIT_CODE
+    except RuntimeError as e:
+        pool = sys.modules.get("det_lightning._runner.search._pool")  # imported with a database
+        if pool is None or not isinstance(e, pool.ConnectionLimitReached):
+            raise
+        _error(args.command, str(e))  # the database is full: its message names the fixes
+        return EXIT_FAILURE
 
 
 __all__ = ["build_parser", "main", "run_script"]

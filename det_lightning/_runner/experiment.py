@@ -5,121 +5,37 @@ What Determined's master and harness do for an experiment::
     config = load_config(CONFIG)                  # unknown keys fail; cluster-only keys reported
     plan = plan_experiment(config, MODEL_DIR)     # plan.py: every check that can fail before
                                                   #   training
-    grid, random, adaptive_asha: search.run_search(plan)    # on Optuna, trials shared through
-                                                  #   its storage; each runs one of these, in
-                                                  #   a process of its own (_template)
-    single: for the one trial:                    # _trial.py: one trial, as the harness runs it
-        'model_def:Trial' entrypoint: run_legacy_trial    # the harness: init(), Trial(context),
-                                                          #   Trainer.fit(periods from the config)
-        command entrypoint ('python3 train.py'): run_command_trial   # `det-lightning run` in
-                                                          #   MODEL_DIR, in a child process
-    print(format_summary(results))                # trial, hyperparameters, best metric, checkpoint
+    write_experiment_record(plan)                 # <checkpoint dir>/<id>/experiment.json, once
+    search.run_search(plan)                       # every searcher, single a search of one
+                                                  #   trial: on Optuna, trials shared through
+                                                  #   its storage, each trial in a process of
+                                                  #   its own (_template), as the harness runs
+                                                  #   it (trial.py): 'model_def:Trial' or a
+                                                  #   command ('python3 train.py')
+    print(format_summary(results))                # summary.py: trials, best metric, checkpoints
 
-Each trial writes its checkpoints to ``<checkpoint dir>/trial-<n>/`` and its TensorBoard files to
-``<tensorboard dir>/trial-<n>/``. A failing trial is reported and the search goes on, as on a
-cluster; configuration errors stop everything before the first trial.
+Each trial writes its checkpoints to ``<checkpoint dir>/<experiment id>/trial-<n>/`` and its
+TensorBoard files to ``<tensorboard dir>/<experiment id>/trial-<n>/`` (the id: the config's name
+and a hash of what makes the experiment, ``_search_settings.experiment_id``). A failing trial is
+restarted ``max_restarts`` times from its latest checkpoint, then reported, and the search goes on,
+as on a cluster; configuration errors stop everything before the first trial. Rerunning the same
+command continues the experiment.
 """
 
 import logging
 import os
 import sys
-from typing import Any, Dict, List, Optional, Sequence
+import time
+from typing import Sequence
 
 from det_lightning import errors
-from det_lightning._env import LATEST_CHECKPOINT_ENV, RESUME_ADVICE_ENV, SEARCH_WORKER_ENV
+from det_lightning._env import SEARCH_WORKER_ENV
+from det_lightning._runner._record import write_experiment_record
 from det_lightning._runner.plan import Plan
-from det_lightning._runner.trial import (
-    FINISHED,
-    INVALID_HP,
-    TrialResult,
-    run_command_trial,
-    run_legacy_trial,
-    write_trial_hparams,
-)
+from det_lightning._runner.summary import best_trial, format_summary, terminal_width
+from det_lightning._runner.trial import FINISHED, INVALID_HP, TrialResult
 
 logger = logging.getLogger("det_lightning")
-
-
-def _flat(hparams: Dict[str, Any], prefix: str = "") -> Dict[str, Any]:
-    out: Dict[str, Any] = {}
-    for key, value in hparams.items():
-        if isinstance(value, dict):
-            out.update(_flat(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
-def _show(value: Any) -> str:
-    return f"{value:.4g}" if isinstance(value, float) else str(value)
-
-
-def best_trial(results: Sequence[TrialResult], smaller_is_better: bool) -> Optional[TrialResult]:
-    """The completed trial with the best searcher metric, if any reported one."""
-    scored = [r for r in results if r.status in FINISHED and r.best_metric is not None]
-    if not scored:
-        return None
-    sign = 1.0 if smaller_is_better else -1.0
-    return min(scored, key=lambda r: sign * float(r.best_metric or 0.0))
-
-
-def format_summary(results: Sequence[TrialResult], metric: str, smaller_is_better: bool) -> str:
-    """The table printed after an experiment: one row per trial, then the best trial.
-
-    >>> rows = [TrialResult(1, {"lr": 0.1}, "COMPLETED", 0.5, None, batches=8),
-    ...         TrialResult(2, {"lr": 0.01}, "COMPLETED", 0.25, None),
-    ...         TrialResult(3, {"lr": 1.0}, "STOPPED_EARLY", 0.9, None, batches=2, rung=0)]
-    >>> print(format_summary(rows, "loss", True))  # doctest: +NORMALIZE_WHITESPACE
-    trial  status                   hyperparameters  batches  best loss  checkpoint
-    1      COMPLETED                lr=0.1           8        0.5        -
-    2      COMPLETED                lr=0.01          -        0.25       -
-    3      STOPPED EARLY at rung 0  lr=1             2        0.9        -
-    best: trial 2 (loss=0.25), checkpoint -
-    """
-    header = ["trial", "status", "hyperparameters", "batches", f"best {metric}", "checkpoint"]
-    rows = [header] + [
-        [
-            str(r.number),
-            r.state(),
-            ", ".join(f"{k}={_show(v)}" for k, v in _flat(r.hparams).items()) or "-",
-            str(r.batches) if r.batches is not None else "-",
-            _show(r.best_metric) if r.best_metric is not None else "-",
-            str(r.checkpoint) if r.checkpoint else "-",
-        ]
-        for r in results
-    ]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
-    best = best_trial(results, smaller_is_better)
-    if best is not None:
-        lines.append(
-            f"best: trial {best.number} ({metric}={_show(best.best_metric)}), checkpoint "
-            f"{best.checkpoint or '-'}"
-        )
-    return "\n".join(lines)
-
-
-def run_trials(plan: Plan) -> List[TrialResult]:
-    """Runs the plan's trials in order; a failing trial is logged and the search goes on."""
-    results = []
-    total = len(plan.trials)
-    for number, hparams in enumerate(plan.trials, start=1):
-        logger.info(f"trial {number} of {total}: hyperparameters {hparams}")
-        write_trial_hparams(plan, number, hparams)
-        try:
-            if plan.trial_class is not None:
-                results.append(run_legacy_trial(plan, number, hparams))
-            else:
-                results.append(run_command_trial(plan, number, hparams))
-        except errors.InvalidConfigException:
-            raise  # the entrypoint cannot be loaded: every trial would fail alike
-        except errors.InvalidHP as e:  # Determined's single searcher: an early exit, no error
-            logger.info(f"trial {number}: InvalidHP ({e.msg}); the trial exited early")
-            results.append(TrialResult(number, hparams, INVALID_HP))
-        except Exception:
-            logger.exception(f"trial {number} failed")
-            results.append(TrialResult(number, hparams, "ERROR"))
-    return results
 
 
 def _retain_experiment_best(plan: Plan, results: Sequence[TrialResult]) -> None:
@@ -140,58 +56,57 @@ def run_experiment(plan: Plan) -> int:
     Returns:
         0 unless a trial failed (trials other workers of a search still run do not count).
     """
-    config = plan.config
-    if plan.command is not None and plan.search is None:
-        logger.info(
-            "A command entrypoint chooses its own hyperparameters and training length locally "
-            "(det.get_cluster_info() is None); the config's hyperparameters and "
-            "searcher.max_length are not passed to it."
-        )
-    count = plan.search.max_trials if plan.search is not None else len(plan.trials)
+    from det_lightning._runner.search import _worker
+
+    started, config = time.monotonic(), plan.config
     logger.info(
-        f"experiment {config.name!r}: {count} trial(s), searcher "
-        f"{config.searcher['name']}; checkpoints under {plan.checkpoint_root}"
+        f"experiment {plan.experiment_id} ({config.name!r}): {plan.search.max_trials} "
+        f"trial(s), searcher {config.searcher['name']}; checkpoints under "
+        f"{plan.checkpoint_root}"
     )
     interrupted_by = None
-    if plan.search is not None:
-        from det_lightning._runner.search import _worker
-
-        if os.environ.get(SEARCH_WORKER_ENV) == "summary":  # the workers are done
-            results = _worker.search_summary(plan, plan.storage)
-        else:
-            try:
-                outcome = _worker.run_search(plan, plan.storage)
-            except errors.InvalidExperimentException:  # e.g. no searcher.metric: it stops
-                _report(_worker.search_summary(plan, plan.storage), config.searcher, False)
-                raise  # the command prints its one line
-            results, interrupted_by = outcome.trials, outcome.interrupted_by
+    if os.environ.get(SEARCH_WORKER_ENV) == "summary":  # the workers are done
+        results = _worker.search_summary(plan, plan.storage)
     else:
-        os.environ.setdefault(RESUME_ADVICE_ENV, SINGLE_ADVICE)
-        results = run_trials(plan)
+        write_experiment_record(plan)
+        try:
+            outcome = _worker.run_search(plan, plan.storage)
+        except errors.InvalidExperimentException:  # e.g. no searcher.metric: it stops
+            _report(plan, _worker.search_summary(plan, plan.storage), False, started)
+            raise  # the command prints its one line
+        results, interrupted_by = outcome.trials, outcome.interrupted_by
     interrupted = interrupted_by is not None or any(r.status == "INTERRUPTED" for r in results)
     chief = os.environ.get("RANK", "0") == "0"
     if chief and config.checkpoint_storage and not interrupted:
         _retain_experiment_best(plan, results)
     worker = os.environ.get(SEARCH_WORKER_ENV) not in (None, "summary")
     if chief and not worker:  # one report: the chief's, the parent's
-        _report(results, config.searcher, interrupted)
+        _report(plan, results, interrupted, started)
     if interrupted:
         return errors.TrialPreempted.EXIT_CODE
     # RUNNING: a trial another worker of the same search is training.
     return 1 if any(r.status not in (*FINISHED, "RUNNING", INVALID_HP) for r in results) else 0
 
 
-SINGLE_ADVICE = f"To continue from it, rerun the same command with {LATEST_CHECKPOINT_ENV}=latest."
 INTERRUPTED_NOTE = (
-    "det-lightning experiment: the search was interrupted by a signal. Rerun "
+    "det-lightning experiment: the experiment was interrupted by a signal. Rerun "
     "the same command to continue it: an interrupted trial resumes from its "
     f"latest checkpoint. Exiting with status {errors.TrialPreempted.EXIT_CODE}."
 )
 
 
-def _report(results: Sequence[TrialResult], searcher: Dict[str, Any], interrupted: bool) -> None:
+def _report(plan: Plan, results: Sequence[TrialResult], interrupted: bool, started: float) -> None:
     """The summary table on stdout; after a signal, how to continue on stderr."""
-    print(format_summary(results, searcher["metric"], searcher["smaller_is_better"]), flush=True)
+    searcher = plan.config.searcher
+    table = format_summary(
+        results,
+        searcher["metric"],
+        searcher["smaller_is_better"],
+        root=plan.checkpoint_root,
+        width=terminal_width(),
+        wall_s=time.monotonic() - started,
+    )
+    print(table, flush=True)
     running = sum(1 for r in results if r.status == "RUNNING")
     if running:
         print(f"{running} trial(s) still running in other workers of this search.", flush=True)
@@ -199,4 +114,4 @@ def _report(results: Sequence[TrialResult], searcher: Dict[str, Any], interrupte
         print(INTERRUPTED_NOTE, file=sys.stderr, flush=True)
 
 
-__all__ = ["best_trial", "format_summary", "run_experiment", "run_trials"]
+__all__ = ["best_trial", "format_summary", "run_experiment"]

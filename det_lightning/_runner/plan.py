@@ -5,28 +5,26 @@ directory, where checkpoints and TensorBoard files go, the trials known up front
 (a ``module:Trial`` class or a command), Lightning's launch options, and a search's settings::
 
     directory = _absolute(model_dir)         # must exist, else UsageError
-    search = _search_settings(config)        # None for single
-    trials = _planned_trials(config, search) # single's one, a grid's points; none for draws
+    search = _search_settings(config)        # single: a search of one trial
+    trials = _planned_trials(config, search) # a grid's points; none for draws
     trial_class, command = _entrypoint_plan(config)
     if trial_class:                          # each configured point's training length must
         config.lengths.fit_lengths(hparams)  #   resolve (random: a sample of what it may draw;
                                              #   adaptive_asha: only the periods, the searcher
                                              #   sets the length)
-    checkpoint_root = checkpoint_dir or checkpoint_storage or $DET_LIGHTNING_CHECKPOINT_DIR
-                      or ./checkpoints            # a directory, or a URL (s3://bucket/prefix)
-    tensorboard_root = $DET_LIGHTNING_TENSORBOARD_DIR or ./tensorboard/<name>-<search key>
-                       (single: ./tensorboard/<name>-<time>)
+    checkpoint_root = (checkpoint_dir or checkpoint_storage or $DET_LIGHTNING_CHECKPOINT_DIR
+                       or ./checkpoints) / <experiment id>  # a directory, or a URL
+    tensorboard_root = ($DET_LIGHTNING_TENSORBOARD_DIR or ./tensorboard) / <experiment id>
+    experiment id = <name>-<search key>      # _search_settings.experiment_id
 """
 
 import dataclasses
 import os
 import pathlib
-import re
-import time
 from typing import Any, Dict, List, Optional, Tuple, Union
 
 from det_lightning._env import CHECKPOINT_DIR_ENV, TENSORBOARD_DIR_ENV
-from det_lightning._runner._search_settings import SearchSettings, search_key
+from det_lightning._runner._search_settings import SearchSettings, experiment_id
 from det_lightning._runner.config import ExperimentConfig, random_points
 from det_lightning._runner.harness import parse_command
 from det_lightning.pytorch._remote import CheckpointRoot, checkpoint_location
@@ -43,9 +41,10 @@ class Plan:
     Attributes:
         config: the validated experiment config.
         model_dir: the model definition directory (absolute).
-        checkpoint_root: trial ``n`` checkpoints to ``checkpoint_root / f"trial-{n}"``: an
-            absolute path, or a URL (``_remote.RemoteRoot``, which supports ``/`` too).
-        tensorboard_root: likewise for TensorBoard files.
+        checkpoint_root: the experiment's folder, ``<checkpoint dir>/<experiment id>``: trial
+            ``n`` checkpoints to ``checkpoint_root / f"trial-{n}"``; an absolute path, or a URL
+            (``_remote.RemoteRoot``, which supports ``/`` too).
+        tensorboard_root: likewise for TensorBoard files, ``<tensorboard dir>/<experiment id>``.
         trials: the hyperparameter values of each trial.
         trial_class: ``module:Class`` for a legacy entrypoint, else None.
         command: the ``det-lightning run`` arguments for a command entrypoint, else None.
@@ -60,7 +59,8 @@ class Plan:
     trial_class: Optional[str]
     command: Optional[List[str]]
     launch: Dict[str, Any]
-    search: Optional[SearchSettings] = None  # grid, random, adaptive_asha: the searcher's
+    search: SearchSettings  # every searcher's (single: a search of one trial)
+    experiment_id: str  # _search_settings.experiment_id: the same for every rerun
     storage: Optional[str] = None  # a search's Optuna storage (None: a journal file)
     heartbeat_timeout: float = 120.0  # seconds a trial's lease lasts without renewal (_lease)
 
@@ -95,12 +95,10 @@ def launch_options(config: ExperimentConfig, given: Dict[str, Any]) -> Dict[str,
     return options
 
 
-def _search_settings(config: ExperimentConfig) -> Optional[SearchSettings]:
-    """A search's settings, or None for ``single`` (its one trial runs without a storage)."""
+def _search_settings(config: ExperimentConfig) -> SearchSettings:
+    """The search's settings (``single``: a search of one trial)."""
     name = config.searcher["name"]
-    if name == "single":
-        return None
-    if name in ("grid", "random"):
+    if name in ("grid", "random", "single"):
         return SearchSettings.from_upfront(config.searcher, config.hyperparameters)
 
     size = config.hyperparameters.get("global_batch_size")
@@ -123,32 +121,12 @@ def _entrypoint_plan(config: ExperimentConfig) -> Tuple[Optional[str], Optional[
     return None, parsed
 
 
-def _planned_trials(
-    config: ExperimentConfig, search: Optional[SearchSettings]
-) -> List[Dict[str, Any]]:
-    """The hyperparameters of each trial known before training: single's one, a grid's points
-    in the order their trials run; none for searches that draw them as they go."""
-    if search is None:
-        return config.trial_hparams()
+def _planned_trials(config: ExperimentConfig, search: SearchSettings) -> List[Dict[str, Any]]:
+    """The hyperparameters of each trial known before training: a grid's points in the order
+    their trials run; none for searches that draw them as they go (single and random)."""
     if search.grid:
         return config.trial_hparams()[::-1]  # Determined creates the last point's trial first
     return []
-
-
-def _run_name(config: ExperimentConfig, search: Optional[SearchSettings]) -> str:
-    """The experiment's TensorBoard folder: a search's is named for the search, so its every
-    worker, machine and rerun writes into one root; a single trial's for when it started.
-
-    >>> from det_lightning._runner.config import load_config
-    >>> conf = {"name": "my exp", "entrypoint": "m:T", "searcher": {"name": "single",
-    ...         "metric": "loss"}}
-    >>> re.fullmatch(r"my-exp-\\d{8}-\\d{6}", _run_name(load_config(conf), None)) is not None
-    True
-    """
-    name = re.sub(r"[^\w.-]+", "-", config.name or "experiment").strip("-")
-    if search is not None:
-        return f"{name}-{search_key(config.raw)}"
-    return f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
 def _absolute(path: Union[str, "os.PathLike[str]"]) -> pathlib.Path:
@@ -185,17 +163,17 @@ def plan_experiment(
         for hparams in config.trial_hparams():  # random: a sample of what it may draw
             config.lengths.fit_lengths(hparams)
     root = checkpoint_dir or config.checkpoint_dir() or os.environ.get(CHECKPOINT_DIR_ENV)
-    tensorboard = os.environ.get(TENSORBOARD_DIR_ENV) or os.path.join(
-        "tensorboard", _run_name(config, search)
-    )
+    tensorboard = os.environ.get(TENSORBOARD_DIR_ENV) or "tensorboard"
+    identity = experiment_id(config.as_given)
     return Plan(
         config=config,
         model_dir=directory,
-        checkpoint_root=checkpoint_location(root or "checkpoints", config.raw),
-        tensorboard_root=_absolute(tensorboard),
+        checkpoint_root=checkpoint_location(root or "checkpoints", config.raw) / identity,
+        tensorboard_root=_absolute(tensorboard) / identity,
         trials=trials,
         trial_class=trial_class,
         command=command,
         launch=launch_options(config, launch or {}),
         search=search,
+        experiment_id=identity,
     )

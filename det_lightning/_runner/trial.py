@@ -1,13 +1,14 @@
 """Running ONE trial of a local experiment, as Determined's harness runs it; the search
-(``search._worker``) and the single searcher (``experiment``) both run their trials here::
+(``search._worker``, every searcher's) runs its trials here::
 
     model_def:Trial entrypoint   run_legacy_trial: init(), Trial(context), Trainer.fit(lengths
                                  from the config, or the search's); in this process
     command entrypoint           run_command_trial: ``det-lightning run`` in MODEL_DIR, in a
                                  child process (a search's: forked from its warm template)
 
-Each trial writes its checkpoints to ``<checkpoint dir>/trial-<n>/`` and its TensorBoard files to
-``<tensorboard dir>/trial-<n>/``. A search's trial reports to the search through the callbacks
+Each trial writes its checkpoints to ``<checkpoint dir>/<experiment id>/trial-<n>/`` and its
+TensorBoard files to ``<tensorboard dir>/<experiment id>/trial-<n>/`` (``plan.checkpoint_root``
+and ``plan.tensorboard_root`` are the experiment's folders). A search's trial reports to the search through the callbacks
 that the command starting it registers (``search._child.reporting_to_search``).
 """
 

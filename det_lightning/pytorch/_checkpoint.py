@@ -25,14 +25,29 @@ import io
 import json
 import pathlib
 import pickle
+import re
 import uuid as uuid_lib
-from typing import TYPE_CHECKING, Any, Dict, List, NamedTuple, Optional, Union, overload
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Collection,
+    Dict,
+    List,
+    NamedTuple,
+    Optional,
+    Tuple,
+    Union,
+    overload,
+)
 
 import torch
 
 from det_lightning import errors
 
+from det_lightning.pytorch._identity import IDENTITY_KEY
+
 if TYPE_CHECKING:
+    from det_lightning.pytorch._identity import RunIdentity
     from det_lightning.pytorch._remote import RemoteRoot
 
 STATE_DICT_FILE = "state_dict.pth"
@@ -49,6 +64,7 @@ LIGHTNING_CALLBACKS_FILE = "lightning_state.pth"
 PARTIAL_SUFFIX = ".partial"  # .<uuid>.partial: a checkpoint being written
 DELETING_SUFFIX = ".deleting"  # .<uuid>.deleting: a checkpoint being deleted
 UNKEPT_SUFFIX = ".unkept"  # .<uuid>.unkept: retention gave <uuid> up; deleted until gone
+UUID_PATTERN = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 
 MODELS = "models_state_dict"
 OPTIMIZERS = "optimizers_state_dict"
@@ -231,10 +247,53 @@ def read_metadata(ckpt_dir: pathlib.Path) -> Dict[str, Any]:
     return content if isinstance(content, dict) else {}
 
 
+def lacking(names: Collection[str], metadata: Optional[Dict[str, Any]]) -> List[str]:
+    """What a checkpoint directory holding the files ``names`` lacks to be complete: its
+    ``state_dict.pth``, a ``metadata.json`` with ``steps_completed`` (``metadata``: its
+    content, None when unreadable), and, for one we wrote, its trial state ([]: complete).
+
+    >>> lacking(["state_dict.pth", "metadata.json", "trial_state.pkl"], {"steps_completed": 4})
+    []
+    >>> lacking(["metadata.json"], {"steps_completed": 4, "det_lightning_version": "1"})
+    ['state_dict.pth', 'trial_state.pkl']
+    """
+    missing = []
+    if not {STATE_DICT_FILE, STATE_DICT_FILE_DOCS} & set(names):
+        missing.append(STATE_DICT_FILE)
+    if METADATA_FILE not in names:
+        missing.append(METADATA_FILE)
+    elif not isinstance((metadata or {}).get("steps_completed"), int):
+        missing.append(f"{METADATA_FILE}'s steps_completed")
+    written_here = "det_lightning_version" in (metadata or {})
+    if written_here and not {TRIAL_STATE_FILE, LEGACY_TRIAL_STATE_FILE} & set(names):
+        missing.append(TRIAL_STATE_FILE)
+    return missing
+
+
+def lacking_local(path: pathlib.Path) -> List[str]:
+    """What the checkpoint directory ``path`` lacks to be complete (see ``lacking``)."""
+    names = [p.name for p in path.iterdir() if p.is_file()]
+    return lacking(names, read_metadata(path) if METADATA_FILE in names else None)
+
+
 def is_complete(path: pathlib.Path) -> bool:
     """Whether ``path`` is a finished checkpoint (never a partial one)."""
-    has_state = any((path / name).is_file() for name in (STATE_DICT_FILE, STATE_DICT_FILE_DOCS))
-    return path.is_dir() and has_state and (path / METADATA_FILE).is_file()
+    return path.is_dir() and not lacking_local(path)
+
+
+def damaged_local(root: pathlib.Path) -> List[Tuple[pathlib.Path, List[str]]]:
+    """The checkpoint directories (UUID-named) under ``root`` that are not complete, each with
+    what it lacks: files deleted from a finished checkpoint, or a copy cut short. Unfinished
+    writes and deletions have hidden names (``_checkpoint_write``) and are never listed."""
+    if not root.is_dir():
+        return []
+    found = []
+    for path in sorted(root.iterdir()):
+        if path.is_dir() and UUID_PATTERN.match(path.name):
+            missing = lacking_local(path)
+            if missing:
+                found.append((path, missing))
+    return found
 
 
 class Listed(NamedTuple):
@@ -270,6 +329,12 @@ def latest_checkpoint(
     under a URL root (``_remote.RemoteRoot``, which lists its own) only checkpoints with their
     marker count."""
     listed = list_local(root) if isinstance(root, pathlib.Path) else root.complete()
+    return _newest(root, listed)
+
+
+def _newest(
+    root: Union[pathlib.Path, "RemoteRoot"], listed: List[Listed]
+) -> Optional[Union[pathlib.Path, "RemoteRoot"]]:
     best, best_key = None, (-1, -1.0)
     for entry in listed:
         try:
@@ -279,3 +344,36 @@ def latest_checkpoint(
         if key > best_key:
             best, best_key = entry.name, key
     return None if best is None else root / best
+
+
+def read_load_data(root: Union[pathlib.Path, "RemoteRoot"], name: str) -> Dict[str, Any]:
+    """``load_data.json`` of checkpoint ``name`` under ``root`` ({} when absent or unreadable)."""
+    try:
+        if isinstance(root, pathlib.Path):
+            text = (root / name / LOAD_DATA_FILE).read_text()
+        else:
+            where = root / name
+            text = where.filesystem().cat_file(f"{where.key}/{LOAD_DATA_FILE}").decode()
+        content = json.loads(text)
+    except (OSError, ValueError):
+        return {}
+    return content if isinstance(content, dict) else {}
+
+
+def latest_of_run(
+    root: Union[pathlib.Path, "RemoteRoot"], identity: "RunIdentity"
+) -> Tuple[Optional[Union[pathlib.Path, "RemoteRoot"]], List[str]]:
+    """Like ``latest_checkpoint``, among the checkpoints ``identity`` may resume from (its own
+    run's: ``_identity``); also the ones passed over, each as ``"<uuid> (<how it differs>)"``."""
+    from det_lightning.pytorch._identity import saved_identity
+
+    listed = list_local(root) if isinstance(root, pathlib.Path) else root.complete()
+    mine, passed = [], []
+    for entry in listed:
+        load_data = None if IDENTITY_KEY in entry.metadata else read_load_data(root, entry.name)
+        differs = identity.mismatch(saved_identity(entry.metadata, load_data))
+        if differs is None:
+            mine.append(entry)
+        else:
+            passed.append(f"{entry.name} ({differs})")
+    return _newest(root, mine), sorted(passed)

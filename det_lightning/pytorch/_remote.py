@@ -75,7 +75,7 @@ SCHEMES = {
     "abfss": ("abfs", "adlfs", "azure", "azure"),
 }
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://(.*)$")
-_UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+_UUID = ckpt.UUID_PATTERN
 _FILESYSTEMS: Dict[Tuple[str, Tuple[Tuple[str, str], ...]], Any] = {}
 # Called before a marker is written or a checkpoint deleted; raises to forbid it.
 PublishCheck = Callable[[], None]
@@ -207,7 +207,18 @@ class RemoteRoot:
         return groups
 
     def complete(self) -> List[ckpt.Listed]:
-        """The checkpoints under this root that have their marker."""
+        """The checkpoints under this root that have their marker and all their files."""
+        return [listed for listed, missing in self._marked() if not missing]
+
+    def damaged(self) -> List[Tuple["RemoteRoot", List[str]]]:
+        """The checkpoints under this root with their marker but not all their files (deleted
+        from the bucket since), each with what it lacks. Prefixes without a marker are
+        unfinished uploads or deletions, which ``sweep`` removes: never listed."""
+        return [(self / listed.name, missing) for listed, missing in self._marked() if missing]
+
+    def _marked(self) -> List[Tuple[ckpt.Listed, List[str]]]:
+        """The checkpoints with their marker (whose content is their ``metadata.json``), each
+        with what it lacks (see ``ckpt.lacking``)."""
         fs = self.filesystem()
         found = []
         for child, files in self._children().items():
@@ -218,7 +229,8 @@ class RemoteRoot:
             except (OSError, ValueError):
                 continue  # deleted meanwhile, or not ours
             if isinstance(metadata, dict):
-                found.append(ckpt.Listed(child, metadata, _mtime(files[MARKER])))
+                missing = ckpt.lacking(list(files), metadata)
+                found.append((ckpt.Listed(child, metadata, _mtime(files[MARKER])), missing))
         return found
 
     def is_complete(self) -> bool:
@@ -537,6 +549,13 @@ def local_dir(root: CheckpointRoot) -> pathlib.Path:
     """Where checkpoints of ``root`` are written on this machine: the root itself, or its
     local copies' directory for a URL."""
     return root.staging() if isinstance(root, RemoteRoot) else root
+
+
+def list_damaged(root: CheckpointRoot) -> List[Tuple[CheckpointRoot, List[str]]]:
+    """The checkpoints under ``root``, either kind, that lack files, with what each lacks."""
+    if isinstance(root, RemoteRoot):
+        return list(root.damaged())
+    return list(ckpt.damaged_local(root))
 
 
 def list_complete(root: CheckpointRoot) -> List[ckpt.Listed]:

@@ -103,3 +103,15 @@ def load_checkpoint(path: pathlib.Path, how: str, cwd: pathlib.Path) -> Dict[str
     assert result.returncode == 0, output(result)
     loaded: Dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
     return loaded
+
+
+def experiment_dir(
+    root: pathlib.Path, config: "os.PathLike[str] | str | Dict[str, Any]"
+) -> pathlib.Path:
+    """The folder under ``root`` (checkpoints or TensorBoard files) of the experiment that
+    ``config`` (a YAML path or the config itself) describes: ``root / <experiment id>``."""
+    from det_lightning._runner._search_settings import experiment_id
+    from det_lightning._runner.config import load_config
+
+    loaded = load_config(config if isinstance(config, dict) else str(config))
+    return root / experiment_id(loaded.as_given)

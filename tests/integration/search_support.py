@@ -106,10 +106,16 @@ def read_trials(
     for trial in found:
         if trial.user_attrs.get(SURPLUS):
             assert trial.state == optuna.trial.TrialState.FAIL and "hparams" not in trial.user_attrs
-            assert not (checkpoint_dir / f"trial-{trial_number(trial)}").exists()
         if is_superseded(trial):  # taken over: exactly one continuation carries it on
             assert len([t for t in found if t.user_attrs.get(CONTINUES) == trial._trial_id]) == 1
     found = [t for t in found if not t.user_attrs.get(SURPLUS) and not is_superseded(t)]
+    # A surplus trial never gets a directory: every trial-<n> is a real trial's. (Its number
+    # cannot show it: a surplus trial's is the next real trial's, numbers run on without gaps.)
+    experiment = experiment_of(checkpoint_dir)
+    numbers = {f"trial-{trial_number(t)}" for t in found}
+    if experiment.is_dir():
+        made = {p.name for p in experiment.iterdir() if p.name.startswith("trial-")}
+        assert made <= numbers, (made, numbers)
     return sorted(found, key=lambda t: t.datetime_start)
 
 
@@ -168,7 +174,7 @@ def check_search(
         newest = max(
             (
                 p
-                for p in (checkpoint_dir / f"trial-{number}").iterdir()
+                for p in (experiment_of(checkpoint_dir) / f"trial-{number}").iterdir()
                 if not p.name.startswith(".")
             ),
             key=checkpoint_steps,
@@ -260,3 +266,26 @@ def slow_grid_config(project: pathlib.Path) -> None:
     grid = (PROJECT / "search.yaml").read_text()
     space = "hyperparameters:" + grid.split("hyperparameters:")[1].split("searcher:")[0]
     slow_config(project, "searcher:" + grid.split("searcher:")[1].split("min_")[0], space)
+
+
+def experiment_of(checkpoint_dir: pathlib.Path) -> pathlib.Path:
+    """The folder of the one experiment under ``checkpoint_dir`` (``<id>/``, holding its
+    ``experiment.json``); ``checkpoint_dir`` itself when it is that folder."""
+    if (checkpoint_dir / "experiment.json").exists():
+        return checkpoint_dir
+    (found,) = [p.parent for p in checkpoint_dir.glob("*/experiment.json")]
+    return found
+
+
+def journal_of(checkpoint_dir: pathlib.Path) -> pathlib.Path:
+    """The search journal of the one experiment under ``checkpoint_dir``."""
+    return experiment_of(checkpoint_dir) / "search.journal"
+
+
+def wait_while_running(condition: Any, process: "subprocess.Popen[Any]", what: str) -> None:
+    """Polls ``condition`` until it holds; fails if ``process`` ends first or 240 s pass."""
+    deadline = time.monotonic() + 240
+    while not condition():
+        assert process.poll() is None, f"the search ended first:\n{process.communicate()[0]}"
+        assert time.monotonic() < deadline, f"waited 240 s for {what}"
+        time.sleep(0.05)

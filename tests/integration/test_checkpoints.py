@@ -505,30 +505,34 @@ def test_best_knows_the_earlier_runs_of_the_trial_after_a_resume(
     common: Dict[str, Any] = dict(
         exp_conf=exp_conf, validation_period=pytorch.Batch(2), checkpoint_policy="best"
     )
-    fit(
-        ScriptedMetricTrial,
-        {"lr": 0.1, "scores": [1.0, 3.0, 2.0]},
-        max_length=pytorch.Batch(6),
-        **common,
-    )
-    assert sorted(by_steps(checkpoint_dir)) == [2, 6]
-    metadata = json.loads((by_steps(checkpoint_dir)[2] / "metadata.json").read_text())
-    assert metadata["det_lightning_validation"] == {"metric": "score", "value": 1.0}
     written: List[int] = []
 
-    class Resumed(ScriptedMetricTrial):
+    class Resumable(ScriptedMetricTrial):
+        """The same trial class and hyperparameters in both runs (a resume continues its own
+        run only); the scores go on where the first run stopped."""
+
         def build_callbacks(self) -> Dict[str, Any]:
             trial = self
 
             class Saves(pytorch.PyTorchCallback):
+                def on_trial_startup(self, first_batch_idx: int, latest: Optional[str]) -> None:
+                    trial.validations = first_batch_idx // 2
+
                 def on_checkpoint_write_end(self, checkpoint_dir: str) -> None:
                     written.append(trial.context.engine.steps_completed)
 
             return {**super().build_callbacks(), "saves": Saves()}
 
+    hparams = {"lr": 0.1, "scores": [1.0, 3.0, 2.0, 1.5, 2.5]}
+    fit(Resumable, hparams, max_length=pytorch.Batch(6), **common)
+    assert sorted(by_steps(checkpoint_dir)) == [2, 6]
+    metadata = json.loads((by_steps(checkpoint_dir)[2] / "metadata.json").read_text())
+    assert metadata["det_lightning_validation"] == {"metric": "score", "value": 1.0}
+    written.clear()
+
     seed_everything(3)
-    with pytorch.init(hparams={"lr": 0.1, "scores": [1.5, 2.5]}, exp_conf=exp_conf) as context:
-        trainer = pytorch.Trainer(Resumed(context), context)
+    with pytorch.init(hparams=hparams, exp_conf=exp_conf) as context:
+        trainer = pytorch.Trainer(Resumable(context), context)
         trainer.fit(
             max_length=pytorch.Batch(10),
             latest_checkpoint="latest",
@@ -618,6 +622,8 @@ def test_initial_batch_is_the_resumed_batch(trained: Dict[int, pathlib.Path]) ->
         def build_callbacks(self) -> Dict[str, Any]:
             return {"startup": Startup()}
 
+    # The same trial, instrumented: a resume continues the trial class that wrote it.
+    Trial.__module__, Trial.__qualname__ = MLPTrial.__module__, MLPTrial.__qualname__
     trial = fit(Trial, HPARAMS, max_length=pytorch.Batch(10), latest_checkpoint=str(trained[8]))
     assert seen == [("startup", 8), ("initial", 8)]
     assert len(trial.seen) == 2
@@ -901,9 +907,16 @@ def test_checkpoint_of_another_trial_shape_is_a_clear_error(
     message: str,
     trained: Dict[int, pathlib.Path],
     tmp_path: pathlib.Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     path = copy_of(trained[8], tmp_path)
     before = snapshot(tmp_path)
+    # Another trial class's checkpoint is refused as such, naming both classes and the way to
+    # warm start from it; asked to warm start, its weights must still fit the model.
+    refused = rf"another run: trial class .*MLPTrial, not .*{trial_cls.__name__}.*WARM_START=1"
+    with pytest.raises(errors.InvalidCheckpointException, match=refused):
+        fit(trial_cls, HPARAMS, max_length=pytorch.Batch(12), latest_checkpoint=str(path))
+    monkeypatch.setenv("DET_LIGHTNING_ALLOW_WARM_START", "1")
     with pytest.raises(errors.InvalidCheckpointException, match=message):
         fit(trial_cls, HPARAMS, max_length=pytorch.Batch(12), latest_checkpoint=str(path))
     with pytest.raises(errors.InvalidCheckpointException, match=message):

@@ -4,6 +4,7 @@ The fixture project (tests/fixtures/determined_project) is Determined code, unmo
 ``model_def.py`` imports ``determined``. Runs go through child processes (see cli_support).
 """
 
+import json
 import pathlib
 import re
 import sys
@@ -22,6 +23,7 @@ from tests.integration.cli_support import (
     INVALID_TRIAL,
     PROJECT,
     VALIDATION_LOG_ENV,
+    experiment_dir,
     load_checkpoint,
     output,
     project_files,
@@ -66,7 +68,7 @@ def test_legacy_entrypoint_validates_at_config_batches_and_checkpoints(
     ignored = [
         line for line in result.stderr.splitlines() if "ignored when running locally" in line
     ]
-    assert len(ignored) == 1 and "max_restarts" in ignored[0] and "environment" in ignored[0]
+    assert len(ignored) == 1 and "environment" in ignored[0] and "max_restarts" not in ignored[0]
 
     # The summary names the trial's best checkpoint, under its own trial directory.
     best = re.search(
@@ -75,8 +77,12 @@ def test_legacy_entrypoint_validates_at_config_batches_and_checkpoints(
     assert best, output(result)
     losses = [v["validation_loss"] for v in read_validation_log(log)]
     assert float(best.group(1)) == pytest.approx(min(losses), rel=1e-3)
-    checkpoint = pathlib.Path(best.group(2))
-    assert checkpoint.parent == checkpoint_dir / "trial-1"
+    experiment = experiment_dir(checkpoint_dir, PROJECT / "const.yaml")
+    checkpoint = experiment / best.group(2)  # relative to the root the summary names
+    assert checkpoint.parent == experiment / "trial-1"
+    record = json.loads((experiment / "experiment.json").read_text())
+    assert record["id"] == experiment.name and record["searcher"] == "single"
+    assert record["model_dir"] == str(PROJECT) and record["config"]["name"]
     assert (checkpoint / "code" / "model_def.py").read_bytes() == before["model_def.py"]
 
     loaded = load_checkpoint(checkpoint, "trust_code", cwd=isolated_run)
@@ -86,7 +92,8 @@ def test_legacy_entrypoint_validates_at_config_batches_and_checkpoints(
     assert project_files() == before  # the project is run as it is, and left as it was
     # TensorBoard's HParams view: the trial's hyperparameters in its own run, the searcher
     # metric beside the validation scalars.
-    values, metrics, scalars = read_hparams_view(isolated_run.parent / "tensorboard" / "trial-1")
+    tensorboard = experiment_dir(isolated_run.parent / "tensorboard", PROJECT / "const.yaml")
+    values, metrics, scalars = read_hparams_view(tensorboard / "trial-1")
     assert values == {"global_batch_size": 8, "learning_rate": 0.05, "hidden_size": 8}
     assert metrics == ["Determined/validation_loss"] and metrics[0] in scalars
 
@@ -114,18 +121,27 @@ def test_grid_search_runs_each_point_and_reports_the_best(
     points = {(round(v["hparams"]["learning_rate"], 6), v["hparams"]["hidden_size"]) for v in lines}
     assert points == {(0.001, 2), (0.001, 8), (0.1, 2), (0.1, 8)}
     assert [v["batches"] for v in lines] == [4, 8] * 4  # one trial after another
+    experiment = experiment_dir(checkpoint_dir, PROJECT / "search.yaml")
     for n in range(1, 5):
-        assert len([p for p in (checkpoint_dir / f"trial-{n}").iterdir()]) >= 1
+        assert len([p for p in (experiment / f"trial-{n}").iterdir()]) >= 1
 
     rows = re.findall(r"^([1-4])\s+COMPLETED\s+.*?\s([\d.e+-]+)\s+(\S+)$", result.stdout, re.M)
     assert len(rows) == 4, output(result)
     best_per_trial = [min(v["validation_loss"] for v in lines[2 * i : 2 * i + 2]) for i in range(4)]
     for (number, metric, path), expected in zip(rows, best_per_trial):
         assert float(metric) == pytest.approx(expected, rel=1e-3)
-        assert pathlib.Path(path).parent == checkpoint_dir / f"trial-{number}"
+        assert _shows(path, experiment / f"trial-{number}"), output(result)
     winner = 1 + best_per_trial.index(min(best_per_trial))
     assert re.search(rf"^best: trial {winner} \(validation_loss=", result.stdout, re.M), output(
         result
+    )
+
+
+def _shows(cell: str, trial_dir: pathlib.Path) -> bool:
+    """Whether a summary's checkpoint cell names a checkpoint of ``trial_dir``: its path under
+    the root, its UUID, or the UUID's start."""
+    return cell != "-" and any(
+        f"{trial_dir.name}/{p.name}" == cell or p.name.startswith(cell) for p in trial_dir.iterdir()
     )
 
 
@@ -146,9 +162,12 @@ def test_command_entrypoint_runs_the_script_in_the_model_dir(
     )
     assert result.returncode == 0, output(result)
     assert [v["batches"] for v in read_validation_log(log)] == [4, 6]  # train.py's own periods
-    checkpoints = list((checkpoint_dir / "trial-1").iterdir())
+    checkpoints = list(
+        (experiment_dir(checkpoint_dir, PROJECT / "script.yaml") / "trial-1").iterdir()
+    )
     assert len(checkpoints) == 1, checkpoints
-    assert re.search(rf"^1\s+COMPLETED\s.*{re.escape(str(checkpoints[0]))}$", result.stdout, re.M)
+    row = re.search(r"^1\s+COMPLETED\s.*\s(\S+)$", result.stdout, re.M)
+    assert row and _shows(row.group(1), checkpoint_dir / "trial-1"), output(result)
     assert project_files() == before
 
 
@@ -237,20 +256,21 @@ def test_config_errors_exit_the_process_with_2(isolated_run: pathlib.Path) -> No
 
 def test_plan_puts_checkpoints_where_checkpoint_storage_says(tmp_path: pathlib.Path) -> None:
     storage = {"type": "shared_fs", "host_path": str(tmp_path / "store"), "storage_path": "exp"}
-    plan = _plan.plan_experiment(load_config(_config(checkpoint_storage=storage)), PROJECT)
-    assert plan.checkpoint_root == tmp_path / "store" / "exp"
+    config = _config(checkpoint_storage=storage)
+    plan = _plan.plan_experiment(load_config(config), PROJECT)
+    assert plan.checkpoint_root == experiment_dir(tmp_path / "store" / "exp", config)
     assert plan.trial_class == "model_def:RegressionTrial" and plan.command is None
     overridden = _plan.plan_experiment(
         load_config(_config(checkpoint_storage=storage)),
         PROJECT,
         checkpoint_dir=str(tmp_path / "cli"),
     )
-    assert overridden.checkpoint_root == tmp_path / "cli"
+    assert overridden.checkpoint_root == experiment_dir(tmp_path / "cli", config)
 
 
 def test_plan_defaults_to_the_environment_checkpoint_dir(checkpoint_dir: pathlib.Path) -> None:
     plan = _plan.plan_experiment(load_config(_config()), str(PROJECT), {"devices": None})
-    assert plan.checkpoint_root == checkpoint_dir
+    assert plan.checkpoint_root == experiment_dir(checkpoint_dir, _config())
     assert plan.launch == {}
 
 
@@ -369,6 +389,11 @@ def test_summary_picks_the_best_completed_trial() -> None:
     assert lower.splitlines()[-1] == "best: trial 1 (loss=0.5), checkpoint -"
     higher = _experiment.format_summary(rows, "accuracy", smaller_is_better=False)
     assert higher.splitlines()[-1] == "best: trial 3 (accuracy=0.75), checkpoint /c/trial-3/x"
+    under_c = _experiment.format_summary(rows, "accuracy", False, root=pathlib.Path("/c"))
+    assert under_c.splitlines()[-2:] == [
+        "checkpoints under /c",
+        "best: trial 3 (accuracy=0.75), checkpoint trial-3/x",
+    ]
     assert _experiment.best_trial(rows[1:2], True) is None
 
 
@@ -420,7 +445,9 @@ def test_save_experiment_best_keeps_the_best_checkpoint_of_all_trials(
     best_trial, best_batches = 1 + best_index // 4, lines[best_index]["batches"]
     left = {}
     for n in (1, 2):
-        for checkpoint in (checkpoint_dir / f"trial-{n}").iterdir():
+        for checkpoint in (experiment_dir(checkpoint_dir, config) / f"trial-{n}").iterdir():
+            if checkpoint.name == "experiment.json":
+                continue
             metadata = json.loads((checkpoint / "metadata.json").read_text())
             left[(n, metadata["steps_completed"])] = checkpoint
     assert set(left) == {(1, 8), (2, 8), (best_trial, best_batches)}

@@ -21,7 +21,7 @@ from det_lightning.adapters.retention import VALIDATION_KEY, retain_experiment_b
 from det_lightning.pytorch import _checkpoint as ckpt
 from det_lightning.pytorch._remote import MARKER, RemoteRoot
 from tests.fixtures.object_store import S3
-from tests.integration.cli_support import PROJECT, REPO_ROOT, output, run_cli
+from tests.integration.cli_support import PROJECT, REPO_ROOT, experiment_dir, output, run_cli
 from tests.integration.test_checkpoints import ScriptedMetricTrial
 from tests.integration.test_checkpoints import fit as fit_checkpoints
 from tests.integration.test_preemption import (
@@ -281,11 +281,14 @@ def test_experiment_with_s3_checkpoint_storage_writes_to_the_bucket(
     (tmp_path / "s3.yaml").write_text(config)
     result = run_cli("experiment", str(tmp_path / "s3.yaml"), str(PROJECT), cwd=isolated_run)
     assert result.returncode == 0, output(result)
-    written = checkpoints(s3_server, "exp/a/trial-1")
+    a = experiment_dir(pathlib.Path("exp/a"), tmp_path / "s3.yaml").as_posix()  # its folder
+    written = checkpoints(s3_server, f"{a}/trial-1")
     assert len(written) == 1 and FILES <= next(iter(written.values())), described(
-        s3_server, "exp/a/trial-1", result
+        s3_server, f"{a}/trial-1", result
     )
-    assert f"s3://{s3_server.bucket}/exp/a/trial-1/{next(iter(written))}" in result.stdout
+    assert f"checkpoints under s3://{s3_server.bucket}/{a}\n" in result.stdout
+    assert f"checkpoint trial-1/{next(iter(written))}\n" in result.stdout
+    assert f"{a}/experiment.json" in s3_server.keys()
     assert not (isolated_run / "s3:").exists() and not (tmp_path / "checkpoints").exists()
     # A command entrypoint's child process gets the config's endpoint too.
     script = (PROJECT / "script.yaml").read_text() + (
@@ -298,9 +301,10 @@ def test_experiment_with_s3_checkpoint_storage_writes_to_the_bucket(
     # The script trains unseeded (Determined's local mode): in 3 runs of 400 its final
     # validation is worse than the one at batch 4, and then both checkpoints stay (retention
     # keeps the best and the latest; test_best_and_latest_stay_in_the_bucket pins both cases).
-    kept = checkpoints(s3_server, "exp/b/trial-1")
-    story = described(s3_server, "exp/b/trial-1", result)
-    assert set(kept) == best_and_latest(s3_server, "exp/b/trial-1"), story
+    b = experiment_dir(pathlib.Path("exp/b"), tmp_path / "script-s3.yaml").as_posix()
+    kept = checkpoints(s3_server, f"{b}/trial-1")
+    story = described(s3_server, f"{b}/trial-1", result)
+    assert set(kept) == best_and_latest(s3_server, f"{b}/trial-1"), story
     assert all(FILES <= files for files in kept.values()), story
     saved = re.findall(r"saved checkpoint (\S+) at", result.stderr)
     deleted = re.findall(r"deleted checkpoint (\S+) ", result.stderr)
@@ -308,7 +312,7 @@ def test_experiment_with_s3_checkpoint_storage_writes_to_the_bucket(
     state = torch.load(
         str(
             RemoteRoot(
-                s3_server.url(f"exp/a/trial-1/{next(iter(written))}"),
+                s3_server.url(f"{a}/trial-1/{next(iter(written))}"),
                 (("endpoint_url", s3_server.endpoint),),
             ).download()
             / "state_dict.pth"

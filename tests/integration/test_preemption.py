@@ -65,6 +65,9 @@ def stop_at(at: int, signum: Optional[int]) -> Any:
         pass
 
     Stopping.at, Stopping.signum, Stopping.shutdowns = at, signum, []
+    # The same trial as MLPTrial, instrumented: its checkpoints are MLPTrial's to resume
+    # (``latest`` only resumes the trial class that wrote a checkpoint).
+    Stopping.__module__, Stopping.__qualname__ = MLPTrial.__module__, MLPTrial.__qualname__
     return Stopping
 
 
@@ -257,6 +260,10 @@ def plant(root: pathlib.Path, marker: pathlib.Path) -> pathlib.Path:
     planted.mkdir(parents=True)
     torch.save({"models_state_dict": [_Payload(marker)]}, str(planted / "state_dict.pth"))
     (planted / "metadata.json").write_text(json.dumps({"steps_completed": 10_000}))
+    # It claims to be this run's (MLPTrial, HPARAMS), so that `latest` considers it.
+    spec = f"{MLPTrial.__module__}:{MLPTrial.__qualname__}"
+    load_data = {"trial_type": "PyTorchTrial", "trial_cls_spec": spec, "hparams": HPARAMS}
+    (planted / "load_data.json").write_text(json.dumps(load_data))
     return planted
 
 

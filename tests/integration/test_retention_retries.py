@@ -11,7 +11,7 @@ whole, readable under its name, and marked (``.<uuid>.unkept``) until it is gone
 import logging
 import pathlib
 import shutil
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Set
 
 import pytest
 
@@ -39,11 +39,14 @@ def _mark(path: pathlib.Path) -> pathlib.Path:
 
 
 class BlockedDeletions(ScriptedMetricTrial):
-    """Each checkpoint at a batch in ``hparams["blocked"]`` gets an obstacle to its deletion as
-    soon as it is written."""
+    """Each checkpoint at a batch in ``blocked`` gets an obstacle to its deletion as soon as it
+    is written. (A class attribute, not a hyperparameter: a run that resumes with other
+    hyperparameters would be another run's, which ``latest`` refuses.)"""
+
+    blocked: Set[int] = set()
 
     def build_callbacks(self) -> Dict[str, Any]:
-        blocked = set(self.context.get_hparam("blocked"))
+        blocked = set(self.blocked)
 
         class Block(pytorch.PyTorchCallback):
             def on_checkpoint_write_end(self, checkpoint_dir: str) -> None:
@@ -90,9 +93,10 @@ def failures(checkpoint_dir: pathlib.Path, request: pytest.FixtureRequest) -> An
 
 
 def _fit(blocked: List[int], **kwargs: Any) -> None:
+    BlockedDeletions.blocked = set(blocked)
     fit(
         BlockedDeletions,
-        {"lr": 0.1, "scores": SCORES, "blocked": blocked},
+        {"lr": 0.1, "scores": SCORES},
         exp_conf=KEEP_NEWEST,
         max_length=pytorch.Batch(10),
         validation_period=pytorch.Batch(2),

@@ -12,16 +12,18 @@ import re
 import optuna
 import pytest
 
-from det_lightning._runner.search._storage import JOURNAL_NAME
 from tests.integration.cli_support import (
     INVALID_TRIAL,
     PROJECT,
     VALIDATION_LOG_ENV,
+    experiment_dir,
     output,
     read_validation_log,
     run_cli,
 )
 from tests.integration.search_support import (
+    experiment_of,
+    journal_of,
     GRID,
     GRID_ORDER,
     barrier,
@@ -49,7 +51,7 @@ def test_an_adaptive_asha_search_stops_trials_by_determineds_rule_and_reruns_as_
 ) -> None:
     result = run_cli("experiment", CONFIG, str(PROJECT), cwd=isolated_run)
     assert result.returncode == 0, output(result)
-    check_search(checkpoint_dir, read_trials(checkpoint_dir / JOURNAL_NAME))
+    check_search(checkpoint_dir, read_trials(journal_of(checkpoint_dir)))
     rows = [line for line in result.stdout.splitlines() if line[:1].isdigit()]
     states = {
         number_of(t): (
@@ -57,7 +59,7 @@ def test_an_adaptive_asha_search_stops_trials_by_determineds_rule_and_reruns_as_
             if t.state == optuna.trial.TrialState.COMPLETE
             else f"STOPPED EARLY at rung {t.user_attrs['rung']}"
         )
-        for t in read_trials(checkpoint_dir / JOURNAL_NAME)
+        for t in read_trials(journal_of(checkpoint_dir))
     }
     assert [re.split(r"\s{2,}", row)[:2] for row in rows] == [
         [str(n), states[n]] for n in sorted(states)
@@ -65,7 +67,7 @@ def test_an_adaptive_asha_search_stops_trials_by_determineds_rule_and_reruns_as_
 
     again = run_cli("experiment", CONFIG, str(PROJECT), cwd=isolated_run)
     assert again.returncode == 0, output(again)
-    assert len(read_trials(checkpoint_dir / JOURNAL_NAME)) == 6  # finished: nothing runs twice
+    assert len(read_trials(journal_of(checkpoint_dir))) == 6  # finished: nothing runs twice
 
 
 @pytest.mark.new_interpreters  # a SIGKILL drill: the search CLI as a real interpreter
@@ -76,7 +78,7 @@ def test_a_search_killed_mid_trial_continues_when_rerun(
     batches or later); rerunning the command resumes it from that checkpoint and finishes the
     search, every trial run once."""
     start_and_kill_at_batch(isolated_run, slow_project, 4)  # past rung 1
-    journal = checkpoint_dir / JOURNAL_NAME
+    journal = journal_of(checkpoint_dir)
     running = [t for t in read_trials(journal) if t.state == optuna.trial.TrialState.RUNNING]
     assert len(running) == 1 and running[0]._trial_id == 0, "not killed inside trial 1"
     rerun = start_search(isolated_run, slow_project)
@@ -117,7 +119,7 @@ def test_invalid_hp_trials_are_dropped_and_replaced(
     process = start_search(isolated_run, slow_project)
     out = process.communicate(timeout=240)[0]
     assert process.returncode == 0, out
-    trials = read_trials(checkpoint_dir / JOURNAL_NAME)
+    trials = read_trials(journal_of(checkpoint_dir))
     invalid = [t for t in trials if t.user_attrs.get("invalid_hp")]
     valid = [t for t in trials if not t.user_attrs.get("invalid_hp")]
     assert invalid and all(t.user_attrs["hparams"]["hidden_size"] == 8 for t in invalid)
@@ -145,7 +147,7 @@ def test_a_command_entrypoint_trial_gets_its_hparams_and_reports_to_the_search(
     path.write_text(config)
     result = run_cli("experiment", str(path), str(PROJECT), cwd=isolated_run)
     assert result.returncode == 0, output(result)
-    trials = read_trials(checkpoint_dir / JOURNAL_NAME)
+    trials = read_trials(journal_of(checkpoint_dir))
     assert len(trials) == 6
     for trial in trials:
         assert trial.user_attrs["rungs"], trial.number  # reported from the child process
@@ -153,9 +155,9 @@ def test_a_command_entrypoint_trial_gets_its_hparams_and_reports_to_the_search(
         assert stopped == bool(trial.user_attrs.get("stopped"))
         # train.py validates every 4 batches: a trial ranked out stops at its 4th batch.
         assert max(trial.intermediate_values) == (4 if stopped else 8)
-        number = trial._trial_id + 1
+        number = number_of(trial)
         assert f"hidden_size={trial.user_attrs['hparams']['hidden_size']}" in result.stdout
-        assert (checkpoint_dir / f"trial-{number}").is_dir()
+        assert (experiment_of(checkpoint_dir) / f"trial-{number}").is_dir()
     assert any(t.state == optuna.trial.TrialState.PRUNED for t in trials)
 
 
@@ -168,7 +170,7 @@ def test_workers_flag_runs_trials_at_once_and_prints_one_summary(
     out = process.communicate(timeout=240)[0]
     assert process.returncode == 0, out
     assert "2 workers share this search" in out
-    trials = read_trials(checkpoint_dir / JOURNAL_NAME)
+    trials = read_trials(journal_of(checkpoint_dir))
     check_search(checkpoint_dir, trials, replay=False)
     assert len({t.user_attrs["pid"] for t in trials}) == 2
     assert out.count("best: trial") == 1  # the summary, printed once when all are done
@@ -204,7 +206,7 @@ def test_determineds_mnist_adaptive_config_runs_end_to_end(
     )
     result = run_cli("experiment", str(path), str(project), cwd=isolated_run)
     assert result.returncode == 0, output(result)
-    trials = read_trials(checkpoint_dir / JOURNAL_NAME)
+    trials = read_trials(journal_of(checkpoint_dir))
     assert len(trials) == 4
     assert all(
         t.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
@@ -225,7 +227,7 @@ def test_a_grid_search_runs_determineds_points_in_its_order_and_reruns_as_done(
         "experiment", GRID, str(PROJECT), cwd=isolated_run, env={VALIDATION_LOG_ENV: str(log)}
     )
     assert result.returncode == 0, output(result)
-    trials = read_trials(checkpoint_dir / JOURNAL_NAME)
+    trials = read_trials(journal_of(checkpoint_dir))
     assert grid_points(trials) == GRID_ORDER
     assert [t.user_attrs["grid_point"] for t in sorted(trials, key=lambda t: t._trial_id)] == [
         0,
@@ -237,7 +239,7 @@ def test_a_grid_search_runs_determineds_points_in_its_order_and_reruns_as_done(
     lines = read_validation_log(log)
     assert [v["batches"] for v in lines] == [4, 8] * 4
     for trial in trials:  # each trial's reported validations are its study values
-        number = trial._trial_id + 1
+        number = number_of(trial)
         mine = lines[2 * (number - 1) : 2 * number]
         assert trial.intermediate_values == {
             4: pytest.approx(mine[0]["validation_loss"]),
@@ -245,15 +247,19 @@ def test_a_grid_search_runs_determineds_points_in_its_order_and_reruns_as_done(
         }
         assert trial.value == pytest.approx(mine[1]["validation_loss"])
     rows = re.findall(
-        r"^([1-4])\s+COMPLETED\s+global_batch_size=8, learning_rate=(\S+), "
-        r"hidden_size=(\d)\s+8\s+\S+\s+(\S+)$",
+        r"^([1-4])\s+COMPLETED\s+learning_rate=(\S+), hidden_size=(\d)\s+8\s+\S+\s+(\S+)$",
         result.stdout,
         re.M,
     )
     assert [(int(h), round(float(lr), 6)) for _, lr, h, _ in rows] == GRID_ORDER, output(result)
-    assert all(pathlib.Path(path).parent == checkpoint_dir / f"trial-{n}" for n, _, _, path in rows)
+    assert "\nevery trial: global_batch_size=8\n" in result.stdout, output(result)
+    experiment = experiment_of(checkpoint_dir)
+    for n, _, _, shown in rows:  # its checkpoint, by (the start of) its path under the root
+        names = [f"trial-{n}/{p.name}" for p in (experiment / f"trial-{n}").iterdir()]
+        assert any(name.startswith(shown) or name.split("/")[1].startswith(shown) for name in names)
+    tensorboard = experiment_dir(isolated_run.parent / "tensorboard", GRID)
     for trial in trials:  # HParams: each trial's own run, beside its validation scalars
-        run = isolated_run.parent / "tensorboard" / f"trial-{trial._trial_id + 1}"
+        run = tensorboard / f"trial-{number_of(trial)}"
         values, metrics, scalars = read_hparams_view(run)
         drawn = trial.user_attrs["hparams"]
         assert values == {
@@ -274,9 +280,9 @@ def test_a_grid_search_runs_determineds_points_in_its_order_and_reruns_as_done(
         env={VALIDATION_LOG_ENV: str(log)},
     )
     assert again.returncode == 0, output(again)
-    assert record.read_text().split() == [str(checkpoint_dir / JOURNAL_NAME)]
+    assert record.read_text().split() == [str(journal_of(checkpoint_dir))]
     assert "keeps serving; press Ctrl-C" in again.stderr
-    assert len(read_trials(checkpoint_dir / JOURNAL_NAME)) == 4
+    assert len(read_trials(journal_of(checkpoint_dir))) == 4
     assert len(read_validation_log(log)) == 8  # finished: nothing trained again
     assert len(re.findall(r"^[1-4]\s+COMPLETED", again.stdout, re.M)) == 4
 
@@ -295,7 +301,7 @@ def test_a_random_search_killed_mid_trial_resumes_it_and_runs_each_trial_once(
 ) -> None:
     slow_config(slow_project, RANDOM_SEARCHER)
     start_and_kill_at_batch(isolated_run, slow_project, 4)
-    journal = checkpoint_dir / JOURNAL_NAME
+    journal = journal_of(checkpoint_dir)
     (running,) = [t for t in read_trials(journal) if t.state == optuna.trial.TrialState.RUNNING]
     drawn = running.user_attrs["hparams"]
     rerun = start_search(isolated_run, slow_project)
@@ -311,7 +317,7 @@ def test_a_random_search_killed_mid_trial_resumes_it_and_runs_each_trial_once(
         newest = max(
             (
                 p
-                for p in (checkpoint_dir / f"trial-{number_of(trial)}").iterdir()
+                for p in (experiment_of(checkpoint_dir) / f"trial-{number_of(trial)}").iterdir()
                 if not p.name.startswith(".")
             ),
             key=checkpoint_steps,
@@ -328,7 +334,7 @@ def test_two_workers_share_a_grid_search_each_point_once(
     )
     out = process.communicate(timeout=240)[0]
     assert process.returncode == 0, out
-    trials = read_trials(checkpoint_dir / JOURNAL_NAME)
+    trials = read_trials(journal_of(checkpoint_dir))
     assert sorted(grid_points(trials)) == sorted(GRID_ORDER)
     assert sorted(t.user_attrs["grid_point"] for t in trials) == [0, 1, 2, 3]
     assert all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
@@ -371,7 +377,7 @@ def test_invalid_hp_from_a_command_entrypoint_drops_the_trial_and_replaces_it(
     )
     result = run_cli("experiment", str(path), str(project), cwd=isolated_run)
     assert result.returncode == 0, output(result)
-    trials = sorted(read_trials(checkpoint_dir / JOURNAL_NAME), key=lambda t: t._trial_id)
+    trials = sorted(read_trials(journal_of(checkpoint_dir)), key=lambda t: t._trial_id)
     sizes = [t.user_attrs["hparams"]["hidden_size"] for t in trials]
     assert sizes == [8, 8, 8, 2, 2]  # seed 2's draws: three dropped, two replacing them run
     assert [t.user_attrs.get("invalid_hp") for t in trials] == [
@@ -405,4 +411,4 @@ def test_a_searcher_metric_no_validation_returns_ends_the_search_naming_it(
     summary = result.stdout.splitlines()
     assert summary[0].split()[:3] == ["trial", "status", "hyperparameters"], output(result)
     assert summary[1].split()[:2] == ["1", "ERROR"], output(result)
-    assert len(read_trials(checkpoint_dir / JOURNAL_NAME)) == 1
+    assert len(read_trials(journal_of(checkpoint_dir))) == 1

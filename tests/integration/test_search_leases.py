@@ -17,9 +17,11 @@ import optuna
 import pytest
 
 from det_lightning._runner._lease import CONTINUES, HOST_ID_ENV, is_superseded
-from det_lightning._runner.search._storage import JOURNAL_NAME
 from tests.fixtures.object_store import S3
+from tests.integration.cli_support import experiment_dir
 from tests.integration.search_support import (
+    experiment_of,
+    journal_of,
     check_search,
     checkpoint_steps,
     number_of,
@@ -72,7 +74,7 @@ def test_a_trial_of_a_machine_that_never_returns_is_taken_over_by_the_other(
     out = survivor.communicate(timeout=400)[0]
     assert survivor.returncode == 0, out
 
-    trials = read_trials(checkpoint_dir / JOURNAL_NAME)
+    trials = read_trials(journal_of(checkpoint_dir))
     check_search(checkpoint_dir, trials, replay=False)  # every trial once, to its last rung
     (taken,) = [t for t in trials if CONTINUES in t.user_attrs]
     number = taken.user_attrs["trial_number"]
@@ -88,18 +90,18 @@ def test_a_trial_killed_between_ask_and_lease_is_not_left_running_forever(
     """The worker died right after study.ask(): no lease, no hyperparameters' owner. A rerun
     on another machine takes the trial over once its heartbeat timeout has passed."""
     slow_config(slow_project, RANDOM_SEARCHER)
-    journal = checkpoint_dir / JOURNAL_NAME
-    journal.parent.mkdir(parents=True)
-    storage = optuna.storages.JournalStorage(
-        optuna.storages.journal.JournalFileBackend(str(journal))
-    )
-    from det_lightning._runner._search_settings import SearchSettings, search_key
+    from det_lightning._runner._search_settings import SearchSettings, experiment_id
     from det_lightning._runner.config import load_config
     from det_lightning._runner.search._storage import open_studies
 
     config = load_config(str(slow_project / "asha.yaml"))
+    journal = checkpoint_dir / experiment_id(config.as_given) / "search.journal"
+    journal.parent.mkdir(parents=True)
+    storage = optuna.storages.JournalStorage(
+        optuna.storages.journal.JournalFileBackend(str(journal))
+    )
     settings = SearchSettings.from_upfront(config.searcher, config.raw["hyperparameters"])
-    (study,) = open_studies(storage, search_key(config.raw), settings)
+    (study,) = open_studies(storage, experiment_id(config.as_given), settings)
     orphan = study.ask()  # what a worker killed at that moment leaves behind
     rerun = start_search(isolated_run, slow_project, *HEARTBEAT, env={HOST_ID_ENV: "machine-b"})
     out = rerun.communicate(timeout=400)[0]
@@ -116,7 +118,7 @@ def test_a_trial_killed_between_ask_and_lease_is_not_left_running_forever(
     for trial in trials:
         newest = max(
             p
-            for p in (checkpoint_dir / f"trial-{number_of(trial)}").iterdir()
+            for p in (experiment_of(checkpoint_dir) / f"trial-{number_of(trial)}").iterdir()
             if not p.name.startswith(".")
         )
         assert checkpoint_steps(newest) == 8
@@ -173,7 +175,8 @@ def test_the_drill_two_machines_share_only_a_database_and_a_bucket(
         r"(\d+)",
         out,
     )
-    assert resumed and resumed.group(1) == s3_server.url(f"search/trial-{number}"), out
+    search = experiment_dir(pathlib.Path("search"), slow_project / "asha.yaml").as_posix()
+    assert resumed and resumed.group(1) == s3_server.url(f"{search}/trial-{number}"), out
     assert int(resumed.group(2)) == 4, out  # A's checkpoint, downloaded from the bucket
     for trial in trials:  # each trained to the last rung it reached, its checkpoint in the bucket
         rungs = trial.user_attrs["rungs"]
@@ -181,7 +184,7 @@ def test_the_drill_two_machines_share_only_a_database_and_a_bucket(
             optuna.trial.TrialState.COMPLETE if len(rungs) == 3 else optuna.trial.TrialState.PRUNED
         )
         assert trial.state == expected and max(trial.intermediate_values) == UNITS[len(rungs) - 1]
-        prefix = f"search/trial-{number_of(trial)}"
+        prefix = f"{search}/trial-{number_of(trial)}"
         markers = [k for k in s3_server.keys(prefix) if k.endswith("/.complete")]
         steps = [
             json.loads(s3_server.fs.cat(f"{s3_server.bucket}/{prefix}/{k}"))["steps_completed"]

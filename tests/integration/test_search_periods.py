@@ -14,7 +14,7 @@ from typing import List
 import pytest
 import yaml
 
-from det_lightning._runner._search_settings import SearchSettings, search_key
+from det_lightning._runner._search_settings import SearchSettings, experiment_id
 from det_lightning._runner.config import load_config
 from det_lightning._runner.plan import plan_experiment
 from det_lightning._runner.search._worker import lengths_for
@@ -23,6 +23,7 @@ from det_lightning.pytorch._units import unit_reached
 from tests.integration.cli_support import (
     PROJECT,
     VALIDATION_LOG_ENV,
+    experiment_dir,
     output,
     read_validation_log,
     run_cli,
@@ -147,16 +148,16 @@ def test_a_search_writes_tensorboard_under_one_root_whenever_it_runs(
     tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Each worker, machine and rerun plans the search at another time: the root is named
-    for the search, not the clock (a single trial's still is)."""
+    for the experiment id, not the clock, for every searcher."""
     monkeypatch.delenv("DET_LIGHTNING_TENSORBOARD_DIR", raising=False)
     monkeypatch.chdir(tmp_path)
     ticks = iter(range(1000))
     monkeypatch.setattr(time, "strftime", lambda *args: f"tick{next(ticks)}")
     config = load_config(str(PROJECT / "asha.yaml"))
     roots = {plan_experiment(config, PROJECT).tensorboard_root for _ in range(2)}
-    assert roots == {tmp_path / "tensorboard" / f"regression-asha-{search_key(config.raw)}"}
-    single = load_config(str(PROJECT / "const.yaml"))
-    assert plan_experiment(single, PROJECT).tensorboard_root.name.endswith("-tick0")
+    assert roots == {tmp_path / "tensorboard" / experiment_id(config.as_given)}
+    single = load_config(str(PROJECT / "const.yaml"))  # like every experiment: by its id
+    assert plan_experiment(single, PROJECT).tensorboard_root.name == experiment_id(single.as_given)
 
 
 SLOW_TRIAL = """
@@ -211,7 +212,7 @@ def test_sigterm_to_a_search_prints_the_summary_and_says_to_rerun_it(
         text=True,
         start_new_session=True,
     )
-    trial_dir = checkpoint_dir / "trial-1"
+    trial_dir = experiment_dir(checkpoint_dir, config) / "trial-1"
     deadline = time.monotonic() + 240
     while (
         time.monotonic() < deadline
@@ -227,9 +228,13 @@ def test_sigterm_to_a_search_prints_the_summary_and_says_to_rerun_it(
     assert process.returncode == 75, result
     states = [re.split(r"\s{2,}", row)[1] for row in _rows(out)]
     assert states.count("INTERRUPTED") == 1, result
+    (interrupted,) = [re.split(r"\s{2,}", row) for row in _rows(out) if "INTERRUPTED" in row]
+    last = re.search(r"The last checkpoint is (\S+)\. ", err)  # the row shows the checkpoint
+    assert last, result
+    shown, newest = interrupted[-1], pathlib.Path(last.group(1)).name
+    assert newest.startswith(shown) or shown.endswith(newest), result
     assert "Rerun the same command to continue it" in err, result
-    assert "rerun the same det-lightning experiment command: the search resumes this trial" in (
-        err
-    ), result
+    rerun = f"To continue, rerun the same command: det-lightning experiment {config} {project} "
+    assert rerun + "(the experiment resumes this trial from its latest checkpoint)" in err, result
     assert "latest_checkpoint='latest'" not in err, result
     assert all(line.count("To continue") <= 1 for line in err.splitlines()), result

@@ -9,7 +9,9 @@ from typing import Any, List
 import optuna
 import pytest
 
+from det_lightning._runner.search import _pool
 from det_lightning._runner.search._storage import open_storage
+from tests.fixtures.postgres import PostgresServer, server_in_tmp
 from tests.integration.cli_support import (
     PROJECT,
     VALIDATION_LOG_ENV,
@@ -18,11 +20,13 @@ from tests.integration.cli_support import (
     run_cli,
 )
 from tests.integration.search_support import (
+    experiment_of,
     GRID,
     GRID_ORDER,
     barrier,
     check_search,
     grid_points,
+    number_of,
     read_trials,
     slow_grid_config,
     slow_project,  # noqa: F401 (a fixture)
@@ -68,6 +72,84 @@ def test_workers_opening_a_new_database_at_once_all_get_the_storage(
             storage._backend.engine.dispose()
 
 
+def test_a_process_holds_one_connection_and_only_while_it_talks(
+    postgres_server: PostgresServer, postgres_url: str, tmp_path: pathlib.Path
+) -> None:
+    """A worker's two threads (its loop and its lease keeper) writing at once hold one
+    connection between them; idle, the process holds none (pg_stat_activity)."""
+    from sqlalchemy import event
+
+    storage = open_storage(postgres_url, tmp_path)
+    engine = storage._backend.engine
+    study = optuna.create_study(study_name="s", storage=storage)
+    trial_id = study.ask()._trial_id
+    live, peak = [0], [0]
+    count = threading.Lock()
+
+    def opened(*_: Any) -> None:
+        with count:
+            live[0] += 1
+            peak[0] = max(peak[0], live[0])
+
+    def closed(*_: Any) -> None:
+        with count:
+            live[0] -= 1
+
+    event.listen(engine, "connect", opened)
+    event.listen(engine, "close", closed)
+    together = threading.Barrier(2)
+
+    def write(key: str) -> None:
+        together.wait()
+        for i in range(20):
+            storage.set_trial_user_attr(trial_id, key, i)
+
+    threads = [threading.Thread(target=write, args=(key,)) for key in ("loop", "lease")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    database = postgres_url.rsplit("/", 1)[1]
+    assert peak[0] == 1 and live[0] == 0
+    assert postgres_server.connections(database) == 0
+    assert storage.get_trial(trial_id).user_attrs["lease"] == 19
+
+
+def test_a_server_at_its_connection_limit_stops_the_search_with_the_fixes_named(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """PostgreSQL refuses a connection past max_connections ("sorry, too many clients
+    already"): the storage tries again for a while, then stops with what to do; the command
+    says so in one message, not a driver's traceback."""
+    import psycopg
+
+    from det_lightning._runner import cli
+
+    monkeypatch.setattr(_pool, "LIMIT_WAIT_S", 0.5)
+    monkeypatch.chdir(tmp_path)
+    with server_in_tmp("-c max_connections=2 -c superuser_reserved_connections=0") as server:
+        server.execute("CREATE DATABASE full_db")
+        held = [
+            psycopg.connect(host="127.0.0.1", port=server.port, user="postgres", dbname="full_db")
+            for _ in range(2)
+        ]
+        try:
+            with pytest.raises(_pool.ConnectionLimitReached) as refused:
+                open_storage(server.url("full_db"), tmp_path)
+            url = server.url("full_db")
+            assert cli.main(["experiment", "--storage", url, GRID, str(PROJECT)]) == 1
+        finally:
+            for connection in held:
+                connection.close()
+        message = str(refused.value)
+        assert "too many clients" in message and "2*N connections" in message
+        for fix in ("max_connections", "PgBouncer in transaction mode", "gRPC storage proxy"):
+            assert fix in message
+        said = capsys.readouterr().err
+        assert "PgBouncer" in said and "Traceback" not in said, said
+        open_storage(server.url("full_db"), tmp_path)  # below the limit again: it opens
+
+
 def test_a_grid_search_on_postgresql_runs_each_point_once_and_reruns_as_done(
     isolated_run: pathlib.Path, checkpoint_dir: pathlib.Path, postgres_url: str
 ) -> None:
@@ -80,7 +162,7 @@ def test_a_grid_search_on_postgresql_runs_each_point_once_and_reruns_as_done(
     assert all(t.state == COMPLETE for t in trials)
     assert [v["batches"] for v in read_validation_log(log)] == [4, 8] * 4
     for trial in trials:
-        assert (checkpoint_dir / f"trial-{trial._trial_id + 1}").is_dir()
+        assert (experiment_of(checkpoint_dir) / f"trial-{number_of(trial)}").is_dir()
 
     again = run_cli(*command, cwd=isolated_run, env={VALIDATION_LOG_ENV: str(log)})
     assert again.returncode == 0, output(again)
@@ -145,10 +227,36 @@ def test_a_search_on_postgresql_killed_mid_trial_resumes_it_from_its_checkpoint(
         if t.state == optuna.trial.TrialState.RUNNING
     ]
     assert len(running) == 1, "not killed inside a trial"
-    number = running[0]._trial_id + 1
+    number = number_of(running[0])
     rerun = start_search(isolated_run, slow_project, "--storage", postgres_url)
     out = rerun.communicate(timeout=400)[0]
     assert rerun.returncode == 0, out
     assert f"trial {number} (bracket 0, rungs at [2, 4, 8] batches) resumed" in out, out
     assert "resuming from" in out
     check_search(checkpoint_dir, read_trials(postgres_url, checkpoint_dir))
+
+
+def test_workers_reach_the_database_through_optunas_grpc_proxy(
+    postgres_server: PostgresServer, postgres_url: str, tmp_path: pathlib.Path
+) -> None:
+    """``--storage grpc://HOST:PORT``: the proxy holds the database's connections, the
+    workers none."""
+    import warnings
+
+    from optuna.storages._grpc.server import make_server
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        server = make_server(open_storage(postgres_url, tmp_path), "127.0.0.1", 0)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        storage = open_storage(f"grpc://127.0.0.1:{port}", tmp_path)
+        study = optuna.create_study(study_name="proxied", storage=storage)
+        study.tell(study.ask(), 0.5)
+        assert [
+            t.value for t in open_storage(postgres_url, tmp_path).get_all_trials(study._study_id)
+        ] == [0.5]
+        assert postgres_server.connections(postgres_url.rsplit("/", 1)[1]) == 0
+    finally:
+        server.stop(None)

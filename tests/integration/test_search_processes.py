@@ -9,7 +9,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from typing import Any, Dict, List, Tuple
 
 import optuna
@@ -19,9 +18,13 @@ from optuna.storages.journal import JournalFileBackend
 
 from det_lightning._runner._lease import pid_alive, take_over
 from det_lightning._runner._template import WARM_START_ENV
-from det_lightning._runner.search._storage import JOURNAL_NAME
-from tests.integration.cli_support import PROJECT, output, run_cli
-from tests.integration.search_support import checkpoint_steps, read_trials
+from tests.integration.cli_support import PROJECT, experiment_dir, output, run_cli
+from tests.integration.search_support import (
+    checkpoint_steps,
+    journal_of,
+    read_trials,
+    wait_while_running,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -135,7 +138,7 @@ def test_no_state_of_one_trial_reaches_the_next_and_errors_end_as_before(
     seen = _records(records)
     assert sorted(r["mode"] for r in seen) == ["boom", "first", "kill", "second"], seen
     assert all(r["seen"] == "pristine" and r["leaked"] == 0 for r in seen), seen
-    workers = {t.user_attrs["pid"] for t in read_trials(checkpoint_dir / JOURNAL_NAME)}
+    workers = {t.user_attrs["pid"] for t in read_trials(journal_of(checkpoint_dir))}
     pids = {r["pid"] for r in seen}
     assert len(pids) == 4 and not pids & workers, (pids, workers)
     assert {
@@ -216,14 +219,6 @@ class HeldOnce(RegressionTrial):
 """
 
 
-def _wait(condition: Any, process: "subprocess.Popen[str]", what: str) -> None:
-    deadline = time.monotonic() + 240
-    while not condition():
-        assert process.poll() is None, f"the search ended first:\n{process.communicate()[0]}"
-        assert time.monotonic() < deadline, f"waited 240 s for {what}"
-        time.sleep(0.05)
-
-
 def test_a_lost_lease_kills_the_trials_process_at_once(
     isolated_run: pathlib.Path, checkpoint_dir: pathlib.Path
 ) -> None:
@@ -262,14 +257,16 @@ def test_a_lost_lease_kills_the_trials_process_at_once(
         env=dict(os.environ, OMP_NUM_THREADS="1", TEST_HOLD_MARKER=str(marker)),
     )
     try:
-        _wait(marker.exists, process, "the trial to be held")
+        wait_while_running(marker.exists, process, "the trial to be held")
         held = int(marker.read_text())
-        storage = JournalStorage(JournalFileBackend(str(checkpoint_dir / JOURNAL_NAME)))
+        storage = JournalStorage(JournalFileBackend(str(journal_of(checkpoint_dir))))
         [summary] = optuna.get_all_study_summaries(storage)
         study = optuna.load_study(study_name=summary.study_name, storage=storage)
         [running] = study.get_trials(deepcopy=False)
         assert take_over(study, running) is not None
-        _wait(lambda: not pid_alive(held), process, "the held trial's process to be killed")
+        wait_while_running(
+            lambda: not pid_alive(held), process, "the held trial's process to be killed"
+        )
         out = process.communicate(timeout=240)[0]
     finally:
         if process.poll() is None:
@@ -307,9 +304,9 @@ def test_sigterm_to_the_worker_alone_reaches_its_trial_once(
         start_new_session=True,
         env=dict(os.environ, OMP_NUM_THREADS="1"),
     )
-    trial_dir = checkpoint_dir / "trial-1"
+    trial_dir = experiment_dir(checkpoint_dir, config) / "trial-1"
     try:
-        _wait(
+        wait_while_running(
             lambda: (
                 trial_dir.is_dir() and any(not p.name.startswith(".") for p in trial_dir.iterdir())
             ),

@@ -18,7 +18,6 @@ import yaml
 from optuna.exceptions import UpdateFinishedTrialError
 
 from det_lightning._runner._lease import CONTINUES, LeaseLost, is_superseded, take_over
-from det_lightning._runner._search_settings import search_key
 from det_lightning._runner._template import TrialRequest, TrialStarter
 from det_lightning._runner.config import load_config
 from det_lightning._runner.plan import plan_experiment
@@ -68,9 +67,7 @@ def test_a_trial_ending_after_a_takeover_ends_with_lease_lost_and_leaves_the_new
     plan = plan_experiment(load_config(yaml.safe_load(CONFIG)), PROJECT)
     settings = plan.search
     assert settings is not None
-    (study_a,) = open_studies(
-        open_storage(url, plan.checkpoint_root), search_key(plan.config.raw), settings
-    )
+    (study_a,) = open_studies(open_storage(url, plan.checkpoint_root), plan.experiment_id, settings)
     trial = _ask(study_a, settings, 0, plan.config.hyperparameters, plan.config.experiment_seed())
     assert trial is not None
     study_b = optuna.load_study(  # worker B's own view of the search

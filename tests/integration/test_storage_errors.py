@@ -54,6 +54,8 @@ def watched(root: pathlib.Path) -> Any:
         pass
 
     Trial.root, Trial.writes, Trial.shutdowns = root, [], 0
+    # The same trial class as MLPTrial's checkpoints name: a run of MLPTrial may resume them.
+    Trial.__module__, Trial.__qualname__ = MLPTrial.__module__, MLPTrial.__qualname__
     return Trial
 
 

@@ -249,6 +249,9 @@ def test_a_found_checkpoint_pretending_to_be_determined_never_unpickles(
 
     from det_lightning import errors
     from det_lightning.adapters.resume import plan_resume
+    from det_lightning.pytorch._identity import RunIdentity
+
+    RUN = RunIdentity(None, None)
 
     root = tmp_path / "checkpoints"
     fake = root / "0000-fake"
@@ -257,7 +260,7 @@ def test_a_found_checkpoint_pretending_to_be_determined_never_unpickles(
     torch.save({"models_state_dict": [_Payload(str(marker))]}, str(fake / "state_dict.pth"))
     (fake / "metadata.json").write_text(json.dumps({"steps_completed": 99}))  # "Determined's"
     with pytest.raises(errors.InvalidCheckpointException, match="0000-fake.*weights_only"):
-        plan_resume("latest", root)  # found, so not trusted
+        plan_resume("latest", root, RUN)  # found, so not trusted
     assert not marker.exists()
 
 

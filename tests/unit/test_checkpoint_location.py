@@ -55,9 +55,11 @@ def test_experiment_checkpoint_dir_and_storage_may_be_urls(monkeypatch: pytest.M
         }
     )
     plan = plan_experiment(config, PROJECT)
-    assert plan.checkpoint_root == RemoteRoot("s3://ckpts/exp", (("endpoint_url", "http://e:1"),))
+    # The experiment's folder under the bucket's prefix.
+    root = RemoteRoot(f"s3://ckpts/exp/{plan.experiment_id}", (("endpoint_url", "http://e:1"),))
+    assert plan.checkpoint_root == root
     given = plan_experiment(config, PROJECT, checkpoint_dir="s3://other/run")
-    assert str(given.checkpoint_root / "trial-1") == "s3://other/run/trial-1"
+    assert str(given.checkpoint_root / "trial-1") == f"s3://other/run/{plan.experiment_id}/trial-1"
 
 
 def test_export_refuses_a_url(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:

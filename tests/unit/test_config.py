@@ -109,6 +109,28 @@ def test_directory_checkpoint_storage() -> None:
     assert cfg.raw["checkpoint_storage"]["save_trial_best"] == 1
 
 
+def test_storage_block_of_only_save_counts_keeps_the_default_storage(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Determined's master merges a block without ``type`` with the cluster's default storage;
+    here that is the checkpoint directory ($DET_LIGHTNING_CHECKPOINT_DIR, ./checkpoints)."""
+    from det_lightning._runner.plan import plan_experiment
+
+    storage = {"save_experiment_best": 2, "save_trial_best": 0}
+    cfg = _config.load_config(_with(checkpoint_storage=storage))
+    assert cfg.checkpoint_storage == {**storage, "save_trial_latest": 1}
+    assert cfg.checkpoint_dir() is None
+    monkeypatch.setenv("DET_LIGHTNING_CHECKPOINT_DIR", str(tmp_path / "ckpts"))
+    plan = plan_experiment(cfg, tmp_path)
+    assert str(plan.checkpoint_root).startswith(str(tmp_path / "ckpts"))
+
+
+def test_storage_block_without_type_sets_only_save_counts() -> None:
+    message = _message(_with(checkpoint_storage={"bucket": "b", "save_trial_best": 2}))
+    assert "checkpoint_storage.type: required key is missing" in message
+    assert "save_trial_latest keeps checkpoints in the checkpoint directory" in message
+
+
 def _message(config: Any) -> str:
     """The InvalidConfigException message load_config raises for ``config``."""
     with pytest.raises(InvalidConfigException) as info:
@@ -215,8 +237,7 @@ def test_ignored_keys_reported_once(caplog: pytest.LogCaptureFixture) -> None:
         "resources.resource_pool",
         "resources.priority",
         "optimizations.mixed_precision",
-        "max_restarts",
-    ]
+    ]  # max_restarts is honoured (a failing trial's restarts), not ignored
     assert sorted(cfg.ignored_keys) == sorted(expected)
     assert len(set(cfg.ignored_keys)) == len(cfg.ignored_keys)
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]

@@ -44,11 +44,12 @@ def test_without_optuna_dashboard_it_says_how_to_install_and_run_it(
     err = capsys.readouterr().err
     assert "optuna-dashboard is not installed" in err
     assert "pip install 'det_lightning[dashboard]'" in err
-    assert f"optuna-dashboard {tmp_path / 'ckpt' / JOURNAL_NAME}" in err
+    assert f"optuna-dashboard {plan.checkpoint_root / JOURNAL_NAME}" in err
     assert not (tmp_path / "ckpt").exists()  # nothing started, nothing created
-    with _dashboard.dashboard_beside(_plan(tmp_path / "c2", "const.yaml"), wanted=True):
+    single = _plan(tmp_path / "c2", "const.yaml")  # a search of one trial, with its storage
+    with _dashboard.dashboard_beside(single, wanted=True):
         pass
-    assert "a 'single' experiment has no search storage" in capsys.readouterr().err
+    assert f"optuna-dashboard {single.checkpoint_root / JOURNAL_NAME}" in capsys.readouterr().err
 
 
 def fake_dashboard(root: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> pathlib.Path:
@@ -75,7 +76,7 @@ def test_with_optuna_dashboard_it_serves_the_search_storage(
         monkeypatch.setattr(_dashboard.sys, "executable", str(tmp_path / "python"))
     record = fake_dashboard(tmp_path, monkeypatch)
     plan = _plan(tmp_path / "ckpt")
-    journal = tmp_path / "ckpt" / JOURNAL_NAME
+    journal = plan.checkpoint_root / JOURNAL_NAME
     assert _dashboard.dashboard_command(str(journal)) == [
         str(tmp_path / "bin" / "optuna-dashboard"),
         str(journal),

@@ -111,3 +111,93 @@ def test_the_host_id_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch)
     assert _lease.host_id() == "machine-b"
     monkeypatch.delenv(_lease.HOST_ID_ENV)
     assert _lease.host_id()
+
+
+def test_trial_numbers_run_on_after_a_takeover(tmp_path: pathlib.Path) -> None:
+    """Determined numbers trials 1, 2, 3, ...: a continuation keeps its trial's number and
+    takes none of its own; brackets share the numbers, another search's studies do not."""
+    from det_lightning._runner._search_settings import SearchSettings
+    from det_lightning._runner.search import _worker
+
+    storage = JournalStorage(JournalFileBackend(str(tmp_path / "search.journal")))
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    bracket_0, bracket_1, other = (
+        optuna.create_study(study_name=name, storage=storage)
+        for name in ("k-bracket-0", "k-bracket-1", "other-bracket-0")
+    )
+    space = {"x": {"type": "double", "minval": 0.0, "maxval": 1.0}}
+    settings = SearchSettings.from_upfront({"name": "random", "metric": "m", "max_trials": 9}, {})
+
+    def ask(study: optuna.Study) -> optuna.Trial:
+        trial = _worker._ask(study, settings, 0, space, seed=None)
+        assert trial is not None
+        return trial
+
+    first = ask(bracket_0)
+    ask(other)  # another search in the same database
+    assert _lease.trial_number(ask(bracket_1)) == 2
+    (frozen,) = [t for t in bracket_0.get_trials() if t._trial_id == first._trial_id]
+    continuation = take_over(bracket_0, frozen)
+    assert continuation is not None and _lease.trial_number(continuation) == 1
+    assert [_lease.trial_number(ask(s)) for s in (bracket_0, bracket_1)] == [3, 4]
+    assert _lease.trial_number(ask(other)) == 2
+
+
+def test_a_continuation_carries_the_validations_its_trial_reported(
+    tmp_path: pathlib.Path,
+) -> None:
+    """A trial killed after its last validation and checkpoint resumes at its end and reports
+    nothing more: its worker then tells the study the value its trial reported before."""
+    journal = tmp_path / "search.journal"
+    _running_trial(journal)
+    study = _study(journal)
+    study._storage.set_trial_intermediate_value(0, 4, 0.5)
+    study._storage.set_trial_intermediate_value(0, 16, 0.25)
+    continuation = take_over(study, study.get_trials(deepcopy=False)[0])
+    assert continuation is not None
+    frozen = _study(journal).get_trials(deepcopy=False)[-1]
+    assert frozen.intermediate_values == {4: 0.5, 16: 0.25}
+
+
+def test_the_keeper_stops_quietly_once_its_own_worker_ends_the_trial(
+    tmp_path: pathlib.Path,
+) -> None:
+    """A renewal racing the worker's own study.tell() finds the trial finished, not taken
+    over: the keeper stops without calling it lost (no "another worker took it over")."""
+    journal = tmp_path / "search.journal"
+    frozen = _running_trial(journal)
+    lost = threading.Event()
+    keeper = LeaseKeeper(_study(journal), frozen._trial_id, LeaseSettings(0.2), on_lost=lost.set)
+    with keeper:
+        _study(journal).tell(frozen._trial_id, 0.25)
+        keeper._thread.join(60)  # its next renewal finds the trial finished and stops
+        assert not keeper._thread.is_alive()
+    assert not keeper.lost.is_set() and not lost.is_set()
+
+
+def test_a_trial_taken_over_before_its_worker_drew_it_is_dropped_by_that_worker(
+    tmp_path: pathlib.Path,
+) -> None:
+    """A worker slowed down between study.ask() and its first lease (many workers on few
+    cores) finds its trial taken over: it drops the trial instead of failing."""
+    from det_lightning._runner.config import Lengths
+    from det_lightning._runner._search_settings import SearchSettings
+    from det_lightning._runner.search._worker import _admit
+
+    searcher = {"name": "random", "metric": "loss", "max_trials": 4, "max_length": {"batches": 8}}
+    settings = SearchSettings.from_searcher(
+        searcher, Lengths.from_config({"searcher": searcher}), 8
+    )
+    journal = tmp_path / "search.journal"
+    mine = _study(journal).ask()
+    other = _study(journal)
+    assert take_over(other, other.get_trials(deepcopy=False)[0]) is not None
+    space = {"x": {"type": "double", "minval": 0.0, "maxval": 1.0}}
+    assert _admit(_study(journal), settings, 0, mine, space, 3) is None
+    # Past the budget too (max_trials 1, an earlier trial counted): its surplus tell is refused.
+    one = {**searcher, "max_trials": 1}
+    full = SearchSettings.from_searcher(one, Lengths.from_config({"searcher": one}), 8)
+    surplus = _study(journal).ask()
+    other = _study(journal)
+    assert take_over(other, other.get_trials(deepcopy=False)[-1]) is not None
+    assert _admit(_study(journal), full, 0, surplus, space, 3) is None

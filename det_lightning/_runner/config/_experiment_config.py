@@ -39,6 +39,14 @@ class ExperimentConfig:
         self.raw = raw
         self.ignored_keys = list(ignored_keys)
         self.lengths = Lengths.from_config(raw)
+        self.name_given = raw.get("name") is not None  # load_config names an unnamed one
+
+    @property
+    def as_given(self) -> Dict[str, Any]:
+        """The config with its name as the file gave it (None for an unnamed experiment,
+        whose random name changes every time it is loaded): what identifies the experiment
+        (``_search_settings.experiment_id``)."""
+        return self.raw if self.name_given else {**self.raw, "name": None}
 
     def __repr__(self) -> str:
         """Short form naming the entrypoint and searcher."""
@@ -80,8 +88,10 @@ class ExperimentConfig:
 
     @property
     def max_restarts(self) -> int:
-        """``max_restarts``: how often a failing trial of a search is retried."""
-        return int(self.raw.get("max_restarts") or 0)
+        """``max_restarts``: how often a failing trial is restarted from its latest
+        checkpoint (Determined's default: 5)."""
+        value = self.raw.get("max_restarts")
+        return 5 if value is None else int(value)
 
     @property
     def checkpoint_storage(self) -> Optional[Dict[str, Any]]:
@@ -124,10 +134,12 @@ class ExperimentConfig:
         Returns:
             ``host_path`` joined with ``storage_path`` for ``shared_fs``, ``container_path``
             for ``directory``, ``s3://bucket/prefix`` (``gs://``, ``az://container/prefix``)
-            for ``s3`` (``gcs``, ``azure``), or None when unset.
+            for ``s3`` (``gcs``, ``azure``), or None when unset or without ``type`` (only
+            ``save_*`` counts: the default storage, the checkpoint directory, as Determined's
+            master merges it with the cluster's).
         """
         storage = self.checkpoint_storage
-        if not storage:
+        if not storage or "type" not in storage:
             return None
         if storage["type"] == "shared_fs":
             return os.path.join(storage["host_path"], storage.get("storage_path") or "")
@@ -334,11 +346,14 @@ def load_config(
     else:
         config = source
     raw, ignored = validate_config(config)
-    if raw.get("name") is None:
+    named = raw.get("name") is not None
+    if not named:
         raw["name"] = default_experiment_name()
     if announce:
         announce_ignored(ignored)
-    return ExperimentConfig(raw, ignored)
+    loaded = ExperimentConfig(raw, ignored)
+    loaded.name_given = named
+    return loaded
 
 
 def announce_ignored(ignored: List[str]) -> None:

@@ -69,12 +69,14 @@ class _Section:
 
 @dataclasses.dataclass(frozen=True)
 class _Tagged:
-    """A mapping whose ``tag`` key selects which Section validates the rest."""
+    """A mapping whose ``tag`` key selects which Section validates the rest; without the
+    tag, ``untagged`` (when given) validates a mapping of only the keys all variants share."""
 
     tag: str
     variants: Mapping[str, _Section]
     default: Any = None
     hint: str = ""
+    untagged: Optional[_Section] = None
 
 
 _Node = Union[_Value, _Section, _Tagged]
@@ -254,8 +256,11 @@ def _validate_tagged(node: _Tagged, value: Any, path: str, ctx: _Context) -> Dic
     tag_path = _join(path, node.tag)
     choices = list(node.variants)
     tag = value.get(node.tag)
+    if tag is None and node.untagged is not None and set(value) <= {*node.untagged.fields}:
+        return _validate_section(node.untagged, value, path, ctx)
     if tag is None:
-        raise _fail(tag_path, f"required key is missing; use one of {', '.join(choices)}.")
+        hint = node.untagged.hint if node.untagged is not None else ""
+        raise _fail(tag_path, f"required key is missing; use one of {', '.join(choices)}.", hint)
     if tag not in node.variants:
         suggestion = _suggest(str(tag), choices)
         raise _fail(tag_path, f"{tag!r} is not one of {', '.join(choices)}.{suggestion}")

@@ -130,6 +130,13 @@ _CHECKPOINT_STORAGE = _Tagged(
         "gcs": _GCS_STORAGE,
         "azure": _AZURE_STORAGE,
     },
+    # Determined's master merges a block without ``type`` with the cluster's default storage
+    # (CheckpointStorageConfigV0.Merge); here the default storage is the checkpoint directory.
+    untagged=_Section(
+        dict(_SAVE_COUNTS),
+        hint="(A block of only save_experiment_best, save_trial_best and save_trial_latest "
+        "keeps checkpoints in the checkpoint directory.)",
+    ),
 )
 
 _RESOURCES = _Section(
@@ -198,7 +205,7 @@ _EXPERIMENT = _Section(
         "scheduling_unit": _Value(("integer",), minimum=1, default=100),
         "debug": _Value(("boolean",), default=False),
         # Cluster-only keys: accepted so existing configs load, reported as ignored.
-        "max_restarts": _Value(("integer",), minimum=0, ignored=True),
+        "max_restarts": _Value(("integer",), minimum=0),
         "environment": _ignored("mapping"),
         "bind_mounts": _ignored("list"),
         "profiling": _ignored("mapping"),

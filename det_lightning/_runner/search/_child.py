@@ -74,7 +74,7 @@ def _search_trial() -> optuna.Trial:
 def _trial_of(search_env: str) -> optuna.Trial:
     spec: Dict[str, Any] = json.loads(search_env)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    storage = open_storage(spec["storage"], pathlib.Path("."))
+    storage = open_storage(spec["storage"], pathlib.Path("."), made=True)
     study = optuna.load_study(study_name=spec["study"], storage=storage)
     return optuna.trial.Trial(study, int(spec["trial_id"]))
 

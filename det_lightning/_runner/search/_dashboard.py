@@ -49,24 +49,14 @@ def missing_message(storage_ref: str) -> str:
 def start_dashboard(plan: Plan) -> Optional["subprocess.Popen[bytes]"]:
     """Starts optuna-dashboard on the plan's search storage (created first: the dashboard
     reads a journal file only once it exists), or prints why not."""
-    from det_lightning._runner._search_settings import search_key
     from det_lightning._runner.search._storage import open_storage, open_studies, storage_ref
 
-    if plan.search is None:
-        print(
-            "--dashboard: a 'single' experiment has no search storage to show.",
-            file=sys.stderr,
-            flush=True,
-        )
-        return None
     ref = storage_ref(plan.storage, plan.checkpoint_root)
     command = dashboard_command(ref)
     if command is None:
         print(missing_message(ref), file=sys.stderr, flush=True)
         return None
-    open_studies(
-        open_storage(plan.storage, plan.checkpoint_root), search_key(plan.config.raw), plan.search
-    )
+    open_studies(open_storage(plan.storage, plan.checkpoint_root), plan.experiment_id, plan.search)
     print(
         f"det-lightning: {shlex.join(command)} (http://127.0.0.1:8080 by default)",
         file=sys.stderr,

@@ -14,19 +14,30 @@ the same command continues it.
 
 import contextlib
 import logging
+import shlex
 import os
 import signal
 import threading
 from types import FrameType
-from typing import Any, Callable, Dict, Iterator, Optional
+from typing import Any, Callable, Dict, Iterator, Optional, Sequence
 
 logger = logging.getLogger("det_lightning")
 
 HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT)
-SEARCH_ADVICE = (
-    "To continue, rerun the same det-lightning experiment command: the search "
-    "resumes this trial from its latest checkpoint."
-)
+
+
+def search_advice(argv: Sequence[str]) -> str:
+    """What a trial stopped by a signal says: the command that continues it (``argv``: this
+    command's arguments).
+
+    >>> search_advice(["experiment", "const.yaml", "."])
+    'To continue, rerun the same command: det-lightning experiment const.yaml . (the \
+experiment resumes this trial from its latest checkpoint).'
+    """
+    return (
+        f"To continue, rerun the same command: det-lightning {shlex.join(argv)} (the "
+        "experiment resumes this trial from its latest checkpoint)."
+    )
 
 
 class SearchInterrupt:

@@ -35,7 +35,7 @@ from det_lightning._runner.trial import Launch, TrialResult, run_legacy_trial
 logger = logging.getLogger("det_lightning")
 
 # Exceptions of a trial the search handles by kind; any other makes the trial an ERROR.
-PASSED_ON = ("InvalidHP", "InvalidExperimentException", "LeaseLost")
+PASSED_ON = ("InvalidHP", "InvalidExperimentException", "InvalidConfigException", "LeaseLost")
 
 
 class TrialProcessError(RuntimeError):
@@ -64,7 +64,12 @@ def legacy_job(
             result = run_legacy_trial(
                 plan, number, hparams, lengths=lengths, latest_checkpoint=latest
             )
-    except (errors.InvalidHP, errors.InvalidExperimentException, LeaseLost) as e:
+    except (
+        errors.InvalidHP,
+        errors.InvalidExperimentException,
+        errors.InvalidConfigException,
+        LeaseLost,
+    ) as e:
         message = e.msg if isinstance(e, errors.InvalidHP) else str(e)
         kind = next(k for k in PASSED_ON if any(c.__name__ == k for c in type(e).__mro__))
         _write(result_path, {"error": kind, "message": message})
@@ -110,7 +115,8 @@ def read_legacy_result(
     """The ``TrialResult`` a model_def trial's process left.
 
     Raises:
-        errors.InvalidHP, errors.InvalidExperimentException, LeaseLost: the trial raised it.
+        errors.InvalidHP, errors.InvalidExperimentException, errors.InvalidConfigException,
+            LeaseLost: the trial raised it.
         TrialProcessError: it raised anything else, or its process died.
     """
     from det_lightning._runner._lease import LeaseLost
@@ -123,6 +129,8 @@ def read_legacy_result(
         raise errors.InvalidHP(message)
     if error == "InvalidExperimentException":
         raise errors.InvalidExperimentException(message)
+    if error == "InvalidConfigException":  # the entrypoint cannot be loaded
+        raise errors.InvalidConfigException(message)
     if error == "LeaseLost":
         raise LeaseLost(message)
     if error:

@@ -9,7 +9,12 @@ import optuna
 
 from det_lightning import errors
 from det_lightning._runner._asha import Bracket, decide
-from det_lightning._runner._lease import is_superseded, raise_if_taken_over, trial_number
+from det_lightning._runner._lease import (
+    SURPLUS,
+    is_superseded,
+    raise_if_taken_over,
+    trial_number,
+)
 from det_lightning._runner._search_settings import SearchSettings
 from det_lightning.pytorch import Epoch, PyTorchCallback, TrainUnit
 
@@ -19,7 +24,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger("det_lightning")
 
 INVALID_HP = "invalid_hp"  # the trial raised InvalidHP: its message
-SURPLUS = "surplus"  # asked for when the budget was already full: never run
 
 
 class SearchReporter(PyTorchCallback):

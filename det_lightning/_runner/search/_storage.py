@@ -9,24 +9,41 @@ from typing import Any, List, Optional
 
 import optuna
 
+from det_lightning._runner._lease import BRACKET
 from det_lightning._runner._search_settings import SearchSettings
 from det_lightning._runner.plan import UsageError
 from det_lightning._runner.search._grid import enqueue_grid
+from det_lightning._runner.search._pool import OneConnectionPool
 from det_lightning.pytorch._remote import CheckpointRoot, local_dir
 
 logger = logging.getLogger("det_lightning")
 
 JOURNAL_NAME = "search.journal"
+GRPC_SCHEME = "grpc://"  # Optuna's gRPC storage proxy, in front of a database
+# A database storage's engine: one connection per process, open only while in use.
+ENGINE_KWARGS = {"poolclass": OneConnectionPool}
 
 
-def open_storage(url: Optional[str], checkpoint_root: CheckpointRoot) -> Any:
+def open_storage(url: Optional[str], checkpoint_root: CheckpointRoot, *, made: bool = False) -> Any:
     """The Optuna storage: ``url`` (a database URL, or a journal file path), else a journal file
     beside the checkpoints (beside their local copies for a URL root: give several machines
-    ``--storage``)."""
+    ``--storage``). ``made``: the worker that started this process made and checked the
+    database's tables (a trial's process): opening it then reads and writes nothing."""
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
 
+    if url and url.startswith(GRPC_SCHEME):
+        return _open_grpc_proxy(url)
     if url and "://" in url:
+        if made:
+            return optuna.storages.get_storage(
+                optuna.storages.RDBStorage(
+                    url,
+                    engine_kwargs=ENGINE_KWARGS,
+                    skip_compatibility_check=True,
+                    skip_table_creation=True,
+                )
+            )
         return _open_database(url)
     path = pathlib.Path(url) if url else local_dir(checkpoint_root) / JOURNAL_NAME
     _check_writable(path, given=bool(url))
@@ -57,26 +74,42 @@ def _check_writable(path: pathlib.Path, given: bool) -> None:
 
 
 def _open_database(url: str, attempts: int = 5) -> Any:
-    """Optuna's RDB storage for ``url``, one for all the studies of this worker.
+    """Optuna's RDB storage for ``url``, one for all the studies of this process, holding at
+    most one connection at a time, only while in use (``_pool``).
 
     Opening it creates Optuna's tables in a new database. Workers starting together on an empty
     database all try to: PostgreSQL makes the others wait for the first one's transaction, then
     fails them ("type studydirection already exists"; likewise for the schema version records
     written next). Each failure means another worker's transaction at that step committed, so
-    trying again finds what it wrote and gets further. The tables are made through a storage
-    without a connection pool, so a failed try leaves no connection open.
+    trying again finds what it wrote and gets further; a failed try leaves no connection open.
     """
-    from sqlalchemy import exc, pool
+    from sqlalchemy import exc
 
     for attempt in range(attempts):
         try:
-            optuna.storages.RDBStorage(url, engine_kwargs={"poolclass": pool.NullPool})
+            storage = optuna.storages.RDBStorage(url, engine_kwargs=ENGINE_KWARGS)
             break
         except (exc.IntegrityError, exc.ProgrammingError, exc.OperationalError):
             if attempt == attempts - 1:
                 raise
             logger.info("another worker is creating the search's tables; trying again")
-    return optuna.storages.get_storage(url)
+    return optuna.storages.get_storage(storage)
+
+
+def _open_grpc_proxy(url: str) -> Any:
+    """Optuna's gRPC storage proxy at ``grpc://host:port``: one server
+    (``optuna.storages.run_grpc_proxy_server``) holds the database's connections for all the
+    workers (``docs/notes/many-machines.md``)."""
+    import warnings
+
+    from optuna.storages import GrpcStorageProxy
+
+    host, _, port = url[len(GRPC_SCHEME) :].rstrip("/").rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"--storage {url}: a gRPC storage proxy is grpc://HOST:PORT.")
+    with warnings.catch_warnings():  # Optuna marks the proxy experimental
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return GrpcStorageProxy(host=host, port=int(port))
 
 
 def storage_ref(url: Optional[str], checkpoint_root: CheckpointRoot) -> str:
@@ -85,7 +118,8 @@ def storage_ref(url: Optional[str], checkpoint_root: CheckpointRoot) -> str:
 
 
 def open_studies(storage: Any, key: str, settings: SearchSettings) -> List[optuna.Study]:
-    """One study per bracket (a grid's with its points enqueued)."""
+    """One study per bracket, named for the experiment id ``key`` (a grid's with its points
+    enqueued)."""
     direction = (
         optuna.study.StudyDirection.MINIMIZE
         if settings.smaller_is_better
@@ -94,7 +128,7 @@ def open_studies(storage: Any, key: str, settings: SearchSettings) -> List[optun
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     studies = [
         optuna.create_study(
-            study_name=f"{key}-bracket-{i}",
+            study_name=f"{key}{BRACKET}{i}",
             storage=storage,
             direction=direction,
             load_if_exists=True,

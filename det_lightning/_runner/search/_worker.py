@@ -14,14 +14,16 @@ One worker (one ``det-lightning experiment`` process) loops::
          against what the other trials recorded there; a trial ranked out stops through
          context.set_stop_requested (a checkpoint, on_trial_shutdown)
     study.tell(): COMPLETE, PRUNED (stopped at a rung), or FAIL (an error; InvalidHP: not counted)
-    no trial left to start, but some still RUNNING elsewhere: wait, renewing nothing, until they
-         finish or their leases expire (then take them over); none left: exit
+    no trial left to start, but some still RUNNING elsewhere: wait (logging their pid and host),
+         renewing nothing, until they finish or their leases expire (then take them over);
+         none left: exit
 
 While a worker trains a trial it renews the trial's lease every few seconds; a worker that
 finds its lease lost (another worker took the trial over) stops training it at once.
 
-``grid`` and ``random`` are one bracket without rungs: a trial trains its full length, and its
-validations are recorded for the summary. Each bracket is one Optuna study; every worker given
+``grid``, ``random`` and ``single`` (one trial) are one bracket without rungs: a trial trains its
+full length, and its validations are recorded for the summary. Every attempt of a trial resumes
+from its own latest checkpoint, if it has one (a rerun, a takeover, a restart after an error). Each bracket is one Optuna study; every worker given
 the same storage (by default a journal file beside the checkpoints, safe for several processes
 on one machine; ``--storage URL`` for a database several machines share) works on the same
 search. Rerunning the command continues it.
@@ -29,43 +31,54 @@ search. Rerunning the command continues it.
 
 import dataclasses
 import functools
+import json
 import logging
 import os
 import threading
+import sys
 import time
 import warnings
-from typing import AbstractSet, Any, Dict, List, Optional, Sequence, Tuple
+from typing import AbstractSet, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import optuna
+from optuna.exceptions import UpdateFinishedTrialError
 
 from det_lightning import errors
-from det_lightning._env import RESUME_ADVICE_ENV, SEARCH_ENV, TRIAL_INFO_ENV
+from det_lightning._env import (
+    LATEST_CHECKPOINT_ENV,
+    RESUME_ADVICE_ENV,
+    RUN_IDENTITY_ENV,
+    SEARCH_ENV,
+    TRIAL_INFO_ENV,
+)
 from det_lightning._runner._asha import EXITED_METRIC, Bracket
 from det_lightning._runner._lease import (
     CONTINUES,
+    SURPLUS,
+    TRIAL_NUMBER,
     LeaseKeeper,
     LeaseLost,
     LeaseSettings,
     expired,
     host_id,
     is_superseded,
+    number_new_trial,
     origin,
     superseded_now,
     take_over,
     taken_over,
 )
-from det_lightning._runner._search_settings import SearchSettings, search_key
+from det_lightning._runner._search_settings import SearchSettings
 from det_lightning._runner._template import TrialStarter
 from det_lightning._runner.config import ExperimentConfig
 from det_lightning._runner.plan import Plan
 from det_lightning._runner.search._child import search_environment
 from det_lightning._runner.search._failure import log_failure
 from det_lightning._runner.search._grid import has_waiting_point, owns_point
-from det_lightning._runner.search._interrupt import SEARCH_ADVICE, SearchInterrupt
+from det_lightning._runner.search._interrupt import SearchInterrupt, search_advice
 from det_lightning._runner.search._jobs import run_legacy_process, run_trial
 from det_lightning._runner.search._reporter import (
     INVALID_HP,
-    SURPLUS,
     counted,
     trial_number,
 )
@@ -78,7 +91,7 @@ from det_lightning._runner.trial import (
     write_trial_hparams,
 )
 from det_lightning.pytorch import Batch, Epoch
-from det_lightning.pytorch._remote import checkpoint_location
+from det_lightning.pytorch._remote import CheckpointRoot, checkpoint_location
 from det_lightning.pytorch._units import AnyOf
 
 logger = logging.getLogger("det_lightning")
@@ -144,12 +157,28 @@ def _others_running(studies: Sequence[optuna.Study]) -> bool:
     return any(study.get_trials(deepcopy=False, states=states) for study in studies)
 
 
+def running_elsewhere(studies: Sequence[optuna.Study]) -> List[str]:
+    """The trials other workers train now, each as ``"trial <n> (pid <pid> on <host>)"``."""
+    running = []
+    for study in studies:
+        for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+            if counted(t) and not is_superseded(t):
+                host = t.user_attrs.get("host", "?")
+                pid = t.user_attrs.get("pid", "?")
+                running.append(f"trial {trial_number(t)} (pid {pid} on {host})")
+    return running
+
+
 def next_bracket(studies: Sequence[optuna.Study], settings: SearchSettings) -> Optional[int]:
     """The bracket furthest from its share of max_trials (InvalidHP trials do not count: a
     new trial replaces each), or for a grid its study while a point waits (a point whose
     trial raised InvalidHP is done, as in Determined)."""
     if settings.grid:
         return 0 if has_waiting_point(studies[0]) else None
+    if settings.searcher == "single":  # its one trial, whatever became of it (InvalidHP too)
+        states = (optuna.trial.TrialState.WAITING,)
+        done = any(not t.user_attrs.get(SURPLUS) for t in studies[0].get_trials(deepcopy=False))
+        return 0 if studies[0].get_trials(deepcopy=False, states=states) or not done else None
     for index, study in enumerate(studies):  # a taken-over trial's continuation goes first
         if study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)):
             return index
@@ -176,6 +205,25 @@ def _ask(
     return _admit(study, settings, index, study.ask(), space, seed)
 
 
+def _unless_taken_over(admit: Callable[..., Optional[optuna.Trial]]) -> Any:
+    """``admit``, or None when another worker took the trial over before this one leased it
+    (a trial asked for but not leased for ``--heartbeat-timeout`` seconds looks abandoned: a
+    worker slowed down that long, e.g. among many on few cores, finds it finished)."""
+
+    @functools.wraps(admit)
+    def guarded(study: optuna.Study, *args: Any) -> Optional[optuna.Trial]:
+        try:
+            return admit(study, *args)
+        except (UpdateFinishedTrialError, ValueError):  # study.tell(): "Cannot tell a FAIL trial"
+            if not superseded_now(study, args[2]._trial_id):
+                raise
+            logger.warning("a trial this worker asked for was taken over before it began")
+            return None
+
+    return guarded
+
+
+@_unless_taken_over
 def _admit(
     study: optuna.Study,
     settings: SearchSettings,
@@ -189,6 +237,8 @@ def _admit(
     if "hparams" in trial.user_attrs:  # a continuation
         _suggest(trial, space)  # its own point again (fixed), so the study records it
         return trial
+    if TRIAL_NUMBER not in trial.user_attrs:
+        number_new_trial(study, trial)
     # The sampler is read when the trial draws (suggest), not when it is asked for.
     trials = study.get_trials(deepcopy=False)
     me = next(t for t in trials if t._trial_id == trial._trial_id)
@@ -255,9 +305,8 @@ class TrialRun:
 
 def search_summary(plan: Plan, storage_url: Optional[str] = None) -> List[TrialResult]:
     """Every trial of the plan's search as it stands, training nothing."""
-    assert plan.search is not None
     storage = open_storage(storage_url, plan.checkpoint_root)
-    studies = open_studies(storage, search_key(plan.config.raw), plan.search)
+    studies = open_studies(storage, plan.experiment_id, plan.search)
     return summarize(studies, plan, plan.search)
 
 
@@ -265,10 +314,9 @@ def run_search(plan: Plan, storage_url: Optional[str] = None) -> SearchOutcome:
     """Runs (or continues) the plan's search until no trial is left to start, or a signal
     stops it (``_interrupt``)."""
     settings = plan.search
-    assert settings is not None
     storage = open_storage(storage_url, plan.checkpoint_root)
-    studies = open_studies(storage, search_key(plan.config.raw), settings)
-    os.environ[RESUME_ADVICE_ENV] = SEARCH_ADVICE  # a trial's advice after a signal, to rerun
+    studies = open_studies(storage, plan.experiment_id, settings)
+    os.environ[RESUME_ADVICE_ENV] = search_advice(sys.argv[1:])  # a trial's, after a signal
     with SearchInterrupt() as interrupt:
         reference = storage_ref(storage_url, plan.checkpoint_root)
         stopped = _work(plan, settings, studies, reference, interrupt)
@@ -300,6 +348,7 @@ def _loop(
 ) -> Optional[int]:
     settings, config = worker.settings, worker.plan.config
     seed = config.experiment_seed()
+    waited_for: List[str] = []
     while interrupt.received is None:
         found = expired_trial(studies, leases)
         if found is None:
@@ -307,6 +356,7 @@ def _loop(
             if index is None:
                 if not _others_running(studies):
                     break
+                waited_for = _note_waiting(worker.plan.experiment_id, studies, waited_for)
                 _wait(leases.interval, interrupt)  # until they finish or their leases expire
                 continue
             asked = _ask(studies[index], settings, index, config.hyperparameters, seed)
@@ -345,6 +395,21 @@ def _loop(
                     "lease had expired); stopped training it here"
                 )
     return None
+
+
+def _note_waiting(
+    experiment_id: str, studies: Sequence[optuna.Study], logged: List[str]
+) -> List[str]:
+    """Logs which trials this worker waits for (another start of the same experiment, or
+    another worker), with their pid and host, when that changes; returns what it logged."""
+    running = running_elsewhere(studies)
+    if running and running != logged:
+        logger.info(
+            f"experiment {experiment_id}: {', '.join(running)} running in another worker; "
+            "waiting for it (this worker trains nothing of it unless its lease expires)"
+        )
+        return running
+    return logged
 
 
 def _wait(seconds: float, interrupt: SearchInterrupt) -> None:
@@ -388,6 +453,8 @@ def invalid_hp_outcome(searcher: str) -> str:
     """
     if searcher == "grid":
         return "the trial is dropped: a grid does not replace its point"
+    if searcher == "single":
+        return "the trial exited early and the experiment ends"
     return "another trial replaces it"
 
 
@@ -403,12 +470,10 @@ def _train_and_tell(run: TrialRun) -> None:
     write_trial_hparams(plan, number, hparams)
     lengths = lengths_for(settings, bracket, plan.config, hparams) if bracket.rung_units else None
 
-    def attempt(again: bool) -> TrialResult:
-        env = _child_environment(run, again)
+    def attempt() -> TrialResult:  # each resumes the trial's latest checkpoint, if any
+        env = _child_environment(run)
         if plan.trial_class is not None:  # its process adds the search's reporter ($SEARCH_ENV)
-            return run_legacy_process(
-                launch, plan, number, hparams, lengths, "latest" if again else None, env, lost
-            )
+            return run_legacy_process(launch, plan, number, hparams, lengths, "latest", env, lost)
         result = run_command_trial(plan, number, hparams, extra_env=env, lost=lost, launch=launch)
         invalid = _current_attrs(study, trial).get(INVALID_HP)
         if invalid:  # the script raised InvalidHP (_child.report_invalid_hp)
@@ -420,7 +485,7 @@ def _train_and_tell(run: TrialRun) -> None:
     attempts = 0
     while True:
         try:
-            result = attempt(run.resume or attempts > 0)
+            result = attempt()
             break
         except errors.InvalidHP as invalid:
             outcome = invalid_hp_outcome(settings.searcher)
@@ -428,9 +493,10 @@ def _train_and_tell(run: TrialRun) -> None:
             trial.set_user_attr(INVALID_HP, invalid.msg or True)
             study.tell(trial, state=optuna.trial.TrialState.FAIL)
             return
-        except errors.InvalidExperimentException:
+        except (errors.InvalidExperimentException, errors.InvalidConfigException):
             study.tell(trial, state=optuna.trial.TrialState.FAIL)
-            raise  # the trial cannot be ranked (e.g. no searcher metric): Determined stops too
+            raise  # the trial cannot be ranked (e.g. no searcher metric) or loaded: every
+            # trial would fail alike; Determined stops too
         except (errors.TrialPreempted, LeaseLost):
             raise  # the trial stays RUNNING: rerunning the search resumes it
         except Exception as e:
@@ -478,31 +544,45 @@ def _current_values(study: optuna.Study, trial: optuna.Trial) -> Dict[int, float
     return dict(_frozen(study, trial).intermediate_values)
 
 
-def _child_environment(run: TrialRun, again: bool) -> Dict[str, str]:
-    """What a trial is told: where to report (the search); a command trial also its
-    hyperparameters and checkpoint (``again``: its latest, as Determined's cluster info); a
-    model_def trial's process gets the worker's whole environment with it."""
+def _child_environment(run: TrialRun) -> Dict[str, str]:
+    """What a trial is told: where to report (the search) and who it is (the experiment id and
+    its number, recorded in its checkpoints); a command trial also its hyperparameters and
+    latest checkpoint, as Determined's cluster info ($DET_LIGHTNING_LATEST_CHECKPOINT=latest
+    for a script that passes none); a model_def trial's process gets the worker's whole
+    environment with it."""
     from det_lightning._info import ClusterInfo, TrialInfo
     from det_lightning.pytorch import _checkpoint as ckpt
 
     plan, number = run.worker.plan, run.number
+    identity = {"experiment_id": plan.experiment_id, "trial": number}
     search = {
+        RUN_IDENTITY_ENV: json.dumps(identity),
         SEARCH_ENV: search_environment(
             run.worker.storage_ref,
             run.study.study_name,
             run.trial._trial_id,
             run.worker.settings,
             run.bracket,
-        )
+        ),
     }
     if plan.trial_class is not None:  # the harness passes hparams and lengths to init()/fit()
         return {**os.environ, **search}
-    latest = ckpt.latest_checkpoint(plan.checkpoint_root / f"trial-{number}") if again else None
+    latest = ckpt.latest_checkpoint(plan.checkpoint_root / f"trial-{number}")
     info = ClusterInfo(
         TrialInfo(number, 0, run.hparams, plan.config.raw),
         latest_checkpoint=str(latest) if latest else None,
     )
-    return {TRIAL_INFO_ENV: info.to_environment(), **search}
+    return {TRIAL_INFO_ENV: info.to_environment(), LATEST_CHECKPOINT_ENV: "latest", **search}
+
+
+def _unfinished_checkpoint(plan: Plan, number: int, status: str) -> Optional[CheckpointRoot]:
+    """The latest checkpoint of a trial that did not finish (interrupted, running elsewhere,
+    failed), which records none: what resuming it starts from."""
+    from det_lightning.pytorch import _checkpoint as ckpt
+
+    if status not in ("INTERRUPTED", "RUNNING", "ERROR"):
+        return None
+    return ckpt.latest_checkpoint(plan.checkpoint_root / f"trial-{number}")
 
 
 def _status(frozen: optuna.trial.FrozenTrial, interrupted: AbstractSet[int], timeout: float) -> str:
@@ -528,8 +608,9 @@ def summarize(
     for study in studies:
         for frozen in study.get_trials(deepcopy=False):
             attrs = frozen.user_attrs
+            invalid = settings.searcher == "single" and attrs.get(INVALID_HP)
             if (
-                not counted(frozen)
+                not (counted(frozen) or invalid)
                 or is_superseded(frozen)
                 or frozen.state == optuna.trial.TrialState.WAITING
             ):
@@ -538,7 +619,9 @@ def summarize(
             best = None
             if values:
                 best = min(values) if settings.smaller_is_better else max(values)
-            status = _status(frozen, interrupted, plan.heartbeat_timeout)
+            status = (
+                "INVALID_HP" if invalid else _status(frozen, interrupted, plan.heartbeat_timeout)
+            )
             checkpoint = attrs.get("checkpoint")
             results.append(
                 TrialResult(
@@ -546,7 +629,9 @@ def summarize(
                     attrs.get("hparams", {}),
                     status,
                     best,
-                    checkpoint_location(checkpoint) if checkpoint else None,
+                    checkpoint_location(checkpoint)
+                    if checkpoint
+                    else _unfinished_checkpoint(plan, trial_number(frozen), status),
                     batches=attrs.get("batches"),
                     rung=int(attrs["rung"])
                     if status == "STOPPED_EARLY" and "rung" in attrs

@@ -190,6 +190,9 @@ def main(args: Dict[str, Any]) -> None:
             time.sleep(args.get("slow_batches", 0))
             return super().train_batch(batch, epoch_idx, batch_idx)
 
+    # The same trial as MLPTrial, instrumented: the tests resume its checkpoints as MLPTrial
+    # (``latest`` only resumes the trial class that wrote a checkpoint).
+    ScriptTrial.__module__, ScriptTrial.__qualname__ = base.__module__, base.__qualname__
     fit_args: Dict[str, Any] = {
         k: pytorch.Batch(v) if k.endswith("_period") else v for k, v in args.get("fit", {}).items()
     }

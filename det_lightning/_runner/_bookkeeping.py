@@ -1,0 +1,179 @@
+"""What Determined's master answered, read from the files: ``det-lightning experiment list``,
+``experiment describe ID`` and ``checkpoint list [ID]``, in the spirit of ``det experiment
+list/describe`` and ``det checkpoint list``::
+
+    <checkpoint dir>/<id>/experiment.json     id, name, searcher, model dir, created, config
+    <checkpoint dir>/<id>/search.journal      the trials' states and metrics (the summary's)
+    <checkpoint dir>/<id>/trial-<n>/<uuid>/   each checkpoint's metadata.json
+
+A local checkpoint directory only (``--checkpoint-dir``, else ``$DET_LIGHTNING_CHECKPOINT_DIR``,
+else ``./checkpoints``); an experiment run with ``--storage URL`` is read from that storage
+when given the same ``--storage``.
+"""
+
+import argparse
+import json
+import os
+import pathlib
+import sys
+from typing import Any, Dict, List, Optional
+
+from det_lightning._env import CHECKPOINT_DIR_ENV
+from det_lightning._runner._record import RECORD_NAME
+from det_lightning._runner.trial import FINISHED, INVALID_HP, TrialResult
+from det_lightning.pytorch import _checkpoint as ckpt
+
+
+def checkpoint_root(given: Optional[str]) -> pathlib.Path:
+    """Where the experiments are: ``given``, else the environment's, else ``./checkpoints``."""
+    return pathlib.Path(given or os.environ.get(CHECKPOINT_DIR_ENV) or "checkpoints")
+
+
+def records(root: pathlib.Path) -> List[Dict[str, Any]]:
+    """Every experiment's ``experiment.json`` under ``root``, oldest first."""
+    found = []
+    for path in sorted(root.glob(f"*/{RECORD_NAME}")):
+        try:
+            found.append(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            continue
+    return sorted(found, key=lambda r: str(r.get("created")))
+
+
+def trials_of(
+    root: pathlib.Path, record: Dict[str, Any], storage: Optional[str]
+) -> List[TrialResult]:
+    """The experiment's trials as its summary shows them (from its search storage)."""
+    from det_lightning._runner.config import load_config
+    from det_lightning._runner.plan import plan_experiment
+    from det_lightning._runner.search._worker import search_summary
+
+    model_dir = pathlib.Path(record.get("model_dir") or root)
+    plan = plan_experiment(
+        load_config(record["config"]),
+        model_dir if model_dir.is_dir() else root,
+        checkpoint_dir=str(root),
+    )
+    return search_summary(plan, storage)
+
+
+def state(trials: List[TrialResult], max_trials: Optional[int]) -> str:
+    """The experiment's state, Determined's words: ACTIVE while a trial runs, COMPLETED once
+    every trial ended, else PAUSED (rerun the command to continue).
+
+    >>> state([TrialResult(1, {}, "COMPLETED")], 1), state([TrialResult(1, {}, "RUNNING")], 2)
+    ('COMPLETED', 'ACTIVE')
+    """
+    if any(t.status == "RUNNING" for t in trials):
+        return "ACTIVE"
+    ended = [t for t in trials if t.status in (*FINISHED, "ERROR", INVALID_HP)]
+    done = len(ended) == len(trials) and (max_trials is None or len(trials) >= max_trials)
+    return "COMPLETED" if trials and done else "PAUSED"
+
+
+def checkpoint_rows(root: pathlib.Path, experiment_id: str) -> List[List[str]]:
+    """``[experiment, trial, uuid, batches, validation metric, path]`` per checkpoint."""
+    rows = []
+    for trial_dir in sorted((root / experiment_id).glob("trial-*")):
+        for entry in sorted(ckpt.list_local(trial_dir), key=lambda e: e.mtime):
+            validation = entry.metadata.get("det_lightning_validation") or {}
+            metric = f"{validation['metric']}={validation['value']:.4g}" if validation else "-"
+            rows.append(
+                [
+                    experiment_id,
+                    trial_dir.name.split("-", 1)[1],
+                    entry.name,
+                    str(entry.metadata.get("steps_completed", "-")),
+                    metric,
+                    str(trial_dir / entry.name),
+                ]
+            )
+    return rows
+
+
+def table(rows: List[List[str]]) -> str:
+    """Left-aligned columns, two spaces apart.
+
+    >>> print(table([["id", "name"], ["a-1", "x"]]))
+    id   name
+    a-1  x
+    """
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows)
+
+
+def _parser(command: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=f"det-lightning {command}")
+    if command in ("experiment describe", "checkpoint list"):
+        parser.add_argument(
+            "id", nargs="?" if command == "checkpoint list" else None, help="the experiment id"
+        )
+    parser.add_argument("--checkpoint-dir", default=None, help="where the experiments are")
+    parser.add_argument("--storage", default=None, help="the search storage they used, if any")
+    return parser
+
+
+def _find(root: pathlib.Path, experiment_id: str) -> Optional[Dict[str, Any]]:
+    return next((r for r in records(root) if r.get("id") == experiment_id), None)
+
+
+def _list(root: pathlib.Path, storage: Optional[str]) -> int:
+    rows = [["id", "name", "searcher", "state", "trials", "best", "created"]]
+    for record in records(root):
+        trials = trials_of(root, record, storage)
+        metric = record["config"]["searcher"].get("metric", "")
+        smaller = record["config"]["searcher"].get("smaller_is_better", True)
+        best = [t.best_metric for t in trials if t.best_metric is not None]
+        shown = f"{metric}={(min if smaller else max)(best):.4g}" if best else "-"
+        total = 1 if record.get("searcher") == "single" else None
+        rows.append(
+            [
+                record["id"],
+                str(record.get("name")),
+                str(record.get("searcher")),
+                state(trials, total),
+                str(len(trials)),
+                shown,
+                str(record.get("created")),
+            ]
+        )
+    print(table(rows))
+    return 0
+
+
+def _describe(root: pathlib.Path, experiment_id: str, storage: Optional[str]) -> int:
+    from det_lightning._runner.experiment import format_summary
+
+    record = _find(root, experiment_id)
+    if record is None:
+        print(f"det-lightning experiment describe: no experiment {experiment_id!r} under {root}.")
+        return 1
+    searcher = record["config"]["searcher"]
+    trials = trials_of(root, record, storage)
+    total = 1 if record.get("searcher") == "single" else None
+    print(f"experiment {record['id']} ({record.get('name')}): {state(trials, total)}")
+    print(f"searcher {record.get('searcher')}; created {record.get('created')}")
+    print(f"model dir {record.get('model_dir')}; files in {root / record['id']}")
+    summary = format_summary(trials, searcher["metric"], searcher.get("smaller_is_better", True))
+    print(summary)
+    return 0
+
+
+def main(command: str, argv: List[str]) -> int:
+    """``det-lightning experiment list|describe ...`` and ``checkpoint list ...``
+    (``command``: those two words; ``argv``: what follows)."""
+    args = _parser(command).parse_args(argv)
+    root = checkpoint_root(args.checkpoint_dir)
+    if command == "experiment list":
+        return _list(root, args.storage)
+    if command == "experiment describe":
+        return _describe(root, args.id, args.storage)
+    ids = [args.id] if args.id else [str(r["id"]) for r in records(root)]
+    rows = [["experiment", "trial", "uuid", "batches", "validation", "path"]]
+    for experiment_id in ids:
+        rows += checkpoint_rows(root, experiment_id)
+    print(table(rows), file=sys.stdout)
+    return 0
+
+
+__all__ = ["checkpoint_root", "checkpoint_rows", "main", "records", "state", "table", "trials_of"]
