@@ -93,7 +93,7 @@ def _finish(process: "subprocess.Popen[str]") -> None:
 
 def _batches(work: pathlib.Path) -> int:
     batches = 0
-    for trial_dir in (work / "ckpt").glob("trial-*"):
+    for trial_dir in (work / "ckpt").glob("*/trial-*"):  # <experiment id>/trial-<n>
         steps = [
             json.loads((p / "metadata.json").read_text())["steps_completed"]
             for p in trial_dir.iterdir()
@@ -280,7 +280,7 @@ def _watch(process: "subprocess.Popen[str]", wanted: List[str]) -> Dict[str, flo
 def takeover_seconds() -> Dict[str, float]:
     """Worker A is killed while it holds a trial; the seconds until worker B takes it over
     and until it trains it."""
-    started, resumed = "experiment 'bench'", "resumed (its worker's lease expired)"
+    started, resumed = "('bench'): ", "resumed (its worker's lease expired)"
     with tempfile.TemporaryDirectory() as tmp:
         work = pathlib.Path(tmp)
         marker = work / "held"
@@ -300,7 +300,12 @@ def takeover_seconds() -> Dict[str, float]:
             work, text, *timeout, env=_env(work, DET_LIGHTNING_HOST_ID="machine-b")
         )
         seen = _watch(survivor, [started, resumed])
+        deadline = time.monotonic() + 120
         while started not in seen and survivor.poll() is None:
+            if time.monotonic() > deadline:  # its first line changed: fail, never hang
+                os.killpg(doomed.pid, signal.SIGKILL)
+                os.killpg(survivor.pid, signal.SIGKILL)
+                raise RuntimeError(f"worker B never printed {started!r} within 120 s")
             time.sleep(0.05)  # B runs its search loop: it waits for A's trial
         killed = time.time()
         os.killpg(doomed.pid, signal.SIGKILL)

@@ -14,7 +14,7 @@ import pathlib
 import tempfile
 from typing import Any, Dict
 
-from det_lightning._runner.plan import Plan
+from det_lightning._runner.plan import Plan, UsageError
 from det_lightning.pytorch._remote import RemoteRoot
 
 RECORD_NAME = "experiment.json"
@@ -35,7 +35,11 @@ def experiment_record(plan: Plan) -> Dict[str, Any]:
 
 def write_experiment_record(plan: Plan) -> None:
     """Writes ``experiment.json`` into the experiment's folder unless one is there: on disk
-    through a temporary file renamed into place (never overwriting), in a bucket as one object."""
+    through a temporary file renamed into place (never overwriting), in a bucket as one object.
+
+    Raises:
+        UsageError: the folder cannot be made, naming it and the flag that moves it.
+    """
     text = json.dumps(experiment_record(plan), indent=2, default=str)
     root = plan.checkpoint_root
     if isinstance(root, RemoteRoot):
@@ -43,7 +47,13 @@ def write_experiment_record(plan: Plan) -> None:
         if not fs.exists(key):
             fs.pipe_file(key, text.encode())
         return
-    root.mkdir(parents=True, exist_ok=True)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UsageError(
+            f"the experiment's record {root / RECORD_NAME} cannot be written in {root} "
+            f"({e.strerror or e}); give a writable folder with --checkpoint-dir."
+        ) from None
     if (root / RECORD_NAME).exists():
         return
     fd, partial = tempfile.mkstemp(prefix=f".{RECORD_NAME}.", dir=root)

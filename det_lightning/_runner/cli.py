@@ -235,15 +235,39 @@ def _run_plan(plan: Plan, args: argparse.Namespace) -> int:
         if workers > 1:
             announce_ignored(plan.config.ignored_keys)
             return _run_workers(workers, plan, args.argv)
+    _check_experiment_launch(plan, os.environ)
     if plan.trial_class is not None:
-        source = "--devices " if args.devices is not None else "resources.slots_per_trial: "
-        status = _start_processes(plan.launch, args.argv, source)  # a command starts its own
-        if status is not None:
-            return status
+        devices = plan.launch.get("devices")
+        if isinstance(devices, int) and devices > 1 and announce:
+            source = "--devices " if args.devices is not None else "resources.slots_per_trial: "
+            _launch_checks.warn_if_oversubscribed(plan.launch, f"{source}{devices}")
         compat.install()  # model_def.py imports determined
     if announce:
         announce_ignored(plan.config.ignored_keys)
     return run_experiment(plan)
+
+
+def _check_experiment_launch(plan: Plan, environ: Mapping[str, str]) -> None:
+    """An experiment starts each trial's processes itself (torchrun, one per device, per
+    trial: ``search._jobs``, or the command's ``det-lightning run``); it is refused where it
+    is itself one of several processes, each of which would take trials of its own, and a
+    trial class on several nodes.
+
+    Raises:
+        UsageError: saying how to start it instead.
+    """
+    if _already_launched(environ) and environ.get(SEARCH_WORKER_ENV) is None:
+        raise UsageError(
+            "this experiment was started as one of several processes (torchrun, SLURM tasks); "
+            f"start {PROG} experiment once per machine, without torchrun or srun: it starts "
+            "each trial's processes itself (--devices N or resources.slots_per_trial)"
+        )
+    if plan.trial_class is not None and (plan.launch.get("num_nodes") or 1) > 1:
+        raise UsageError(
+            "an experiment's trial class trains on one node (--devices N); for several "
+            "nodes, train it from a script with pytorch.init() and Trainer.fit(), started by "
+            f"{PROG} run --num-nodes N on every node"
+        )
 
 
 def _positive_seconds(text: str) -> float:

@@ -111,9 +111,9 @@ def read_trials(
     found = [t for t in found if not t.user_attrs.get(SURPLUS) and not is_superseded(t)]
     # A surplus trial never gets a directory: every trial-<n> is a real trial's. (Its number
     # cannot show it: a surplus trial's is the next real trial's, numbers run on without gaps.)
-    experiment = experiment_of(checkpoint_dir)
-    numbers = {f"trial-{trial_number(t)}" for t in found}
-    if experiment.is_dir():
+    if checkpoint_dir.is_dir():  # not for checkpoints in a bucket
+        numbers = {f"trial-{trial_number(t)}" for t in found}
+        experiment = experiment_of(checkpoint_dir)
         made = {p.name for p in experiment.iterdir() if p.name.startswith("trial-")}
         assert made <= numbers, (made, numbers)
     return sorted(found, key=lambda t: t.datetime_start)

@@ -68,9 +68,10 @@ def test_an_experiment_on_two_processes_prints_each_line_once(tmp_path: pathlib.
     )
     assert result.returncode == 0, output(result)
     for line in (
-        "ignored when running locally: max_restarts, environment",
-        "experiment 'regression-const': 1 trial(s)",
-        "trial 1 of 1: hyperparameters",
+        "ignored when running locally: environment",
+        "('regression-const'): 1 trial(s)",
+        "trial 1 (single): ",
+        "trial 1: starting 2 processes (torchrun --standalone)",
         "Initializing distributed: GLOBAL_RANK: 0, MEMBER: 1/2",
     ):
         assert result.stderr.count(line) == 1, (line, output(result))

@@ -167,7 +167,8 @@ def test_command_entrypoint_runs_the_script_in_the_model_dir(
     )
     assert len(checkpoints) == 1, checkpoints
     row = re.search(r"^1\s+COMPLETED\s.*\s(\S+)$", result.stdout, re.M)
-    assert row and _shows(row.group(1), checkpoint_dir / "trial-1"), output(result)
+    trial_dir = experiment_dir(checkpoint_dir, PROJECT / "script.yaml") / "trial-1"
+    assert row and _shows(row.group(1), trial_dir), output(result)
     assert project_files() == before
 
 

@@ -86,11 +86,15 @@ def test_an_experiment_never_resumes_another_ones_checkpoint(
     first = _run(a, isolated_run)
     assert "resuming from" not in first, first
     again = _run(a, isolated_run)
-    row = re.search(r"^1\s+COMPLETED\s+.*learning_rate=0.1\s+(\d+)\s+\S+\s+(\S+)$", again, re.M)
+    # One trial: its row (batches, best, the checkpoint's short id), its hyperparameters below.
+    row = re.search(r"^1\s+COMPLETED\s+-\s+(\d+)\s+\S+\s+(\S+)$", again, re.M)
     assert row and row.group(1) == "4", again
+    assert re.search(r"^hyperparameters: .*learning_rate=0.1$", again, re.M), again
+    best = re.search(r"^best: trial 1 \(.*\), checkpoint (trial-1/(\S+))$", again, re.M)
+    assert best and best.group(2).startswith(row.group(2)), again
     if store == "disk":
         own = experiment_dir(checkpoint_dir, a) / "trial-1"
-        assert pathlib.Path(row.group(2)).parent == own
+        assert (own.parent / best.group(1)).is_dir(), again
         assert sorted(p.name for p in checkpoint_dir.iterdir()) == sorted(
             experiment_dir(checkpoint_dir, c).name for c in (a, b)
         )
@@ -100,9 +104,9 @@ def test_an_experiment_never_resumes_another_ones_checkpoint(
             assert identity["hparams"]["learning_rate"] == 0.1
         _bookkeeping_lists_both(checkpoint_dir, own, capsys)
     else:
-        assert row.group(2).startswith(
-            f"s3://{s3.bucket}/team/{experiment_dir(pathlib.Path(), a)}/trial-1/"
-        )
+        under = f"s3://{s3.bucket}/team/{experiment_dir(pathlib.Path(), a)}"
+        assert f"\ncheckpoints under {under}\n" in again, again
+        assert any(k.endswith(f"/{best.group(1)}/metadata.json") for k in s3.keys("team"))
         assert {k.split("/")[0] for k in s3.keys("team")} == {
             str(experiment_dir(pathlib.Path(), c)) for c in (a, b)
         }
@@ -124,7 +128,8 @@ def _bookkeeping_lists_both(
     assert cli.main(["experiment", "describe", own.parent.name, "--checkpoint-dir", str(root)]) == 0
     described = capsys.readouterr().out
     assert f"experiment {own.parent.name} (a): COMPLETED" in described
-    assert re.search(r"^1\s+COMPLETED\s+.*learning_rate=0.1\s+4\s", described, re.M), described
+    assert re.search(r"^1\s+COMPLETED\s+-\s+4\s", described, re.M), described
+    assert re.search(r"^hyperparameters: .*learning_rate=0.1$", described, re.M), described
     assert cli.main(["checkpoint", "list", own.parent.name, "--checkpoint-dir", str(root)]) == 0
     checkpoints = capsys.readouterr().out.splitlines()[1:]
     assert {line.split()[-1] for line in checkpoints} == {str(p) for p in own.iterdir()}
@@ -243,6 +248,7 @@ def test_a_failing_trial_restarts_from_its_own_checkpoint_max_restarts_times(
         steps = {
             json.loads((p / "metadata.json").read_text())["steps_completed"]: p
             for p in trial_dir.iterdir()
+            if p.is_dir()  # beside the checkpoints: error.log, the failed runs' tracebacks
         }
         state = torch.load(steps[6] / "state_dict.pth", weights_only=True)
         return state["models_state_dict"][0]
@@ -275,7 +281,9 @@ def test_a_cluster_script_runs_under_single_with_its_trials_hparams(
     (project / "cluster.py").write_text(CLUSTER_SCRIPT)
     config = _config("cluster", 0.1, 4, entrypoint="python3 cluster.py")
     out = _run(config, isolated_run, project)
-    assert re.search(r"^1\s+COMPLETED\s+.*learning_rate=0.1\s+4\s+[\d.e+-]+\s+\S+$", out, re.M), out
+    # One trial: its hyperparameters under the table, its batches and best metric in the row.
+    assert re.search(r"^1\s+COMPLETED\s+-\s+4\s+[\d.e+-]+\s+\S+$", out, re.M), out
+    assert re.search(r"^hyperparameters: .*learning_rate=0.1$", out, re.M), out
 
 
 ADVICE_SCRIPT = """

@@ -97,5 +97,6 @@ def test_a_search_workers_own_process_imports_no_lightning(
     )
     assert result.returncode == 0, output(result)
     assert "COMPLETED" in result.stdout, output(result)
-    assert list((checkpoint_dir / "trial-1").iterdir()), "the trial checkpointed nothing"
+    trials = list(checkpoint_dir.glob("*/trial-1"))  # <checkpoint dir>/<experiment id>/
+    assert len(trials) == 1 and list(trials[0].iterdir()), "the trial checkpointed nothing"
     assert seen.read_text() == "[]", seen.read_text()

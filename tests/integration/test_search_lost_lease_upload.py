@@ -228,28 +228,59 @@ def test_a_trials_process_holds_one_database_connection(
     postgres_url: str,
 ) -> None:
     """The trial's reporter (each validation) and its publish check (each checkpoint) share the
-    process's one storage of the search: a trial's process holds the connections of one
-    storage (its pool's), not those of one per user."""
+    process's one storage of the search: one pool, at most one connection open at a time, and
+    none left open once it is idle (``pg_stat_activity``)."""
+    import threading
+
+    from sqlalchemy import event
+    from sqlalchemy import pool as sa_pool
+
+    from det_lightning._runner.search import _pool
+
     root = tmp_path / "checkpoints" / "trial-1"
     database = postgres_url.rsplit("/", 1)[1]
     study_a, _, _ = _search_of_one_trial(postgres_url, root, monkeypatch, sync=True)
-    before = postgres_server.connections(database)  # worker A's and B's, open and idle
-    one = optuna.load_study(study_name="s", storage=open_storage(postgres_url, root))
-    assert one.get_trials(deepcopy=False)
-    per_storage = postgres_server.connections(database) - before  # what one storage holds
-    assert per_storage >= 1
-    before += per_storage
-    with reporting_to_search():
-        with pytorch.init(hparams=dict(HPARAMS), exp_conf=KEEP_ALL, accelerator="cpu") as ctx:
-            trainer = pytorch.Trainer(MLPTrial(ctx), ctx, logger=False, checkpoint_dir=str(root))
-            trainer.fit(
-                max_length=pytorch.Batch(4),
-                validation_period=pytorch.Batch(2),
-                checkpoint_period=pytorch.Batch(2),
-                checkpoint_policy="all",
-            )
-        (reported,) = study_a.get_trials(deepcopy=False)
-        assert sorted(reported.intermediate_values) == [2, 4]  # the reporter's, validations
-        assert len(ckpt.list_local(root)) == 2  # each published after the check
-        assert postgres_server.connections(database) - before == per_storage
+    before = postgres_server.connections(database)  # the workers' (none while idle)
+    pools: List[Any] = []
+    made = _pool.OneConnectionPool.__init__
+
+    def counted(self: Any, *args: Any, **kwargs: Any) -> None:
+        pools.append(self)
+        made(self, *args, **kwargs)
+
+    monkeypatch.setattr(_pool.OneConnectionPool, "__init__", counted)
+    live, peak, count = [0], [0], threading.Lock()
+
+    def opened(*_: Any) -> None:
+        with count:
+            live[0] += 1
+            peak[0] = max(peak[0], live[0])
+
+    def closed(*_: Any) -> None:
+        with count:
+            live[0] -= 1
+
+    event.listen(sa_pool.Pool, "connect", opened)
+    event.listen(sa_pool.Pool, "close", closed)
+    try:
+        with reporting_to_search():
+            with pytorch.init(hparams=dict(HPARAMS), exp_conf=KEEP_ALL, accelerator="cpu") as ctx:
+                trainer = pytorch.Trainer(
+                    MLPTrial(ctx), ctx, logger=False, checkpoint_dir=str(root)
+                )
+                trainer.fit(
+                    max_length=pytorch.Batch(4),
+                    validation_period=pytorch.Batch(2),
+                    checkpoint_period=pytorch.Batch(2),
+                    checkpoint_policy="all",
+                )
+            (reported,) = study_a.get_trials(deepcopy=False)
+            assert sorted(reported.intermediate_values) == [2, 4]  # the reporter's validations
+            assert len(ckpt.list_local(root)) == 2  # each published after the check
+            assert len(pools) == 1, pools  # the reporter's and the publish check's: one storage
+            assert peak[0] == 1 and live[0] == 0, (peak, live)
+            assert postgres_server.connections(database) == before  # idle: it holds none
+    finally:
+        event.remove(sa_pool.Pool, "connect", opened)
+        event.remove(sa_pool.Pool, "close", closed)
         _close_databases()

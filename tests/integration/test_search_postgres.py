@@ -3,6 +3,7 @@ machines share one: the server is started by the tests (``tests/fixtures/postgre
 test gets a new database."""
 
 import pathlib
+import re
 import threading
 from typing import Any, List
 
@@ -137,7 +138,13 @@ def test_a_server_at_its_connection_limit_stops_the_search_with_the_fixes_named(
             with pytest.raises(_pool.ConnectionLimitReached) as refused:
                 open_storage(server.url("full_db"), tmp_path)
             url = server.url("full_db")
-            assert cli.main(["experiment", "--storage", url, GRID, str(PROJECT)]) == 1
+            # A command entrypoint: the storage is opened before any trial would start, and
+            # this test's process may have imported the real determined (compat.install()).
+            config = tmp_path / "grid.yaml"
+            text = pathlib.Path(GRID).read_text()
+            config.write_text(re.sub(r"(?m)^entrypoint:.*$", "entrypoint: python3 no.py", text))
+            assert "python3 no.py" in config.read_text()
+            assert cli.main(["experiment", "--storage", url, str(config), str(PROJECT)]) == 1
         finally:
             for connection in held:
                 connection.close()

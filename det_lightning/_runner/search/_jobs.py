@@ -5,6 +5,10 @@ how it ended::
         run_legacy_trial, its fit() reporting to the search ($DET_LIGHTNING_SEARCH, as for a
         command trial: ``_child.reporting_to_search``); writes result_path (JSON): {"best",
         "checkpoint", "batches"}, or {"error": the exception's kind, "message", "traceback"}
+        With ``--devices N`` (``resources.slots_per_trial``), N > 1: it starts torchrun, whose
+        N processes (``python -m det_lightning._runner.search._jobs ARGS``) each run
+        legacy_job; the chief writes result_path. One torchrun per trial: every trial meets
+        at a rendezvous of its own, and a search's worker is never a rank.
         worker: read_legacy_result -> TrialResult, or raises what the trial raised
                 (InvalidHP, InvalidExperimentException, LeaseLost; any other: TrialProcessError)
     command trial:    ``det_lightning._runner.cli:main(["run", ...])``, as
@@ -19,12 +23,14 @@ import json
 import logging
 import os
 import pathlib
+import pickle
 import signal
+import subprocess
 import sys
 import tempfile
 import threading
 import traceback
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 from det_lightning import errors
 from det_lightning._runner._template import TrialRequest, TrialStarter
@@ -53,11 +59,15 @@ def legacy_job(
     """In the trial's process: one ``model_def:Trial`` trial; how it ended goes to
     ``result_path``."""
     import det_lightning
+
+    logging.basicConfig(level=logging.INFO, format=det_lightning.LOG_FORMAT)
+    devices = plan.launch.get("devices")
+    if isinstance(devices, int) and devices > 1 and "LOCAL_RANK" not in os.environ:
+        return _on_ranks(devices, (plan, number, hparams, lengths, latest, result_path))
     from det_lightning import compat
     from det_lightning._runner._lease import LeaseLost
     from det_lightning._runner.search._child import reporting_to_search
 
-    logging.basicConfig(level=logging.INFO, format=det_lightning.LOG_FORMAT)
     compat.install()  # model_def.py imports determined
     try:
         with reporting_to_search():
@@ -90,6 +100,67 @@ def legacy_job(
         {"best": result.best_metric, "checkpoint": checkpoint, "batches": result.batches},
     )
     return 0
+
+
+def rank_command(devices: int, args_path: str) -> List[str]:
+    """torchrun starting ``devices`` processes of one trial on this machine, each reading its
+    ``legacy_job`` arguments from ``args_path``; ``--standalone``: a rendezvous on a free port
+    of its own, so trials of several workers on one machine never meet.
+
+    >>> rank_command(2, "t.args")[1:]  # doctest: +NORMALIZE_WHITESPACE
+    ['-m', 'torch.distributed.run', '--nproc-per-node=2', '--standalone',
+     '-m', 'det_lightning._runner.search._jobs', 't.args']
+    """
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nproc-per-node={devices}",
+        "--standalone",
+        "-m",
+        "det_lightning._runner.search._jobs",
+        args_path,
+    ]
+
+
+def _on_ranks(devices: int, args: tuple) -> int:
+    """Runs ``legacy_job(*args)`` on ``devices`` processes under torchrun and returns
+    torchrun's exit status. A signal to the trial's process group reaches torchrun, which
+    passes it to its ranks and waits for them (they checkpoint and stop); this process only
+    waits."""
+    number, result_path = args[1], args[5]
+    args_path = f"{result_path}.args"
+    pathlib.Path(args_path).write_bytes(pickle.dumps(args))
+    logger.info(f"trial {number}: starting {devices} processes (torchrun --standalone)")
+    previous = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        return subprocess.call(rank_command(devices, args_path))
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        pathlib.Path(args_path).unlink(missing_ok=True)
+
+
+def rank_main(argv: List[str]) -> int:
+    """One rank of a trial that ``_on_ranks`` started: ``legacy_job`` with its arguments; the
+    chief writes the trial's result, the other ranks' results are dropped. It dies with its
+    torchrun (a search that lost the trial kills torchrun's process group, which torchrun's
+    ranks, in sessions of their own, are not in)."""
+    from det_lightning._job_processes import quiet_unless_chief
+    from det_lightning._runner._template import die_with_parent
+
+    die_with_parent(os.getppid())
+    quiet_unless_chief(os.environ)
+    plan, number, hparams, lengths, latest, result_path = pickle.loads(
+        pathlib.Path(argv[0]).read_bytes()
+    )
+    rank = os.environ.get("RANK", "0")
+    mine = result_path if rank == "0" else f"{result_path}.rank{rank}"
+    try:
+        return legacy_job(plan, number, hparams, lengths, latest, mine)
+    finally:
+        if mine != result_path:
+            pathlib.Path(mine).unlink(missing_ok=True)
 
 
 def _write(path: str, data: Dict[str, Any]) -> None:
@@ -215,3 +286,7 @@ def run_legacy_process(
         return read_legacy_result(number, hparams, status, result_path)
     finally:
         pathlib.Path(result_path).unlink(missing_ok=True)
+
+
+if __name__ == "__main__":
+    sys.exit(rank_main(sys.argv[1:]))
