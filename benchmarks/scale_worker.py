@@ -121,7 +121,7 @@ def _report(reporter: Any, context: StandInContext, *, number: int, events: path
         "rung": reporter.rung,
         "stop": context.stop,
         "read": read,
-        "written": time.time(),
+        "written": reporter.decided_at,  # inside the study's lock: the decisions' order
     }
     with open(events, "a") as out:
         out.write(json.dumps(line) + "\n")

@@ -80,6 +80,35 @@ def test_an_experiment_on_two_processes_prints_each_line_once(tmp_path: pathlib.
 
 @pytest.mark.slow
 @pytest.mark.distributed
+def test_a_search_of_two_trials_on_two_processes_each_runs_both(tmp_path: pathlib.Path) -> None:
+    """Each trial meets at its own torchrun (the worker is never a rank): before, every rank
+    was a search worker, and rank 1 waited forever for a trial rank 0 held."""
+    result = run_cli(
+        "experiment",
+        "--devices",
+        "2",
+        "--accelerator",
+        "cpu",
+        "--checkpoint-dir",
+        str(tmp_path / "ckpt"),
+        "--config",
+        "searcher.max_length.batches=2",
+        "--config",
+        "hyperparameters.learning_rate=0.01",  # the grid: hidden_size's two values
+        str(PROJECT / "search.yaml"),
+        str(PROJECT),
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, output(result)
+    assert result.stdout.count(" COMPLETED ") == 2, output(result)
+    for number in (1, 2):
+        assert f"trial {number}: starting 2 processes" in result.stderr, output(result)
+    assert result.stderr.count("Initializing distributed: GLOBAL_RANK: 0, MEMBER: 1/2") == 2
+    assert "GLOBAL_RANK: 1" not in result.stderr, output(result)
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
 def test_more_processes_than_cores_warns_once(tmp_path: pathlib.Path) -> None:
     (tmp_path / "script.py").write_text("print('ran', flush=True)\n")
     asked = cpu_count() + 1

@@ -188,3 +188,33 @@ def test_a_length_in_epochs_equal_to_the_searchers_batches_is_not_warned(
     spec = {"bracket": {"rung_units": [16, 64]}, "time_metric": "batches"}
     SearcherLengthCheck(spec, length, context).on_training_start()
     assert ("is not the searcher's length" in caplog.text) == warned, caplog.text
+
+
+@pytest.mark.parametrize(
+    "environ",
+    [
+        {"LOCAL_RANK": "0", "RANK": "0", "WORLD_SIZE": "2"},  # torchrun
+        {"TORCHELASTIC_RUN_ID": "x"},
+        {"SLURM_NTASKS": "2", "SLURM_PROCID": "1"},  # srun of two tasks
+    ],
+)
+def test_an_experiment_started_as_one_of_several_processes_is_refused(
+    environ: dict,
+) -> None:
+    """Each of several processes would be a worker taking trials of its own (the hang a
+    torchrun-started experiment had): the experiment starts the trials' processes itself."""
+    plan = types.SimpleNamespace(trial_class=object(), launch={"devices": 2})
+    with pytest.raises(_cli.UsageError) as refused:
+        _cli._check_experiment_launch(plan, environ)
+    message = str(refused.value)
+    assert "once per machine, without torchrun or srun" in message
+    assert "--devices N or resources.slots_per_trial" in message
+
+
+def test_a_trial_class_on_several_nodes_is_refused_with_the_script_route() -> None:
+    plan = types.SimpleNamespace(trial_class=object(), launch={"devices": 2, "num_nodes": 2})
+    with pytest.raises(_cli.UsageError, match="det-lightning run --num-nodes N on every node"):
+        _cli._check_experiment_launch(plan, {})
+    command = types.SimpleNamespace(trial_class=None, launch={"devices": 2})
+    _cli._check_experiment_launch(command, {})  # alone, one node: it goes on
+    _cli._check_experiment_launch(command, {"SLURM_NTASKS": "1"})  # one SLURM task

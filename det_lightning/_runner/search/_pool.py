@@ -3,7 +3,8 @@
 Every process of a search that talks to its database (a worker, with its lease keeper's thread;
 a trial's process, with its background checkpoint writer) gets one connection at a time, closed
 as soon as the operation that needed it ends: a worker whose trial trains, or a trial between
-two validations, holds none. So a search of N workers never holds more than 2N connections, and
+two validations, holds none. A trial deciding at a rung holds one more for that moment: the
+study's lock (``_serial``). So a search of N workers never holds more than 3N connections, and
 at a moment holds one per process then talking to the database (``docs/notes/many-machines.md``
 has the budget, and what to do above the server's ``max_connections``).
 
@@ -38,8 +39,9 @@ def limit_reached(error: BaseException, waited: float) -> ConnectionLimitReached
     return ConnectionLimitReached(
         f"the search's database refused a connection for {waited:.0f} s: it has as many "
         f"connections open as its max_connections allows ({str(error).strip()}). A search of "
-        "N workers needs up to 2*N connections (one per worker and one per trial's process, "
-        "each open only while in use), plus those of other clients. Raise the server's "
+        "N workers needs up to 3*N connections (one per worker, one per trial's process and "
+        "one more while a trial decides at a rung, each open only while in use), plus those "
+        "of other clients. Raise the server's "
         "max_connections (postgresql.conf; restart it), put PgBouncer in transaction mode "
         "between the workers and the server (give --storage its address), or serve the "
         "storage to the workers through Optuna's gRPC storage proxy "

@@ -3,6 +3,7 @@ Optuna trial and applies Determined's ASHA rule at the rungs; and how the search
 trials back (the trial's number, each rung's metrics, which trials count)."""
 
 import logging
+import time
 from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 import optuna
@@ -16,6 +17,7 @@ from det_lightning._runner._lease import (
     trial_number,
 )
 from det_lightning._runner._search_settings import SearchSettings
+from det_lightning._runner.search._serial import deciding
 from det_lightning.pytorch import Epoch, PyTorchCallback, TrainUnit
 
 if TYPE_CHECKING:
@@ -46,6 +48,7 @@ class SearchReporter(PyTorchCallback):
         self.rung = int(attrs.get("rung", 0))
         self.stopped = False
         self.last_value: Optional[float] = None
+        self.decided_at: Optional[float] = None
 
     def raise_if_lost(self) -> None:
         """Raises ``LeaseLost`` once another worker has taken this trial over: before a
@@ -93,17 +96,24 @@ class SearchReporter(PyTorchCallback):
         value = float(metrics[name])
         signed = value if self.settings.smaller_is_better else -value
         self.raise_if_lost()
-        others = rung_metrics(
-            self.study, len(self.bracket.rung_units), exclude=trial_number(self.trial)
-        )
-        decision = decide(
-            self.bracket.rung_units, others, self.rung, self._time(), signed, self.settings.divisor
-        )
-        for index, recorded in decision.entered:
-            self.rungs[str(index)] = recorded
-        self.rung = decision.rung
-        self.trial.set_user_attr("rungs", dict(self.rungs))
-        self.trial.set_user_attr("rung", self.rung)
+        with deciding(self.study):  # one decision at a time in the study (_serial)
+            others = rung_metrics(
+                self.study, len(self.bracket.rung_units), exclude=trial_number(self.trial)
+            )
+            decision = decide(
+                self.bracket.rung_units,
+                others,
+                self.rung,
+                self._time(),
+                signed,
+                self.settings.divisor,
+            )
+            for index, recorded in decision.entered:
+                self.rungs[str(index)] = recorded
+            self.rung = decision.rung
+            self.trial.set_user_attr("rungs", dict(self.rungs))
+            self.trial.set_user_attr("rung", self.rung)
+            self.decided_at = time.time()  # the decisions' order, for a replay (the drill)
         self.trial.report(value, step=self._time())
         self.last_value = value
         last = len(self.bracket.rung_units) - 1

@@ -1,0 +1,167 @@
+"""Rung decisions one at a time in a study, across processes (``search/_serial.py``).
+
+The scale drill's finding at its smallest: two trials reach a rung together; each reads the
+rung, then writes its result. Here trial A, having read, waits for B to read too: without the
+lock B reads the rung without A's result and decides as if A were not there (the drill saw 2-5
+such decisions in ~640). With it, B's read waits until A has written, on PostgreSQL (an
+advisory lock) and on the journal file (a file lock). Each reporter has a storage of its own,
+as two processes would: two engines, two connections, two journal readers.
+"""
+
+import pathlib
+import threading
+import types
+from typing import Any, Callable, List, Tuple
+
+import optuna
+import pytest
+
+from det_lightning._runner._asha import Bracket
+from det_lightning._runner._lease import TRIAL_NUMBER
+from det_lightning._runner._search_settings import SearchSettings
+from det_lightning._runner.search import _reporter, _serial
+from det_lightning._runner.search._storage import open_storage
+
+BRACKET = Bracket(num_rungs=2, max_trials=2, max_concurrent_trials=2, rung_units=(1, 4))
+SETTINGS = SearchSettings(
+    metric="loss",
+    smaller_is_better=True,
+    time_metric="batches",
+    max_time=4,
+    max_trials=2,
+    divisor=2.0,
+    brackets=[BRACKET],
+)
+
+
+def _context() -> Any:
+    """What the reporter asks of a trial's context: rank 0, one batch trained, stop."""
+    context = types.SimpleNamespace(distributed=types.SimpleNamespace(rank=0), stop=False)
+    context.current_train_batch = lambda: 0
+    context.set_stop_requested = lambda stop: setattr(context, "stop", stop)
+    return context
+
+
+def _storages(request: pytest.FixtureRequest, tmp_path: pathlib.Path, kind: str) -> List[Any]:
+    if kind == "postgresql":
+        url = request.getfixturevalue("postgres_url")
+        opened = [open_storage(url, tmp_path) for _ in range(2)]
+        request.addfinalizer(lambda: [s._backend.engine.dispose() for s in opened])
+        return opened
+    return [open_storage(str(tmp_path / "search.journal"), tmp_path) for _ in range(2)]
+
+
+def _race(
+    storages: List[Any], wait_s: float, monkeypatch: pytest.MonkeyPatch
+) -> Tuple[List[str], Any, Any]:
+    """A (loss 1.0) and B (loss 2.0) report rung 0 at once; A, having read, waits up to
+    ``wait_s`` for B's read. Returns the order of reads and writes, and both contexts."""
+    first = optuna.create_study(study_name="bracket-0", storage=storages[0])
+    a_trial = first.ask()
+    second = optuna.load_study(study_name="bracket-0", storage=storages[1])
+    b_trial = second.ask()
+    for number, trial in ((1, a_trial), (2, b_trial)):
+        trial.set_user_attr(TRIAL_NUMBER, number)
+    # Each reporter holds its own storage's objects: the trial asked through the other
+    # storage is reached through this one (as a trial's process gets its trial by id).
+    a_live = optuna.Trial(first, a_trial._trial_id)
+    b_live = optuna.Trial(second, b_trial._trial_id)
+    order: List[str] = []
+    b_read = threading.Event()
+    read = _reporter.rung_metrics
+
+    def watched(study: optuna.Study, rungs: int, exclude: int = -1) -> List[List[float]]:
+        found = read(study, rungs, exclude)
+        who = "A" if exclude == 1 else "B"
+        order.append(f"{who} read {sum(len(r) for r in found)}")
+        if who == "B":
+            b_read.set()
+        else:
+            b_read.wait(wait_s)  # B reads now, unless a lock holds it until A has written
+        return found
+
+    written = _reporter.SearchReporter.on_validation_end
+
+    contexts = [_context(), _context()]
+    reporters = [
+        _reporter.SearchReporter(s, t, SETTINGS, BRACKET, c)
+        for s, t, c in zip((first, second), (a_live, b_live), contexts)
+    ]
+
+    def report(reporter: Any, loss: float, who: str) -> Callable[[], None]:
+        def run() -> None:
+            written(reporter, {"loss": loss})
+            order.append(f"{who} wrote")
+
+        return run
+
+    monkeypatch.setattr(_reporter, "rung_metrics", watched)
+    a = threading.Thread(target=report(reporters[0], 1.0, "A"))
+    a.start()
+    while not order:  # A has read
+        threading.Event().wait(0.01)
+    b = threading.Thread(target=report(reporters[1], 2.0, "B"))
+    b.start()
+    a.join(60)
+    b.join(60)
+    return order, contexts[0], contexts[1]
+
+
+@pytest.mark.parametrize("kind", ["postgresql", "journal"])
+def test_a_second_decision_at_a_rung_waits_for_the_first(
+    request: pytest.FixtureRequest,
+    tmp_path: pathlib.Path,
+    kind: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    storages = _storages(request, tmp_path, kind)
+    assert _serial.kind(storages[0]) == kind
+    order, a, b = _race(storages, 1.0, monkeypatch)
+    # A read an empty rung and continues; B read A's result, ranks below it and stops, as a
+    # serial replay (A, then B) decides. Without the lock B reads the rung empty while A
+    # waits ("B read 0") and continues too.
+    assert order[0] == "A read 0" and "B read 1" in order, order
+    assert not a.stop and b.stop
+
+
+def test_the_lock_is_held_only_inside_the_block_and_per_study(
+    request: pytest.FixtureRequest, tmp_path: pathlib.Path
+) -> None:
+    """Two studies (brackets) decide at once; the same study's lock is free after the block
+    (another storage takes it at once); on PostgreSQL the lock is an advisory lock the
+    server shows while held."""
+    url = request.getfixturevalue("postgres_url")
+    storages = [open_storage(url, tmp_path) for _ in range(2)]
+    try:
+        one = optuna.create_study(study_name="bracket-0", storage=storages[0])
+        other = optuna.create_study(study_name="bracket-1", storage=storages[1])
+        again = optuna.load_study(study_name="bracket-0", storage=storages[1])
+        done = threading.Event()
+        with _serial.deciding(one):
+            held = _advisory_locks(storages[1])
+            assert held == [(_serial.NAMESPACE, one._study_id)], held
+
+            def other_bracket() -> None:
+                with _serial.deciding(other):
+                    done.set()
+
+            thread = threading.Thread(target=other_bracket)
+            thread.start()
+            assert done.wait(30), "a decision in another study waited for this one"
+            thread.join()
+        with _serial.deciding(again):  # released: the other storage takes it at once
+            pass
+        assert _advisory_locks(storages[0]) == []
+    finally:
+        for storage in storages:
+            storage._backend.engine.dispose()
+
+
+def _advisory_locks(storage: Any) -> List[Tuple[int, int]]:
+    from sqlalchemy import text
+
+    with storage._backend.engine.connect() as connection:
+        rows = connection.execute(
+            text("SELECT classid::int, objid::int FROM pg_locks WHERE locktype = 'advisory'")
+        ).all()
+    return [(int(a), int(b)) for a, b in rows]
