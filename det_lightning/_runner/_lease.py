@@ -38,6 +38,8 @@ from typing import Any, Callable, Dict, Optional, Union
 import optuna
 from optuna.exceptions import UpdateFinishedTrialError
 
+from det_lightning._runner._optuna import live_trial, storage_of, study_id, trial_id
+
 logger = logging.getLogger("det_lightning")
 
 LEASE = "lease"  # {"host", "pid", "token", "renewed"}: who trains the trial, renewed when
@@ -113,35 +115,49 @@ def expired(
     (False, True)
     """
     lease = attrs.get(LEASE)
-    if not isinstance(lease, dict):
-        return started is None or now - started.timestamp() > timeout
-    if lease.get("host") == host and not alive(int(lease.get("pid", -1))):
-        return True
-    return now - float(lease.get("renewed", 0.0)) > timeout
+    if isinstance(lease, dict) and lease.get("host") == host:
+        if not alive(int(lease.get("pid", -1))):
+            return True
+    return now > expires_at(attrs, started, timeout)
+
+
+def expires_at(
+    attrs: Dict[str, Any], started: Optional[datetime.datetime], timeout: float
+) -> float:
+    """When a RUNNING trial's lease expires unless renewed (``time.time()`` seconds): its last
+    renewal, or its start if never leased, plus ``timeout``.
+
+    >>> expires_at({LEASE: {"renewed": 100.0}}, None, 60), expires_at({}, None, 60)
+    (160.0, 0.0)
+    """
+    lease = attrs.get(LEASE)
+    if isinstance(lease, dict):
+        return float(lease.get("renewed", 0.0)) + timeout
+    return started.timestamp() + timeout if started is not None else 0.0
 
 
 def take_over(study: optuna.Study, frozen: optuna.trial.FrozenTrial) -> Optional[optuna.Trial]:
     """Takes the expired trial ``frozen`` over: its continuation, RUNNING for this worker, or
     None when another worker won it (or its own worker finished it meanwhile)."""
-    storage = study._storage
+    storage = storage_of(study)
     try:
-        storage.set_trial_user_attr(frozen._trial_id, SUPERSEDED, True)
-        storage.set_trial_state_values(frozen._trial_id, optuna.trial.TrialState.FAIL)
+        storage.set_trial_user_attr(trial_id(frozen), SUPERSEDED, True)
+        storage.set_trial_state_values(trial_id(frozen), optuna.trial.TrialState.FAIL)
     except UpdateFinishedTrialError:
         return None  # finished already: by another worker's takeover, or by its own worker
     attrs = {k: v for k, v in frozen.user_attrs.items() if k not in _WORKER_ATTRS}
     attrs.update(
-        {CONTINUES: frozen._trial_id, TRIAL_NUMBER: trial_number(frozen), ORIGIN: origin(frozen)}
+        {CONTINUES: trial_id(frozen), TRIAL_NUMBER: trial_number(frozen), ORIGIN: origin(frozen)}
     )
     study.enqueue_trial(dict(frozen.params), user_attrs=attrs, skip_if_exists=False)
     for waiting in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)):
-        if waiting.user_attrs.get(CONTINUES) == frozen._trial_id:
-            _carry_values(storage, frozen, waiting._trial_id)
+        if waiting.user_attrs.get(CONTINUES) == trial_id(frozen):
+            _carry_values(storage, frozen, trial_id(waiting))
             try:
                 if storage.set_trial_state_values(
-                    waiting._trial_id, optuna.trial.TrialState.RUNNING
+                    trial_id(waiting), optuna.trial.TrialState.RUNNING
                 ):
-                    return optuna.trial.Trial(study, waiting._trial_id)
+                    return live_trial(study, trial_id(waiting))
             except UpdateFinishedTrialError:
                 return None  # popped by another worker and ended since this one listed it
     return None  # another worker's study.ask() popped it first: that worker resumes it
@@ -162,7 +178,7 @@ def trial_number(trial: Union[optuna.Trial, optuna.trial.FrozenTrial]) -> int:
     """The trial's number in the experiment: unique across the storage's studies, and kept by
     the continuation of a trial another worker took over."""
     number = trial.user_attrs.get(TRIAL_NUMBER)
-    return int(number) if number is not None else int(trial._trial_id) + 1
+    return int(number) if number is not None else int(trial_id(trial)) + 1
 
 
 def number_new_trial(study: optuna.Study, trial: optuna.Trial) -> int:
@@ -172,7 +188,7 @@ def number_new_trial(study: optuna.Study, trial: optuna.Trial) -> int:
     number, so numbers run 1, 2, 3, ... with no gap after a takeover, as Determined's do;
     a trial asked for but not yet numbered counts with its fallback (its id + 1), so a race
     may leave a gap but never gives two trials that run one number."""
-    storage = study._storage
+    storage = storage_of(study)
     bracket = study.study_name.rpartition(BRACKET)[0]
     numbers = [0]
     for sibling in storage.get_all_studies():
@@ -180,8 +196,8 @@ def number_new_trial(study: optuna.Study, trial: optuna.Trial) -> int:
         if name == study.study_name or (bracket and name.rpartition(BRACKET)[0] == bracket):
             numbers += [
                 trial_number(t)
-                for t in storage.get_all_trials(sibling._study_id, deepcopy=False)
-                if t._trial_id < trial._trial_id and not t.user_attrs.get(SURPLUS)
+                for t in storage.get_all_trials(study_id(sibling), deepcopy=False)
+                if trial_id(t) < trial_id(trial) and not t.user_attrs.get(SURPLUS)
             ]
     number = max(numbers) + 1
     trial.set_user_attr(TRIAL_NUMBER, number)
@@ -222,7 +238,7 @@ def superseded_now(study: optuna.Study, trial_id: int) -> bool:
     """Whether the storage has trial ``trial_id`` taken over by another worker (a storage
     that cannot be read now says no: the caller's own error stands)."""
     try:
-        return is_superseded(study._storage.get_trial(trial_id))
+        return is_superseded(storage_of(study).get_trial(trial_id))
     except Exception:
         return False
 
@@ -230,7 +246,7 @@ def superseded_now(study: optuna.Study, trial_id: int) -> bool:
 def raise_if_taken_over(trial: optuna.Trial) -> None:
     """Raises ``LeaseLost`` once another worker has taken ``trial`` over, asking the storage:
     while its worker trains it, only a takeover finishes a trial (RUNNING -> FAIL)."""
-    if trial.study._storage.get_trial(trial._trial_id).state.is_finished():
+    if storage_of(trial.study).get_trial(trial_id(trial)).state.is_finished():
         raise taken_over(trial_number(trial))
 
 
@@ -246,7 +262,7 @@ class LeaseKeeper:
         settings: LeaseSettings,
         on_lost: Callable[[], None] = lambda: None,
     ) -> None:
-        self.storage = study._storage
+        self.storage = storage_of(study)
         self.trial_id = trial_id
         self.settings = settings
         self.on_lost = on_lost

@@ -17,9 +17,11 @@ Code run by ``run`` and ``experiment`` gets ``det_lightning`` when it imports ``
 ``LAUNCH`` is Lightning's ``--accelerator``, ``--devices``, ``--num-nodes``, ``--strategy`` and
 ``--precision``, given before the script or config. ``experiment`` passes them to ``init()``
 (``--devices`` defaults to ``resources.slots_per_trial``). ``run`` puts them in the script's
-environment as ``$DET_LIGHTNING_<OPTION>``. With ``--devices N`` (N > 1) either command starts N
-processes of itself under torchrun, whose environment ``init()`` reads; Lightning's own launcher
-would re-run the bare script, without the ``determined`` alias.
+environment as ``$DET_LIGHTNING_<OPTION>``. With ``--devices N`` (N > 1) ``run`` starts N
+processes of itself under torchrun, whose environment ``init()`` reads (Lightning's own launcher
+would re-run the bare script, without the ``determined`` alias); ``experiment`` runs once and
+starts each trial's N processes under a torchrun of the trial's own (``search._jobs``), so a
+search's worker is never a rank.
 
 Exit status: ``_cli_text.EPILOG``, the end of every ``--help`` (0, 1, 2, 75; ``run``: the
 script's). After a signal the message says the command that continues: for ``experiment``

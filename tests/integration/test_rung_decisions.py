@@ -162,6 +162,37 @@ def _advisory_locks(storage: Any) -> List[Tuple[int, int]]:
 
     with storage._backend.engine.connect() as connection:
         rows = connection.execute(
-            text("SELECT classid::int, objid::int FROM pg_locks WHERE locktype = 'advisory'")
+            text(
+                "SELECT classid::int, objid::int FROM pg_locks WHERE locktype = 'advisory' AND "
+                "database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+            )
         ).all()
     return [(int(a), int(b)) for a, b in rows]
+
+
+def test_a_decision_holds_one_connection_for_its_lock_reads_and_writes(
+    request: pytest.FixtureRequest, tmp_path: pathlib.Path
+) -> None:
+    """The lock, the rung's read and the result's write share the process's one connection
+    (the budget stays one per process), opened once per decision and closed after it."""
+    from sqlalchemy import event
+
+    url = request.getfixturevalue("postgres_url")
+    server = request.getfixturevalue("postgres_server")
+    storage = open_storage(url, tmp_path)
+    try:
+        study = optuna.create_study(study_name="bracket-0", storage=storage)
+        trial = study.ask()
+        opened: List[int] = []
+        event.listen(storage._backend.engine, "connect", lambda *_: opened.append(1))
+        with _serial.deciding(study):
+            assert _advisory_locks(storage) == [(_serial.NAMESPACE, study._study_id)]
+            _reporter.rung_metrics(study, 2)
+            trial.set_user_attr("rungs", {"0": 1.0})
+            trial.set_user_attr("rung", 0)
+            assert server.connections(url.rsplit("/", 1)[1]) == 1
+        assert len(opened) == 1, opened
+        assert server.connections(url.rsplit("/", 1)[1]) == 0
+        assert _advisory_locks(storage) == []
+    finally:
+        storage._backend.engine.dispose()

@@ -149,7 +149,7 @@ def test_a_server_at_its_connection_limit_stops_the_search_with_the_fixes_named(
             for connection in held:
                 connection.close()
         message = str(refused.value)
-        assert "too many clients" in message and "3*N connections" in message
+        assert "too many clients" in message and "2*N connections" in message
         for fix in ("max_connections", "PgBouncer in transaction mode", "gRPC storage proxy"):
             assert fix in message
         said = capsys.readouterr().err

@@ -201,3 +201,24 @@ def test_a_trial_taken_over_before_its_worker_drew_it_is_dropped_by_that_worker(
     other = _study(journal)
     assert take_over(other, other.get_trials(deepcopy=False)[-1]) is not None
     assert _admit(_study(journal), full, 0, surplus, space, 3) is None
+
+
+def test_a_waiting_worker_wakes_when_the_first_lease_would_expire() -> None:
+    """Nothing to start, others running: the worker looks again when the first of their
+    leases would expire (a dead worker's trial is taken over then), else after one renewal
+    interval; a live lease, renewed every interval, never makes it look more often."""
+    from det_lightning._runner.search._worker import until_an_expiry
+
+    leases = LeaseSettings(8.0)  # renewed every 2 s
+    study = optuna.create_study(storage=optuna.storages.InMemoryStorage())
+    live, dying = study.ask(), study.ask()
+    now = time.time()
+    live.set_user_attr(_lease.LEASE, {"host": "a", "pid": 1, "renewed": now})
+    assert 2.0 <= until_an_expiry([study], leases) <= 2.1
+    dying.set_user_attr(_lease.LEASE, {"host": "b", "pid": 2, "renewed": now - 7.0})
+    assert 0.8 <= until_an_expiry([study], leases) <= 1.1  # its lease lapses in about 1 s
+    dying.set_user_attr(_lease.LEASE, {"host": "b", "pid": 2, "renewed": now - 30.0})
+    assert until_an_expiry([study], leases) == pytest.approx(0.05)  # expired: look now
+    study.tell(live, 1.0)
+    study.tell(dying, 1.0)
+    assert 2.0 <= until_an_expiry([study], leases) <= 2.1  # nothing running: one interval

@@ -25,6 +25,7 @@ from det_lightning._env import SEARCH_ENV
 from det_lightning._info import get_cluster_info
 from det_lightning._runner._asha import Bracket
 from det_lightning._runner._lease import raise_if_taken_over
+from det_lightning._runner._optuna import live_trial
 from det_lightning._runner._search_settings import SearchSettings, length_mismatch
 from det_lightning._runner.config import Lengths
 from det_lightning._runner.search._reporter import INVALID_HP, SearchReporter
@@ -76,7 +77,7 @@ def _trial_of(search_env: str) -> optuna.Trial:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     storage = open_storage(spec["storage"], pathlib.Path("."), made=True)
     study = optuna.load_study(study_name=spec["study"], storage=storage)
-    return optuna.trial.Trial(study, int(spec["trial_id"]))
+    return live_trial(study, int(spec["trial_id"]))
 
 
 def report_invalid_hp(message: str) -> None:

@@ -3,8 +3,9 @@
 Every process of a search that talks to its database (a worker, with its lease keeper's thread;
 a trial's process, with its background checkpoint writer) gets one connection at a time, closed
 as soon as the operation that needed it ends: a worker whose trial trains, or a trial between
-two validations, holds none. A trial deciding at a rung holds one more for that moment: the
-study's lock (``_serial``). So a search of N workers never holds more than 3N connections, and
+two validations, holds none. A trial deciding at a rung keeps its connection for the whole
+decision, the study's lock held on it (``_serial``, ``pinned``). So a search of N workers never
+holds more than 2N connections, and
 at a moment holds one per process then talking to the database (``docs/notes/many-machines.md``
 has the budget, and what to do above the server's ``max_connections``).
 
@@ -14,9 +15,10 @@ process's connection closes within milliseconds), then raises ``ConnectionLimitR
 message names the fixes.
 """
 
+import contextlib
 import threading
 import time
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 from sqlalchemy import pool
 
@@ -39,9 +41,8 @@ def limit_reached(error: BaseException, waited: float) -> ConnectionLimitReached
     return ConnectionLimitReached(
         f"the search's database refused a connection for {waited:.0f} s: it has as many "
         f"connections open as its max_connections allows ({str(error).strip()}). A search of "
-        "N workers needs up to 3*N connections (one per worker, one per trial's process and "
-        "one more while a trial decides at a rung, each open only while in use), plus those "
-        "of other clients. Raise the server's "
+        "N workers needs up to 2*N connections (one per worker and one per trial's process, "
+        "each open only while in use), plus those of other clients. Raise the server's "
         "max_connections (postgresql.conf; restart it), put PgBouncer in transaction mode "
         "between the workers and the server (give --storage its address), or serve the "
         "storage to the workers through Optuna's gRPC storage proxy "
@@ -53,20 +54,50 @@ class OneConnectionPool(pool.NullPool):
     """SQLAlchemy's ``NullPool`` (a connection per checkout, closed at checkin), letting one
     thread at a time hold connections: another thread waits for the first's to end. A thread
     may nest a second checkout in its first (Optuna's schema check, once, as the storage
-    opens): that briefly makes two."""
+    opens): that briefly makes two.
+
+    Inside ``pinned()`` the thread keeps the block's first connection open between its
+    checkouts, and every later checkout reuses it: a session-level lock taken on it (the
+    study's rung lock, ``_serial``) holds across the operations of the block, on one
+    connection, and other threads wait until the block ends."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._turn = threading.Condition()
         self._owner: Optional[int] = None
         self._held = 0
+        self._pinning = False
+        self._pinned: Any = None  # the record kept open inside pinned()
+        self._parked = False  # whether it is checked in (free to reuse)
 
-    def _do_get(self) -> Any:
+    def _acquire(self) -> None:
         me = threading.get_ident()
         with self._turn:
             while self._owner not in (None, me):
                 self._turn.wait()
             self._owner, self._held = me, self._held + 1
+
+    @contextlib.contextmanager
+    def pinned(self) -> Iterator[None]:
+        """Inside the block this thread holds the pool, on one connection kept open."""
+        self._acquire()
+        self._pinning = True
+        try:
+            yield
+        finally:
+            record, parked = self._pinned, self._parked
+            self._pinning, self._pinned, self._parked = False, None, False
+            try:
+                if record is not None and parked:
+                    super()._do_return_conn(record)  # closes it
+            finally:
+                self._release()
+
+    def _do_get(self) -> Any:
+        self._acquire()
+        if self._pinning and self._parked:
+            self._parked = False
+            return self._pinned
         try:
             return self._connect_within_limit()
         except BaseException:
@@ -75,7 +106,10 @@ class OneConnectionPool(pool.NullPool):
 
     def _do_return_conn(self, record: Any) -> None:
         try:
-            super()._do_return_conn(record)
+            if self._pinning and self._pinned in (None, record):
+                self._pinned, self._parked = record, True  # kept open for the next checkout
+            else:
+                super()._do_return_conn(record)
         finally:
             self._release()
 

@@ -5,9 +5,10 @@ writes its own result. Two trials doing that at once each decide without the oth
 measured at 64 workers, 2-5 of ~640 decisions differed from a serial replay (two trials at one
 rung, swapped). So the read and the write happen inside ``deciding(study)``::
 
-    PostgreSQL      pg_advisory_lock(NAMESPACE, study id) on a connection of its own, released
-                    (pg_advisory_unlock) when the block ends, or by the server when the process
-                    dies; while held, the process briefly has a second connection (Optuna's)
+    PostgreSQL      pg_advisory_lock(NAMESPACE, study id), released (pg_advisory_unlock) when
+                    the block ends, or by the server when the process dies; the block's reads
+                    and writes run on the lock's connection (``_pool.OneConnectionPool.pinned``):
+                    still one connection per process, and one connect for the whole decision
     journal file    fcntl.flock on ``<journal>.decide.lock`` beside it (released by the kernel
                     when the process dies)
     other storages  nothing: SQLite serialises writers itself but not the read before them;
@@ -21,6 +22,10 @@ import fcntl
 import logging
 from typing import Any, Iterator
 
+import optuna
+
+from det_lightning._runner._optuna import journal_file_of, rdb_of, storage_of, study_id
+
 logger = logging.getLogger("det_lightning")
 
 # The first key of the two-key advisory lock: "dl" (det_lightning), so no other user of
@@ -29,34 +34,25 @@ NAMESPACE = 0x646C
 LOCK_SUFFIX = ".decide.lock"
 
 
-def _backend(storage: Any) -> Any:
-    """The storage under Optuna's cache (``_CachedStorage`` wraps an ``RDBStorage``)."""
-    return getattr(storage, "_backend", storage)
-
-
 def kind(storage: Any) -> str:
     """How ``deciding`` serialises decisions on ``storage``: "postgresql", "journal" or
     "none"."""
-    from optuna.storages import JournalStorage, RDBStorage
-
-    if isinstance(storage, JournalStorage):
-        return "journal" if hasattr(storage._backend, "_file_path") else "none"
-    backend = _backend(storage)
-    if isinstance(backend, RDBStorage) and backend.engine.dialect.name == "postgresql":
-        return "postgresql"
-    return "none"
+    if journal_file_of(storage) is not None:
+        return "journal"
+    rdb = rdb_of(storage)
+    return "postgresql" if rdb is not None and rdb.engine.dialect.name == "postgresql" else "none"
 
 
 @contextlib.contextmanager
-def deciding(study: Any) -> Iterator[None]:
-    """Inside the block, no other process decides in ``study`` (an ``optuna.Study``)."""
-    storage = study._storage
-    how = kind(storage)
-    if how == "postgresql":
-        with _advisory_lock(_backend(storage).engine, study._study_id):
+def deciding(study: optuna.Study) -> Iterator[None]:
+    """Inside the block, no other process decides in ``study``."""
+    storage = storage_of(study)
+    rdb, journal = rdb_of(storage), journal_file_of(storage)
+    if kind(storage) == "postgresql" and rdb is not None:
+        with _advisory_lock(rdb.engine, study_id(study)):
             yield
-    elif how == "journal":
-        with _file_lock(storage._backend._file_path + LOCK_SUFFIX):
+    elif journal is not None:
+        with _file_lock(journal + LOCK_SUFFIX):
             yield
     else:
         yield
@@ -67,14 +63,17 @@ def _advisory_lock(engine: Any, study_id: int) -> Iterator[None]:
     from sqlalchemy import text
 
     keys = {"a": NAMESPACE, "b": int(study_id)}
-    with engine.connect() as connection:
-        connection.execute(text("SELECT pg_advisory_lock(:a, :b)"), keys)
-        connection.commit()  # the lock is the session's: it outlives this transaction
+    pinned = getattr(engine.pool, "pinned", contextlib.nullcontext)  # ours: one connection
+    with pinned():
+        with engine.connect() as connection:
+            connection.execute(text("SELECT pg_advisory_lock(:a, :b)"), keys)
+            connection.commit()  # the lock is the session's: it outlives the transaction
         try:
             yield
         finally:
-            connection.execute(text("SELECT pg_advisory_unlock(:a, :b)"), keys)
-            connection.commit()
+            with engine.connect() as connection:
+                connection.execute(text("SELECT pg_advisory_unlock(:a, :b)"), keys)
+                connection.commit()
 
 
 @contextlib.contextmanager

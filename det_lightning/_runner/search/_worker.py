@@ -60,6 +60,7 @@ from det_lightning._runner._lease import (
     LeaseLost,
     LeaseSettings,
     expired,
+    expires_at,
     host_id,
     is_superseded,
     number_new_trial,
@@ -68,6 +69,7 @@ from det_lightning._runner._lease import (
     take_over,
     taken_over,
 )
+from det_lightning._runner._optuna import trial_id
 from det_lightning._runner._search_settings import SearchSettings
 from det_lightning._runner._template import TrialStarter
 from det_lightning._runner.config import ExperimentConfig
@@ -103,7 +105,7 @@ def admitted(
     """Whether a trial ``study.ask()`` just gave is within the search: its own grid point, or
     fewer than the bracket's max_trials counted trials asked for before it."""
     trials = study.get_trials(deepcopy=False)
-    me = next(t for t in trials if t._trial_id == trial._trial_id)
+    me = next(t for t in trials if trial_id(t) == trial_id(trial))
     if settings.grid:
         return owns_point(trials, me)
     place, number = origin(me), trial_number(me)
@@ -149,6 +151,20 @@ def expired_trial(
             if trial is not None:
                 return index, trial
     return None
+
+
+def until_an_expiry(studies: Sequence[optuna.Study], leases: LeaseSettings) -> float:
+    """Seconds a worker with nothing to start waits before it looks again: until the first
+    lease of the trials running elsewhere would expire (a dead worker's trial is taken over
+    then, not up to a renewal interval later), at most one interval, at least 50 ms. A live
+    worker's lease is renewed every interval, so its expiry stays at least timeout - interval
+    away: waiting workers read the storage no more often than before."""
+    now, soonest = time.time(), leases.interval
+    for study in studies:
+        for frozen in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+            expiry = expires_at(frozen.user_attrs, frozen.datetime_start, leases.timeout)
+            soonest = min(soonest, expiry - now)
+    return max(soonest, 0.0) + 0.05
 
 
 def _others_running(studies: Sequence[optuna.Study]) -> bool:
@@ -215,7 +231,7 @@ def _unless_taken_over(admit: Callable[..., Optional[optuna.Trial]]) -> Any:
         try:
             return admit(study, *args)
         except (UpdateFinishedTrialError, ValueError):  # study.tell(): "Cannot tell a FAIL trial"
-            if not superseded_now(study, args[2]._trial_id):
+            if not superseded_now(study, trial_id(args[2])):
                 raise
             logger.warning("a trial this worker asked for was taken over before it began")
             return None
@@ -241,7 +257,7 @@ def _admit(
         number_new_trial(study, trial)
     # The sampler is read when the trial draws (suggest), not when it is asked for.
     trials = study.get_trials(deepcopy=False)
-    me = next(t for t in trials if t._trial_id == trial._trial_id)
+    me = next(t for t in trials if trial_id(t) == trial_id(trial))
     study.sampler = sampler_for(seed, index, point_index(trials, origin(me), SURPLUS))
     if not admitted(study, trial, settings, settings.brackets[index]):
         trial.set_user_attr(SURPLUS, True)
@@ -357,7 +373,7 @@ def _loop(
                 if not _others_running(studies):
                     break
                 waited_for = _note_waiting(worker.plan.experiment_id, studies, waited_for)
-                _wait(leases.interval, interrupt)  # until they finish or their leases expire
+                _wait(until_an_expiry(studies, leases), interrupt)  # or until they finish
                 continue
             asked = _ask(studies[index], settings, index, config.hyperparameters, seed)
             if asked is None:
@@ -380,7 +396,7 @@ def _loop(
         )
         taken = " resumed (its worker's lease expired)" if resume else ""
         logger.info(f"trial {number} ({where}){taken}: {hparams}")
-        with LeaseKeeper(study, trial._trial_id, leases) as keeper:
+        with LeaseKeeper(study, trial_id(trial), leases) as keeper:
             try:
                 _run_trial(
                     TrialRun(worker, study, bracket, trial, number, hparams, resume, keeper.lost)
@@ -440,7 +456,7 @@ def _run_trial(run: TrialRun) -> None:
 def _taken_over(run: TrialRun) -> bool:
     """Whether another worker took the trial over: the lease keeper noticed, or the storage
     says so (a takeover its keeper has not renewed since, e.g. as the trial ended)."""
-    return run.lost.is_set() or superseded_now(run.study, run.trial._trial_id)
+    return run.lost.is_set() or superseded_now(run.study, trial_id(run.trial))
 
 
 def invalid_hp_outcome(searcher: str) -> str:
@@ -560,7 +576,7 @@ def _child_environment(run: TrialRun) -> Dict[str, str]:
         SEARCH_ENV: search_environment(
             run.worker.storage_ref,
             run.study.study_name,
-            run.trial._trial_id,
+            trial_id(run.trial),
             run.worker.settings,
             run.bracket,
         ),
