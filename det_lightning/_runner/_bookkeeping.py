@@ -20,6 +20,7 @@ from typing import Any, Dict, List, Optional
 
 from det_lightning._env import CHECKPOINT_DIR_ENV
 from det_lightning._runner._record import RECORD_NAME
+from det_lightning._runner.config._searcher import SearcherConfig
 from det_lightning._runner.trial import FINISHED, INVALID_HP, TrialResult
 from det_lightning.pytorch import _checkpoint as ckpt
 
@@ -121,8 +122,8 @@ def _list(root: pathlib.Path, storage: Optional[str]) -> int:
     rows = [["id", "name", "searcher", "state", "trials", "best", "created"]]
     for record in records(root):
         trials = trials_of(root, record, storage)
-        metric = record["config"]["searcher"].get("metric", "")
-        smaller = record["config"]["searcher"].get("smaller_is_better", True)
+        searcher = SearcherConfig.from_section(record["config"]["searcher"])
+        metric, smaller = searcher.metric, searcher.smaller_is_better
         best = [t.best_metric for t in trials if t.best_metric is not None]
         shown = f"{metric}={(min if smaller else max)(best):.4g}" if best else "-"
         total = 1 if record.get("searcher") == "single" else None
@@ -148,13 +149,13 @@ def _describe(root: pathlib.Path, experiment_id: str, storage: Optional[str]) ->
     if record is None:
         print(f"det-lightning experiment describe: no experiment {experiment_id!r} under {root}.")
         return 1
-    searcher = record["config"]["searcher"]
+    searcher = SearcherConfig.from_section(record["config"]["searcher"])
     trials = trials_of(root, record, storage)
     total = 1 if record.get("searcher") == "single" else None
     print(f"experiment {record['id']} ({record.get('name')}): {state(trials, total)}")
     print(f"searcher {record.get('searcher')}; created {record.get('created')}")
     print(f"model dir {record.get('model_dir')}; files in {root / record['id']}")
-    summary = format_summary(trials, searcher["metric"], searcher.get("smaller_is_better", True))
+    summary = format_summary(trials, searcher.metric, searcher.smaller_is_better)
     print(summary)
     return 0
 

@@ -25,7 +25,7 @@ def experiment_record(plan: Plan) -> Dict[str, Any]:
     return {
         "id": plan.experiment_id,
         "name": plan.config.name,
-        "searcher": plan.config.searcher["name"],
+        "searcher": plan.config.searcher_config.name,
         "model_dir": str(plan.model_dir),
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         # As given: an unnamed experiment's random name left out, so the id reads back.

@@ -10,11 +10,12 @@ import dataclasses
 import hashlib
 import json
 import re
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from det_lightning import errors
 from det_lightning._runner._asha import Bracket, make_brackets
 from det_lightning._runner.config import Lengths, grid_choices
+from det_lightning._runner.config._searcher import SearcherConfig
 
 _TIME_UNITS = ("batches", "epochs")
 
@@ -76,32 +77,41 @@ class SearchSettings:
     grid: Tuple[Dict[str, Any], ...] = ()
 
     @classmethod
-    def from_upfront(cls, searcher: Dict[str, Any], hparams: Dict[str, Any]) -> "SearchSettings":
+    def from_upfront(
+        cls, section: Union[SearcherConfig, Dict[str, Any]], hparams: Dict[str, Any]
+    ) -> "SearchSettings":
         """A ``grid``, ``random`` or ``single`` (one trial, drawn as ``random`` draws)
-        searcher section (``hparams``: the grid's space)."""
-        grid = tuple(grid_params(hparams)) if searcher["name"] == "grid" else ()
-        if searcher["name"] == "single":
+        searcher section, typed or as given (``hparams``: the grid's space)."""
+        searcher = _typed(section)
+        grid = tuple(grid_params(hparams)) if searcher.name == "grid" else ()
+        if searcher.name == "single":
             max_trials = 1
         else:
-            max_trials = len(grid) if grid else int(searcher["max_trials"])
-        concurrent = int(searcher.get("max_concurrent_trials") or 16)
+            max_trials = len(grid) if grid else int(_required(searcher.max_trials))
+        concurrent = searcher.max_concurrent_trials
         return cls(
-            metric=searcher["metric"],
-            smaller_is_better=bool(searcher.get("smaller_is_better", True)),
+            metric=searcher.metric,
+            smaller_is_better=searcher.smaller_is_better,
             time_metric="batches",
             max_time=0,
             max_trials=max_trials,
             divisor=4.0,
             brackets=[Bracket(0, max_trials, min(concurrent, max_trials), ())],
-            searcher=searcher["name"],
+            searcher=searcher.name,
             grid=grid,
         )
 
     @classmethod
     def from_searcher(
-        cls, searcher: Dict[str, Any], lengths: Lengths, global_batch_size: Optional[int]
+        cls,
+        section: Union[SearcherConfig, Dict[str, Any]],
+        lengths: Lengths,
+        global_batch_size: Optional[int],
     ) -> "SearchSettings":
-        """Raises ``InvalidConfigException`` naming the key when the length is missing."""
+        """An ``adaptive_asha`` searcher section, typed or as given.
+
+        Raises ``InvalidConfigException`` naming the key when the length is missing."""
+        searcher = _typed(section)
         length = lengths.searcher_time or lengths.max_length
         if length is None or length.unit is None:
             raise errors.InvalidConfigException(
@@ -116,11 +126,11 @@ class SearchSettings:
                 f"searcher.time_metric: {time_metric!r} is not a length det-lightning can train "
                 "a trial for; use batches or epochs."
             )
-        divisor = float(searcher.get("divisor") or 4.0)
-        max_trials = int(searcher["max_trials"])
+        divisor = searcher.divisor
+        max_trials = int(_required(searcher.max_trials))
         return cls(
-            metric=searcher["metric"],
-            smaller_is_better=bool(searcher.get("smaller_is_better", True)),
+            metric=searcher.metric,
+            smaller_is_better=searcher.smaller_is_better,
             time_metric=time_metric,
             max_time=int(max_time),
             max_trials=max_trials,
@@ -129,12 +139,23 @@ class SearchSettings:
                 max_time=int(max_time),
                 max_trials=max_trials,
                 divisor=divisor,
-                mode=searcher.get("mode") or "standard",
-                max_rungs_cfg=int(searcher.get("max_rungs") or 5),
-                bracket_rungs_cfg=searcher.get("bracket_rungs"),
-                max_concurrent_trials=int(searcher.get("max_concurrent_trials") or 16),
+                mode=searcher.mode,
+                max_rungs_cfg=searcher.max_rungs,
+                bracket_rungs_cfg=searcher.bracket_rungs,
+                max_concurrent_trials=searcher.max_concurrent_trials,
             ),
         )
+
+
+def _typed(section: Union[SearcherConfig, Dict[str, Any]]) -> SearcherConfig:
+    return section if isinstance(section, SearcherConfig) else SearcherConfig.from_section(section)
+
+
+def _required(max_trials: Optional[int]) -> int:
+    """``searcher.max_trials``, which the config's checks require for these searchers."""
+    if max_trials is None:
+        raise errors.InvalidConfigException("searcher.max_trials is required for this searcher.")
+    return max_trials
 
 
 def length_mismatch(

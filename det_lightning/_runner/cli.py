@@ -292,9 +292,7 @@ def _search_workers(plan: Plan, asked: Optional[int]) -> int:
 
     slots = max(plan.config.slots_per_trial(), 1)
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    limit = min(
-        int(plan.config.searcher.get("max_concurrent_trials") or 16), plan.search.max_trials
-    )
+    limit = min(plan.config.searcher_config.max_concurrent_trials, plan.search.max_trials)
     return max(min(gpus // slots, limit), 1)
 
 

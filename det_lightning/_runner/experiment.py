@@ -61,7 +61,7 @@ def run_experiment(plan: Plan) -> int:
     started, config = time.monotonic(), plan.config
     logger.info(
         f"experiment {plan.experiment_id} ({config.name!r}): {plan.search.max_trials} "
-        f"trial(s), searcher {config.searcher['name']}; checkpoints under "
+        f"trial(s), searcher {config.searcher_config.name}; checkpoints under "
         f"{plan.checkpoint_root}"
     )
     interrupted_by = None
@@ -97,11 +97,11 @@ INTERRUPTED_NOTE = (
 
 def _report(plan: Plan, results: Sequence[TrialResult], interrupted: bool, started: float) -> None:
     """The summary table on stdout; after a signal, how to continue on stderr."""
-    searcher = plan.config.searcher
+    searcher = plan.config.searcher_config
     table = format_summary(
         results,
-        searcher["metric"],
-        searcher["smaller_is_better"],
+        searcher.metric,
+        searcher.smaller_is_better,
         root=plan.checkpoint_root,
         width=terminal_width(),
         wall_s=time.monotonic() - started,

@@ -97,15 +97,15 @@ def launch_options(config: ExperimentConfig, given: Dict[str, Any]) -> Dict[str,
 
 def _search_settings(config: ExperimentConfig) -> SearchSettings:
     """The search's settings (``single``: a search of one trial)."""
-    name = config.searcher["name"]
+    name = config.searcher_config.name
     if name in ("grid", "random", "single"):
-        return SearchSettings.from_upfront(config.searcher, config.hyperparameters)
+        return SearchSettings.from_upfront(config.searcher_config, config.hyperparameters)
 
     size = config.hyperparameters.get("global_batch_size")
     if isinstance(size, dict):
         size = size.get("val")
     return SearchSettings.from_searcher(
-        config.searcher, config.lengths, size if isinstance(size, int) else None
+        config.searcher_config, config.lengths, size if isinstance(size, int) else None
     )
 
 

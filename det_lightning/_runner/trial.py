@@ -130,7 +130,7 @@ def run_legacy_trial(
                 step_zero_validation=config.perform_initial_validation,
                 latest_checkpoint=latest_checkpoint,
             )
-    metric, smaller = config.searcher["metric"], config.searcher["smaller_is_better"]
+    metric, smaller = config.searcher_config.metric, config.searcher_config.smaller_is_better
     assert trainer.result is not None
     best = trainer.result.best_metric(metric, smaller)
     checkpoint = trainer.result.reported_checkpoint() or ckpt.latest_checkpoint(directory)
@@ -233,7 +233,7 @@ def write_trial_hparams(plan: Plan, number: int, hparams: Dict[str, Any]) -> Non
     write_hparams(
         plan.tensorboard_root / f"trial-{number}",
         hparams,
-        plan.config.searcher["metric"],
+        plan.config.searcher_config.metric,
         f"trial-{number}",
     )
 

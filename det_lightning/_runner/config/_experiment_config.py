@@ -1,5 +1,6 @@
 """``ExperimentConfig`` and the functions that load and validate an experiment config."""
 
+import functools
 import logging
 import os
 import pathlib
@@ -12,6 +13,7 @@ from det_lightning.pytorch._lengths import Length, Lengths
 from det_lightning._runner.config._nodes import _Context, _fail, _type_error, _validate_section
 from det_lightning._runner.config._schema import _EXPERIMENT, _check_grid_counts
 from det_lightning._runner.config._search import grid_points, random_points
+from det_lightning._runner.config._searcher import SearcherConfig
 from det_lightning._runner.config._yaml import load_yaml12
 from det_lightning.errors import InvalidConfigException
 
@@ -67,9 +69,14 @@ class ExperimentConfig:
 
     @property
     def searcher(self) -> Dict[str, Any]:
-        """The ``searcher`` section."""
+        """The ``searcher`` section as given (the runner reads ``searcher_config``)."""
         value: Dict[str, Any] = self.raw["searcher"]
         return value
+
+    @functools.cached_property
+    def searcher_config(self) -> SearcherConfig:
+        """The ``searcher`` section, typed, with its defaults."""
+        return SearcherConfig.from_section(self.raw["searcher"])
 
     @property
     def name(self) -> str:
