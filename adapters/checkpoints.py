@@ -63,6 +63,7 @@ from det_lightning.adapters.retention import (
 from det_lightning.adapters.storage import raise_if_storage_error
 from det_lightning.pytorch import _checkpoint as ckpt
 from det_lightning.pytorch._background import BackgroundWriter, snapshot
+from det_lightning.pytorch._callback import PyTorchCallback
 from det_lightning.pytorch._checkpoint_write import (
     CheckpointFiles,
     abandon_partial,
@@ -70,6 +71,8 @@ from det_lightning.pytorch._checkpoint_write import (
     finish_atomically,
     make_load_data,
 )
+from det_lightning.pytorch._code import code_sources
+from det_lightning.pytorch._identity import IDENTITY_KEY
 from det_lightning.pytorch._remote import (
     CheckpointRoot,
     RemoteRoot,
@@ -77,9 +80,6 @@ from det_lightning.pytorch._remote import (
     local_dir,
     raise_unless_may_publish,
 )
-from det_lightning.pytorch._callback import PyTorchCallback
-from det_lightning.pytorch._code import code_sources
-from det_lightning.pytorch._identity import IDENTITY_KEY
 
 logger = logging.getLogger("det_lightning.pytorch")
 

@@ -23,11 +23,11 @@ import torch
 
 from det_lightning import errors
 from det_lightning.adapters import preemption
-from det_lightning.adapters.lightning import hooks, internals, lean, lean_results, lean_validation
 from det_lightning.adapters.callbacks import TrialHooks
 from det_lightning.adapters.checkpoint_io import DeterminedCheckpointIO
 from det_lightning.adapters.checkpoints import CheckpointManager
 from det_lightning.adapters.data import HooksFirst, build_training_view, build_validation_loader
+from det_lightning.adapters.lightning import hooks, internals, lean, lean_results, lean_validation
 from det_lightning.adapters.module import TrialModule, TrialSetup
 from det_lightning.adapters.precision import apply_precision
 from det_lightning.adapters.profiler import profiling_callbacks
@@ -45,12 +45,12 @@ from det_lightning.adapters.trainer_args import lightning_trainer_kwargs
 from det_lightning.adapters.trial_state import TrialProgress
 from det_lightning.pytorch import _checkpoint as ckpt
 from det_lightning.pytorch._background import sync_checkpoints
+from det_lightning.pytorch._boundaries import Schedule
 from det_lightning.pytorch._callback import PyTorchCallback
+from det_lightning.pytorch._context import PyTorchTrialContext
 from det_lightning.pytorch._remote import CheckpointRoot, sweep
 from det_lightning.pytorch._result import FitArgs, FitResult, TrainerOptions
-from det_lightning.pytorch._context import PyTorchTrialContext
 from det_lightning.pytorch._trial import PyTorchTrial, is_overridden, pre_012_api
-from det_lightning.pytorch._boundaries import Schedule
 
 logger = logging.getLogger("det_lightning.pytorch")
 

@@ -25,11 +25,10 @@ import sys
 from typing import Any, Dict, Optional
 
 from det_lightning._job_processes import cpu_count, oversubscribed, quiet_unless_chief
-
 from det_lightning.adapters.fit import _quiet_lightning_setup
 from det_lightning.core import DistributedContext, DummyDistributedContext
 from det_lightning.core._distributed import init_local_groups
-from det_lightning.pytorch._launch_options import LaunchOptions, Launched
+from det_lightning.pytorch._launch_options import Launched, LaunchOptions
 
 
 def start_processes(options: Dict[str, Any], distributed: Optional[DistributedContext]) -> Launched:

@@ -40,9 +40,9 @@ from det_lightning.adapters.data import WholeLoader, _check_plain_loader
 from det_lightning.adapters.fit import build_callbacks, check_trial
 from det_lightning.adapters.lightning import internals
 from det_lightning.adapters.module import TrialModule, TrialSetup
-from det_lightning.adapters.trial_state import TrialProgress
 from det_lightning.adapters.precision import adopt_trainer_precision
 from det_lightning.adapters.profiler import TraceProfiler
+from det_lightning.adapters.trial_state import TrialProgress
 from det_lightning.core import DistributedContext
 from det_lightning.pytorch import _checkpoint as ckpt
 from det_lightning.pytorch._context import PyTorchTrialContext

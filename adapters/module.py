@@ -45,8 +45,8 @@ import lightning.pytorch as pl
 import torch
 from typing_extensions import override
 
-from det_lightning.adapters.lightning import internals, lean
 from det_lightning.adapters import metrics as metric_utils
+from det_lightning.adapters.lightning import internals, lean
 from det_lightning.adapters.precision import scheduler_waits
 from det_lightning.adapters.trial_state import TrialProgress
 from det_lightning.pytorch import _checkpoint as ckpt

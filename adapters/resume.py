@@ -33,8 +33,8 @@ import lightning.pytorch as pl
 import torch
 
 from det_lightning import errors
+from det_lightning._env import ALLOW_WARM_START_ENV, LATEST_CHECKPOINT_ENV
 from det_lightning.adapters import stateful
-from det_lightning._env import LATEST_CHECKPOINT_ENV, ALLOW_WARM_START_ENV
 from det_lightning.adapters.module import TrialModule
 from det_lightning.adapters.retention import steps_from_metadata
 from det_lightning.pytorch import _checkpoint as ckpt

@@ -28,9 +28,9 @@ from lightning.pytorch.callbacks import Callback
 from typing_extensions import override
 
 from det_lightning import errors
-from det_lightning.adapters.lightning import internals
 from det_lightning.adapters.callbacks import TrialHooks
 from det_lightning.adapters.checkpoints import CheckpointManager
+from det_lightning.adapters.lightning import internals
 from det_lightning.adapters.module import TrialModule
 from det_lightning.adapters.preemption import StopAgreement
 from det_lightning.adapters.reporting import TrainingReport

@@ -198,8 +198,9 @@ def worker(index: int, spec: Dict[str, Any]) -> None:
 
 def main(argv: List[str]) -> int:
     spec = json.loads(pathlib.Path(argv[0]).read_text())
-    import det_lightning._runner.search._worker  # noqa: F401 (warm: torch, optuna, sqlalchemy)
     import s3fs  # noqa: F401 (and botocore: the workers' and trials' checkpoint uploads)
+
+    import det_lightning._runner.search._worker  # noqa: F401 (warm: torch, optuna, sqlalchemy)
 
     gc.freeze()  # what the workers inherit stays shared: their collections leave it untouched
 

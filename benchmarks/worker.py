@@ -112,7 +112,6 @@ def main() -> None:
         _import_only(result)
     else:
         import torch
-
         import workloads
 
         torch.set_num_threads(1)

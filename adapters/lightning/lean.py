@@ -76,7 +76,6 @@ from typing import Any, Dict, NamedTuple, Optional
 
 import lightning.pytorch as pl
 import torch
-from torch.nn.parallel import DistributedDataParallel
 from lightning.pytorch.core.optimizer import LightningOptimizer, do_nothing_closure
 from lightning.pytorch.loops.fetchers import _PrefetchDataFetcher
 from lightning.pytorch.loops.loop import _Loop
@@ -88,6 +87,7 @@ from lightning.pytorch.strategies.ddp import _DDPForwardRedirection
 from lightning.pytorch.trainer import call
 from lightning.pytorch.trainer.states import RunningStage
 from lightning.pytorch.utilities.exceptions import SIGTERMException
+from torch.nn.parallel import DistributedDataParallel
 from torch.optim.optimizer import _global_optimizer_post_hooks, _global_optimizer_pre_hooks
 
 from det_lightning.adapters.lightning import hooks, versions

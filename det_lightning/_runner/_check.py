@@ -147,8 +147,8 @@ def _smoke(report: Report, config: ExperimentConfig, plan: Any, scratch: pathlib
 def _smoke_trial_class(plan: Any, hparams: Dict[str, Any]) -> None:
     """In this process: the trial for one batch with a validation and a checkpoint, then again
     restored from that checkpoint."""
-    from det_lightning.pytorch import Batch
     from det_lightning._runner.trial import run_legacy_trial
+    from det_lightning.pytorch import Batch
 
     lengths = {"max_length": Batch(1), "validation_period": Batch(1), "checkpoint_period": Batch(1)}
     with _quiet():

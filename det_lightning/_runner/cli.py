@@ -41,16 +41,16 @@ from typing import Any, Callable, ContextManager, Dict, List, Mapping, Optional,
 
 import det_lightning
 from det_lightning import compat, errors
-from det_lightning._job_processes import is_chief, quiet_unless_chief
-from det_lightning._runner import _check, _launch_checks, _overrides
-from det_lightning._runner._cli_text import EPILOG, CommandParser, version_text
-from det_lightning._runner.config._experiment_config import announce_ignored
 from det_lightning._env import (
     LATEST_CHECKPOINT_ENV,
     RESUME_ADVICE_ENV,
     SEARCH_ENV,
     SEARCH_WORKER_ENV,
 )
+from det_lightning._job_processes import is_chief, quiet_unless_chief
+from det_lightning._runner import _check, _launch_checks, _overrides
+from det_lightning._runner._cli_text import EPILOG, CommandParser, version_text
+from det_lightning._runner.config._experiment_config import announce_ignored
 from det_lightning._runner.experiment import INTERRUPTED_NOTE, run_experiment
 from det_lightning._runner.plan import Plan, UsageError, plan_experiment
 from det_lightning._runner.search._dashboard import dashboard_beside

@@ -43,7 +43,6 @@ from typing import (
 import torch
 
 from det_lightning import errors
-
 from det_lightning.pytorch._identity import IDENTITY_KEY
 
 if TYPE_CHECKING:

@@ -38,9 +38,9 @@ from det_lightning import errors
 from det_lightning._env import CHECKPOINT_DIR_ENV
 from det_lightning.pytorch import _checkpoint as ckpt
 from det_lightning.pytorch._checkpoint_write import write_atomically, write_files
-from det_lightning.pytorch._state_dicts import safe_rng_state
 from det_lightning.pytorch._load import read_load_data
 from det_lightning.pytorch._remote import is_url
+from det_lightning.pytorch._state_dicts import safe_rng_state
 
 _Path = Union[str, "os.PathLike[str]"]
 

@@ -21,7 +21,6 @@ import argparse
 import os
 from typing import Any, Dict, Mapping, Optional, Union
 
-
 from det_lightning.core import DistributedContext
 from det_lightning.pytorch._launch_options import LAUNCH_OPTIONS, Launched
 

@@ -17,9 +17,9 @@ from typing import Any, Dict, Optional, Type
 from det_lightning import errors
 from det_lightning._import import import_from_path
 from det_lightning.pytorch import _checkpoint as ckpt
+from det_lightning.pytorch._context import PyTorchTrialContext
 from det_lightning.pytorch._remote import checkpoint_location, is_url, local_copy
 from det_lightning.pytorch._state_dicts import load_models
-from det_lightning.pytorch._context import PyTorchTrialContext
 from det_lightning.pytorch._trial import PyTorchTrial
 
 logger = logging.getLogger("det_lightning.pytorch")

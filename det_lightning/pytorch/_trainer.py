@@ -10,7 +10,6 @@ import os
 import pathlib
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional
 
-
 from det_lightning import errors
 from det_lightning._env import CHECKPOINT_DIR_ENV, TEST_MODE_ENV, default_tensorboard_dir
 from det_lightning._info import get_cluster_info

@@ -6,10 +6,10 @@ With Determined this file starts ``from determined import pytorch``; here it is
 
 from typing import Any, Dict
 
+import data
 import torch
 from torch import nn
 
-import data
 from det_lightning import pytorch
 
 

@@ -12,10 +12,10 @@ det-lightning experiment adaptive.yaml .   # an adaptive_asha search: each trial
 import argparse
 import logging
 
+import model_def
+
 import det_lightning as det
 from det_lightning import pytorch
-
-import model_def
 
 HPARAMS = {
     "learning_rate": 1.0,

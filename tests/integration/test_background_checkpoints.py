@@ -8,8 +8,8 @@ the training thread would wait for itself; so would a training loop that waits f
 """
 
 import io
-import os
 import json
+import os
 import pathlib
 import sys
 import threading

@@ -22,8 +22,7 @@ from torch import nn
 from det_lightning import errors, pytorch
 from det_lightning.pytorch import _checkpoint as ckpt
 from det_lightning.pytorch import _checkpoint_write as ckpt_write
-from det_lightning.pytorch import _state_dicts
-from det_lightning.pytorch import _export
+from det_lightning.pytorch import _export, _state_dicts
 from tests.fixtures.run import run_trial
 from tests.fixtures.trials import make_trials, seed_everything
 

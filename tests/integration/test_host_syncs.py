@@ -7,7 +7,6 @@ from typing import Any, Dict, List
 
 import pytest
 import torch
-
 from lightning.pytorch.callbacks import Callback
 
 from det_lightning import pytorch

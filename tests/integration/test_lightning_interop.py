@@ -7,8 +7,8 @@
   and every way of stopping early leaves a final checkpoint.
 """
 
-import io
 import inspect
+import io
 import pathlib
 import sys
 from typing import Any, Dict, List, Optional

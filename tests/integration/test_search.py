@@ -22,14 +22,14 @@ from tests.integration.cli_support import (
     run_cli,
 )
 from tests.integration.search_support import (
-    experiment_of,
-    journal_of,
     GRID,
     GRID_ORDER,
     barrier,
     check_search,
     checkpoint_steps,
+    experiment_of,
     grid_points,
+    journal_of,
     number_of,
     read_trials,
     slow_config,

@@ -20,10 +20,10 @@ from det_lightning._runner._lease import CONTINUES, HOST_ID_ENV, is_superseded
 from tests.fixtures.object_store import S3
 from tests.integration.cli_support import experiment_dir
 from tests.integration.search_support import (
-    experiment_of,
-    journal_of,
     check_search,
     checkpoint_steps,
+    experiment_of,
+    journal_of,
     number_of,
     read_trials,
     slow_config,

@@ -21,11 +21,11 @@ from tests.integration.cli_support import (
     run_cli,
 )
 from tests.integration.search_support import (
-    experiment_of,
     GRID,
     GRID_ORDER,
     barrier,
     check_search,
+    experiment_of,
     grid_points,
     number_of,
     read_trials,

@@ -23,9 +23,7 @@ def _write(tmp_path: pathlib.Path, searcher: str) -> pathlib.Path:
 
 
 def test_defaults_are_stated_once_and_read_from_the_typed_section(tmp_path: pathlib.Path) -> None:
-    config = load_config(
-        _write(tmp_path, "{name: single, metric: loss, max_length: {batches: 4}}")
-    )
+    config = load_config(_write(tmp_path, "{name: single, metric: loss, max_length: {batches: 4}}"))
     searcher = config.searcher_config
     assert searcher == SearcherConfig(name="single", metric="loss")
     assert (searcher.smaller_is_better, searcher.max_concurrent_trials) == (True, 16)

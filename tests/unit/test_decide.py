@@ -6,6 +6,7 @@ from typing import FrozenSet, Tuple
 
 import pytest
 
+from det_lightning.pytorch import Batch, Epoch
 from det_lightning.pytorch._boundaries import (
     Action,
     Boundary,
@@ -15,7 +16,6 @@ from det_lightning.pytorch._boundaries import (
     next_agreement_interval,
     stop_agreement_due,
 )
-from det_lightning.pytorch import Batch, Epoch
 
 R, V, C, T = Boundary.REPORT, Boundary.VALIDATE, Boundary.CHECKPOINT, Boundary.TRAIN
 

@@ -10,8 +10,7 @@ from det_lightning import errors
 from det_lightning._env import TRIAL_INFO_ENV
 from det_lightning._info import ClusterInfo, TrialInfo
 from det_lightning._runner.config import Length, Lengths, load_config
-from det_lightning.pytorch import _lengths
-from det_lightning.pytorch import Batch, Epoch, TrainUnit
+from det_lightning.pytorch import Batch, Epoch, TrainUnit, _lengths
 from det_lightning.pytorch._trainer import searcher_length
 
 NEVER = Batch(sys.maxsize)

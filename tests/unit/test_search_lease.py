@@ -180,8 +180,8 @@ def test_a_trial_taken_over_before_its_worker_drew_it_is_dropped_by_that_worker(
 ) -> None:
     """A worker slowed down between study.ask() and its first lease (many workers on few
     cores) finds its trial taken over: it drops the trial instead of failing."""
-    from det_lightning._runner.config import Lengths
     from det_lightning._runner._search_settings import SearchSettings
+    from det_lightning._runner.config import Lengths
     from det_lightning._runner.search._worker import _admit
 
     searcher = {"name": "random", "metric": "loss", "max_trials": 4, "max_length": {"batches": 8}}

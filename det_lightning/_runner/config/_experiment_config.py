@@ -9,13 +9,13 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 import yaml
 
 from det_lightning._runner.config._checks import _LEGACY_ENTRYPOINT
-from det_lightning.pytorch._lengths import Length, Lengths
 from det_lightning._runner.config._nodes import _Context, _fail, _type_error, _validate_section
 from det_lightning._runner.config._schema import _EXPERIMENT, _check_grid_counts
 from det_lightning._runner.config._search import grid_points, random_points
 from det_lightning._runner.config._searcher import SearcherConfig
 from det_lightning._runner.config._yaml import load_yaml12
 from det_lightning.errors import InvalidConfigException
+from det_lightning.pytorch._lengths import Length, Lengths
 
 logger = logging.getLogger("det_lightning")
 

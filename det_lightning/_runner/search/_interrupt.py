@@ -14,8 +14,8 @@ the same command continues it.
 
 import contextlib
 import logging
-import shlex
 import os
+import shlex
 import signal
 import threading
 from types import FrameType

@@ -34,8 +34,8 @@ import functools
 import json
 import logging
 import os
-import threading
 import sys
+import threading
 import time
 import warnings
 from typing import AbstractSet, Any, Callable, Dict, List, Optional, Sequence, Tuple
