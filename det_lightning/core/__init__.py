@@ -2,8 +2,6 @@
 ``DistributedContext`` a PyTorchTrial's context carries."""
 
 from det_lightning._refused import module_getattr
-from det_lightning.core._checkpoint import CheckpointContext, DummyCheckpointContext
-from det_lightning.core._context import Context, init
 from det_lightning.core._distributed import DistributedContext, DummyDistributedContext
 from det_lightning.core._modes import (
     DownloadMode,
@@ -13,6 +11,7 @@ from det_lightning.core._modes import (
     TensorboardMode,
     Unit,
 )
+from det_lightning.core._checkpoint import CheckpointContext, DummyCheckpointContext
 from det_lightning.core._searcher import (
     DummyPreemptContext,
     DummySearcherContext,
@@ -22,6 +21,7 @@ from det_lightning.core._searcher import (
     SearcherOperation,
 )
 from det_lightning.core._train import DummyTrainContext, TrainContext
+from det_lightning.core._context import Context, init
 
 # The rest of determined.core (profiler, experimental parts, ...) raises NotProvidedError.
 __getattr__ = module_getattr(__name__)

@@ -1,9 +1,9 @@
 """``det_lightning.pytorch``: the ``determined.pytorch`` API, run on Lightning."""
 
-from det_lightning._refused import module_getattr
 from det_lightning.pytorch import samplers
 from det_lightning.pytorch._callback import PyTorchCallback
 from det_lightning.pytorch._context import PyTorchTrialContext
+from det_lightning._refused import module_getattr
 from det_lightning.pytorch._data import (
     DataLoader,
     TorchData,

@@ -34,8 +34,8 @@ from det_lightning._runner.config._experiment_config import (
     load_config,
     validate_config,
 )
-from det_lightning._runner.config._search import grid_choices, grid_points, random_points
 from det_lightning.pytorch._lengths import Length, Lengths
+from det_lightning._runner.config._search import grid_choices, grid_points, random_points
 
 __all__ = [
     "ExperimentConfig",
