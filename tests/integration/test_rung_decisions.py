@@ -21,6 +21,7 @@ from det_lightning._runner._lease import TRIAL_NUMBER
 from det_lightning._runner._search_settings import SearchSettings
 from det_lightning._runner.search import _reporter, _serial
 from det_lightning._runner.search._storage import open_storage
+from tests.fixtures.postgres import ConnectionCounter
 
 BRACKET = Bracket(num_rungs=2, max_trials=2, max_concurrent_trials=2, rung_units=(1, 4))
 SETTINGS = SearchSettings(
@@ -175,23 +176,19 @@ def test_a_decision_holds_one_connection_for_its_lock_reads_and_writes(
 ) -> None:
     """The lock, the rung's read and the result's write share the process's one connection
     (the budget stays one per process), opened once per decision and closed after it."""
-    from sqlalchemy import event
-
     url = request.getfixturevalue("postgres_url")
     server = request.getfixturevalue("postgres_server")
     storage = open_storage(url, tmp_path)
     try:
         study = optuna.create_study(study_name="bracket-0", storage=storage)
         trial = study.ask()
-        opened: List[int] = []
-        event.listen(storage._backend.engine, "connect", lambda *_: opened.append(1))
-        with _serial.deciding(study):
+        with ConnectionCounter(storage._backend.engine) as count, _serial.deciding(study):
             assert _advisory_locks(storage) == [(_serial.NAMESPACE, study._study_id)]
             _reporter.rung_metrics(study, 2)
             trial.set_user_attr("rungs", {"0": 1.0})
             trial.set_user_attr("rung", 0)
             assert server.connections(url.rsplit("/", 1)[1]) == 1
-        assert len(opened) == 1, opened
+        assert count.opened == 1 and count.peak == 1, (count.opened, count.peak)
         assert server.connections(url.rsplit("/", 1)[1]) == 0
         assert _advisory_locks(storage) == []
     finally:

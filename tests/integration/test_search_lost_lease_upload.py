@@ -39,7 +39,7 @@ from det_lightning.pytorch._remote import (
     publish_check,
 )
 from tests.fixtures.object_store import S3
-from tests.fixtures.postgres import PostgresServer
+from tests.fixtures.postgres import ConnectionCounter, PostgresServer
 from tests.integration.test_object_store import checkpoints
 from tests.integration.test_preemption import HPARAMS, MLPTrial
 
@@ -230,9 +230,6 @@ def test_a_trials_process_holds_one_database_connection(
     """The trial's reporter (each validation) and its publish check (each checkpoint) share the
     process's one storage of the search: one pool, at most one connection open at a time, and
     none left open once it is idle (``pg_stat_activity``)."""
-    import threading
-
-    from sqlalchemy import event
     from sqlalchemy import pool as sa_pool
 
     from det_lightning._runner.search import _pool
@@ -249,21 +246,8 @@ def test_a_trials_process_holds_one_database_connection(
         made(self, *args, **kwargs)
 
     monkeypatch.setattr(_pool.OneConnectionPool, "__init__", counted)
-    live, peak, count = [0], [0], threading.Lock()
-
-    def opened(*_: Any) -> None:
-        with count:
-            live[0] += 1
-            peak[0] = max(peak[0], live[0])
-
-    def closed(*_: Any) -> None:
-        with count:
-            live[0] -= 1
-
-    event.listen(sa_pool.Pool, "connect", opened)
-    event.listen(sa_pool.Pool, "close", closed)
     try:
-        with reporting_to_search():
+        with ConnectionCounter(sa_pool.Pool) as count, reporting_to_search():
             with pytorch.init(hparams=dict(HPARAMS), exp_conf=KEEP_ALL, accelerator="cpu") as ctx:
                 trainer = pytorch.Trainer(
                     MLPTrial(ctx), ctx, logger=False, checkpoint_dir=str(root)
@@ -278,9 +262,7 @@ def test_a_trials_process_holds_one_database_connection(
             assert sorted(reported.intermediate_values) == [2, 4]  # the reporter's validations
             assert len(ckpt.list_local(root)) == 2  # each published after the check
             assert len(pools) == 1, pools  # the reporter's and the publish check's: one storage
-            assert peak[0] == 1 and live[0] == 0, (peak, live)
+            assert count.peak == 1 and count.live == 0, (count.peak, count.live)
             assert postgres_server.connections(database) == before  # idle: it holds none
     finally:
-        event.remove(sa_pool.Pool, "connect", opened)
-        event.remove(sa_pool.Pool, "close", closed)
         _close_databases()

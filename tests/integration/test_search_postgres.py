@@ -12,7 +12,7 @@ import pytest
 
 from det_lightning._runner.search import _pool
 from det_lightning._runner.search._storage import open_storage
-from tests.fixtures.postgres import PostgresServer, server_in_tmp
+from tests.fixtures.postgres import ConnectionCounter, PostgresServer, server_in_tmp
 from tests.integration.cli_support import (
     PROJECT,
     VALIDATION_LOG_ENV,
@@ -78,26 +78,9 @@ def test_a_process_holds_one_connection_and_only_while_it_talks(
 ) -> None:
     """A worker's two threads (its loop and its lease keeper) writing at once hold one
     connection between them; idle, the process holds none (pg_stat_activity)."""
-    from sqlalchemy import event
-
     storage = open_storage(postgres_url, tmp_path)
-    engine = storage._backend.engine
     study = optuna.create_study(study_name="s", storage=storage)
     trial_id = study.ask()._trial_id
-    live, peak = [0], [0]
-    count = threading.Lock()
-
-    def opened(*_: Any) -> None:
-        with count:
-            live[0] += 1
-            peak[0] = max(peak[0], live[0])
-
-    def closed(*_: Any) -> None:
-        with count:
-            live[0] -= 1
-
-    event.listen(engine, "connect", opened)
-    event.listen(engine, "close", closed)
     together = threading.Barrier(2)
 
     def write(key: str) -> None:
@@ -105,13 +88,14 @@ def test_a_process_holds_one_connection_and_only_while_it_talks(
         for i in range(20):
             storage.set_trial_user_attr(trial_id, key, i)
 
-    threads = [threading.Thread(target=write, args=(key,)) for key in ("loop", "lease")]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    with ConnectionCounter(storage._backend.engine) as count:
+        threads = [threading.Thread(target=write, args=(key,)) for key in ("loop", "lease")]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
     database = postgres_url.rsplit("/", 1)[1]
-    assert peak[0] == 1 and live[0] == 0
+    assert count.peak == 1 and count.live == 0
     assert postgres_server.connections(database) == 0
     assert storage.get_trial(trial_id).user_attrs["lease"] == 19
 
