@@ -190,6 +190,7 @@ def _train(
     view.start()
     stops: Optional[preemption.StopAgreement] = None
     manager: Optional[CheckpointManager] = None
+    trainer: Optional[pl.Trainer] = None
     try:
         if plan.state is not None:
             logger.info(f"Restoring trial from checkpoint {plan.path}")
@@ -259,6 +260,8 @@ def _train(
         context.engine.close_tensorboard_writer()
         if stops is not None:
             stops.close()
+        if trainer is not None:
+            hooks.release(trainer)  # Lightning's own dispatch back once no fit runs
 
 
 @contextlib.contextmanager

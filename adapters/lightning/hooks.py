@@ -13,6 +13,7 @@ calls and state either way, and that Lightning still dispatches through the func
 here.
 """
 
+import threading
 from typing import Any, Dict, FrozenSet, Iterable, List, Optional
 
 from lightning.pytorch.callbacks import Callback, Checkpoint, EarlyStopping
@@ -35,13 +36,34 @@ def enabled() -> bool:
     return versions.lean_allowed(LEAN_HOOKS_ENV)
 
 
+_fits_using = 0  # fits between use_lean_dispatch and release, in this process
+_install = threading.Lock()
+
+
 def use_lean_dispatch(trainer: Any) -> None:
-    """Marks ``trainer`` for the lean dispatch (and installs it, once per process)."""
+    """Marks ``trainer`` for the lean dispatch and installs it in Lightning's ``call`` module
+    for as long as a fit uses it (``release`` takes it out after the last one)."""
+    global _fits_using
     if not enabled():
         return
     setattr(trainer, _PLAN, {})
-    if call._call_callback_hooks is not _lean_dispatch:
+    with _install:
+        _fits_using += 1
         call._call_callback_hooks = _lean_dispatch
+
+
+def release(trainer: Any) -> None:
+    """Ends ``trainer``'s use of the lean dispatch (its fit is over); after the last fit that
+    used it, Lightning's own ``_call_callback_hooks`` is back in its module, so nothing of
+    det_lightning stays in Lightning once no fit runs."""
+    global _fits_using
+    if getattr(trainer, _PLAN, None) is None:
+        return
+    setattr(trainer, _PLAN, None)
+    with _install:
+        _fits_using -= 1
+        if _fits_using == 0 and call._call_callback_hooks is _lean_dispatch:
+            call._call_callback_hooks = _lightning_dispatch
 
 
 def in_use(trainer: Any) -> bool:

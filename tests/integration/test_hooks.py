@@ -348,3 +348,40 @@ def test_the_pass_hooks_a_module_or_strategy_overrides_run_as_in_lightning(
     half = len(calls) // 2
     assert half > 20 and calls[:half] == calls[half:]
     assert {c[1] for c in calls} == {f"on_validation_{stage}" for stage in stages}
+
+
+def test_lightning_gets_its_own_dispatch_back_when_the_fit_ends() -> None:
+    """The lean dispatch is in Lightning's ``call`` module only while a fit uses it; after the
+    fit (also one that raised) Lightning's own function is back, and another fit installs it
+    again."""
+    from lightning.pytorch.trainer import call
+
+    during: List[Any] = []
+
+    class Look(Callback):
+        def on_train_batch_end(self, *args: Any) -> None:
+            during.append(call._call_callback_hooks)
+
+    class Boom(Callback):
+        def on_train_batch_end(self, *args: Any) -> None:
+            raise RuntimeError("boom in a callback")
+
+    for _ in range(2):
+        run_trial(
+            pytorch,
+            "MLPTrial",
+            {"lr": 0.01},
+            trainer_kwargs={"callbacks": [Look()], "logger": False},
+            max_length=pytorch.Batch(2),
+        )
+        assert call._call_callback_hooks is hooks._lightning_dispatch
+    assert during and all(f is hooks._lean_dispatch for f in during), during
+    with pytest.raises(RuntimeError, match="boom in a callback"):
+        run_trial(
+            pytorch,
+            "MLPTrial",
+            {"lr": 0.01},
+            trainer_kwargs={"callbacks": [Boom()], "logger": False},
+            max_length=pytorch.Batch(2),
+        )
+    assert call._call_callback_hooks is hooks._lightning_dispatch

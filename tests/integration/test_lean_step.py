@@ -116,11 +116,14 @@ def test_busy_hooks_follow_the_callback_list() -> None:
     watch = hooks.BusyHooks(trainer, names)
     assert watch.refresh() == frozenset(names)  # not marked for the lean dispatch
     hooks.use_lean_dispatch(trainer)
-    assert watch.refresh() == frozenset()
-    assert trainer.callbacks == watch.seen
-    trainer.callbacks.append(Saver())
-    assert trainer.callbacks != watch.seen
-    assert watch.refresh() == frozenset({"on_after_backward"})
+    try:
+        assert watch.refresh() == frozenset()
+        assert trainer.callbacks == watch.seen
+        trainer.callbacks.append(Saver())
+        assert trainer.callbacks != watch.seen
+        assert watch.refresh() == frozenset({"on_after_backward"})
+    finally:
+        hooks.release(trainer)  # Lightning's own dispatch back, as after a fit
 
 
 def test_backward_with_a_gradient_gives_lightnings_weights(

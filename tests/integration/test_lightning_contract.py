@@ -173,7 +173,7 @@ def test_the_installed_release_is_the_one_its_row_describes() -> None:
 def test_the_functions_the_lean_pieces_mirror_are_the_ones_read() -> None:
     """Every function lean.py and hooks.py follow is, in the installed Lightning, the text
     they were written against (the same in every row of the table)."""
-    dispatch = "trainer.call:_call_callback_hooks"  # replaced in place once a fit has run
+    dispatch = "trainer.call:_call_callback_hooks"  # replaced in place while a fit runs
     assert (
         versions.fingerprint(inspect.getsource(hooks._lightning_dispatch))
         == (versions.UNCHANGED[dispatch])
