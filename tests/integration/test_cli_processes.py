@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from typing import Any
 
 import pytest
 
@@ -49,10 +50,10 @@ def test_ctrl_c_says_so_once_and_overrides_apply(tmp_path: pathlib.Path) -> None
     assert "error:" not in shown, shown
 
 
-@pytest.mark.slow
-@pytest.mark.distributed
-def test_an_experiment_on_two_processes_prints_each_line_once(tmp_path: pathlib.Path) -> None:
-    result = run_cli(
+def _on_two_processes(tmp_path: pathlib.Path, config: str, *overrides: str) -> Any:
+    """``det-lightning experiment --devices 2`` on the CPU, 2 batches a trial."""
+    flags = [f for override in overrides for f in ("--config", override)]
+    return run_cli(
         "experiment",
         "--devices",
         "2",
@@ -62,10 +63,17 @@ def test_an_experiment_on_two_processes_prints_each_line_once(tmp_path: pathlib.
         str(tmp_path / "ckpt"),
         "--config",
         "searcher.max_length.batches=2",
-        str(PROJECT / "const.yaml"),
+        *flags,
+        str(PROJECT / config),
         str(PROJECT),
         cwd=tmp_path,
     )
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_an_experiment_on_two_processes_prints_each_line_once(tmp_path: pathlib.Path) -> None:
+    result = _on_two_processes(tmp_path, "const.yaml")
     assert result.returncode == 0, output(result)
     for line in (
         "ignored when running locally: environment",
@@ -83,22 +91,8 @@ def test_an_experiment_on_two_processes_prints_each_line_once(tmp_path: pathlib.
 def test_a_search_of_two_trials_on_two_processes_each_runs_both(tmp_path: pathlib.Path) -> None:
     """Each trial meets at its own torchrun (the worker is never a rank): before, every rank
     was a search worker, and rank 1 waited forever for a trial rank 0 held."""
-    result = run_cli(
-        "experiment",
-        "--devices",
-        "2",
-        "--accelerator",
-        "cpu",
-        "--checkpoint-dir",
-        str(tmp_path / "ckpt"),
-        "--config",
-        "searcher.max_length.batches=2",
-        "--config",
-        "hyperparameters.learning_rate=0.01",  # the grid: hidden_size's two values
-        str(PROJECT / "search.yaml"),
-        str(PROJECT),
-        cwd=tmp_path,
-    )
+    # The grid: hidden_size's two values.
+    result = _on_two_processes(tmp_path, "search.yaml", "hyperparameters.learning_rate=0.01")
     assert result.returncode == 0, output(result)
     assert result.stdout.count(" COMPLETED ") == 2, output(result)
     for number in (1, 2):
