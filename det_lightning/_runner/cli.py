@@ -87,8 +87,8 @@ def torchrun_command(
     is the user's script without the ``determined`` alias; torchrun re-runs ``det-lightning``.
 
     >>> torchrun_command({"devices": 2}, {}, ["run", "train.py"])[2:]
-    ['torch.distributed.run', '--nproc-per-node=2', '--standalone', '-m', 'det_lightning', \
-'run', 'train.py']
+    ['det_lightning._runner._torchrun', '--nproc-per-node=2', '--standalone', '-m', \
+'det_lightning', 'run', 'train.py']
     >>> torchrun_command({"devices": 2}, {"LOCAL_RANK": "1"}, ["run", "train.py"]) is None
     True
 
@@ -98,7 +98,13 @@ def torchrun_command(
     devices = options.get("devices")
     if not isinstance(devices, int) or devices <= 1 or _already_launched(environ):
         return None
-    command = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={devices}"]
+    # torchrun, without its traceback when a signal stops it (_torchrun)
+    command = [
+        sys.executable,
+        "-m",
+        "det_lightning._runner._torchrun",
+        f"--nproc-per-node={devices}",
+    ]
     nodes = options.get("num_nodes") or 1
     if nodes == 1:
         command.append("--standalone")

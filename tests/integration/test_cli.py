@@ -163,11 +163,11 @@ def test_torchrun_command() -> None:
     command = _cli.torchrun_command(
         {"devices": 2, "num_nodes": 3},
         {"MASTER_ADDR": "10.0.0.1", "NODE_RANK": "1"},
-        ["experiment", "c.yaml", "."],
+        ["run", "t.py"],
     )
     assert command is not None and command[0] == sys.executable
     assert command[2:] == [
-        "torch.distributed.run",
+        "det_lightning._runner._torchrun",  # torchrun, quiet when a signal stops it
         "--nproc-per-node=2",
         "--nnodes=3",
         "--node-rank=1",
@@ -175,9 +175,8 @@ def test_torchrun_command() -> None:
         "--master-port=29500",
         "-m",
         "det_lightning",
-        "experiment",
-        "c.yaml",
-        ".",
+        "run",
+        "t.py",
     ]
     with pytest.raises(ValueError, match="--num-nodes 3 needs MASTER_ADDR and NODE_RANK"):
         _cli.torchrun_command({"devices": 2, "num_nodes": 3}, {}, ["run"])

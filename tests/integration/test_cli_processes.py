@@ -4,6 +4,7 @@ warning when more processes are asked than the machine has cores."""
 
 import os
 import pathlib
+import re
 import signal
 import subprocess
 import sys
@@ -25,14 +26,26 @@ def _wait_for(path: pathlib.Path, text: str, process: "subprocess.Popen[str]") -
 
 
 @pytest.mark.slow
-def test_ctrl_c_says_so_once_and_overrides_apply(tmp_path: pathlib.Path) -> None:
+@pytest.mark.parametrize(
+    "launch",
+    [
+        pytest.param([], id="one-process"),
+        pytest.param(
+            ["--devices", "2", "--accelerator", "cpu"],
+            id="two-processes",
+            marks=pytest.mark.distributed,
+        ),
+    ],
+)
+def test_ctrl_c_says_so_once_and_overrides_apply(tmp_path: pathlib.Path, launch: list) -> None:
     """``--config`` lengthens the run past its file's 12 batches; one SIGINT to the process
-    group (what Ctrl-C sends) stops it with one line about it, none labelled ``error:``."""
+    group (what Ctrl-C sends) stops it with one line about it, none labelled ``error:``, and no
+    traceback (with two processes: torchrun's, _torchrun), leaving a checkpoint to resume."""
     err = tmp_path / "stderr.txt"
     with err.open("w") as stream:
         process = subprocess.Popen(
-            [sys.executable, "-m", "det_lightning", "experiment", "--checkpoint-dir", "ckpt"]
-            + ["--config", "searcher.max_length.batches=100000"]
+            [sys.executable, "-m", "det_lightning", "experiment", *launch]
+            + ["--checkpoint-dir", "ckpt", "--config", "searcher.max_length.batches=100000"]
             + [str(PROJECT / "const.yaml"), str(PROJECT)],
             cwd=tmp_path,
             env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1"},
@@ -43,11 +56,12 @@ def test_ctrl_c_says_so_once_and_overrides_apply(tmp_path: pathlib.Path) -> None
         )
         _wait_for(err, "steps_completed=15,", process)  # past the file's length
         os.killpg(process.pid, signal.SIGINT)
-        process.communicate(timeout=TIMEOUT_S)
+        out, _ = process.communicate(timeout=TIMEOUT_S)
     shown = err.read_text()
     assert process.returncode == 75, shown
     assert shown.count("Stopped by SIGINT") == 1, shown
-    assert "error:" not in shown, shown
+    assert "error:" not in shown and "Traceback" not in shown, shown
+    assert re.search(r"^1\s+INTERRUPTED\s+-\s+\S+\s+\S+\s+[0-9a-f]{8}$", out, re.M), out
 
 
 def _on_two_processes(tmp_path: pathlib.Path, config: str, *overrides: str) -> Any:

@@ -108,13 +108,13 @@ def rank_command(devices: int, args_path: str) -> List[str]:
     of its own, so trials of several workers on one machine never meet.
 
     >>> rank_command(2, "t.args")[1:]  # doctest: +NORMALIZE_WHITESPACE
-    ['-m', 'torch.distributed.run', '--nproc-per-node=2', '--standalone',
+    ['-m', 'det_lightning._runner._torchrun', '--nproc-per-node=2', '--standalone',
      '-m', 'det_lightning._runner.search._jobs', 't.args']
     """
     return [
         sys.executable,
         "-m",
-        "torch.distributed.run",
+        "det_lightning._runner._torchrun",  # torchrun, quiet when a signal stops it
         f"--nproc-per-node={devices}",
         "--standalone",
         "-m",
