@@ -1,6 +1,6 @@
 """A search's trial that failed: one line on the console, its traceback in the trial's log file
-(``<checkpoint dir>/<experiment id>/trial-<n>/error.log``, beside its checkpoints), so a search of many trials
-does not scroll a traceback per failure past its summary."""
+(``<checkpoint dir>/<experiment id>/trial-<n>/error.log``, beside its checkpoints), so a search
+of many trials does not scroll a traceback per failure past its summary."""
 
 import logging
 import time
