@@ -265,10 +265,16 @@ def _check_experiment_launch(plan: Plan, environ: Mapping[str, str]) -> None:
         UsageError: saying how to start it instead.
     """
     if _already_launched(environ) and environ.get(SEARCH_WORKER_ENV) is None:
+        seen = [
+            f"{name}={environ[name]}"
+            for name in ("LOCAL_RANK", "TORCHELASTIC_RUN_ID", "SLURM_NTASKS")
+            if name in environ
+        ]
         raise UsageError(
-            "this experiment was started as one of several processes (torchrun, SLURM tasks); "
-            f"start {PROG} experiment once per machine, without torchrun or srun: it starts "
-            "each trial's processes itself (--devices N or resources.slots_per_trial)"
+            f"this experiment was started as one of several processes ({', '.join(seen)}: "
+            f"torchrun, or SLURM tasks); start {PROG} experiment once per machine, without "
+            "torchrun, in a SLURM job of one task: it starts each trial's processes itself "
+            "(--devices N or resources.slots_per_trial)"
         )
     if plan.trial_class is not None and (plan.launch.get("num_nodes") or 1) > 1:
         raise UsageError(

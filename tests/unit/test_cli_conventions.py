@@ -207,7 +207,8 @@ def test_an_experiment_started_as_one_of_several_processes_is_refused(
     with pytest.raises(_cli.UsageError) as refused:
         _cli._check_experiment_launch(plan, environ)
     message = str(refused.value)
-    assert "once per machine, without torchrun or srun" in message
+    assert "once per machine, without torchrun, in a SLURM job of one task" in message
+    assert f"{next(iter(environ))}=" in message  # which variable said so
     assert "--devices N or resources.slots_per_trial" in message
 
 
