@@ -97,9 +97,13 @@ class SignalWatcher:
         if self.received is None:
             self.received = signum
             if speak:
-                logger.warning(
+                # Ctrl+C reaches every rank: the chief says it for the job, the others only at
+                # INFO (kept to themselves, _job_processes), as the stop is agreed by all.
+                level = logging.WARNING if self.distributed.rank == 0 else logging.INFO
+                logger.log(
+                    level,
                     f"Received {name}: finishing the current batch, then saving a checkpoint and "
-                    f"stopping. Send {name} again to exit at once."
+                    f"stopping. Send {name} again to exit at once.",
                 )
             return
         if speak:
@@ -131,6 +135,9 @@ class SignalWatcher:
         if not signums:
             return
         name = signal.Signals(signums[0]).name
+        got = [str(rank) for rank, signum in enumerate(received) if signum is not None]
+        if len(got) < len(received):  # not every rank (a signal sent to one process)
+            name += f" (received by rank{'s' if len(got) > 1 else ''} {', '.join(got)})"
         saved = f"The last checkpoint is {checkpoint}." if checkpoint else "No checkpoint exists."
         # det-lightning experiment says how its trials continue (a search: rerun it).
         advice = os.environ.get(RESUME_ADVICE_ENV) or (

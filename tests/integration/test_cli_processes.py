@@ -60,6 +60,7 @@ def test_ctrl_c_says_so_once_and_overrides_apply(tmp_path: pathlib.Path, launch:
     shown = err.read_text()
     assert process.returncode == 75, shown
     assert shown.count("Stopped by SIGINT") == 1, shown
+    assert shown.count("Received SIGINT: finishing the current batch") == 1, shown  # the chief
     assert "error:" not in shown and "Traceback" not in shown, shown
     assert re.search(r"^1\s+INTERRUPTED\s+-\s+\S+\s+\S+\s+[0-9a-f]{8}$", out, re.M), out
 
