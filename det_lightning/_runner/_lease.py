@@ -39,20 +39,25 @@ import optuna
 from optuna.exceptions import UpdateFinishedTrialError
 
 from det_lightning._runner._optuna import live_trial, storage_of, study_id, trial_id
+from det_lightning._runner._trial_record import (
+    CLAIM,
+    CONTINUES,
+    HOST,
+    LEASE,
+    ORIGIN,
+    PID,
+    SUPERSEDED,
+    SURPLUS,
+    TRIAL_NUMBER,
+)
 
 logger = logging.getLogger("det_lightning")
 
-LEASE = "lease"  # {"host", "pid", "token", "renewed"}: who trains the trial, renewed when
-SUPERSEDED = "superseded"  # set on a trial another worker took over (then FAIL)
-CONTINUES = "continues"  # on a continuation: the Optuna trial id it takes over
-TRIAL_NUMBER = "trial_number"  # the experiment's trial number, kept by its continuations
-ORIGIN = "origin"  # on a continuation: the study's number of the trial first asked for
-SURPLUS = "surplus"  # a trial asked for past the budget: told FAIL, never run
 BRACKET = "-bracket-"  # a search's studies are named <search key>-bracket-<i>
 HOST_ID_ENV = "DET_LIGHTNING_HOST_ID"  # names this machine (default: its host name)
 DEFAULT_TIMEOUT_S = 120.0
 # Attributes of the worker, not of the trial: a continuation starts without them.
-_WORKER_ATTRS = (LEASE, SUPERSEDED, CONTINUES, "host", "pid", "claim")
+_WORKER_ATTRS = (LEASE, SUPERSEDED, CONTINUES, HOST, PID, CLAIM)
 
 
 def host_id() -> str:

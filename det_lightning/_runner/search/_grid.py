@@ -14,8 +14,7 @@ from typing import Any, Dict, Sequence
 import optuna
 
 from det_lightning._runner._lease import origin, trial_number
-
-GRID_POINT = "grid_point"
+from det_lightning._runner._trial_record import GRID_POINT
 
 
 def enqueue_grid(study: optuna.Study, grid: Sequence[Dict[str, Any]]) -> None:

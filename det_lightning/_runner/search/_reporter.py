@@ -17,6 +17,7 @@ from det_lightning._runner._lease import (
     trial_number,
 )
 from det_lightning._runner._search_settings import SearchSettings
+from det_lightning._runner._trial_record import INVALID_HP, RUNG, RUNGS, STOPPED, TrialRecord
 from det_lightning._runner.search._serial import deciding
 from det_lightning.pytorch import Epoch, PyTorchCallback, TrainUnit
 
@@ -24,8 +25,6 @@ if TYPE_CHECKING:
     from det_lightning.pytorch import PyTorchTrialContext
 
 logger = logging.getLogger("det_lightning")
-
-INVALID_HP = "invalid_hp"  # the trial raised InvalidHP: its message
 
 
 class SearchReporter(PyTorchCallback):
@@ -44,8 +43,8 @@ class SearchReporter(PyTorchCallback):
         self.bracket, self.context = bracket, context
         self.max_length = max_length  # fit()'s: the trial ends there whatever ASHA decides
         attrs = trial.user_attrs
-        self.rungs: Dict[str, float] = dict(attrs.get("rungs", {}))
-        self.rung = int(attrs.get("rung", 0))
+        self.rungs: Dict[str, float] = dict(attrs.get(RUNGS, {}))
+        self.rung = int(attrs.get(RUNG, 0))
         self.stopped = False
         self.last_value: Optional[float] = None
         self.decided_at: Optional[float] = None
@@ -111,8 +110,8 @@ class SearchReporter(PyTorchCallback):
             for index, recorded in decision.entered:
                 self.rungs[str(index)] = recorded
             self.rung = decision.rung
-            self.trial.set_user_attr("rungs", dict(self.rungs))
-            self.trial.set_user_attr("rung", self.rung)
+            self.trial.set_user_attr(RUNGS, dict(self.rungs))
+            self.trial.set_user_attr(RUNG, self.rung)
             self.decided_at = time.time()  # the decisions' order, for a replay (the drill)
         self.trial.report(value, step=self._time())
         self.last_value = value
@@ -126,7 +125,7 @@ class SearchReporter(PyTorchCallback):
         elif decision.stop and decision.rung < last and not self.stopped:
             # The last rung is the full length: the trial ends there by itself.
             self.stopped = True
-            self.trial.set_user_attr("stopped", True)  # a resumed worker must not train it on
+            self.trial.set_user_attr(STOPPED, True)  # a resumed worker must not train it on
             logger.info(
                 f"trial {trial_number(self.trial)}: stopped at rung {decision.rung} "
                 f"({name}={value:.6g} is not in the top of that rung)"
@@ -140,11 +139,12 @@ def rung_metrics(study: optuna.Study, rungs: int, exclude: int = -1) -> List[Lis
     trial number."""
     found: List[List[float]] = [[] for _ in range(rungs)]
     for other in study.get_trials(deepcopy=False):
-        if not counted(other) or is_superseded(other) or trial_number(other) == exclude:
+        record = TrialRecord.of(other)
+        if not record.counted or is_superseded(other) or record.number == exclude:
             continue
-        for index, value in other.user_attrs.get("rungs", {}).items():
-            if int(index) < rungs:
-                found[int(index)].append(float(value))
+        for index, value in record.rungs.items():
+            if index < rungs:
+                found[index].append(value)
     return found
 
 

@@ -72,6 +72,17 @@ from det_lightning._runner._lease import (
 from det_lightning._runner._optuna import trial_id
 from det_lightning._runner._search_settings import SearchSettings
 from det_lightning._runner._template import TrialStarter
+from det_lightning._runner._trial_record import (
+    BATCHES,
+    CHECKPOINT,
+    HOST,
+    HPARAMS,
+    PID,
+    RUNG,
+    RUNGS,
+    STOPPED,
+    TrialRecord,
+)
 from det_lightning._runner.config import ExperimentConfig
 from det_lightning._runner.plan import Plan
 from det_lightning._runner.search._child import search_environment
@@ -178,10 +189,11 @@ def running_elsewhere(studies: Sequence[optuna.Study]) -> List[str]:
     running = []
     for study in studies:
         for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
-            if counted(t) and not is_superseded(t):
-                host = t.user_attrs.get("host", "?")
-                pid = t.user_attrs.get("pid", "?")
-                running.append(f"trial {trial_number(t)} (pid {pid} on {host})")
+            record = TrialRecord.of(t)
+            if record.counted and not is_superseded(t):
+                host = record.host if record.host is not None else "?"
+                pid = record.pid if record.pid is not None else "?"
+                running.append(f"trial {record.number} (pid {pid} on {host})")
     return running
 
 
@@ -250,7 +262,7 @@ def _admit(
 ) -> Optional[optuna.Trial]:
     """``trial`` with its hyperparameters drawn, or None (told FAIL as surplus) when it is
     past the budget. A continuation of a trial that had drawn them keeps them."""
-    if "hparams" in trial.user_attrs:  # a continuation
+    if HPARAMS in trial.user_attrs:  # a continuation
         _suggest(trial, space)  # its own point again (fixed), so the study records it
         return trial
     if TRIAL_NUMBER not in trial.user_attrs:
@@ -263,9 +275,9 @@ def _admit(
         trial.set_user_attr(SURPLUS, True)
         study.tell(trial, state=optuna.trial.TrialState.FAIL)
         return None
-    trial.set_user_attr("hparams", _suggest(trial, space))
-    trial.set_user_attr("host", host_id())
-    trial.set_user_attr("pid", os.getpid())
+    trial.set_user_attr(HPARAMS, _suggest(trial, space))
+    trial.set_user_attr(HOST, host_id())
+    trial.set_user_attr(PID, os.getpid())
     return trial
 
 
@@ -387,7 +399,7 @@ def _loop(
         index, trial = found
         study, bracket = studies[index], settings.brackets[index]
         resume = CONTINUES in trial.user_attrs
-        hparams = trial.user_attrs["hparams"]
+        hparams = trial.user_attrs[HPARAMS]
         number = trial_number(trial)
         where = (
             f"bracket {index}, rungs at {list(bracket.rung_units)} {settings.time_metric}"
@@ -478,9 +490,9 @@ def _train_and_tell(run: TrialRun) -> None:
     plan, settings, launch = run.worker.plan, run.worker.settings, run.worker.launch
     study, bracket, trial, number = run.study, run.bracket, run.trial, run.number
     hparams, lost, max_restarts = run.hparams, run.lost, run.worker.max_restarts
-    if trial.user_attrs.get("stopped"):
+    if trial.user_attrs.get(STOPPED):
         # Its worker died after ASHA stopped it (and after its checkpoint, or while writing it).
-        logger.info(f"trial {number}: was stopped at rung {trial.user_attrs.get('rung')}")
+        logger.info(f"trial {number}: was stopped at rung {trial.user_attrs.get(RUNG)}")
         study.tell(trial, state=optuna.trial.TrialState.PRUNED)
         return
     write_trial_hparams(plan, number, hparams)
@@ -526,19 +538,19 @@ def _train_and_tell(run: TrialRun) -> None:
             log_failure(plan.checkpoint_root, number, e, "the search goes on without it")
             if bracket.rung_units:  # ASHA: it counts as the worst at its rung
                 attrs = _current_attrs(study, trial)
-                rungs = dict(attrs.get("rungs", {}))
-                rungs[str(attrs.get("rung", 0))] = EXITED_METRIC
-                trial.set_user_attr("rungs", rungs)
+                rungs = dict(attrs.get(RUNGS, {}))
+                rungs[str(attrs.get(RUNG, 0))] = EXITED_METRIC
+                trial.set_user_attr(RUNGS, rungs)
             study.tell(trial, state=optuna.trial.TrialState.FAIL)
             return
-    trial.set_user_attr("checkpoint", str(result.checkpoint) if result.checkpoint else None)
+    trial.set_user_attr(CHECKPOINT, str(result.checkpoint) if result.checkpoint else None)
     attrs = _current_attrs(study, trial)
     values = _current_values(study, trial)
     trial.set_user_attr(
-        "batches",
+        BATCHES,
         result.batches if result.batches is not None else (max(values) if values else None),
     )
-    if attrs.get("stopped"):
+    if attrs.get(STOPPED):
         study.tell(trial, state=optuna.trial.TrialState.PRUNED)
     elif values:
         study.tell(trial, values[max(values)])
@@ -623,10 +635,10 @@ def summarize(
     results = []
     for study in studies:
         for frozen in study.get_trials(deepcopy=False):
-            attrs = frozen.user_attrs
-            invalid = settings.searcher == "single" and attrs.get(INVALID_HP)
+            record = TrialRecord.of(frozen)
+            invalid = settings.searcher == "single" and record.invalid_hp
             if (
-                not (counted(frozen) or invalid)
+                not (record.counted or invalid)
                 or is_superseded(frozen)
                 or frozen.state == optuna.trial.TrialState.WAITING
             ):
@@ -638,20 +650,19 @@ def summarize(
             status = (
                 "INVALID_HP" if invalid else _status(frozen, interrupted, plan.heartbeat_timeout)
             )
-            checkpoint = attrs.get("checkpoint")
+            checkpoint = record.checkpoint
+            stopped_at = status == "STOPPED_EARLY" and RUNG in frozen.user_attrs
             results.append(
                 TrialResult(
-                    trial_number(frozen),
-                    attrs.get("hparams", {}),
+                    record.number,
+                    record.hparams,
                     status,
                     best,
                     checkpoint_location(checkpoint)
                     if checkpoint
-                    else _unfinished_checkpoint(plan, trial_number(frozen), status),
-                    batches=attrs.get("batches"),
-                    rung=int(attrs["rung"])
-                    if status == "STOPPED_EARLY" and "rung" in attrs
-                    else None,
+                    else _unfinished_checkpoint(plan, record.number, status),
+                    batches=record.batches,
+                    rung=record.rung if stopped_at else None,
                 )
             )
     return sorted(results, key=lambda r: r.number)
