@@ -1,0 +1,83 @@
+"""The search's trials as the summary reads them: status (RUNNING only while a live worker
+holds its lease), best metric, batches, rung, checkpoint."""
+
+import logging
+import time
+from typing import AbstractSet, List, Optional, Sequence
+
+import optuna
+
+from det_lightning._runner._lease import expired, host_id, is_superseded
+from det_lightning._runner._search_settings import SearchSettings
+from det_lightning._runner._trial_record import RUNG, TrialRecord
+from det_lightning._runner.plan import Plan
+from det_lightning._runner.search._reporter import trial_number
+from det_lightning._runner.trial import TrialResult
+from det_lightning.pytorch._remote import CheckpointRoot, checkpoint_location
+
+logger = logging.getLogger("det_lightning")
+
+
+def _unfinished_checkpoint(plan: Plan, number: int, status: str) -> Optional[CheckpointRoot]:
+    """The latest checkpoint of a trial that did not finish (interrupted, running elsewhere,
+    failed), which records none: what resuming it starts from."""
+    from det_lightning.pytorch import _checkpoint as ckpt
+
+    if status not in ("INTERRUPTED", "RUNNING", "ERROR"):
+        return None
+    return ckpt.latest_checkpoint(plan.checkpoint_root / f"trial-{number}")
+
+
+def _status(frozen: optuna.trial.FrozenTrial, interrupted: AbstractSet[int], timeout: float) -> str:
+    """A trial's state in the summary: RUNNING only while a live worker holds its lease."""
+    states = optuna.trial.TrialState
+    if frozen.state == states.RUNNING:
+        gone = expired(frozen.user_attrs, frozen.datetime_start, time.time(), timeout, host_id())
+        return "INTERRUPTED" if gone or trial_number(frozen) in interrupted else "RUNNING"
+    return {states.COMPLETE: "COMPLETED", states.PRUNED: "STOPPED_EARLY", states.FAIL: "ERROR"}.get(
+        frozen.state, frozen.state.name
+    )
+
+
+def summarize(
+    studies: Sequence[optuna.Study],
+    plan: Plan,
+    settings: SearchSettings,
+    interrupted: AbstractSet[int] = frozenset(),
+) -> List[TrialResult]:
+    """Every trial of the search as the experiment's summary table reads it (``interrupted``:
+    trials this process stopped for a signal)."""
+    results = []
+    for study in studies:
+        for frozen in study.get_trials(deepcopy=False):
+            record = TrialRecord.of(frozen)
+            invalid = settings.searcher == "single" and record.invalid_hp
+            if (
+                not (record.counted or invalid)
+                or is_superseded(frozen)
+                or frozen.state == optuna.trial.TrialState.WAITING
+            ):
+                continue
+            values = list(frozen.intermediate_values.values())
+            best = None
+            if values:
+                best = min(values) if settings.smaller_is_better else max(values)
+            status = (
+                "INVALID_HP" if invalid else _status(frozen, interrupted, plan.heartbeat_timeout)
+            )
+            checkpoint = record.checkpoint
+            stopped_at = status == "STOPPED_EARLY" and RUNG in frozen.user_attrs
+            results.append(
+                TrialResult(
+                    record.number,
+                    record.hparams,
+                    status,
+                    best,
+                    checkpoint_location(checkpoint)
+                    if checkpoint
+                    else _unfinished_checkpoint(plan, record.number, status),
+                    batches=record.batches,
+                    rung=record.rung if stopped_at else None,
+                )
+            )
+    return sorted(results, key=lambda r: r.number)
