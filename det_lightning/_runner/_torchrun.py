@@ -8,7 +8,22 @@ exits with ``128 + signal`` instead; every other outcome is torchrun's.
 """
 
 import sys
-from typing import List, Optional
+from typing import List, Optional, Sequence
+
+STANDALONE = ("--standalone",)  # one machine: a rendezvous on a free port of its own
+
+
+def command(devices: int, rendezvous: Sequence[str], module: str, args: Sequence[str]) -> List[str]:
+    """``python -m MODULE ARGS`` on ``devices`` processes of this machine, under this quiet
+    torchrun (``rendezvous``: ``STANDALONE``, or the flags that meet several nodes).
+
+    >>> command(2, STANDALONE, "det_lightning", ["run", "t.py"])[1:]
+    ... # doctest: +NORMALIZE_WHITESPACE
+    ['-m', 'det_lightning._runner._torchrun', '--nproc-per-node=2', '--standalone',
+     '-m', 'det_lightning', 'run', 't.py']
+    """
+    head = [sys.executable, "-m", "det_lightning._runner._torchrun"]
+    return [*head, f"--nproc-per-node={devices}", *rendezvous, "-m", module, *args]
 
 
 def main(argv: Optional[List[str]] = None) -> int:

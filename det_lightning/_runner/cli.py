@@ -48,7 +48,7 @@ from det_lightning._env import (
     SEARCH_WORKER_ENV,
 )
 from det_lightning._job_processes import is_chief, quiet_unless_chief
-from det_lightning._runner import _check, _launch_checks, _overrides
+from det_lightning._runner import _check, _launch_checks, _overrides, _torchrun
 from det_lightning._runner._cli_text import EPILOG, CommandParser, version_text
 from det_lightning._runner.config._experiment_config import announce_ignored
 from det_lightning._runner.experiment import INTERRUPTED_NOTE, run_experiment
@@ -98,17 +98,9 @@ def torchrun_command(
     devices = options.get("devices")
     if not isinstance(devices, int) or devices <= 1 or _already_launched(environ):
         return None
-    # torchrun, without its traceback when a signal stops it (_torchrun)
-    command = [
-        sys.executable,
-        "-m",
-        "det_lightning._runner._torchrun",
-        f"--nproc-per-node={devices}",
-    ]
     nodes = options.get("num_nodes") or 1
-    if nodes == 1:
-        command.append("--standalone")
-    else:
+    rendezvous: Sequence[str] = _torchrun.STANDALONE
+    if nodes > 1:
         missing = [name for name in ("MASTER_ADDR", "NODE_RANK") if name not in environ]
         if missing:
             raise UsageError(
@@ -116,13 +108,14 @@ def torchrun_command(
                 "first node's address, and this node's rank) to start this node's processes; "
                 "or start them yourself with torchrun -m det_lightning ... on every node."
             )
-        command += [
+        rendezvous = [
             f"--nnodes={nodes}",
             f"--node-rank={environ['NODE_RANK']}",
             f"--master-addr={environ['MASTER_ADDR']}",
             f"--master-port={environ.get('MASTER_PORT', '29500')}",
         ]
-    return command + ["-m", "det_lightning", *argv]
+    # torchrun, without its traceback when a signal stops it
+    return _torchrun.command(devices, rendezvous, "det_lightning", argv)
 
 
 def _start_processes(

@@ -366,22 +366,19 @@ def test_lightning_gets_its_own_dispatch_back_when_the_fit_ends() -> None:
         def on_train_batch_end(self, *args: Any) -> None:
             raise RuntimeError("boom in a callback")
 
-    for _ in range(2):
+    def fit_with(callback: Callback) -> None:
         run_trial(
             pytorch,
             "MLPTrial",
             {"lr": 0.01},
-            trainer_kwargs={"callbacks": [Look()], "logger": False},
+            trainer_kwargs={"callbacks": [callback], "logger": False},
             max_length=pytorch.Batch(2),
         )
+
+    for _ in range(2):
+        fit_with(Look())
         assert call._call_callback_hooks is hooks._lightning_dispatch
     assert during and all(f is hooks._lean_dispatch for f in during), during
     with pytest.raises(RuntimeError, match="boom in a callback"):
-        run_trial(
-            pytorch,
-            "MLPTrial",
-            {"lr": 0.01},
-            trainer_kwargs={"callbacks": [Boom()], "logger": False},
-            max_length=pytorch.Batch(2),
-        )
+        fit_with(Boom())
     assert call._call_callback_hooks is hooks._lightning_dispatch

@@ -99,8 +99,10 @@ def _race(
     monkeypatch.setattr(_reporter, "rung_metrics", watched)
     a = threading.Thread(target=report(reporters[0], 1.0, "A"))
     a.start()
-    while not order:  # A has read
-        threading.Event().wait(0.01)
+    a_read = threading.Event()
+    while not order:  # A has read (or its thread ended: the asserts below say why)
+        assert a.is_alive() or order, "reporter A ended before it read the rung"
+        a_read.wait(0.01)
     b = threading.Thread(target=report(reporters[1], 2.0, "B"))
     b.start()
     a.join(60)

@@ -33,6 +33,7 @@ import traceback
 from typing import Any, Dict, List, Optional
 
 from det_lightning import errors
+from det_lightning._runner import _torchrun
 from det_lightning._runner._template import TrialRequest, TrialStarter
 from det_lightning._runner.plan import Plan
 from det_lightning._runner.search._interrupt import SearchInterrupt
@@ -107,20 +108,11 @@ def rank_command(devices: int, args_path: str) -> List[str]:
     ``legacy_job`` arguments from ``args_path``; ``--standalone``: a rendezvous on a free port
     of its own, so trials of several workers on one machine never meet.
 
-    >>> rank_command(2, "t.args")[1:]  # doctest: +NORMALIZE_WHITESPACE
-    ['-m', 'det_lightning._runner._torchrun', '--nproc-per-node=2', '--standalone',
-     '-m', 'det_lightning._runner.search._jobs', 't.args']
+    >>> rank_command(2, "t.args")[-3:]
+    ['-m', 'det_lightning._runner.search._jobs', 't.args']
     """
-    return [
-        sys.executable,
-        "-m",
-        "det_lightning._runner._torchrun",  # torchrun, quiet when a signal stops it
-        f"--nproc-per-node={devices}",
-        "--standalone",
-        "-m",
-        "det_lightning._runner.search._jobs",
-        args_path,
-    ]
+    jobs = "det_lightning._runner.search._jobs"  # this module, as each rank runs it
+    return _torchrun.command(devices, _torchrun.STANDALONE, jobs, [args_path])
 
 
 def _on_ranks(devices: int, args: tuple) -> int:

@@ -20,7 +20,7 @@ Each study is one ASHA bracket and ranks its own trials, so brackets decide in p
 import contextlib
 import fcntl
 import logging
-from typing import Any, Iterator
+from typing import Any, Iterator, Optional
 
 import optuna
 
@@ -34,22 +34,27 @@ NAMESPACE = 0x646C
 LOCK_SUFFIX = ".decide.lock"
 
 
+def _postgresql(storage: Any) -> Optional[Any]:
+    """The SQLAlchemy engine of a PostgreSQL storage; None for any other kind."""
+    rdb = rdb_of(storage)
+    return rdb.engine if rdb is not None and rdb.engine.dialect.name == "postgresql" else None
+
+
 def kind(storage: Any) -> str:
     """How ``deciding`` serialises decisions on ``storage``: "postgresql", "journal" or
     "none"."""
     if journal_file_of(storage) is not None:
         return "journal"
-    rdb = rdb_of(storage)
-    return "postgresql" if rdb is not None and rdb.engine.dialect.name == "postgresql" else "none"
+    return "postgresql" if _postgresql(storage) is not None else "none"
 
 
 @contextlib.contextmanager
 def deciding(study: optuna.Study) -> Iterator[None]:
     """Inside the block, no other process decides in ``study``."""
     storage = storage_of(study)
-    rdb, journal = rdb_of(storage), journal_file_of(storage)
-    if kind(storage) == "postgresql" and rdb is not None:
-        with _advisory_lock(rdb.engine, study_id(study)):
+    engine, journal = _postgresql(storage), journal_file_of(storage)
+    if engine is not None:
+        with _advisory_lock(engine, study_id(study)):
             yield
     elif journal is not None:
         with _file_lock(journal + LOCK_SUFFIX):
