@@ -14,7 +14,9 @@ differ between releases are marked with the release) against the lean path::
     SIGTERM flag broadcast (2.5.2 on, several     none: SignalWatcher agrees on stops
       ranks)
     next(data_fetcher), is_last_batch             same, without the pass-through profiler's
-      (profiler start/stop around the fetch)        start and stop around the fetch
+      (profiler start/stop around the fetch;        start and stop around the fetch; one loader
+      fetcher -> combined loader -> mode            of known length: the four levels' counters
+      iterator -> the loader's iterator)            and next(iterator) in one (_one_loader)
     convert_input, on_before_batch_transfer,      same; the plain precision plugin's
       batch_to_device (profiled strategy hook)      convert_input and module hooks the
                                                     TrialModule does not override are skipped
@@ -29,9 +31,11 @@ differ between releases are marked with the release) against the lean path::
     manual_optimization.run -> strategy hook ->   training_step called directly (one device),
       training_step (DDP: forward redirection,      or through the DDP wrapper's forward with
       patching forward with __setattr__)            forward shadowed in the module's __dict__
-      context.backward -> manual_backward ->      strategy.pre_backward, on_before_backward,
-        strategy.backward -> precision plugin       loss.backward, on_after_backward,
-        pre/backward/post (profiled hooks)          strategy.post_backward (BackendFastPath)
+      context.backward -> manual_backward ->      strategy.pre_backward (DDP's flags set
+        strategy.backward -> precision plugin       without nn.Module.__setattr__),
+        pre/backward/post (profiled hooks)          on_before_backward, loss.backward,
+                                                    on_after_backward, strategy.post_backward
+                                                    (BackendFastPath)
       context.step_optimizer -> LightningOptimizer _on_before_step, optimizer.step(closure
         .step -> strategy -> precision ->           running on_before_optimizer_step),
         optimizer.step(wrapped closure)             _on_after_step
@@ -81,11 +85,13 @@ from lightning.pytorch.loops.fetchers import _PrefetchDataFetcher
 from lightning.pytorch.loops.loop import _Loop
 from lightning.pytorch.loops.optimization.manual import ManualResult
 from lightning.pytorch.loops.training_epoch_loop import _TrainingEpochLoop
+from lightning.pytorch.overrides.distributed import _find_tensors
 from lightning.pytorch.plugins.precision import Precision
 from lightning.pytorch.strategies import DDPStrategy, SingleDeviceStrategy, Strategy
 from lightning.pytorch.strategies.ddp import _DDPForwardRedirection
 from lightning.pytorch.trainer import call
 from lightning.pytorch.trainer.states import RunningStage
+from lightning.pytorch.utilities.combined_loader import CombinedLoader, _MaxSizeCycle
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from torch.nn.parallel import DistributedDataParallel
 from torch.optim.optimizer import _global_optimizer_post_hooks, _global_optimizer_pre_hooks
@@ -161,6 +167,8 @@ class LeanTrainingEpochLoop(_TrainingEpochLoop):
     _lean_logged_seen = -1
     _lean_plan: Optional[_Plan] = None
     _lean_hooks: Optional[hooks.BusyHooks] = None
+    _lean_combined: Any = None  # the one training loader's CombinedLoader (see _one_loader)
+    _lean_cycle: Any = None  # ... and its epoch's iterator, when the fetch may be inlined
 
     def on_run_start(self, data_fetcher: Any) -> None:
         trainer = self.trainer
@@ -170,7 +178,8 @@ class LeanTrainingEpochLoop(_TrainingEpochLoop):
         self._lean_module = trainer.lightning_module
         self._lean_strategy = trainer.strategy
         self._lean_hooks = hooks.BusyHooks(trainer, ("on_train_batch_start", "on_train_batch_end"))
-        super().on_run_start(data_fetcher)
+        super().on_run_start(data_fetcher)  # (makes this epoch's iterator, when it does)
+        self._lean_combined, self._lean_cycle = _one_loader(data_fetcher)
 
     def _on_before_fetch(self) -> None:
         """Follows ``_TrainingEpochLoop._on_before_fetch`` (unchanged 2.4.0 to 2.6.6): a
@@ -211,7 +220,29 @@ class LeanTrainingEpochLoop(_TrainingEpochLoop):
         if val_loop._restarting or plan.val_has_loops:  # else the setter would change nothing
             val_loop.restarting = False
 
-        batch, _, __ = next(data_fetcher)
+        cycle = self._lean_cycle
+        if (
+            cycle is not None
+            and self._lean_combined._iterator is cycle
+            and not data_fetcher.batches
+        ):
+            # next(data_fetcher) for one loader of known length: _PrefetchDataFetcher.__next__
+            # (nothing prefetched), _DataFetcher.__next__ (the profiler calls are the lean
+            # _on_before_fetch/_on_after_fetch: nothing), CombinedLoader.__next__ (the batch
+            # itself: its spec is a leaf) and _MaxSizeCycle.__next__ (one iterator) in one
+            if data_fetcher.done:
+                raise StopIteration
+            try:
+                batch = next(cycle.iterators[0])
+            except StopIteration:
+                cycle._consumed[0] = True
+                data_fetcher.done = True
+                raise
+            cycle._idx += 1
+            fetched = data_fetcher.fetched = data_fetcher.fetched + 1
+            data_fetcher.done = fetched >= data_fetcher.length  # type: ignore[operator] # (set)
+        else:
+            batch, _, __ = next(data_fetcher)
         batch_idx = current.ready  # self.batch_idx + 1
         progress.is_last_batch = data_fetcher.done
         if plan.converts_input:  # (the plain plugin's returns the batch)
@@ -375,6 +406,28 @@ class LeanTrainingEpochLoop(_TrainingEpochLoop):
             raise SIGTERMException
 
 
+def _one_loader(data_fetcher: Any) -> "tuple[Any, Any]":
+    """``(combined loader, its iterator)`` when ``next(data_fetcher)`` may be inlined (the
+    lean ``advance``): a ``_PrefetchDataFetcher`` of known length (it prefetches nothing) over
+    a ``CombinedLoader`` of one loader, not a collection of them, iterated in the
+    ``max_size_cycle`` mode training uses; else ``(None, None)``. Follows
+    ``_PrefetchDataFetcher.__next__``, ``_DataFetcher.__next__`` (lightning.pytorch.loops.
+    fetchers), ``CombinedLoader.__next__`` and ``_MaxSizeCycle.__next__`` (lightning.pytorch.
+    utilities.combined_loader), unchanged 2.4.0 to 2.6.6."""
+    fetcher: Any = data_fetcher
+    if type(fetcher) is not _PrefetchDataFetcher or fetcher.length is None:
+        return None, None
+    combined: Any = fetcher._combined_loader
+    if type(combined) is not CombinedLoader or not combined._spec.is_leaf():
+        return None, None  # (not a leaf: a dict or list of loaders, whose batches are collections)
+    cycle: Any = combined._iterator
+    if type(cycle) is not _MaxSizeCycle or len(cycle.iterators) != 1:
+        return None, None
+    if fetcher.iterator is not combined:
+        return None, None
+    return combined, cycle
+
+
 def _callback_hooks(
     watch: hooks.BusyHooks, trainer: pl.Trainer, module: pl.LightningModule, name: str, *args: Any
 ) -> None:
@@ -427,10 +480,12 @@ def _ddp_training_step(
     ``_DDPForwardRedirection`` (lightning.pytorch.strategies), unchanged 2.4.0 to 2.6.6."""
     ddp: Any = strategy.model
 
+    fields = ddp.__dict__  # (the flag's assignment, without nn.Module.__setattr__'s checks)
+
     def redirected(*args: Any) -> Any:
         del module.__dict__["forward"]  # the step may call the module's real forward
         output = module.training_step(*args)
-        ddp.require_backward_grad_sync = False
+        fields["require_backward_grad_sync"] = False
         return output
 
     module.__dict__["forward"] = redirected
@@ -438,8 +493,30 @@ def _ddp_training_step(
         output = ddp(batch, batch_idx)
     finally:
         module.__dict__.pop("forward", None)
-    ddp.require_backward_grad_sync = True
+    fields["require_backward_grad_sync"] = True
     return output
+
+
+def _prepare_for_backward(model: Any, loss: torch.Tensor) -> None:
+    """``DDPStrategy.pre_backward`` under manual optimization: Lightning's
+    ``prepare_for_backward`` (lightning.pytorch.overrides.distributed, unchanged 2.4.0 to
+    2.6.6), its flag assigned without ``nn.Module.__setattr__`` (whose checks for a parameter,
+    a module or a buffer cost more than the rest: a bool is none of them)."""
+    if not isinstance(model, DistributedDataParallel):
+        return
+    fields = model.__dict__
+    if torch.is_grad_enabled() and fields["require_backward_grad_sync"]:
+        fields["require_forward_param_sync"] = True
+        args = (
+            list(_find_tensors(loss))
+            if model.find_unused_parameters and not model.static_graph
+            else []
+        )
+        reducer = model.reducer
+        reducer._rebuild_buckets()
+        reducer.prepare_for_backward(args)
+    else:
+        fields["require_forward_param_sync"] = False
 
 
 def _manual_step(
@@ -517,6 +594,10 @@ class BackendFastPath:
         # The base strategy's pre/post backward do nothing (a single device's): not called, and
         # post_backward's detached loss not made.
         self.pre_backward = overrides(strategy, Strategy, "pre_backward")
+        # DDP's (manual optimization: prepare the reducer), done here when it is DDPStrategy's
+        self.ddp_pre_backward = (
+            self.pre_backward and type(strategy).pre_backward is DDPStrategy.pre_backward
+        )
         self.post_backward = overrides(strategy, Strategy, "post_backward")
         # With the lean dispatch, a hook no callback overrides is not dispatched (nothing runs).
         self.watch = hooks.BusyHooks(trainer, _FAST_PATH_HOOKS)
@@ -546,7 +627,9 @@ class BackendFastPath:
 
     def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         trainer, module, strategy, watch = self.trainer, self.module, self.strategy, self.watch
-        if self.pre_backward:
+        if self.ddp_pre_backward:
+            _prepare_for_backward(strategy.model, loss)
+        elif self.pre_backward:
             strategy.pre_backward(loss)
         busy = watch.busy if trainer.callbacks == watch.seen else watch.refresh()
         if "on_before_backward" in busy:

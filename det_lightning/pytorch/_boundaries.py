@@ -59,6 +59,10 @@ class Schedule:
             (Boundary.CHECKPOINT, checkpoint_period),
             (Boundary.REPORT, reporting_period),
         ]
+        # reached()'s answer for most batches, worked out once per stretch between boundaries:
+        # no boundary lies strictly between _quiet_from and _quiet_to (None: ask every batch).
+        self._quiet_from = 0
+        self._quiet_to: Optional[int] = None
 
     def total_batches(self) -> int:
         """Batches trained when ``max_length`` is reached (one in test mode)."""
@@ -74,6 +78,38 @@ class Schedule:
 
     def reached(self, batches_trained: int) -> FrozenSet[Boundary]:
         """The boundaries reached by the batch that brought the count to ``batches_trained``."""
+        quiet_to = self._quiet_to
+        if quiet_to is not None and self._quiet_from < batches_trained < quiet_to:
+            return _NONE_REACHED
+        hit = self._reached(batches_trained)
+        self._quiet_from, self._quiet_to = batches_trained, self._next_boundary(batches_trained)
+        return hit
+
+    def _next_boundary(self, batches_trained: int) -> Optional[int]:
+        """The first count above ``batches_trained`` that may reach a boundary, when every
+        period is a whole number of batches or epochs (else None: ``reached`` works each
+        batch out).
+
+        >>> Schedule(Epoch(2), Batch(4), Epoch(1), Batch(100), epoch_len=5)._next_boundary(5)
+        8
+        """
+        total = self.total_batches()
+        if total <= batches_trained:  # past the end every count reaches TRAIN
+            return None
+        upcoming = [total]
+        for _, unit in self._periods:
+            if unit is None:
+                continue
+            if type(unit) is Batch and type(unit.value) is int and unit.value >= 1:
+                every = unit.value
+            elif type(unit) is Epoch and type(unit.value) is int and unit.value >= 1:
+                every = unit.value * self.epoch_len
+            else:  # a list of batches, AnyOf, a period below 1: asked every batch
+                return None
+            upcoming.append((batches_trained // every + 1) * every)
+        return min(upcoming)
+
+    def _reached(self, batches_trained: int) -> FrozenSet[Boundary]:
         hit: Set[Boundary] = set()
         for kind, unit in self._periods:
             if unit is None:

@@ -413,10 +413,13 @@ def to_device(data: Any, device: torch.device, warned_types: Optional[Set[Type]]
     """
     if warned_types is None:
         warned_types = set()
-    return _to_device(data, device, warned_types, copy_options(device))
+    return move_to_device(data, device, warned_types, copy_options(device))
 
 
-def _to_device(data: Any, device: torch.device, warned_types: Set[Type], kw: Dict[str, Any]) -> Any:
+def move_to_device(
+    data: Any, device: torch.device, warned_types: Set[Type], kw: Dict[str, Any]
+) -> Any:
+    """``to_device`` with the copy's keyword arguments given (``copy_options(device)``)."""
     if isinstance(data, torch.Tensor):
         return data.to(device, **kw)
     # (a plain tensor inside is moved here, without a call of its own)
@@ -424,14 +427,14 @@ def _to_device(data: Any, device: torch.device, warned_types: Set[Type], kw: Dic
         return {
             k: v.to(device, **kw)
             if type(v) is torch.Tensor
-            else _to_device(v, device, warned_types, kw)
+            else move_to_device(v, device, warned_types, kw)
             for k, v in data.items()
         }
     if isinstance(data, (list, tuple)):
         moved = [
             v.to(device, **kw)
             if type(v) is torch.Tensor
-            else _to_device(v, device, warned_types, kw)
+            else move_to_device(v, device, warned_types, kw)
             for v in data
         ]
         if isinstance(data, list):

@@ -15,6 +15,7 @@ from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.loops.evaluation_loop import _EvaluationLoop
 from lightning.pytorch.loops.training_epoch_loop import _TrainingEpochLoop
 from lightning.pytorch.trainer.connectors.logger_connector.logger_connector import _LoggerConnector
+from lightning.pytorch.utilities.combined_loader import _MaxSizeCycle
 
 from det_lightning import pytorch
 from det_lightning.adapters.lightning import hooks, lean, lean_validation, versions
@@ -41,6 +42,10 @@ def _state(trainer: pl.Trainer, pl_module: Any) -> Tuple[Any, ...]:
         _values(connector._progress_bar_metrics),
         _values(connector._logged_metrics),
     )
+    # the training fetch's counters (the lean advance inlines the fetcher's and the combined
+    # loader's next() for one loader)
+    fetcher: Any = trainer.fit_loop._data_fetcher
+    cycle = getattr(getattr(fetcher, "_combined_loader", None), "_iterator", None)
     return (
         *cached,
         trainer.global_step,
@@ -56,6 +61,8 @@ def _state(trainer: pl.Trainer, pl_module: Any) -> Tuple[Any, ...]:
         trainer.validating,
         # what the lean validation step's copy of on_batch_start sets (decides on_step metrics)
         connector._first_loop_iter,
+        None if fetcher is None else (fetcher.fetched, fetcher.done, fetcher.length),
+        None if cycle is None else (cycle._idx, list(getattr(cycle, "_consumed", []))),
         _values(trainer.callback_metrics),
         _values(trainer.progress_bar_metrics),
         _values(trainer.logged_metrics),
@@ -142,11 +149,19 @@ def _compare_lean_and_plain(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPa
         "_should_accumulate",
         lambda self: (between.append(type(self).__name__), accumulate(self))[1],
     )
+    # The training fetch: Lightning's four levels of next(), or the lean advance's one.
+    fetches: List[int] = []
+    cycle_next = _MaxSizeCycle.__next__
+    monkeypatch.setattr(
+        _MaxSizeCycle, "__next__", lambda self: (fetches.append(1), cycle_next(self))[1]
+    )
     lean_trial, lean_events, lean_csv = _run(tmp_path, "lean")
     assert between == []  # the lean done, on_advance_end and step metrics ran
+    assert fetches == []  # every training batch fetched inline
     monkeypatch.setenv(lean.LEAN_ENV, "0")
     plain_trial, plain_events, plain_csv = _run(tmp_path, "plain")
     assert between.count(_TrainingEpochLoop.__name__) >= 3 * 20  # three per batch
+    assert len(fetches) >= 20
     # The lean step skips it while nothing was logged in the pass, Lightning's never does.
     lean_updates = step_metric_updates.count(LeanEvaluationLoop.__name__)
     assert 0 < lean_updates < step_metric_updates.count(_EvaluationLoop.__name__)

@@ -124,3 +124,31 @@ def test_reached_answers_as_unit_reached(period: object) -> None:
     for n in range(0, 41):
         expected = period is not None and unit_reached(period, n, 4)
         assert (V in schedule.reached(n)) == expected, n
+
+
+def test_reached_skips_the_stretches_between_boundaries_without_missing_one() -> None:
+    """``reached`` answers from its cached stretch (no boundary strictly between two counts)
+    exactly as working each count out does: every mix of periods, lengths in batches and
+    epochs, counts in order and shuffled, past the end of training."""
+    import random
+
+    from det_lightning.pytorch._units import AnyOf
+
+    periods = [None, Batch(1), Batch(3), Batch(7), Batch(0), Epoch(1), Epoch(2)]
+    periods += [Batch([2, 5, 9]), AnyOf(Batch([6, 12]), Epoch(1))]
+    rng = random.Random(0)
+    cached = 0
+    for _ in range(400):
+        epoch_len = rng.randint(1, 9)
+        length = rng.choice([Batch(rng.randint(1, 40)), Epoch(rng.randint(1, 4))])
+        chosen = [rng.choice(periods) for _ in range(3)]
+        schedule = Schedule(length, *chosen, epoch_len=epoch_len)
+        counts = list(range(60))
+        if rng.random() < 0.3:
+            rng.shuffle(counts)
+        for n in counts:
+            cached += (
+                schedule._quiet_to is not None and schedule._quiet_from < n < schedule._quiet_to
+            )
+            assert schedule.reached(n) == schedule._reached(n), (length, chosen, epoch_len, n)
+    assert cached > 200  # the stretches were used, not only worked out
