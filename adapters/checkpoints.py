@@ -10,14 +10,15 @@ One save, as Determined orders its callbacks::
         on_checkpoint_save_start(state_dict)    # may still edit the state dict
         the state copied (snapshot)             # training goes on from here
         [background thread] state_dict.pth, trial_state.pkl, load_data.json, metadata.json,
-                            code/; fsync; rename to root/uuid; (URL root: upload, marker last)
+                            code/; fsync; root.stage: rename to root/uuid (a directory:
+                            published); root.publish (a URL: upload, marker last)
     ... training goes on; between batches, once the write has ended (or when something needs it:
     the next save, a validation's report, fit()'s end, a preemption):
     on_checkpoint_end(root/uuid); on_checkpoint_write_end(root/uuid)   # rank 0
     on_checkpoint_upload_end(uuid)              # every rank (the others at once)
     retention: delete this trial's checkpoints checkpoint_storage no longer keeps (rank 0);
                what it failed to delete is tried again by the next pass, at fit()'s end,
-               and by the next run in the root (it stays marked: ``_remote.sweep``)
+               and by the next run in the root (it stays marked: ``CheckpointStore.sweep``)
 
 The write runs in the training thread instead, and the hooks follow it at once, as in
 Determined, with ``Trainer(sync_checkpoints=True)`` or ``DET_LIGHTNING_SYNC_CHECKPOINTS=1``, and
@@ -26,10 +27,11 @@ and a callback may add files to the directory before the upload). A failed backg
 fails the run with its error at the next of those points (at ``fit()``'s end at the latest); its
 partial directory is removed, so nothing of it is ever visible.
 
-Under a URL root (``_remote``: S3, GCS, Azure) the directory is written into the local cache
-the same way, and then its files are uploaded with the marker ``<uuid>/.complete`` last (by the
-background thread, or after ``on_checkpoint_write_end`` in the training thread), before
-``on_checkpoint_upload_end``, as Determined uploads after ``on_checkpoint_write_end``.
+Under a URL root (``_remote.ObjectStore``: S3, GCS, Azure) the directory is written into the
+local cache (``root.staging()``) the same way, and then ``root.publish`` uploads its files with
+the marker ``<uuid>/.complete`` last (by the background thread, or after
+``on_checkpoint_write_end`` in the training thread), before ``on_checkpoint_upload_end``, as
+Determined uploads after ``on_checkpoint_write_end``.
 
 As with Determined's local (shared_fs) storage, ``on_checkpoint_write_end`` gets the
 checkpoint's final directory, which stays there, so a callback can keep the path to copy or
@@ -42,7 +44,7 @@ on disk is ``retention.py``'s decision, and where a run starts ``resume.py``'s.
 
 import logging
 import pathlib
-from typing import Any, Callable, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional
 
 import lightning.pytorch as pl
 
@@ -64,22 +66,11 @@ from det_lightning.adapters.storage import raise_if_storage_error
 from det_lightning.pytorch import _checkpoint as ckpt
 from det_lightning.pytorch._background import BackgroundWriter, snapshot
 from det_lightning.pytorch._callback import PyTorchCallback
-from det_lightning.pytorch._checkpoint_write import (
-    CheckpointFiles,
-    abandon_partial,
-    begin_atomically,
-    finish_atomically,
-    make_load_data,
-)
+from det_lightning.pytorch._checkpoint_write import CheckpointFiles, make_load_data
 from det_lightning.pytorch._code import code_sources
 from det_lightning.pytorch._identity import IDENTITY_KEY
-from det_lightning.pytorch._remote import (
-    CheckpointRoot,
-    RemoteRoot,
-    delete_checkpoint,
-    local_dir,
-    raise_unless_may_publish,
-)
+from det_lightning.pytorch._local_store import abandon_partial, begin_atomically
+from det_lightning.pytorch._store import CheckpointStore
 
 logger = logging.getLogger("det_lightning.pytorch")
 
@@ -109,7 +100,8 @@ class CheckpointManager:
     """Saves checkpoints of one ``fit()`` and applies the checkpoint policy.
 
     Args:
-        root: the checkpoint directory, or a URL (written locally first, then uploaded).
+        root: where checkpoints go: a directory, or a URL (written locally first, then
+            uploaded; ``_store``).
         module: the ``TrialModule`` being trained.
         policy: ``"best"``, ``"all"`` or ``"none"``.
         metric: the searcher metric ``"best"`` compares.
@@ -122,7 +114,7 @@ class CheckpointManager:
 
     def __init__(
         self,
-        root: CheckpointRoot,
+        root: CheckpointStore,
         module: TrialModule,
         policy: str,
         metric: str,
@@ -133,7 +125,7 @@ class CheckpointManager:
         background: bool = True,
     ) -> None:
         self.root = root
-        self.local_root = local_dir(root)  # where checkpoints are written on this machine
+        self.local_root = root.staging()  # where checkpoints are written on this machine
         self.module = module
         self.policy = policy
         self.metric = metric
@@ -159,7 +151,7 @@ class CheckpointManager:
         background = background and chief and not _observes_writes(module.det_callbacks)
         self.writer = BackgroundWriter() if background else None
         self.pending: Optional[str] = None  # the UUID being written in the background
-        self.uploaded: Optional[RemoteRoot] = None  # where the background thread uploaded it
+        self.published: Optional[CheckpointStore] = None  # where the background thread put it
         # Every Lightning checkpoint of the module (ours, a user's ModelCheckpoint) carries the
         # Determined state, so a .ckpt file can be exported to a Determined checkpoint.
         module.set_checkpoint_extras(self.lightning_extras)
@@ -252,11 +244,11 @@ class CheckpointManager:
             raise_if_storage_error(e, self.local_root / uuid)  # with the path and the cause
             raise
         if request.path is None:  # another rank writes it
-            self._after_write(uuid, None, uploaded=None)
+            self._after_write(uuid, None, published=None)
             return uuid
         self._note(uuid)
         if self.writer is None:
-            self._after_write(uuid, request.path, uploaded=None)
+            self._after_write(uuid, request.path, published=None)
         else:
             self.pending = uuid
         return uuid
@@ -271,26 +263,16 @@ class CheckpointManager:
             abandon_partial(partial)
             raise
         if self.writer is None:
-            return finish_atomically(
-                self.local_root, uuid, partial, files.write, self._before_rename()
-            )
-        self.uploaded = None
+            return self.root.stage(uuid, partial, files.write)
+        self.published = None
         self.writer.submit(lambda: self._write_in_background(uuid, partial, files))
         return self.local_root / uuid
 
     def _write_in_background(
         self, uuid: str, partial: pathlib.Path, files: CheckpointFiles
     ) -> None:
-        local = finish_atomically(
-            self.local_root, uuid, partial, files.write, self._before_rename()
-        )
-        if isinstance(self.root, RemoteRoot):  # marker last
-            self.uploaded = self.root.upload(uuid, local)
-
-    def _before_rename(self) -> Optional[Callable[[], None]]:
-        """On a local root the rename publishes the checkpoint, so the publish checks (a
-        search's lease) run right before it; a bucket's upload runs them before its marker."""
-        return None if isinstance(self.root, RemoteRoot) else raise_unless_may_publish
+        local = self.root.stage(uuid, partial, files.write)  # a directory: published now
+        self.published = self.root.publish(uuid, local)  # a bucket: uploaded, marker last
 
     def wait_for_write(self) -> None:
         """Waits for the checkpoint being written in the background, if any, then runs what
@@ -308,7 +290,7 @@ class CheckpointManager:
         except Exception as e:
             raise_if_storage_error(e, self.local_root / uuid)
             raise
-        self._after_write(uuid, self.local_root / uuid, uploaded=self.uploaded)
+        self._after_write(uuid, self.local_root / uuid, published=self.published)
 
     def poll(self) -> None:
         """Completes the background write if it has ended (between batches; never waits)."""
@@ -344,18 +326,19 @@ class CheckpointManager:
             logger.error(f"Writing checkpoint {uuid} failed too: {type(e).__name__}: {e}")
 
     def _after_write(
-        self, uuid: str, path: Optional[pathlib.Path], uploaded: Optional[RemoteRoot]
+        self, uuid: str, path: Optional[pathlib.Path], published: Optional[CheckpointStore]
     ) -> None:
-        """Determined's hooks after a write (``path``: on the chief), the upload unless done,
-        the log line and retention; on every rank, in the training thread."""
+        """Determined's hooks after a write (``path``: on the chief), the publish unless done
+        (a bucket's upload), the log line and retention; on every rank, in the training
+        thread."""
         module = self.module
-        where: Any = path
+        where: Optional[CheckpointStore] = None
         if path is not None:
             for callback in module.det_callbacks.values():
                 callback.on_checkpoint_end(str(path))
                 callback.on_checkpoint_write_end(str(path))
-            if isinstance(self.root, RemoteRoot):  # with what the callbacks added; marker last
-                where = uploaded if uploaded is not None else self.root.upload(uuid, path)
+            # With what the callbacks added; in a bucket, marker last.
+            where = published if published is not None else self.root.publish(uuid, path)
         for callback in module.det_callbacks.values():
             callback.on_checkpoint_upload_end(uuid=uuid)
         if path is not None:
@@ -387,9 +370,9 @@ class CheckpointManager:
         (earlier runs' after a resume, and ours); never touches any other checkpoint."""
         keep = choose_kept(self.entries, self.retention, self.smaller_is_better)
         for entry in [e for e in self.entries if e.uuid not in keep]:
-            if not delete_checkpoint(self.root, entry.uuid):
+            if not self.root.delete(entry.uuid):
                 continue  # logged and marked; tried again by the next pass, at fit()'s end
-                # and by the next run in this root (_remote.sweep)
+                # and by the next run in this root (CheckpointStore.sweep)
             self.entries.remove(entry)
             if entry.uuid in self.written:
                 self.written.remove(entry.uuid)

@@ -43,13 +43,12 @@ from det_lightning.adapters.schedule import ScheduleCallback
 from det_lightning.adapters.storage import check_checkpoint_dir
 from det_lightning.adapters.trainer_args import lightning_trainer_kwargs
 from det_lightning.adapters.trial_state import TrialProgress
-from det_lightning.pytorch import _checkpoint as ckpt
 from det_lightning.pytorch._background import sync_checkpoints
 from det_lightning.pytorch._boundaries import Schedule
 from det_lightning.pytorch._callback import PyTorchCallback
 from det_lightning.pytorch._context import PyTorchTrialContext
-from det_lightning.pytorch._remote import CheckpointRoot, sweep
 from det_lightning.pytorch._result import FitArgs, FitResult, TrainerOptions
+from det_lightning.pytorch._store import CheckpointStore
 from det_lightning.pytorch._trial import PyTorchTrial, is_overridden, pre_012_api
 
 logger = logging.getLogger("det_lightning.pytorch")
@@ -124,14 +123,14 @@ def run_fit(
     started = time.monotonic()
     check_trial(trial, context)
     callbacks = build_callbacks(trial)
-    root = options.checkpoint_dir  # a directory or a URL (_remote.RemoteRoot)
+    root = options.checkpoint_dir  # a directory or a URL (_store.CheckpointStore)
     check_checkpoint_dir(root, context.distributed, context.models)
     plan = plan_resume(args.latest_checkpoint, root, identity_of(trial, context))
     args = dataclasses.replace(args, latest_checkpoint=plan.name)
     context.engine.steps_completed = plan.first_batch
     if context.distributed.rank == 0:
         spare = plan.path.name if plan.path is not None else None  # what this run resumes
-        for leftover in sweep(root, spare):
+        for leftover in root.sweep(spare):
             logger.info(f"Finished deleting {leftover}, which an earlier run had begun to delete.")
         logger.info(
             f"checkpoints go to {root}; TensorBoard files to {options.tensorboard_dir}"
@@ -151,7 +150,7 @@ def run_fit(
             result, options.searcher_metric, options.smaller_is_better, resume_from
         ):
             logger.info(line)
-    signals.raise_if_received(root / newest if newest else ckpt.latest_checkpoint(root), root)
+    signals.raise_if_received(root / newest if newest else root.latest(), root)
     return result, trainer
 
 
@@ -163,7 +162,7 @@ def _train(
     stop_signal: Callable[[bool], bool],
     callbacks: Dict[str, PyTorchCallback],
     plan: ResumePlan,
-    root: CheckpointRoot,
+    root: CheckpointStore,
 ) -> Tuple[FitResult, pl.Trainer]:
     module = TrialModule(
         TrialSetup(

@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     import lightning.pytorch as pl
 
     from det_lightning.core import DistributedContext
-    from det_lightning.pytorch._remote import CheckpointRoot
+    from det_lightning.pytorch._store import CheckpointStore
 
 logger = logging.getLogger("det_lightning.pytorch")
 
@@ -122,7 +122,7 @@ class SignalWatcher:
         return local or self.received is not None
 
     def raise_if_received(
-        self, checkpoint: Optional["CheckpointRoot"], root: "CheckpointRoot"
+        self, checkpoint: Optional["CheckpointStore"], root: "CheckpointStore"
     ) -> None:
         """After a signal, ends ``fit()`` with ``TrialPreempted``; the log says how to resume."""
         received = [self.received]

@@ -21,15 +21,16 @@ fit() ends
 """
 
 import dataclasses
-from typing import Any, Dict, List, Optional, Set
+import pathlib
+from typing import Any, Dict, List, Optional, Set, Union
 
 import lightning.pytorch as pl
 
 from det_lightning.adapters import metrics as metric_utils
 from det_lightning.adapters.module import TrialModule
 from det_lightning.pytorch._context import PyTorchTrialContext
-from det_lightning.pytorch._remote import CheckpointRoot
 from det_lightning.pytorch._result import FitResult
+from det_lightning.pytorch._store import CheckpointStore
 from det_lightning.pytorch._trial import PyTorchTrial
 
 # Determined's counters: added to reported dicts, kept by Lightning itself, never self.log'ged.
@@ -148,7 +149,10 @@ def _log_per_batch(
 
 
 def closing_summary(
-    result: FitResult, metric: str, smaller_is_better: bool, resume_from: Optional[CheckpointRoot]
+    result: FitResult,
+    metric: str,
+    smaller_is_better: bool,
+    resume_from: Union[CheckpointStore, pathlib.Path, None],
 ) -> List[str]:
     """The lines that close a ``fit()``: what was trained, ``metric`` (the searcher metric), and
     the checkpoint to resume from.

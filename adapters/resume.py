@@ -38,17 +38,11 @@ from det_lightning.adapters import stateful
 from det_lightning.adapters.module import TrialModule
 from det_lightning.adapters.retention import steps_from_metadata
 from det_lightning.pytorch import _checkpoint as ckpt
-from det_lightning.pytorch._checkpoint_write import remove_partials, trial_class_spec
+from det_lightning.pytorch._checkpoint_write import trial_class_spec
 from det_lightning.pytorch._identity import RunIdentity, saved_identity
-from det_lightning.pytorch._remote import (
-    CheckpointRoot,
-    RemoteRoot,
-    checkpoint_location,
-    is_url,
-    list_damaged,
-    local_copy,
-    local_dir,
-)
+from det_lightning.pytorch._local_store import remove_partials
+from det_lightning.pytorch._remote import checkpoint_location, is_url
+from det_lightning.pytorch._store import CheckpointStore
 
 logger = logging.getLogger("det_lightning.pytorch")
 
@@ -94,7 +88,7 @@ def identity_of(trial: Any, context: Any) -> RunIdentity:
 
 
 def plan_resume(
-    latest_checkpoint: Optional[str], root: CheckpointRoot, identity: RunIdentity
+    latest_checkpoint: Optional[str], root: CheckpointStore, identity: RunIdentity
 ) -> ResumePlan:
     """Resolves ``fit(latest_checkpoint=...)``, or ``$DET_LIGHTNING_LATEST_CHECKPOINT`` when
     it is None, and reads the checkpoint. ``"latest"`` with no complete checkpoint under
@@ -158,7 +152,7 @@ def _refuse_unless_warm_start(
 
 
 def _locate(
-    requested: Optional[str], root: CheckpointRoot, identity: RunIdentity
+    requested: Optional[str], root: CheckpointStore, identity: RunIdentity
 ) -> Tuple[Optional[pathlib.Path], bool, Optional[str]]:
     """The (local) checkpoint directory to resume from, whether it is trusted, and its name.
     A checkpoint under a URL is downloaded into the cache first."""
@@ -172,10 +166,10 @@ def _locate(
         return None, False, None
     if requested != "latest":
         return resolve_checkpoint(requested, root), True, requested
-    for partial in remove_partials(local_dir(root)):
+    for partial in remove_partials(root.staging()):
         logger.info(f"Deleted the unfinished checkpoint {partial}.")
     found = _latest_of_run(root, identity)
-    damaged = list_damaged(root)
+    damaged = root.damaged()
     if damaged:
         logger.warning(damaged_warning(source, damaged, found))
     if found is None:
@@ -185,10 +179,10 @@ def _locate(
             )
         return None, False, None
     logger.info(f"{source}: resuming from {found}.")
-    return local_copy(found), False, str(found)
+    return found.local_copy(), False, str(found)
 
 
-def _latest_of_run(root: CheckpointRoot, identity: RunIdentity) -> Optional[CheckpointRoot]:
+def _latest_of_run(root: CheckpointStore, identity: RunIdentity) -> Optional[CheckpointStore]:
     """The newest checkpoint of this run under ``root``; for a trial of an experiment with
     none there, under the trial's directory of the layout before experiment ids
     (``<root>/trial-<n>``, whose checkpoints match by trial class and hyperparameters)."""
@@ -196,7 +190,7 @@ def _latest_of_run(root: CheckpointRoot, identity: RunIdentity) -> Optional[Chec
     if identity.experiment_id is not None and root.parent.name == identity.experiment_id:
         roots.append(root.parent.parent / root.name)
     for where in roots:
-        found, passed = ckpt.latest_of_run(where, identity)
+        found, passed = where.latest_of_run(identity)
         if passed:
             logger.info(
                 f"latest: passed over {len(passed)} checkpoint(s) of other runs under {where}: "
@@ -208,7 +202,7 @@ def _latest_of_run(root: CheckpointRoot, identity: RunIdentity) -> Optional[Chec
 
 
 def damaged_warning(
-    source: str, damaged: List[Tuple[CheckpointRoot, List[str]]], found: Optional[CheckpointRoot]
+    source: str, damaged: List[Tuple[CheckpointStore, List[str]]], found: Optional[CheckpointStore]
 ) -> str:
     """What ``latest`` says of checkpoints it cannot resume from: each one and what it lacks,
     where it resumes instead, and how to proceed.
@@ -236,23 +230,19 @@ def damaged_warning(
     )
 
 
-def resolve_checkpoint(latest_checkpoint: str, root: CheckpointRoot) -> pathlib.Path:
-    """A checkpoint path or URL, or a UUID under ``root``; a URL's checkpoint is downloaded.
+def resolve_checkpoint(latest_checkpoint: str, root: CheckpointStore) -> pathlib.Path:
+    """A checkpoint path or URL (with ``root``'s endpoint and keys when of its scheme), or a
+    UUID under ``root``; a URL's checkpoint is downloaded.
 
     Raises:
         InvalidCheckpointException: nothing of that name exists.
     """
     if is_url(latest_checkpoint):
-        named = checkpoint_location(latest_checkpoint)
-        if isinstance(named, RemoteRoot) and isinstance(root, RemoteRoot):
-            named = RemoteRoot(named.url, root.options if named.scheme == root.scheme else ())
-        return local_copy(named)
+        return checkpoint_location(latest_checkpoint, beside=root).local_copy()
     path = pathlib.Path(latest_checkpoint).expanduser()
     if path.is_dir():
         return path
-    if isinstance(root, RemoteRoot):
-        return (root / latest_checkpoint).download()  # a UUID under the URL root
-    under_root = root / latest_checkpoint
+    under_root = root.fetch(latest_checkpoint)  # a bucket's: downloaded (or refused)
     if under_root.is_dir():
         return under_root
     raise errors.InvalidCheckpointException(

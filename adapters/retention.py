@@ -17,7 +17,7 @@ from typing import Any, Dict, List, NamedTuple, Optional, Set
 
 from det_lightning import errors
 from det_lightning.pytorch import _checkpoint as ckpt
-from det_lightning.pytorch._remote import CheckpointRoot, delete_checkpoint, list_complete
+from det_lightning.pytorch._store import CheckpointStore
 
 RUN_KEY = "det_lightning_run"  # metadata.json: one id for every run (resume) of a trial
 VALIDATION_KEY = "det_lightning_validation"  # metadata.json: {"metric", "value"} or null
@@ -100,13 +100,13 @@ def choose_kept(entries: List[Entry], retention: Retention, smaller_is_better: b
 
 
 def run_entries(
-    root: CheckpointRoot, run_id: str, metric: str, listed: Optional[List[ckpt.Listed]] = None
+    root: CheckpointStore, run_id: str, metric: str, listed: Optional[List[ckpt.Listed]] = None
 ) -> List[Entry]:
     """The complete checkpoints under ``root`` (a directory or a URL) of the trial run
     ``run_id``, oldest first, with their recorded ``metric`` (None when recorded for another
-    metric or not at all). ``listed``: ``list_complete(root)``, when already read."""
+    metric or not at all). ``listed``: ``root.complete()``, when already read."""
     found = []
-    for item in list_complete(root) if listed is None else listed:
+    for item in root.complete() if listed is None else listed:
         metadata = item.metadata
         if metadata.get(RUN_KEY) != run_id:
             continue
@@ -118,8 +118,8 @@ def run_entries(
 
 
 def retain_experiment_best(
-    trial_dirs: List[CheckpointRoot], exp_conf: Dict[str, Any]
-) -> List[CheckpointRoot]:
+    trial_dirs: List[CheckpointStore], exp_conf: Dict[str, Any]
+) -> List[CheckpointStore]:
     """Determined's garbage collection at the end of an experiment: in each trial's checkpoint
     directory (its newest run), keeps the ``save_trial_latest`` newest and ``save_trial_best``
     best checkpoints, plus the ``save_experiment_best`` best across all trials; deletes the rest.
@@ -129,9 +129,9 @@ def retain_experiment_best(
     searcher = exp_conf.get("searcher") or {}
     metric = searcher.get("metric", "validation_loss")
     smaller = bool(searcher.get("smaller_is_better", True))
-    per_trial: Dict[CheckpointRoot, List[Entry]] = {}
+    per_trial: Dict[CheckpointStore, List[Entry]] = {}
     for directory in trial_dirs:
-        listed = list_complete(directory)
+        listed = directory.complete()
         newest = max(listed, key=lambda c: (_steps(c.metadata), c.mtime), default=None)
         run_id = newest.metadata.get(RUN_KEY) if newest is not None else None
         if isinstance(run_id, str):
@@ -145,7 +145,7 @@ def retain_experiment_best(
         keep = choose_kept(entries, own, smaller)
         for entry in entries:
             if entry.uuid not in keep and (directory, entry.uuid) not in experiment_best:
-                if delete_checkpoint(directory, entry.uuid):
+                if directory.delete(entry.uuid):
                     deleted.append(directory / entry.uuid)
     return deleted
 

@@ -1,38 +1,36 @@
 """Checkpoint storage problems, reported with the path and the cause.
 
-Before training, ``check_checkpoint_dir`` creates the directory and a probe file in it (and
-deletes the probe), so a missing, read-only or full directory fails the run before any batch is
-trained; a URL root (``_remote``) gets a probe object first (a missing package, bucket or
-credentials). A write that fails later (the disk filled up) becomes a ``CheckpointStorageError``;
+Before training, ``check_checkpoint_dir`` asks the store (``CheckpointStore.problem``), which
+creates the directory and a probe file in it (and deletes the probe), so a missing, read-only or
+full directory fails the run before any batch is trained; a URL root (``_remote``) gets a probe
+object first (a missing package, bucket or credentials), then a probe file in its local copies'
+directory. A write that fails later (the disk filled up) becomes a ``CheckpointStorageError``;
 the checkpoint being written is discarded (``write_atomically``), earlier ones stay, and
 superseded checkpoints are only deleted after a new one is complete.
 """
 
-import errno
 import logging
-import os
 import pathlib
 import shutil
-import tempfile
 from typing import TYPE_CHECKING, Any, Iterable, Optional
 
 import torch
 
 from det_lightning import errors
-from det_lightning.pytorch._remote import CheckpointRoot, RemoteRoot, local_dir
+from det_lightning.pytorch._local_store import describe_os_error, write_probe
+from det_lightning.pytorch._store import CheckpointStore
 
 if TYPE_CHECKING:
     from det_lightning.core import DistributedContext
 
 logger = logging.getLogger("det_lightning.pytorch")
 
-PROBE_BYTES = 4096
 # torch.save reports a failed write of its zip container as a RuntimeError naming these.
 _TORCH_WRITE_FAILURES = ("inline_container", "PytorchStreamWriter", "file write failed")
 
 
 def check_checkpoint_dir(
-    root: CheckpointRoot, distributed: "DistributedContext", models: Iterable[Any]
+    root: CheckpointStore, distributed: "DistributedContext", models: Iterable[Any]
 ) -> None:
     """Raises ``CheckpointStorageError`` if checkpoints cannot be written under ``root``.
 
@@ -42,41 +40,11 @@ def check_checkpoint_dir(
     """
     problem = None
     if distributed.rank == 0:
-        remote = root.problem() if isinstance(root, RemoteRoot) else None
-        local = local_dir(root)
-        problem = remote or probe(local) or space_problem(local, _state_bytes(models))
+        problem = root.problem() or space_problem(root.staging(), _state_bytes(models))
     if distributed.size > 1:
         problem = distributed.broadcast(problem)
     if problem is not None:
         raise errors.CheckpointStorageError(problem)
-
-
-def probe(root: pathlib.Path) -> Optional[str]:
-    """Why files cannot be created in ``root`` (created if missing), or None."""
-    failure = _write_probe(root)
-    if failure is None:
-        return None
-    return (
-        f"Cannot write checkpoints to {root}: {_cause(failure)}. Nothing was trained. Point "
-        "Trainer(checkpoint_dir=...) or $DET_LIGHTNING_CHECKPOINT_DIR at a directory this "
-        "process can create files in."
-    )
-
-
-def _write_probe(root: pathlib.Path) -> Optional[OSError]:
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-        fd, name = tempfile.mkstemp(prefix=".det_lightning_probe_", dir=root)
-        try:
-            if os.write(fd, b"\0" * PROBE_BYTES) < PROBE_BYTES:
-                raise OSError(errno.ENOSPC, "short write (disk full or file-size limit)", name)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-            os.unlink(name)
-    except OSError as e:
-        return e
-    return None
 
 
 def space_problem(root: pathlib.Path, needed: int) -> Optional[str]:
@@ -130,14 +98,14 @@ def raise_if_storage_error(error: BaseException, path: pathlib.Path) -> None:
     if isinstance(error, errors.CheckpointStorageError):
         return
     if isinstance(error, OSError):
-        cause = _cause(error)
+        cause = describe_os_error(error)
     elif isinstance(error, RuntimeError):
-        failure = _write_probe(path.parent)
+        failure = write_probe(path.parent)
         if failure is None and not any(m in str(error) for m in _TORCH_WRITE_FAILURES):
             return
         cause = f"RuntimeError: {error}"
         if failure is not None:
-            cause += f"; a test write there fails too with {_cause(failure)}"
+            cause += f"; a test write there fails too with {describe_os_error(failure)}"
     else:
         return
     free = _free_bytes(path.parent)
@@ -148,12 +116,6 @@ def raise_if_storage_error(error: BaseException, path: pathlib.Path) -> None:
         "kept. Free space (or fix the directory) and resume with "
         "fit(latest_checkpoint='latest')."
     ) from error
-
-
-def _cause(error: OSError) -> str:
-    reason = error.strerror or str(error)
-    target = f" ({error.filename})" if error.filename else ""
-    return f"{type(error).__name__}: {reason}{target}"
 
 
 def _free_bytes(path: pathlib.Path) -> Optional[int]:

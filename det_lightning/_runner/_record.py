@@ -9,13 +9,9 @@ it there and leaves it); the bookkeeping commands read it::
 
 import datetime
 import json
-import os
-import pathlib
-import tempfile
 from typing import Any, Dict
 
 from det_lightning._runner.plan import Plan, UsageError
-from det_lightning.pytorch._remote import RemoteRoot
 
 RECORD_NAME = "experiment.json"
 
@@ -35,36 +31,21 @@ def experiment_record(plan: Plan) -> Dict[str, Any]:
 
 def write_experiment_record(plan: Plan) -> None:
     """Writes ``experiment.json`` into the experiment's folder unless one is there: on disk
-    through a temporary file renamed into place (never overwriting), in a bucket as one object.
+    through a temporary file linked into place (never overwriting), in a bucket as one object
+    (``CheckpointStore.write_once``).
 
     Raises:
         UsageError: the folder cannot be made, naming it and the flag that moves it.
     """
     text = json.dumps(experiment_record(plan), indent=2, default=str)
     root = plan.checkpoint_root
-    if isinstance(root, RemoteRoot):
-        fs, key = root.filesystem(), f"{root.key}/{RECORD_NAME}"
-        if not fs.exists(key):
-            fs.pipe_file(key, text.encode())
-        return
     try:
-        root.mkdir(parents=True, exist_ok=True)
+        root.write_once(RECORD_NAME, text.encode())
     except OSError as e:
         raise UsageError(
             f"the experiment's record {root / RECORD_NAME} cannot be written in {root} "
             f"({e.strerror or e}); give a writable folder with --checkpoint-dir."
         ) from None
-    if (root / RECORD_NAME).exists():
-        return
-    fd, partial = tempfile.mkstemp(prefix=f".{RECORD_NAME}.", dir=root)
-    with os.fdopen(fd, "w") as out:
-        out.write(text)
-    try:
-        os.link(partial, root / RECORD_NAME)  # fails if another process wrote it first
-    except FileExistsError:
-        pass
-    finally:
-        pathlib.Path(partial).unlink()
 
 
 __all__ = ["RECORD_NAME", "experiment_record", "write_experiment_record"]

@@ -27,7 +27,8 @@ from det_lightning._env import CHECKPOINT_DIR_ENV, TENSORBOARD_DIR_ENV
 from det_lightning._runner._search_settings import SearchSettings, experiment_id
 from det_lightning._runner.config import ExperimentConfig, random_points
 from det_lightning._runner.harness import parse_command
-from det_lightning.pytorch._remote import CheckpointRoot, checkpoint_location
+from det_lightning.pytorch._remote import checkpoint_location
+from det_lightning.pytorch._store import CheckpointStore
 
 
 class UsageError(ValueError):
@@ -42,8 +43,8 @@ class Plan:
         config: the validated experiment config.
         model_dir: the model definition directory (absolute).
         checkpoint_root: the experiment's folder, ``<checkpoint dir>/<experiment id>``: trial
-            ``n`` checkpoints to ``checkpoint_root / f"trial-{n}"``; an absolute path, or a URL
-            (``_remote.RemoteRoot``, which supports ``/`` too).
+            ``n`` checkpoints to ``checkpoint_root / f"trial-{n}"`` (a namespace of the store: a
+            directory, or a URL; ``_store.CheckpointStore``).
         tensorboard_root: likewise for TensorBoard files, ``<tensorboard dir>/<experiment id>``.
         trials: the hyperparameter values of each trial.
         trial_class: ``module:Class`` for a legacy entrypoint, else None.
@@ -53,7 +54,7 @@ class Plan:
 
     config: ExperimentConfig
     model_dir: pathlib.Path
-    checkpoint_root: CheckpointRoot
+    checkpoint_root: CheckpointStore
     tensorboard_root: pathlib.Path
     trials: List[Dict[str, Any]]
     trial_class: Optional[str]

@@ -13,7 +13,7 @@ import textwrap
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from det_lightning._runner.trial import FINISHED, TrialResult
-from det_lightning.pytorch._remote import CheckpointRoot
+from det_lightning.pytorch._store import CheckpointStore
 
 DEFAULT_WIDTH = 100  # where stdout is no terminal (a log file, a pipe)
 _MIN_HPARAMS = 24  # the hyperparameters column narrows to this before the checkpoints do
@@ -73,7 +73,7 @@ def shared_hparams(results: Sequence[TrialResult]) -> Dict[str, Any]:
     return {k: v for k, v in first.items() if all(k in o and o[k] == v for o in rest)}
 
 
-def _relative(checkpoint: Optional[CheckpointRoot], root: Optional[CheckpointRoot]) -> str:
+def _relative(checkpoint: Optional[CheckpointStore], root: Optional[CheckpointStore]) -> str:
     """``checkpoint`` under ``root`` as the rest of its path, else in full; ``-`` for none."""
     if not checkpoint:
         return "-"
@@ -135,7 +135,7 @@ def format_summary(
     metric: str,
     smaller_is_better: bool,
     *,
-    root: Optional[CheckpointRoot] = None,
+    root: Optional[CheckpointStore] = None,
     width: int = DEFAULT_WIDTH,
     wall_s: Optional[float] = None,
 ) -> str:

@@ -29,8 +29,7 @@ from det_lightning._import import import_from_path
 from det_lightning._runner._template import TrialRequest
 from det_lightning._runner.harness import load_trial_class
 from det_lightning._runner.plan import Plan
-from det_lightning.pytorch import _checkpoint as ckpt
-from det_lightning.pytorch._remote import CheckpointRoot, RemoteRoot
+from det_lightning.pytorch._store import CheckpointStore
 
 logger = logging.getLogger("det_lightning")
 
@@ -59,7 +58,7 @@ class TrialResult:
     # (a signal stopped it here)
     status: str
     best_metric: Optional[float] = None
-    checkpoint: Optional[CheckpointRoot] = None  # a path, or a URL (s3://...)
+    checkpoint: Optional[CheckpointStore] = None  # a directory, or a URL (s3://...)
     batches: Optional[int] = None
     rung: Optional[int] = None
 
@@ -133,7 +132,7 @@ def run_legacy_trial(
     metric, smaller = config.searcher_config.metric, config.searcher_config.smaller_is_better
     assert trainer.result is not None
     best = trainer.result.best_metric(metric, smaller)
-    checkpoint = trainer.result.reported_checkpoint() or ckpt.latest_checkpoint(directory)
+    checkpoint = trainer.result.reported_checkpoint() or directory.latest()
     return TrialResult(
         number, hparams, "COMPLETED", best, checkpoint, batches=trainer.result.batches_trained
     )
@@ -176,8 +175,7 @@ def run_command_trial(
     argv = ["run", *launch_flags(plan.launch), *plan.command]
     env = dict(os.environ)
     env[CHECKPOINT_DIR_ENV] = str(directory)
-    if isinstance(directory, RemoteRoot):  # checkpoint_storage's endpoint and keys
-        env.update(directory.environment())
+    env.update(directory.environment())  # a bucket's: checkpoint_storage's endpoint and keys
     env[TENSORBOARD_DIR_ENV] = str(plan.tensorboard_root / f"trial-{number}")
     env.update(extra_env or {})
     logger.info(f"trial {number}: det-lightning {shlex.join(argv)} in {plan.model_dir}")
@@ -203,7 +201,7 @@ def run_command_trial(
     status = "COMPLETED" if code == 0 else "ERROR"
     if code != 0:
         logger.error(f"trial {number}: the command exited with status {code}")
-    return TrialResult(number, hparams, status, None, ckpt.latest_checkpoint(directory))
+    return TrialResult(number, hparams, status, None, directory.latest())
 
 
 def _wait_unless_lost(

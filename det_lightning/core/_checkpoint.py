@@ -4,7 +4,7 @@ The layout is Determined's local (shared_fs) one: ``<storage>/<storage_id>/`` ho
 the loop wrote plus ``metadata.json`` (the metadata given, as Determined writes it). Unlike
 Determined's shared_fs storage, which writes straight into ``<storage_id>/``, a checkpoint is
 written into a hidden ``.<storage_id>.partial`` directory and renamed when complete
-(``pytorch/_checkpoint_write.py``), so a crash never leaves a directory that looks whole, and a
+(``pytorch/_local_store.py``), so a crash never leaves a directory that looks whole, and a
 deletion takes the name away in one rename.
 """
 
@@ -21,6 +21,7 @@ from det_lightning import errors
 from det_lightning.core._distributed import DistributedContext
 from det_lightning.core._modes import DownloadMode
 from det_lightning.pytorch import _checkpoint_write as write
+from det_lightning.pytorch import _local_store as atomic
 from det_lightning.pytorch._checkpoint import METADATA_FILE
 
 logger = logging.getLogger("det_lightning.core")
@@ -64,13 +65,13 @@ class CheckpointContext:
         self._check_shard("store_path", shard)
         self._require_chief("store_path")
         storage_id = str(uuid.uuid4())
-        partial = write.begin_atomically(self._base_path, storage_id)
+        partial = atomic.begin_atomically(self._base_path, storage_id)
         try:
             yield partial, storage_id
         except BaseException:
-            write.abandon_partial(partial)
+            atomic.abandon_partial(partial)
             raise
-        write.finish_atomically(
+        atomic.finish_atomically(
             self._base_path,
             storage_id,
             partial,
@@ -140,7 +141,7 @@ class CheckpointContext:
     def delete(self, storage_id: str) -> None:
         """Deletes checkpoint ``storage_id``; its name goes in one rename."""
         self._existing(storage_id)
-        if not write.delete_atomically(self._base_path, storage_id):
+        if not atomic.delete_atomically(self._base_path, storage_id):
             raise errors.CheckpointStorageError(f"could not delete checkpoint {storage_id}")
         logger.info(f"deleted checkpoint {storage_id}")
 

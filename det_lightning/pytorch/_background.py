@@ -2,7 +2,7 @@
 
 The training thread takes the checkpoint's state (``snapshot``: a copy of every tensor, so the
 next optimizer step cannot change what is written), hands the write to ``BackgroundWriter`` and
-trains on; the thread serializes, writes, fsyncs and renames (``_checkpoint_write``). Whoever
+trains on; the thread serializes, writes, fsyncs and renames (``CheckpointStore.stage``). Whoever
 needs the checkpoint complete waits for it::
 
     writer.submit(job)          # waits for the write before it first: one write at a time

@@ -15,10 +15,11 @@ One directory per checkpoint, named by a UUID::
       lightning_state.pth   Lightning callbacks' state, when they have any (ours only)
 
 This module names the files and keys and reads them back; ``_state_dicts`` holds what goes into
-``models_state_dict`` and ``rng_state``, and ``_checkpoint_write`` writes a directory (into
-``.<uuid>.partial``, renamed when complete, so a directory that looks whole is whole) and
-deletes one (renamed to ``.<uuid>.deleting`` first, so a killed deletion leaves no broken
-checkpoint under its name).
+``models_state_dict`` and ``rng_state``, ``_checkpoint_write`` writes the files, and
+``_local_store`` writes a directory (into ``.<uuid>.partial``, renamed when complete, so a
+directory that looks whole is whole) and deletes one (renamed to ``.<uuid>.deleting`` first, so
+a killed deletion leaves no broken checkpoint under its name). Where checkpoints live, a
+directory or a bucket, is a ``_store.CheckpointStore``.
 """
 
 import io
@@ -27,27 +28,11 @@ import pathlib
 import pickle
 import re
 import uuid as uuid_lib
-from typing import (
-    TYPE_CHECKING,
-    Any,
-    Collection,
-    Dict,
-    List,
-    NamedTuple,
-    Optional,
-    Tuple,
-    Union,
-    overload,
-)
+from typing import Any, Collection, Dict, List, NamedTuple, Optional, Tuple
 
 import torch
 
 from det_lightning import errors
-from det_lightning.pytorch._identity import IDENTITY_KEY
-
-if TYPE_CHECKING:
-    from det_lightning.pytorch._identity import RunIdentity
-    from det_lightning.pytorch._remote import RemoteRoot
 
 STATE_DICT_FILE = "state_dict.pth"
 STATE_DICT_FILE_DOCS = "state-dict.pth"  # the name Determined's guide uses; accepted on read
@@ -283,7 +268,7 @@ def is_complete(path: pathlib.Path) -> bool:
 def damaged_local(root: pathlib.Path) -> List[Tuple[pathlib.Path, List[str]]]:
     """The checkpoint directories (UUID-named) under ``root`` that are not complete, each with
     what it lacks: files deleted from a finished checkpoint, or a copy cut short. Unfinished
-    writes and deletions have hidden names (``_checkpoint_write``) and are never listed."""
+    writes and deletions have hidden names (``_local_store``) and are never listed."""
     if not root.is_dir():
         return []
     found = []
@@ -313,27 +298,12 @@ def list_local(root: pathlib.Path) -> List[Listed]:
     return found
 
 
-@overload
-def latest_checkpoint(root: pathlib.Path) -> Optional[pathlib.Path]: ...
-@overload
-def latest_checkpoint(root: "RemoteRoot") -> Optional["RemoteRoot"]: ...
-@overload
-def latest_checkpoint(
-    root: Union[pathlib.Path, "RemoteRoot"],
-) -> Optional[Union[pathlib.Path, "RemoteRoot"]]: ...
-def latest_checkpoint(
-    root: Union[pathlib.Path, "RemoteRoot"],
-) -> Optional[Union[pathlib.Path, "RemoteRoot"]]:
-    """The complete checkpoint under ``root`` with the most batches trained (newest on ties);
-    under a URL root (``_remote.RemoteRoot``, which lists its own) only checkpoints with their
-    marker count."""
-    listed = list_local(root) if isinstance(root, pathlib.Path) else root.complete()
-    return _newest(root, listed)
+def newest(listed: List[Listed]) -> Optional[str]:
+    """The name of the checkpoint in ``listed`` with the most batches trained (newest on ties).
 
-
-def _newest(
-    root: Union[pathlib.Path, "RemoteRoot"], listed: List[Listed]
-) -> Optional[Union[pathlib.Path, "RemoteRoot"]]:
+    >>> newest([Listed("a", {"steps_completed": 9}, 1.0), Listed("b", {"steps_completed": 3}, 2.0)])
+    'a'
+    """
     best, best_key = None, (-1, -1.0)
     for entry in listed:
         try:
@@ -342,37 +312,20 @@ def _newest(
             continue
         if key > best_key:
             best, best_key = entry.name, key
+    return best
+
+
+def latest_checkpoint(root: pathlib.Path) -> Optional[pathlib.Path]:
+    """The complete checkpoint in directory ``root`` with the most batches trained (newest on
+    ties); a store of either kind: ``CheckpointStore.latest``."""
+    best = newest(list_local(root))
     return None if best is None else root / best
 
 
-def read_load_data(root: Union[pathlib.Path, "RemoteRoot"], name: str) -> Dict[str, Any]:
-    """``load_data.json`` of checkpoint ``name`` under ``root`` ({} when absent or unreadable)."""
+def read_load_data(root: pathlib.Path, name: str) -> Dict[str, Any]:
+    """``load_data.json`` of checkpoint ``name`` in ``root`` ({} when absent or unreadable)."""
     try:
-        if isinstance(root, pathlib.Path):
-            text = (root / name / LOAD_DATA_FILE).read_text()
-        else:
-            where = root / name
-            text = where.filesystem().cat_file(f"{where.key}/{LOAD_DATA_FILE}").decode()
-        content = json.loads(text)
+        content = json.loads((root / name / LOAD_DATA_FILE).read_text())
     except (OSError, ValueError):
         return {}
     return content if isinstance(content, dict) else {}
-
-
-def latest_of_run(
-    root: Union[pathlib.Path, "RemoteRoot"], identity: "RunIdentity"
-) -> Tuple[Optional[Union[pathlib.Path, "RemoteRoot"]], List[str]]:
-    """Like ``latest_checkpoint``, among the checkpoints ``identity`` may resume from (its own
-    run's: ``_identity``); also the ones passed over, each as ``"<uuid> (<how it differs>)"``."""
-    from det_lightning.pytorch._identity import saved_identity
-
-    listed = list_local(root) if isinstance(root, pathlib.Path) else root.complete()
-    mine, passed = [], []
-    for entry in listed:
-        load_data = None if IDENTITY_KEY in entry.metadata else read_load_data(root, entry.name)
-        differs = identity.mismatch(saved_identity(entry.metadata, load_data))
-        if differs is None:
-            mine.append(entry)
-        else:
-            passed.append(f"{entry.name} ({differs})")
-    return _newest(root, mine), sorted(passed)

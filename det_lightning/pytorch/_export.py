@@ -37,8 +37,9 @@ import torch
 from det_lightning import errors
 from det_lightning._env import CHECKPOINT_DIR_ENV
 from det_lightning.pytorch import _checkpoint as ckpt
-from det_lightning.pytorch._checkpoint_write import write_atomically, write_files
+from det_lightning.pytorch._checkpoint_write import write_files
 from det_lightning.pytorch._load import read_load_data
+from det_lightning.pytorch._local_store import write_atomically
 from det_lightning.pytorch._remote import is_url
 from det_lightning.pytorch._state_dicts import safe_rng_state
 

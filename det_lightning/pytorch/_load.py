@@ -18,7 +18,7 @@ from det_lightning import errors
 from det_lightning._import import import_from_path
 from det_lightning.pytorch import _checkpoint as ckpt
 from det_lightning.pytorch._context import PyTorchTrialContext
-from det_lightning.pytorch._remote import checkpoint_location, is_url, local_copy
+from det_lightning.pytorch._remote import checkpoint_location
 from det_lightning.pytorch._state_dicts import load_models
 from det_lightning.pytorch._trial import PyTorchTrial
 
@@ -165,7 +165,7 @@ def load_trial_from_checkpoint_path(
             stacklevel=2,
         )
         torch_load_kwargs = kwargs
-    ckpt_dir = local_copy(checkpoint_location(path)) if is_url(path) else pathlib.Path(path)
+    ckpt_dir = checkpoint_location(path).local_copy()  # a URL's: downloaded
     load_data = read_load_data(ckpt_dir)
     state = ckpt.read_state_dict(ckpt_dir, **(torch_load_kwargs or {}))
     if trial_class is None:

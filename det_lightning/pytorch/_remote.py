@@ -1,41 +1,31 @@
-"""Checkpoint roots on object stores (S3, GCS, Azure), through fsspec.
+"""``ObjectStore``: a ``CheckpointStore`` at a URL (S3, GCS, Azure), through fsspec; and
+``checkpoint_location``, which makes a store of either kind from a path or URL.
 
-A checkpoint root is a local directory (a ``pathlib.Path``) or a URL (``RemoteRoot``); both
-hold one ``<uuid>`` directory (prefix) per checkpoint with the same files. An object store has
-no atomic rename, so a checkpoint under a URL is visible only once its marker object,
-``<uuid>/.complete`` (a copy of ``metadata.json``), exists::
+An object store holds one ``<uuid>/`` prefix per checkpoint, with the files a directory holds
+(``_checkpoint``). It has no atomic rename, so a checkpoint is visible only once its marker
+object, ``<uuid>/.complete`` (a copy of ``metadata.json``), exists::
 
-    write_atomically(root.staging(), uuid, write)   # the local copy, in the cache directory
-    root.upload(uuid, local copy)                    # every file, then <uuid>/.complete LAST
-                                                     #   (after the publish checks, below)
-    root.complete()                                  # checkpoints with a marker, nothing else
-    (root / uuid).download()                         # into the cache (via .<uuid>.*.downloading);
-                                                     #   reused when already there
-    root.delete(uuid)                                # the marker FIRST, then the other objects
-    root.sweep()                                     # <uuid>/ prefixes without a marker: what a
-                                                     #   killed upload or deletion left
+    store.stage(uuid, partial, write)  # the local copy, in the cache directory (``staging()``)
+    store.publish(uuid, local copy)    # every file, then <uuid>/.complete LAST
+                                       #   (after the publish checks: ``_store``)
+    store.complete()                   # checkpoints with a marker, nothing else
+    store.fetch(uuid)                  # into the cache (via .<uuid>.*.downloading);
+                                       #   reused when already there
+    store.delete(uuid)                 # marked, the marker FIRST, then the other objects
+    store.sweep()                      # <uuid>/ prefixes without a marker: what a killed
+                                       #   upload or deletion left; marked checkpoints
 
-Retention marks a checkpoint before deleting it (``.<uuid>.unkept`` beside it: a file, or an
-object) and removes the mark once it is gone; ``sweep`` finishes a marked checkpoint's deletion
-that failed (``delete_checkpoint``, ``sweep``).
+Retention marks a checkpoint before deleting it (the object ``.<uuid>.unkept`` beside it) and
+removes the mark once it is gone; ``sweep`` finishes a marked checkpoint's deletion that failed.
+A publish the checks forbid removes what it had written (the prefix, without a marker, and the
+local copy).
 
 The local copies live in ``$DET_LIGHTNING_CACHE_DIR`` (default ``~/.cache/det_lightning``)
 under ``checkpoints/<hash of the root URL>/``. fsspec and the store's package (``s3fs``,
-``gcsfs``, ``adlfs``: the extras ``s3``, ``gcs``, ``azure``) are imported only when a URL root
-is used. The functions at the end take either kind of root.
-
-A runner may lose the right to publish a run's checkpoints while it runs: a search's trial whose
-worker lost its lease (another worker took the trial over, and resumes it from the checkpoints
-there were then). It says so with ``publish_check(check)``: ``check()`` runs right before each
-marker is written and before each deletion, and raises to forbid it. An upload it forbids
-removes what it had written (the prefix, without a marker, and the local copy) and raises the
-check's exception; so a stale owner never adds a checkpoint to the trial's root, nor deletes one
-of it, once its right is found gone. (The API never imports the runner: the runner registers the
-check.) One request remains between the check and the marker: a takeover in that moment still
-publishes the checkpoint, which is complete and was trained before the takeover.
+``gcsfs``, ``adlfs``: the extras ``s3``, ``gcs``, ``azure``) are imported only when a URL is
+used.
 """
 
-import contextlib
 import dataclasses
 import datetime
 import hashlib
@@ -47,18 +37,19 @@ import re
 import shutil
 import tempfile
 import uuid as uuid_lib
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 from det_lightning import errors
 from det_lightning.pytorch import _checkpoint as ckpt
-from det_lightning.pytorch._checkpoint_write import (
+from det_lightning.pytorch._local_store import (
+    LocalStore,
     delete_atomically,
-    mark_unkept,
-    marked_unkept,
+    finish_atomically,
+    probe,
     remove_deletions,
     remove_partials,
-    unmark_unkept,
 )
+from det_lightning.pytorch._store import CheckpointStore, raise_unless_may_publish
 
 logger = logging.getLogger("det_lightning.pytorch")
 
@@ -77,38 +68,17 @@ SCHEMES = {
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://(.*)$")
 _UUID = ckpt.UUID_PATTERN
 _FILESYSTEMS: Dict[Tuple[str, Tuple[Tuple[str, str], ...]], Any] = {}
-# Called before a marker is written or a checkpoint deleted; raises to forbid it.
-PublishCheck = Callable[[], None]
-_PUBLISH_CHECKS: List[PublishCheck] = []
-
-
-@contextlib.contextmanager
-def publish_check(check: PublishCheck) -> Iterator[None]:
-    """Inside the block, ``check()`` runs in this process right before each checkpoint marker
-    is written and before each checkpoint is deleted (any thread: the background writer's
-    too); an exception it raises forbids that, and reaches the caller."""
-    _PUBLISH_CHECKS.append(check)
-    try:
-        yield
-    finally:
-        _PUBLISH_CHECKS.remove(check)
-
-
-def raise_unless_may_publish() -> None:
-    """Runs the registered publish checks (see ``publish_check``), in order."""
-    for check in list(_PUBLISH_CHECKS):
-        check()
 
 
 @dataclasses.dataclass(frozen=True)
-class RemoteRoot:
-    """A checkpoint root (or one checkpoint) at a URL such as ``s3://bucket/prefix``.
+class ObjectStore(CheckpointStore):
+    """Checkpoints (or one checkpoint: its address) at a URL such as ``s3://bucket/prefix``.
 
     Args:
         url: ``scheme://bucket/path``, without a trailing slash.
         options: the filesystem's keyword arguments (``endpoint_url``, ``key``, ...).
 
-    >>> root = RemoteRoot("s3://ckpts/run") / "trial-1"
+    >>> root = ObjectStore("s3://ckpts/run") / "trial-1"
     >>> str(root), root.name, str(root.parent), root.bucket
     ('s3://ckpts/run/trial-1', 'trial-1', 's3://ckpts/run', 'ckpts')
     """
@@ -116,8 +86,8 @@ class RemoteRoot:
     url: str
     options: Tuple[Tuple[str, str], ...] = ()
 
-    def __truediv__(self, name: str) -> "RemoteRoot":
-        return RemoteRoot(f"{self.url}/{str(name).strip('/')}", self.options)
+    def child(self, name: str) -> "ObjectStore":
+        return ObjectStore(f"{self.url}/{str(name).strip('/')}", self.options)
 
     def __str__(self) -> str:
         return self.url
@@ -140,8 +110,11 @@ class RemoteRoot:
         return self.key.rsplit("/", 1)[-1]
 
     @property
-    def parent(self) -> "RemoteRoot":
-        return RemoteRoot(self.url.rsplit("/", 1)[0], self.options)
+    def parent(self) -> "ObjectStore":
+        return ObjectStore(self.url.rsplit("/", 1)[0], self.options)
+
+    def options_for(self, scheme: str) -> Tuple[Tuple[str, str], ...]:
+        return self.options if scheme == self.scheme else ()
 
     # ----- the filesystem -----------------------------------------------------------------
     def filesystem(self) -> Any:
@@ -178,8 +151,6 @@ class RemoteRoot:
         return tuple(sorted(options.items()))
 
     def environment(self) -> Dict[str, str]:
-        """The environment variables that give a child process this root's endpoint and keys
-        (a command trial, which has no experiment config of its own)."""
         names = {
             "endpoint_url": "AWS_ENDPOINT_URL_S3",
             "key": "AWS_ACCESS_KEY_ID",
@@ -189,8 +160,6 @@ class RemoteRoot:
         return {names[k]: v for k, v in self.options if k in names}
 
     def staging(self) -> pathlib.Path:
-        """The local directory holding copies of this root's checkpoints (written here first,
-        downloaded here to be read)."""
         digest = hashlib.sha256(self.url.encode()).hexdigest()[:16]
         return cache_dir() / "checkpoints" / f"{self.bucket}-{digest}"
 
@@ -210,7 +179,7 @@ class RemoteRoot:
         """The checkpoints under this root that have their marker and all their files."""
         return [listed for listed, missing in self._marked() if not missing]
 
-    def damaged(self) -> List[Tuple["RemoteRoot", List[str]]]:
+    def damaged(self) -> List[Tuple[CheckpointStore, List[str]]]:
         """The checkpoints under this root with their marker but not all their files (deleted
         from the bucket since), each with what it lacks. Prefixes without a marker are
         unfinished uploads or deletions, which ``sweep`` removes: never listed."""
@@ -233,11 +202,23 @@ class RemoteRoot:
                 found.append((ckpt.Listed(child, metadata, _mtime(files[MARKER])), missing))
         return found
 
+    def exists(self, uuid: str) -> bool:
+        """Whether checkpoint ``uuid`` has its marker."""
+        return self.child(uuid).is_complete()
+
     def is_complete(self) -> bool:
         """Whether this URL is a checkpoint with its marker."""
         return bool(self.filesystem().exists(f"{self.key}/{MARKER}"))
 
-    def download(self) -> pathlib.Path:
+    def read_load_data(self, uuid: str) -> Dict[str, Any]:
+        try:
+            text = self.filesystem().cat_file(f"{self.key}/{uuid}/{ckpt.LOAD_DATA_FILE}")
+            content = json.loads(text)
+        except (OSError, ValueError):
+            return {}
+        return content if isinstance(content, dict) else {}
+
+    def local_copy(self) -> pathlib.Path:
         """This checkpoint's local copy, downloaded into the cache unless already there.
 
         Raises:
@@ -275,7 +256,13 @@ class RemoteRoot:
         return local
 
     # ----- writing and deleting -----------------------------------------------------------
-    def upload(self, uuid: str, local: pathlib.Path) -> "RemoteRoot":
+    def stage(
+        self, uuid: str, partial: pathlib.Path, write: Callable[[pathlib.Path], None]
+    ) -> pathlib.Path:
+        """The local copy only: ``publish`` uploads it."""
+        return finish_atomically(self.staging(), uuid, partial, write)
+
+    def publish(self, uuid: str, local: pathlib.Path) -> "ObjectStore":
         """Uploads the finished checkpoint directory ``local`` as ``<uuid>/``, marker last, if
         the publish checks allow it then.
 
@@ -285,7 +272,7 @@ class RemoteRoot:
                 the local copy are removed.
         """
         fs = self.filesystem()
-        target = self / uuid
+        target = self.child(uuid)
         try:
             for file in sorted(p for p in local.rglob("*") if p.is_file()):
                 fs.put_file(str(file), f"{target.key}/{file.relative_to(local).as_posix()}")
@@ -304,7 +291,7 @@ class RemoteRoot:
         return target
 
     def _upload_failed(
-        self, local: pathlib.Path, target: "RemoteRoot", error: Exception
+        self, local: pathlib.Path, target: "ObjectStore", error: Exception
     ) -> errors.CheckpointStorageError:
         return errors.CheckpointStorageError(
             f"Uploading checkpoint {local} to {target} failed: {type(error).__name__}: {error}. "
@@ -319,10 +306,16 @@ class RemoteRoot:
         if (self.staging() / uuid).exists():
             delete_atomically(self.staging(), uuid)
 
-    def delete(self, uuid: str) -> bool:
-        """Deletes checkpoint ``uuid``: its marker first (it vanishes for every reader at
-        once), then its objects and the local copy. Failures are logged, never raised."""
-        target = self / uuid
+    def write_once(self, name: str, data: bytes) -> None:
+        """As one object."""
+        fs, key = self.filesystem(), f"{self.key}/{name}"
+        if not fs.exists(key):
+            fs.pipe_file(key, data)
+
+    def _remove(self, uuid: str) -> bool:
+        """The marker first (the checkpoint vanishes for every reader at once), then its
+        objects and the local copy."""
+        target = self.child(uuid)
         if not self._remove_object(
             f"{target.key}/{MARKER}", f"Could not delete checkpoint {target}"
         ):
@@ -343,21 +336,16 @@ class RemoteRoot:
         return True
 
     def mark_unkept(self, uuid: str) -> None:
-        """Marks checkpoint ``uuid`` as given up by retention (the object ``.<uuid>.unkept``
-        beside it, which no listing of checkpoints sees); a failure is logged."""
         try:
             self.filesystem().pipe_file(f"{self.key}/.{uuid}{ckpt.UNKEPT_SUFFIX}", b"")
         except Exception as e:
             logger.warning(f"Could not mark checkpoint {self / uuid} for deletion: {e}")
 
     def unmark_unkept(self, uuid: str) -> None:
-        """Removes the mark of checkpoint ``uuid`` (a failure is logged; the next run removes
-        a mark whose checkpoint is gone)."""
         mark = f"{self.key}/.{uuid}{ckpt.UNKEPT_SUFFIX}"
         self._remove_object(mark, f"Could not remove the deletion mark of {self / uuid}")
 
     def marked_unkept(self) -> List[str]:
-        """The names retention marked for deletion directly under this root, sorted."""
         base, suffix = self.key + "/", ckpt.UNKEPT_SUFFIX
         names = [path[len(base) :] for path in self.filesystem().find(self.key)]
         return sorted(
@@ -379,10 +367,10 @@ class RemoteRoot:
             return False
         return True
 
-    def sweep(self) -> List[str]:
-        """Removes ``<uuid>/`` prefixes without a marker (a killed upload or deletion) and the
-        local copies' leftovers; returns what it removed. Only UUID-named prefixes directly
-        under this root are touched (never ``trial-<n>/`` or anything else)."""
+    def _remove_leftovers(self) -> List[str]:
+        """``<uuid>/`` prefixes without a marker (a killed upload or deletion) and the local
+        copies' leftovers. Only UUID-named prefixes directly under this root are touched (never
+        ``trial-<n>/`` or anything else)."""
         removed = []
         for child, files in self._children().items():
             if MARKER not in files and _UUID.match(child) and self._remove_prefix(child):
@@ -393,16 +381,19 @@ class RemoteRoot:
 
     # ----- checks -------------------------------------------------------------------------
     def problem(self) -> Optional[str]:
-        """Why checkpoints cannot be written here (a probe object is written and deleted), or
-        None. Nothing is created locally."""
+        """A probe object first (the package, the bucket, the credentials): nothing is created
+        locally unless that works."""
+        return self._bucket_problem() or probe(self.staging())
+
+    def _bucket_problem(self) -> Optional[str]:
         try:
             fs = self.filesystem()
         except errors.CheckpointStorageError as e:
             return str(e)
-        probe = f"{self.key}/.det_lightning_probe_{uuid_lib.uuid4().hex}"
+        probe_key = f"{self.key}/.det_lightning_probe_{uuid_lib.uuid4().hex}"
         try:
-            fs.pipe_file(probe, b"probe")
-            fs.rm_file(probe)
+            fs.pipe_file(probe_key, b"probe")
+            fs.rm_file(probe_key)
         except FileNotFoundError as e:
             return (
                 f"Cannot write checkpoints to {self}: the bucket {self.bucket!r} does not exist "
@@ -463,38 +454,41 @@ def cache_dir() -> pathlib.Path:
     return pathlib.Path(base).expanduser().absolute() / "det_lightning"
 
 
-# ----- either kind of root ------------------------------------------------------------------
-CheckpointRoot = Union[pathlib.Path, RemoteRoot]
-
-
-def is_url(location: Any) -> bool:
+# ----- either kind ----------------------------------------------------------------------------
+def is_url(location: Union[str, "os.PathLike[str]"]) -> bool:
     """Whether ``location`` is a URL (``s3://...``) rather than a local path.
 
     >>> is_url("s3://b/p"), is_url("/tmp/c"), is_url("gs://b")
     (True, False, True)
     """
-    return isinstance(location, RemoteRoot) or bool(_URL.match(str(location)))
+    return bool(_URL.match(str(location)))
 
 
 def checkpoint_location(
-    location: Union[str, "os.PathLike[str]", RemoteRoot],
+    location: Union[str, "os.PathLike[str]", CheckpointStore],
     exp_conf: Optional[Dict[str, Any]] = None,
-) -> CheckpointRoot:
-    """A local path (made absolute) or a ``RemoteRoot``; a URL gets its endpoint and keys from
-    ``exp_conf["checkpoint_storage"]`` when that is of the URL's type.
+    *,
+    beside: Optional[CheckpointStore] = None,
+) -> CheckpointStore:
+    """The store at ``location``: a ``LocalStore`` for a path (made absolute), an
+    ``ObjectStore`` for a URL, which gets its endpoint and keys from
+    ``exp_conf["checkpoint_storage"]`` when that is of the URL's type, else from ``beside`` (a
+    store the URL was named beside) when that is of its scheme.
 
     Raises:
         CheckpointStorageError: a URL of a scheme no object store here supports.
 
     >>> checkpoint_location("s3://b/p/", {"checkpoint_storage": {"type": "s3",
     ...     "bucket": "b", "endpoint_url": "http://127.0.0.1:9000"}})
-    RemoteRoot(url='s3://b/p', options=(('endpoint_url', 'http://127.0.0.1:9000'),))
+    ObjectStore(url='s3://b/p', options=(('endpoint_url', 'http://127.0.0.1:9000'),))
+    >>> checkpoint_location("/ckpts/run")
+    LocalStore(path=PosixPath('/ckpts/run'))
     """
-    if isinstance(location, RemoteRoot):
+    if isinstance(location, CheckpointStore):
         return location
     match = _URL.match(str(location))
     if match is None:
-        return pathlib.Path(os.path.abspath(os.path.expanduser(str(location))))
+        return LocalStore(pathlib.Path(os.path.abspath(os.path.expanduser(str(location)))))
     scheme, rest = match.group(1).lower(), match.group(2).strip("/")
     if scheme not in SCHEMES:
         raise errors.CheckpointStorageError(
@@ -507,7 +501,10 @@ def checkpoint_location(
         )
     storage = (exp_conf or {}).get("checkpoint_storage") or {}
     same_type = storage.get("type") == SCHEMES[scheme][3]
-    return RemoteRoot(f"{scheme}://{rest}", _options(scheme, storage if same_type else {}))
+    options = _options(scheme, storage if same_type else {})
+    if not options and beside is not None:
+        options = beside.options_for(scheme)
+    return ObjectStore(f"{scheme}://{rest}", options)
 
 
 def _options(scheme: str, storage: Dict[str, Any]) -> Tuple[Tuple[str, str], ...]:
@@ -543,76 +540,3 @@ def storage_url(storage: Dict[str, Any]) -> Optional[str]:
             f"checkpoint_storage.prefix {storage.get('prefix')!r} must not leave the bucket."
         )
     return f"{scheme}://{bucket}" + ("" if prefix in ("", ".") else f"/{prefix}")
-
-
-def local_dir(root: CheckpointRoot) -> pathlib.Path:
-    """Where checkpoints of ``root`` are written on this machine: the root itself, or its
-    local copies' directory for a URL."""
-    return root.staging() if isinstance(root, RemoteRoot) else root
-
-
-def list_damaged(root: CheckpointRoot) -> List[Tuple[CheckpointRoot, List[str]]]:
-    """The checkpoints under ``root``, either kind, that lack files, with what each lacks."""
-    if isinstance(root, RemoteRoot):
-        return list(root.damaged())
-    return list(ckpt.damaged_local(root))
-
-
-def list_complete(root: CheckpointRoot) -> List[ckpt.Listed]:
-    """The complete checkpoints under ``root``, either kind."""
-    return root.complete() if isinstance(root, RemoteRoot) else ckpt.list_local(root)
-
-
-def delete_checkpoint(root: CheckpointRoot, uuid: str) -> bool:
-    """Deletes checkpoint ``uuid`` under ``root`` (see ``delete_atomically`` and
-    ``RemoteRoot.delete``) if the publish checks allow it; failures are logged. It is marked
-    for deletion first and unmarked once gone, so a deletion that fails is finished by the next
-    run under ``root`` (``sweep``). Returns whether it is gone from its name.
-
-    Raises:
-        the publish check's exception: it forbade the deletion (nothing was deleted).
-    """
-    raise_unless_may_publish()
-    if isinstance(root, RemoteRoot):
-        root.mark_unkept(uuid)
-        gone = root.delete(uuid)
-    else:
-        mark_unkept(root, uuid)
-        gone = delete_atomically(root, uuid)
-    if gone:
-        _unmark(root, uuid)
-    return gone
-
-
-def _unmark(root: CheckpointRoot, uuid: str) -> None:
-    if isinstance(root, RemoteRoot):
-        root.unmark_unkept(uuid)
-    else:
-        unmark_unkept(root, uuid)
-
-
-def sweep(root: CheckpointRoot, spare: Optional[str] = None) -> List[str]:
-    """What earlier runs left under ``root``: unfinished deletions (locally), unmarked
-    checkpoint prefixes (a URL), and checkpoints retention marked for deletion whose deletion
-    failed, but for ``spare`` (the checkpoint this run resumes from: it stays marked, and this
-    run's retention weighs it again). Returns what it removed. Always safe when no other
-    process writes this root: a marked checkpoint is one retention gave up for good."""
-    if isinstance(root, RemoteRoot):
-        removed = root.sweep()
-        marked = root.marked_unkept()
-    else:
-        removed = [str(p) for p in remove_deletions(root)]
-        marked = marked_unkept(root)
-    for uuid in [name for name in marked if _UUID.match(name) and name != spare]:
-        target = root / uuid
-        exists = target.is_complete() if isinstance(target, RemoteRoot) else target.exists()
-        if not exists:
-            _unmark(root, uuid)  # deleted, its mark left behind
-        elif delete_checkpoint(root, uuid):
-            removed.append(str(target))
-    return removed
-
-
-def local_copy(location: CheckpointRoot) -> pathlib.Path:
-    """A checkpoint's local directory: the path itself, or its download."""
-    return location.download() if isinstance(location, RemoteRoot) else location

@@ -8,7 +8,7 @@ import pathlib
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from det_lightning.pytorch._launch_options import LaunchOptions
-from det_lightning.pytorch._remote import CheckpointRoot
+from det_lightning.pytorch._store import CheckpointStore
 from det_lightning.pytorch._units import TrainUnit
 
 
@@ -26,7 +26,7 @@ class TrainerOptions:
     """What ``det_lightning.pytorch.Trainer(...)`` was given beyond the trial and its context.
 
     Args:
-        checkpoint_dir: where checkpoints go (an absolute path, or a URL: ``_remote``).
+        checkpoint_dir: where checkpoints go (a directory, or a URL: ``_store``).
         tensorboard_dir: where TensorBoard files go.
         default_root_dir: Lightning's ``default_root_dir``.
         callbacks: Lightning callbacks, run after the engine's own.
@@ -43,7 +43,7 @@ class TrainerOptions:
         profiler: ``configure_profiler``'s settings, when it enabled the profiler.
     """
 
-    checkpoint_dir: CheckpointRoot
+    checkpoint_dir: CheckpointStore
     tensorboard_dir: pathlib.Path
     default_root_dir: pathlib.Path
     callbacks: Tuple[Any, ...] = ()
@@ -95,7 +95,7 @@ class FitResult:
 
     batches_trained: int
     validations: Tuple[Dict[str, Any], ...]
-    checkpoint_dir: CheckpointRoot
+    checkpoint_dir: CheckpointStore
     best_checkpoint: Optional[str] = None
     latest_checkpoint: Optional[str] = None
     stopped_early: bool = False
@@ -126,7 +126,7 @@ class FitResult:
     def _values(self, metric: str) -> List[float]:
         return [float(v[metric]) for v in self.validations if metric in v]
 
-    def reported_checkpoint(self) -> Optional[CheckpointRoot]:
+    def reported_checkpoint(self) -> Optional[CheckpointStore]:
         """The checkpoint to report for this run: the best one, else the newest one."""
         uuid = self.best_checkpoint or self.latest_checkpoint
         return self.checkpoint_dir / uuid if uuid else None

@@ -23,6 +23,8 @@ from det_lightning import errors, pytorch
 from det_lightning.pytorch import _checkpoint as ckpt
 from det_lightning.pytorch import _checkpoint_write as ckpt_write
 from det_lightning.pytorch import _export, _state_dicts
+from det_lightning.pytorch import _local_store as local_store
+from det_lightning.pytorch._local_store import LocalStore
 from tests.fixtures.run import run_trial
 from tests.fixtures.trials import make_trials, seed_everything
 
@@ -348,7 +350,7 @@ def test_a_killed_writer_leaves_only_a_hidden_partial(tmp_path: pathlib.Path) ->
     """SIGKILL in the middle of a write: nothing appears under the UUID's name, and
     ``latest_checkpoint`` keeps pointing at the last complete one."""
     root = tmp_path / "checkpoints"
-    ckpt_write.write_atomically(
+    local_store.write_atomically(
         root,
         "done",
         lambda d: ckpt_write.write_files(
@@ -358,12 +360,12 @@ def test_a_killed_writer_leaves_only_a_hidden_partial(tmp_path: pathlib.Path) ->
     script = textwrap.dedent(f"""
         import os, pathlib, signal, sys
         sys.path.insert(0, {str(REPO)!r})
-        from det_lightning.pytorch import _checkpoint_write as ckpt_write
+        from det_lightning.pytorch import _local_store as local_store
         def write(d):
             (d / "state_dict.pth").write_bytes(b"half")
             (d / "metadata.json").write_text('{{"steps_completed": 99}}')
             os.kill(os.getpid(), signal.SIGKILL)
-        ckpt_write.write_atomically(pathlib.Path({str(root)!r}), "killed", write)
+        local_store.write_atomically(pathlib.Path({str(root)!r}), "killed", write)
     """)
     result = subprocess.run([sys.executable, "-c", script], env=dict(os.environ), timeout=120)
     assert result.returncode == -signal.SIGKILL
@@ -479,7 +481,7 @@ def test_save_experiment_best_spans_the_trials_of_an_experiment(tmp_path: pathli
         )
     assert [sorted(by_steps(d)) for d in dirs] == [[2, 6, 8, 10], [2, 4, 6, 10]]
     before = {d.name: {v.name: k for k, v in by_steps(d).items()} for d in dirs}
-    deleted = retain_experiment_best(dirs, exp_conf)
+    deleted = retain_experiment_best([LocalStore(d) for d in dirs], exp_conf)
     assert [sorted(by_steps(d)) for d in dirs] == [[8, 10], [2, 4, 10]]
     assert sorted((p.parent.name, before[p.parent.name][p.name]) for p in deleted) == [
         ("trial-1", 2),

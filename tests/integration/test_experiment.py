@@ -19,6 +19,7 @@ from det_lightning._runner import plan as _plan
 from det_lightning._runner import trial as _trial
 from det_lightning._runner.config import load_config
 from det_lightning.pytorch import Batch, Epoch
+from det_lightning.pytorch._local_store import LocalStore
 from tests.integration.cli_support import (
     INVALID_TRIAL,
     PROJECT,
@@ -259,19 +260,19 @@ def test_plan_puts_checkpoints_where_checkpoint_storage_says(tmp_path: pathlib.P
     storage = {"type": "shared_fs", "host_path": str(tmp_path / "store"), "storage_path": "exp"}
     config = _config(checkpoint_storage=storage)
     plan = _plan.plan_experiment(load_config(config), PROJECT)
-    assert plan.checkpoint_root == experiment_dir(tmp_path / "store" / "exp", config)
+    assert plan.checkpoint_root == LocalStore(experiment_dir(tmp_path / "store" / "exp", config))
     assert plan.trial_class == "model_def:RegressionTrial" and plan.command is None
     overridden = _plan.plan_experiment(
         load_config(_config(checkpoint_storage=storage)),
         PROJECT,
         checkpoint_dir=str(tmp_path / "cli"),
     )
-    assert overridden.checkpoint_root == experiment_dir(tmp_path / "cli", config)
+    assert overridden.checkpoint_root == LocalStore(experiment_dir(tmp_path / "cli", config))
 
 
 def test_plan_defaults_to_the_environment_checkpoint_dir(checkpoint_dir: pathlib.Path) -> None:
     plan = _plan.plan_experiment(load_config(_config()), str(PROJECT), {"devices": None})
-    assert plan.checkpoint_root == experiment_dir(checkpoint_dir, _config())
+    assert plan.checkpoint_root == LocalStore(experiment_dir(checkpoint_dir, _config()))
     assert plan.launch == {}
 
 

@@ -19,7 +19,7 @@ import torch
 from det_lightning import errors, pytorch
 from det_lightning.adapters.retention import VALIDATION_KEY, retain_experiment_best
 from det_lightning.pytorch import _checkpoint as ckpt
-from det_lightning.pytorch._remote import MARKER, RemoteRoot
+from det_lightning.pytorch._remote import MARKER, ObjectStore
 from tests.fixtures.object_store import S3
 from tests.integration.cli_support import PROJECT, REPO_ROOT, experiment_dir, output, run_cli
 from tests.integration.test_checkpoints import ScriptedMetricTrial
@@ -87,8 +87,8 @@ def test_fit_writes_to_s3_and_resumes_on_another_machine_bit_exact(
     assert len(written) == 1 and FILES <= next(iter(written.values()))
     assert any(k.startswith(f"{next(iter(written))}/code/") for k in s3_server.keys("run/trial-1"))
     assert not (isolated_run / "s3:").exists()
-    latest = ckpt.latest_checkpoint(RemoteRoot(url))
-    assert isinstance(latest, RemoteRoot) and latest.name in written
+    latest = ObjectStore(url).latest()
+    assert isinstance(latest, ObjectStore) and latest.name in written
 
     # Another machine: an empty cache, the same bucket.
     monkeypatch.setenv("DET_LIGHTNING_CACHE_DIR", str(tmp_path / "machine-b"))
@@ -128,7 +128,7 @@ def test_retention_deletes_in_the_bucket(s3_server: S3, tmp_path: pathlib.Path) 
     assert trainer.result is not None
     left = checkpoints(s3_server, "kept")
     assert list(left) == [trainer.result.latest_checkpoint]  # three others: every object gone
-    staged = [p.name for p in RemoteRoot(url).staging().iterdir()]
+    staged = [p.name for p in ObjectStore(url).staging().iterdir()]
     assert staged == [trainer.result.latest_checkpoint]  # and their local copies
 
 
@@ -159,7 +159,7 @@ def test_best_and_latest_stay_in_the_bucket(
     metadatas = metadata(s3_server, "best/trial-1")
     assert sorted(m["steps_completed"] for m in metadatas.values()) == kept
     assert set(metadatas) == best_and_latest(s3_server, "best/trial-1")
-    assert retain_experiment_best([RemoteRoot(url)], exp_conf) == []
+    assert retain_experiment_best([ObjectStore(url)], exp_conf) == []
     assert metadata(s3_server, "best/trial-1") == metadatas
 
 
@@ -175,11 +175,11 @@ def test_an_unmarked_prefix_is_invisible_and_swept_when_a_run_starts(
     fs.copy(f"{base}/{good}/state_dict.pth", f"{base}/{half}/state_dict.pth")
     fs.pipe_file(f"{base}/{half}/metadata.json", json.dumps({"steps_completed": 99}).encode())
     fs.pipe_file(f"{base}/notes/keep.txt", b"not a checkpoint")  # not ours to sweep
-    root = RemoteRoot(url)
-    latest = ckpt.latest_checkpoint(root)
+    root = ObjectStore(url)
+    latest = root.latest()
     assert latest is not None and latest.name == good
     with pytest.raises(errors.InvalidCheckpointException, match=MARKER):
-        (root / half).download()
+        root.fetch(half)
 
     resumed = fit(MLPTrial, url, latest_checkpoint="latest")  # type: ignore[arg-type]
     assert len(resumed.seen) == BATCHES - 3  # from the marked checkpoint, not the unmarked one
@@ -311,10 +311,10 @@ def test_experiment_with_s3_checkpoint_storage_writes_to_the_bucket(
     assert set(saved) - set(kept) == set(deleted), story
     state = torch.load(
         str(
-            RemoteRoot(
+            ObjectStore(
                 s3_server.url(f"{a}/trial-1/{next(iter(written))}"),
                 (("endpoint_url", s3_server.endpoint),),
-            ).download()
+            ).local_copy()
             / "state_dict.pth"
         ),
         weights_only=True,

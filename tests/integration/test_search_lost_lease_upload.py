@@ -3,7 +3,7 @@
 Worker A trains a search's trial into a bucket (moto's S3 server) and holds its lease in the
 search's storage (a journal file, or PostgreSQL). While A's second checkpoint uploads, after its
 files and before its marker, worker B takes the trial over, through the same publish check
-(``_remote.publish_check``) the runner registers, so the takeover happens at exactly that point.
+(``_store.publish_check``) the runner registers, so the takeover happens at exactly that point.
 A's upload then writes no marker and removes its files; A's ``fit()`` ends with ``LeaseLost``
 (as a trial whose lease is lost ends), and B sees the checkpoints it saw when it took over.
 """
@@ -31,13 +31,8 @@ from det_lightning._runner._search_settings import SearchSettings
 from det_lightning._runner.search._child import reporting_to_search, search_environment
 from det_lightning._runner.search._storage import open_storage, storage_ref
 from det_lightning.pytorch import _checkpoint as ckpt
-from det_lightning.pytorch._remote import (
-    MARKER,
-    RemoteRoot,
-    delete_checkpoint,
-    list_complete,
-    publish_check,
-)
+from det_lightning.pytorch._remote import MARKER, ObjectStore
+from det_lightning.pytorch._store import publish_check
 from tests.fixtures.object_store import S3
 from tests.fixtures.postgres import ConnectionCounter, PostgresServer
 from tests.integration.test_object_store import checkpoints
@@ -133,14 +128,14 @@ def test_a_checkpoint_uploading_when_the_trial_is_taken_over_is_never_published(
     if storage_kind == "postgres":
         url = request.getfixturevalue("postgres_url")
     prefix = "search/trial-1"
-    root = RemoteRoot(s3_server.url(prefix))
+    root = ObjectStore(s3_server.url(prefix))
     study_a, trial, study_b = _search_of_one_trial(url, root, monkeypatch, sync)
     takeover = TakeOverAtSecondMarker(study_b, s3_server, prefix)
 
     with _worker_a_loses_its_lease(study_a, trial, takeover, root):
-        (first,) = [c.name for c in list_complete(root)]
+        (first,) = [c.name for c in root.complete()]
         with pytest.raises(LeaseLost):  # nor does A delete what B may resume from
-            delete_checkpoint(root, first)
+            root.delete(first)
         _close_databases()  # while the trial's storages are alive
 
     assert takeover.calls == 3  # the two markers, then the deletion
@@ -153,8 +148,8 @@ def test_a_checkpoint_uploading_when_the_trial_is_taken_over_is_never_published(
     assert not [k for k in s3_server.keys(prefix) if k.startswith(second)]
     assert sorted(p.name for p in root.staging().iterdir()) == [first]
     # What B resumes from is the checkpoint there was when it took over.
-    latest = ckpt.latest_checkpoint(root)
-    assert isinstance(latest, RemoteRoot) and latest.name == first
+    latest = root.latest()
+    assert isinstance(latest, ObjectStore) and latest.name == first
     assert (
         json.loads(s3_server.fs.cat(f"{s3_server.bucket}/{prefix}/{first}/{MARKER}"))[
             "steps_completed"

@@ -16,6 +16,7 @@ from torch import nn
 from det_lightning import errors
 from det_lightning.pytorch import _checkpoint as ckpt
 from det_lightning.pytorch import _checkpoint_write as ckpt_write
+from det_lightning.pytorch import _local_store as local_store
 from det_lightning.pytorch import _state_dicts
 from det_lightning.pytorch._code import MAX_CODE_FILE_BYTES, code_sources, copy_code
 
@@ -99,7 +100,7 @@ def _write(directory: pathlib.Path, state: dict, batches: int = 7) -> None:
 
 def test_written_files_follow_determined_layout(tmp_path: pathlib.Path) -> None:
     state = {ckpt.MODELS: [_mlp().state_dict()], ckpt.RNG_STATE: _state_dicts.capture_rng_state()}
-    path = ckpt_write.write_atomically(tmp_path, "abc", lambda d: _write(d, state))
+    path = local_store.write_atomically(tmp_path, "abc", lambda d: _write(d, state))
     assert sorted(p.name for p in path.iterdir()) == [
         "code",
         "load_data.json",
@@ -202,16 +203,16 @@ def test_a_failed_write_leaves_nothing(tmp_path: pathlib.Path) -> None:
         raise OSError("disk full")
 
     with pytest.raises(OSError, match="disk full"):
-        ckpt_write.write_atomically(tmp_path, "u1", fail)
+        local_store.write_atomically(tmp_path, "u1", fail)
     assert list(tmp_path.iterdir()) == []
 
 
 def test_an_existing_checkpoint_is_never_overwritten(tmp_path: pathlib.Path) -> None:
     tmp_path = tmp_path / "checkpoints"
-    first = ckpt_write.write_atomically(tmp_path, "u1", lambda d: _write(d, {ckpt.MODELS: []}, 3))
+    first = local_store.write_atomically(tmp_path, "u1", lambda d: _write(d, {ckpt.MODELS: []}, 3))
     before = (first / "state_dict.pth").read_bytes()
     with pytest.raises(FileExistsError):
-        ckpt_write.write_atomically(tmp_path, "u1", lambda d: _write(d, {ckpt.MODELS: [1]}, 9))
+        local_store.write_atomically(tmp_path, "u1", lambda d: _write(d, {ckpt.MODELS: [1]}, 9))
     assert (first / "state_dict.pth").read_bytes() == before
     assert [p.name for p in tmp_path.iterdir()] == ["u1"]
 
@@ -250,6 +251,7 @@ def test_a_found_checkpoint_pretending_to_be_determined_never_unpickles(
     from det_lightning import errors
     from det_lightning.adapters.resume import plan_resume
     from det_lightning.pytorch._identity import RunIdentity
+    from det_lightning.pytorch._local_store import LocalStore
 
     RUN = RunIdentity(None, None)
 
@@ -260,7 +262,7 @@ def test_a_found_checkpoint_pretending_to_be_determined_never_unpickles(
     torch.save({"models_state_dict": [_Payload(str(marker))]}, str(fake / "state_dict.pth"))
     (fake / "metadata.json").write_text(json.dumps({"steps_completed": 99}))  # "Determined's"
     with pytest.raises(errors.InvalidCheckpointException, match="0000-fake.*weights_only"):
-        plan_resume("latest", root, RUN)  # found, so not trusted
+        plan_resume("latest", LocalStore(root), RUN)  # found, so not trusted
     assert not marker.exists()
 
 
@@ -268,16 +270,16 @@ def test_deleting_takes_the_name_away_in_one_rename_then_removes_the_files(
     tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     root = tmp_path / "checkpoints"
-    ckpt_write.write_atomically(root, "u1", lambda d: _write(d, {ckpt.MODELS: []}, 3))
+    local_store.write_atomically(root, "u1", lambda d: _write(d, {ckpt.MODELS: []}, 3))
     seen = []
-    real_rmtree = ckpt_write.shutil.rmtree
+    real_rmtree = local_store.shutil.rmtree
 
     def rmtree(path: Any) -> None:
         seen.append((pathlib.Path(path).name, (root / "u1").exists()))
         real_rmtree(path)
 
-    monkeypatch.setattr(ckpt_write.shutil, "rmtree", rmtree)
-    assert ckpt_write.delete_atomically(root, "u1")
+    monkeypatch.setattr(local_store.shutil, "rmtree", rmtree)
+    assert local_store.delete_atomically(root, "u1")
     assert seen == [(".u1" + ckpt.DELETING_SUFFIX, False)]  # gone from its name before removal
     assert list(root.iterdir()) == []
 
@@ -287,21 +289,21 @@ def test_a_failed_deletion_is_logged_not_swallowed_and_not_raised(
 ) -> None:
     root = tmp_path / "checkpoints"
     root.mkdir()
-    assert not ckpt_write.delete_atomically(root, "missing")
+    assert not local_store.delete_atomically(root, "missing")
     assert "Could not delete checkpoint" in caplog.text and "missing" in caplog.text
 
-    ckpt_write.write_atomically(root, "u2", lambda d: _write(d, {ckpt.MODELS: []}, 3))
+    local_store.write_atomically(root, "u2", lambda d: _write(d, {ckpt.MODELS: []}, 3))
 
     def refuse(path: Any) -> None:
         raise PermissionError(13, "Permission denied", str(path))
 
-    monkeypatch.setattr(ckpt_write.shutil, "rmtree", refuse)
+    monkeypatch.setattr(local_store.shutil, "rmtree", refuse)
     caplog.clear()
-    assert ckpt_write.delete_atomically(root, "u2")  # gone from its name all the same
+    assert local_store.delete_atomically(root, "u2")  # gone from its name all the same
     assert "Permission denied" in caplog.text and "next run" in caplog.text
     assert ckpt.latest_checkpoint(root) is None
     monkeypatch.undo()
-    (hidden,) = ckpt_write.remove_deletions(root)  # what the next run does
+    (hidden,) = local_store.remove_deletions(root)  # what the next run does
     assert hidden.name == ".u2" + ckpt.DELETING_SUFFIX and list(root.iterdir()) == []
 
 
@@ -309,8 +311,8 @@ def test_sweeping_leftovers_leaves_checkpoints_and_partials_being_written(
     tmp_path: pathlib.Path,
 ) -> None:
     root = tmp_path / "checkpoints"
-    ckpt_write.write_atomically(root, "kept", lambda d: _write(d, {ckpt.MODELS: []}, 3))
+    local_store.write_atomically(root, "kept", lambda d: _write(d, {ckpt.MODELS: []}, 3))
     (root / (".gone" + ckpt.DELETING_SUFFIX) / "code").mkdir(parents=True)
     (root / (".new" + ckpt.PARTIAL_SUFFIX)).mkdir()
-    assert [p.name for p in ckpt_write.remove_deletions(root)] == [".gone.deleting"]
+    assert [p.name for p in local_store.remove_deletions(root)] == [".gone.deleting"]
     assert sorted(p.name for p in root.iterdir()) == [".new.partial", "kept"]

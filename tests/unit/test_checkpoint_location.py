@@ -9,11 +9,12 @@ from det_lightning._runner import config as _config
 from det_lightning._runner.config._yaml import load_yaml12
 from det_lightning._runner.plan import plan_experiment
 from det_lightning.pytorch._export import export_lightning_checkpoint
-from det_lightning.pytorch._remote import RemoteRoot, checkpoint_location
+from det_lightning.pytorch._local_store import LocalStore
+from det_lightning.pytorch._remote import ObjectStore, checkpoint_location
 from tests.integration.cli_support import PROJECT
 
 
-def test_urls_become_remote_roots_with_the_configs_endpoint_and_keys() -> None:
+def test_urls_become_object_stores_with_the_configs_endpoint_and_keys() -> None:
     conf = {
         "checkpoint_storage": {
             "type": "s3",
@@ -24,12 +25,12 @@ def test_urls_become_remote_roots_with_the_configs_endpoint_and_keys() -> None:
         }
     }
     root = checkpoint_location("s3://b/run/", conf)
-    assert root == RemoteRoot(
+    assert root == ObjectStore(
         "s3://b/run", (("endpoint_url", "http://e:1"), ("key", "A"), ("secret", "S"))
     )
     assert str(root / "trial-3") == "s3://b/run/trial-3"
-    assert checkpoint_location("gs://g/p", conf) == RemoteRoot("gs://g/p")  # not of its type
-    assert checkpoint_location("rel/dir") == pathlib.Path.cwd() / "rel" / "dir"
+    assert checkpoint_location("gs://g/p", conf) == ObjectStore("gs://g/p")  # not of its type
+    assert checkpoint_location("rel/dir") == LocalStore(pathlib.Path.cwd() / "rel" / "dir")
 
 
 def test_an_unknown_scheme_or_no_bucket_is_refused() -> None:
@@ -56,7 +57,7 @@ def test_experiment_checkpoint_dir_and_storage_may_be_urls(monkeypatch: pytest.M
     )
     plan = plan_experiment(config, PROJECT)
     # The experiment's folder under the bucket's prefix.
-    root = RemoteRoot(f"s3://ckpts/exp/{plan.experiment_id}", (("endpoint_url", "http://e:1"),))
+    root = ObjectStore(f"s3://ckpts/exp/{plan.experiment_id}", (("endpoint_url", "http://e:1"),))
     assert plan.checkpoint_root == root
     given = plan_experiment(config, PROJECT, checkpoint_dir="s3://other/run")
     assert str(given.checkpoint_root / "trial-1") == f"s3://other/run/{plan.experiment_id}/trial-1"

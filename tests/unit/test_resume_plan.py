@@ -16,6 +16,7 @@ from det_lightning.adapters.resume import ResumePlan, plan_resume
 from det_lightning.pytorch import _checkpoint as ckpt
 from det_lightning.pytorch import _checkpoint_write as ckpt_write
 from det_lightning.pytorch._identity import RunIdentity
+from det_lightning.pytorch._local_store import LocalStore, write_atomically
 
 # The run the checkpoints below belong to: their load_data.json names no class.
 RUN = RunIdentity(None, None)
@@ -32,7 +33,7 @@ def _ours(root: pathlib.Path, uuid: str, batches: int, trial_id: int = 0) -> pat
         "last_ckpt": batches,
         "epochs_trained": 1,
     }
-    return ckpt_write.write_atomically(
+    return write_atomically(
         root,
         uuid,
         lambda d: ckpt_write.write_files(
@@ -95,7 +96,7 @@ def test_the_plan_for(case: str, tmp_path: pathlib.Path, monkeypatch: pytest.Mon
     else:
         monkeypatch.setenv(LATEST_CHECKPOINT_ENV, variable)
     expected = setup(root)
-    plan = plan_resume(requested, root, RUN)
+    plan = plan_resume(requested, LocalStore(root), RUN)
     if not resumes:
         assert plan == ResumePlan() and plan.first_batch == 0 and plan.data_state == {}
         return
@@ -122,13 +123,13 @@ def test_latest_deletes_partial_checkpoints_and_ignores_them(tmp_path: pathlib.P
     partial = root / f".crashed{ckpt.PARTIAL_SUFFIX}"
     partial.mkdir()
     (partial / ckpt.STATE_DICT_FILE).write_bytes(b"half")
-    assert plan_resume("latest", root, RUN).path == kept
+    assert plan_resume("latest", LocalStore(root), RUN).path == kept
     assert not partial.exists()
 
 
 def test_a_path_outside_the_root_is_trusted_and_continues(tmp_path: pathlib.Path) -> None:
     elsewhere = _ours(tmp_path / "elsewhere", "u9", 8)
-    plan = plan_resume(str(elsewhere), tmp_path / "checkpoints", RUN)
+    plan = plan_resume(str(elsewhere), LocalStore(tmp_path / "checkpoints"), RUN)
     assert (plan.path, plan.trusted, plan.name, plan.warm_start) == (
         elsewhere,
         True,
@@ -142,7 +143,7 @@ def test_another_trials_checkpoint_is_a_warm_start(tmp_path: pathlib.Path) -> No
     """Determined's rule: a cluster trial's checkpoint gives weights, optimizer and callback
     state, and training starts at batch 0 with a fresh data order."""
     foreign = _ours(tmp_path / "cluster", "t62", 9, trial_id=62)
-    plan = plan_resume(str(foreign), tmp_path / "checkpoints", RUN)
+    plan = plan_resume(str(foreign), LocalStore(tmp_path / "checkpoints"), RUN)
     assert plan.warm_start and plan.path == foreign and plan.name == str(foreign)
     assert plan.first_batch == 0 and plan.trial_state == ckpt.new_trial_state()
     assert plan.state is not None and ckpt.EXTRA not in plan.state and plan.data_state == {}
@@ -151,13 +152,13 @@ def test_another_trials_checkpoint_is_a_warm_start(tmp_path: pathlib.Path) -> No
 
 def test_determineds_own_checkpoint_unpickles_only_when_named(tmp_path: pathlib.Path) -> None:
     named = _determineds(tmp_path / "from-determined")
-    plan = plan_resume(str(named), tmp_path / "checkpoints", RUN)
+    plan = plan_resume(str(named), LocalStore(tmp_path / "checkpoints"), RUN)
     assert plan.trusted and isinstance(plan.state[ckpt.RNG_STATE]["np_rng_state"][1], np.ndarray)
     assert plan.first_batch == 5 and plan.trial_state["last_ckpt"] == 5  # from metadata.json
     root = tmp_path / "checkpoints"
     _determineds(root / "found")
     with pytest.raises(errors.InvalidCheckpointException, match="weights_only"):
-        plan_resume("latest", root, RUN)
+        plan_resume("latest", LocalStore(root), RUN)
 
 
 def _truncate_state_dict(path: pathlib.Path) -> None:
@@ -186,14 +187,14 @@ def test_a_damaged_checkpoint_names_the_fix(
     root = tmp_path / "checkpoints"
     damage(_ours(root, "u1", 3))
     with pytest.raises(errors.InvalidCheckpointException, match=message):
-        plan_resume("u1", root, RUN)
+        plan_resume("u1", LocalStore(root), RUN)
 
 
 @pytest.mark.parametrize("requested", ["no-such-uuid", "/no/such/dir"])
 def test_a_missing_checkpoint_says_what_to_pass(tmp_path: pathlib.Path, requested: str) -> None:
     expected = "Pass a checkpoint directory, a UUID under the checkpoint directory"
     with pytest.raises(errors.InvalidCheckpointException, match=expected):
-        plan_resume(requested, tmp_path / "checkpoints", RUN)
+        plan_resume(requested, LocalStore(tmp_path / "checkpoints"), RUN)
 
 
 # ----- identities: `latest` never crosses runs -------------------------------------------------
@@ -223,13 +224,13 @@ def test_latest_passes_over_other_runs_and_says_so(
     _of_run(root, "other-exp", 70, dataclasses.replace(mine, experiment_id="exp-b"))
     own = _of_run(root, "own", 20, mine)
     with caplog.at_level("INFO", logger="det_lightning.pytorch"):
-        plan = plan_resume("latest", root, mine)
+        plan = plan_resume("latest", LocalStore(root), mine)
     assert plan.path == own and plan.first_batch == 20
     (line,) = [r.getMessage() for r in caplog.records if "passed over" in r.getMessage()]
     assert "2 checkpoint(s)" in line and 'other (hyperparameters {"lr": 0.5}' in line
     assert "other-exp (experiment exp-b, not exp-a)" in line
     # None of its own: a fresh start, never another run's checkpoint.
-    assert plan_resume("latest", root, dataclasses.replace(mine, trial=2)).path is None
+    assert plan_resume("latest", LocalStore(root), dataclasses.replace(mine, trial=2)).path is None
 
 
 def test_checkpoints_of_the_layout_before_identities_stay_resumable(tmp_path: pathlib.Path) -> None:
@@ -238,10 +239,15 @@ def test_checkpoints_of_the_layout_before_identities_stay_resumable(tmp_path: pa
     old = _before_identities(tmp_path / "trial-1", "old", 7, {"lr": 0.1})
     _before_identities(tmp_path / "trial-1", "old-other", 9, {"lr": 0.5})
     mine = RunIdentity("m:T", {"lr": 0.1}, "exp-a", 1)
-    plan = plan_resume("latest", tmp_path / "exp-a" / "trial-1", mine)
+    plan = plan_resume("latest", LocalStore(tmp_path / "exp-a" / "trial-1"), mine)
     assert plan.path == old and plan.first_batch == 7
     # `det-lightning run --resume` in the old directory itself.
-    assert plan_resume("latest", tmp_path / "trial-1", RunIdentity("m:T", {"lr": 0.1})).path == old
+    assert (
+        plan_resume(
+            "latest", LocalStore(tmp_path / "trial-1"), RunIdentity("m:T", {"lr": 0.1})
+        ).path
+        == old
+    )
 
 
 def test_a_named_checkpoint_of_another_run_is_refused_unless_warm_started(
@@ -251,9 +257,9 @@ def test_a_named_checkpoint_of_another_run_is_refused_unless_warm_started(
     mine = RunIdentity("m:T", {"lr": 0.1})
     message = r'theirs was written by another run: hyperparameters \{"lr": 0.5\}, not \{"lr": 0.1\}'
     with pytest.raises(errors.InvalidCheckpointException, match=message + ".*WARM_START=1"):
-        plan_resume(str(theirs), tmp_path, mine)
+        plan_resume(str(theirs), LocalStore(tmp_path), mine)
     monkeypatch.setenv("DET_LIGHTNING_ALLOW_WARM_START", "1")
-    plan = plan_resume(str(theirs), tmp_path, mine)
+    plan = plan_resume(str(theirs), LocalStore(tmp_path), mine)
     assert plan.warm_start and plan.first_batch == 0 and plan.path == theirs
 
 
@@ -270,7 +276,7 @@ def test_latest_names_a_damaged_newest_checkpoint_and_resumes_the_one_before(
     older = _ours(root, UUIDS[0], 3)
     newest = _ours(root, UUIDS[1], 6)
     (newest / deleted).unlink()
-    plan = plan_resume("latest", root, RUN)
+    plan = plan_resume("latest", LocalStore(root), RUN)
     assert (plan.path, plan.first_batch) == (older, 3)
     (warning,) = [r for r in caplog.records if r.levelname == "WARNING"]
     assert f"{newest} (no {deleted})" in warning.message, warning.message
@@ -286,7 +292,7 @@ def test_latest_with_only_damaged_checkpoints_says_it_starts_over(
     (damaged / ckpt.METADATA_FILE).unlink()
     partial = root / f".{UUIDS[1]}{ckpt.PARTIAL_SUFFIX}"  # an unfinished write: cleaned
     partial.mkdir()
-    assert plan_resume("latest", root, RUN) == ResumePlan()
+    assert plan_resume("latest", LocalStore(root), RUN) == ResumePlan()
     (warning,) = [r for r in caplog.records if r.levelname == "WARNING"]
     assert f"{damaged} (no metadata.json)" in warning.message
     assert "STARTS FROM THE BEGINNING" in warning.message and "delete or move" in warning.message

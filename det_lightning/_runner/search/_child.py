@@ -32,7 +32,8 @@ from det_lightning._runner.search._reporter import INVALID_HP, SearchReporter
 from det_lightning._runner.search._storage import open_storage
 from det_lightning.pytorch import Epoch, PyTorchCallback, TrainUnit
 from det_lightning.pytorch._context import PyTorchTrialContext
-from det_lightning.pytorch._remote import publish_check
+from det_lightning.pytorch._local_store import LocalStore
+from det_lightning.pytorch._store import publish_check
 from det_lightning.pytorch._trainer import fit_callbacks
 
 trainer_logger = logging.getLogger("det_lightning.pytorch")  # where fit() logged this warning
@@ -75,7 +76,7 @@ def _search_trial() -> optuna.Trial:
 def _trial_of(search_env: str) -> optuna.Trial:
     spec: Dict[str, Any] = json.loads(search_env)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    storage = open_storage(spec["storage"], pathlib.Path("."), made=True)
+    storage = open_storage(spec["storage"], LocalStore(pathlib.Path(".")), made=True)
     study = optuna.load_study(study_name=spec["study"], storage=storage)
     return live_trial(study, int(spec["trial_id"]))
 
@@ -164,7 +165,7 @@ def reporter_callbacks(
 
 
 def _still_leased() -> None:
-    """The search's publish check for this process (``_remote.publish_check``): raises
+    """The search's publish check for this process (``_store.publish_check``): raises
     ``LeaseLost`` once another worker took the trial over. It asks the storage the reporter
     uses (``_search_trial``), opened when first needed (a rank other than the chief, which has
     no reporter, opens it only for a checkpoint to publish)."""

@@ -6,7 +6,7 @@ import logging
 import time
 import traceback
 
-from det_lightning.pytorch._remote import CheckpointRoot, local_dir
+from det_lightning.pytorch._store import CheckpointStore
 
 logger = logging.getLogger("det_lightning")
 
@@ -14,11 +14,11 @@ LOG_NAME = "error.log"
 
 
 def log_failure(
-    checkpoint_root: CheckpointRoot, number: int, error: BaseException, then: str
+    checkpoint_root: CheckpointStore, number: int, error: BaseException, then: str
 ) -> None:
     """Logs ``trial <number> failed: <the error's first line>; <then>`` and appends the
     traceback of ``error`` (being handled) to the trial's log file."""
-    path = local_dir(checkpoint_root) / f"trial-{number}" / LOG_NAME
+    path = checkpoint_root.staging() / f"trial-{number}" / LOG_NAME
     first = (str(error).strip().splitlines() or [""])[0].removeprefix(f"trial {number}: ")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -13,19 +13,18 @@ from det_lightning._runner._trial_record import RUNG, TrialRecord
 from det_lightning._runner.plan import Plan
 from det_lightning._runner.search._reporter import trial_number
 from det_lightning._runner.trial import TrialResult
-from det_lightning.pytorch._remote import CheckpointRoot, checkpoint_location
+from det_lightning.pytorch._remote import checkpoint_location
+from det_lightning.pytorch._store import CheckpointStore
 
 logger = logging.getLogger("det_lightning")
 
 
-def _unfinished_checkpoint(plan: Plan, number: int, status: str) -> Optional[CheckpointRoot]:
+def _unfinished_checkpoint(plan: Plan, number: int, status: str) -> Optional[CheckpointStore]:
     """The latest checkpoint of a trial that did not finish (interrupted, running elsewhere,
     failed), which records none: what resuming it starts from."""
-    from det_lightning.pytorch import _checkpoint as ckpt
-
     if status not in ("INTERRUPTED", "RUNNING", "ERROR"):
         return None
-    return ckpt.latest_checkpoint(plan.checkpoint_root / f"trial-{number}")
+    return (plan.checkpoint_root / f"trial-{number}").latest()
 
 
 def _status(frozen: optuna.trial.FrozenTrial, interrupted: AbstractSet[int], timeout: float) -> str:

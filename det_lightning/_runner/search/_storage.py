@@ -14,7 +14,7 @@ from det_lightning._runner._search_settings import SearchSettings
 from det_lightning._runner.plan import UsageError
 from det_lightning._runner.search._grid import enqueue_grid
 from det_lightning._runner.search._pool import OneConnectionPool
-from det_lightning.pytorch._remote import CheckpointRoot, local_dir
+from det_lightning.pytorch._store import CheckpointStore
 
 logger = logging.getLogger("det_lightning")
 
@@ -24,7 +24,9 @@ GRPC_SCHEME = "grpc://"  # Optuna's gRPC storage proxy, in front of a database
 ENGINE_KWARGS = {"poolclass": OneConnectionPool}
 
 
-def open_storage(url: Optional[str], checkpoint_root: CheckpointRoot, *, made: bool = False) -> Any:
+def open_storage(
+    url: Optional[str], checkpoint_root: CheckpointStore, *, made: bool = False
+) -> Any:
     """The Optuna storage: ``url`` (a database URL, or a journal file path), else a journal file
     beside the checkpoints (beside their local copies for a URL root: give several machines
     ``--storage``). ``made``: the worker that started this process made and checked the
@@ -45,7 +47,7 @@ def open_storage(url: Optional[str], checkpoint_root: CheckpointRoot, *, made: b
                 )
             )
         return _open_database(url)
-    path = pathlib.Path(url) if url else local_dir(checkpoint_root) / JOURNAL_NAME
+    path = pathlib.Path(url) if url else checkpoint_root.staging() / JOURNAL_NAME
     _check_writable(path, given=bool(url))
     return JournalStorage(JournalFileBackend(str(path)))
 
@@ -112,9 +114,9 @@ def _open_grpc_proxy(url: str) -> Any:
         return GrpcStorageProxy(host=host, port=int(port))
 
 
-def storage_ref(url: Optional[str], checkpoint_root: CheckpointRoot) -> str:
+def storage_ref(url: Optional[str], checkpoint_root: CheckpointStore) -> str:
     """A search's storage as other processes are told it: the URL or journal file path."""
-    return str(url or local_dir(checkpoint_root) / JOURNAL_NAME)
+    return str(url or checkpoint_root.staging() / JOURNAL_NAME)
 
 
 def open_studies(storage: Any, key: str, settings: SearchSettings) -> List[optuna.Study]:

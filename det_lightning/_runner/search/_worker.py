@@ -375,7 +375,6 @@ def _child_environment(run: TrialRun) -> Dict[str, str]:
     for a script that passes none); a model_def trial's process gets the worker's whole
     environment with it."""
     from det_lightning._info import ClusterInfo, TrialInfo
-    from det_lightning.pytorch import _checkpoint as ckpt
 
     plan, number = run.worker.plan, run.number
     identity = {"experiment_id": plan.experiment_id, "trial": number}
@@ -391,7 +390,7 @@ def _child_environment(run: TrialRun) -> Dict[str, str]:
     }
     if plan.trial_class is not None:  # the harness passes hparams and lengths to init()/fit()
         return {**os.environ, **search}
-    latest = ckpt.latest_checkpoint(plan.checkpoint_root / f"trial-{number}")
+    latest = (plan.checkpoint_root / f"trial-{number}").latest()
     info = ClusterInfo(
         TrialInfo(number, 0, run.hparams, plan.config.raw),
         latest_checkpoint=str(latest) if latest else None,
