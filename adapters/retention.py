@@ -92,7 +92,6 @@ def retain_experiment_best(
     best checkpoints, plus the ``save_experiment_best`` best across all trials; deletes the rest.
     ``metric`` and ``smaller_is_better`` are the searcher's. Returns the deleted directories.
     """
-    smaller = smaller_is_better
     per_trial: Dict[CheckpointStore, List[Entry]] = {}
     for directory in trial_dirs:
         listed = directory.complete()
@@ -101,12 +100,12 @@ def retain_experiment_best(
         if isinstance(run_id, str):
             per_trial[directory] = run_entries(directory, run_id, metric, listed)
     ranked = [(d, e) for d, entries in per_trial.items() for e in entries if e.value is not None]
-    ranked.sort(key=lambda de: de[1].value if smaller else -de[1].value)  # type: ignore
+    ranked.sort(key=lambda de: de[1].value if smaller_is_better else -de[1].value)  # type: ignore
     experiment_best = {(d, e.uuid) for d, e in ranked[: retention.save_experiment_best]}
     own = dataclasses.replace(retention, save_experiment_best=0)
     deleted = []
     for directory, entries in per_trial.items():
-        keep = choose_kept(entries, own, smaller)
+        keep = choose_kept(entries, own, smaller_is_better)
         for entry in entries:
             if entry.uuid not in keep and (directory, entry.uuid) not in experiment_best:
                 if directory.delete(entry.uuid):
