@@ -57,7 +57,6 @@ from det_lightning.adapters.retention import (
     RUN_KEY,
     VALIDATION_KEY,
     Entry,
-    Retention,
     choose_kept,
     run_entries,
     steps_from_metadata,
@@ -134,9 +133,9 @@ class CheckpointManager:
         self.base_seed = base_seed
         self.skip_dirs = skip_dirs
         self.metric_configured = False  # set when exp_conf names the searcher metric
-        self.retention = Retention.from_exp_conf(module.context.engine.exp_conf)
+        self.retention = module.context.engine.checkpoint_storage
         # Deleting is for 'best', or for any policy once checkpoint_storage sets the counts.
-        self.deletes = policy == "best" or self.retention.configured
+        self.deletes = policy == "best" or self.retention.retention_configured
         self.best_value: Optional[float] = None
         self.best_uuid: Optional[str] = None
         self.written: List[str] = []  # this run's checkpoints, oldest first
@@ -224,7 +223,7 @@ class CheckpointManager:
             "only the best checkpoints."
         )
         self.policy = "all"
-        self.deletes = self.retention.configured
+        self.deletes = self.retention.retention_configured
 
     # ----- saving ---------------------------------------------------------------------------
     def save(self, trainer: pl.Trainer) -> str:
@@ -377,7 +376,7 @@ class CheckpointManager:
             if entry.uuid in self.written:
                 self.written.remove(entry.uuid)
             logger.info(
-                f"deleted checkpoint {entry.uuid} (not kept by {self.retention.describe()})"
+                f"deleted checkpoint {entry.uuid} (not kept by {self.retention.describe_retention()})"
             )
 
     def _files(self, lightning_checkpoint: Dict[str, Any]) -> CheckpointFiles:

@@ -45,9 +45,10 @@ from det_lightning.adapters.profiler import TraceProfiler
 from det_lightning.adapters.trial_state import TrialProgress
 from det_lightning.core import DistributedContext
 from det_lightning.pytorch import _checkpoint as ckpt
+from det_lightning.pytorch._config_sections import ReproducibilityConfig
 from det_lightning.pytorch._context import PyTorchTrialContext
 from det_lightning.pytorch._data import DataLoader, pins_memory
-from det_lightning.pytorch._seeds import experiment_seed, seed_all
+from det_lightning.pytorch._seeds import seed_all
 from det_lightning.pytorch._trial import PyTorchTrial
 
 # Lightning checkpoints keep what Lightning itself does not save under this key.
@@ -110,7 +111,7 @@ class LightningTrial(TrialModule):
 
     def _build_context(self) -> PyTorchTrialContext:
         trainer = self.trainer
-        seed = experiment_seed(self.exp_conf)
+        seed = ReproducibilityConfig.from_exp_conf(self.exp_conf).experiment_seed
         if seed is not None:
             seed_all(seed)
         distributed = DistributedContext(

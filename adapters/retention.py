@@ -9,14 +9,18 @@ id, so after a resume the trial's earlier checkpoints count too::
     CheckpointManager._record(uuid)            after each save, rank 0
       entries += Entry(uuid, batches, metric)
       choose_kept(entries, retention)          the rest is deleted
-    retain_experiment_best(trial_dirs, conf)   once, when an experiment ends
+    retain_experiment_best(trial_dirs, ...)    once, when an experiment ends
+
+The counts come typed (``CheckpointStorageConfig``, built once per run by the context or the
+runner), their defaults stated there.
 """
 
+import dataclasses
 import pathlib
 from typing import Any, Dict, List, NamedTuple, Optional, Set
 
-from det_lightning import errors
 from det_lightning.pytorch import _checkpoint as ckpt
+from det_lightning.pytorch._config_sections import CheckpointStorageConfig
 from det_lightning.pytorch._store import CheckpointStore
 
 RUN_KEY = "det_lightning_run"  # metadata.json: one id for every run (resume) of a trial
@@ -31,71 +35,30 @@ class Entry(NamedTuple):
     value: Optional[float]
 
 
-class Retention(NamedTuple):
-    """``checkpoint_storage``'s ``save_trial_best``, ``save_trial_latest`` and
-    ``save_experiment_best`` (Determined's defaults 1, 1 and 0), and whether it sets any."""
-
-    trial_best: int = 1
-    trial_latest: int = 1
-    experiment_best: int = 0
-    configured: bool = False
-
-    @classmethod
-    def from_exp_conf(cls, exp_conf: Optional[Dict[str, Any]]) -> "Retention":
-        """Reads ``exp_conf["checkpoint_storage"]``.
-
-        >>> Retention.from_exp_conf({"checkpoint_storage": {"save_trial_best": 3}})
-        Retention(trial_best=3, trial_latest=1, experiment_best=0, configured=True)
-
-        Raises:
-            InvalidExperimentException: a count that is not an integer >= 0.
-        """
-        storage = (exp_conf or {}).get("checkpoint_storage") or {}
-        counts: Dict[str, int] = {}
-        for key, field in (
-            ("save_trial_best", "trial_best"),
-            ("save_trial_latest", "trial_latest"),
-            ("save_experiment_best", "experiment_best"),
-        ):
-            value = storage.get(key, cls._field_defaults[field])
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise errors.InvalidExperimentException(
-                    f"checkpoint_storage.{key} is {value!r}; it must be an integer >= 0 (the "
-                    "number of checkpoints to keep)."
-                )
-            counts[field] = value
-        configured = any(
-            k in storage for k in ("save_trial_best", "save_trial_latest", "save_experiment_best")
-        )
-        return cls(configured=configured, **counts)
-
-    def describe(self) -> str:
-        return (
-            f"save_trial_best={self.trial_best}, save_trial_latest={self.trial_latest}, "
-            f"save_experiment_best={self.experiment_best}"
-        )
-
-
-def choose_kept(entries: List[Entry], retention: Retention, smaller_is_better: bool) -> Set[str]:
-    """The UUIDs one trial keeps: its ``trial_latest`` newest checkpoints, its
-    ``max(trial_best, experiment_best)`` best validated ones (a trial's share of the
+def choose_kept(
+    entries: List[Entry], retention: CheckpointStorageConfig, smaller_is_better: bool
+) -> Set[str]:
+    """The UUIDs one trial keeps: its ``save_trial_latest`` newest checkpoints, its
+    ``max(save_trial_best, save_experiment_best)`` best validated ones (a trial's share of the
     experiment's best is among its own best; ``retain_experiment_best`` trims the rest after the
     experiment), and always the newest, which a resume needs.
 
     ``entries`` are oldest first; on equal metrics the older checkpoint ranks first.
 
     >>> e = [Entry("a", 2, 1.0), Entry("b", 4, 3.0), Entry("c", 6, 0.5), Entry("d", 8, None)]
-    >>> sorted(choose_kept(e, Retention(1, 1), True)), sorted(choose_kept(e, Retention(2, 0), False))
-    (['c', 'd'], ['a', 'b', 'd'])
-    >>> sorted(choose_kept(e[:2], Retention(0, 3), True))
-    ['a', 'b']
+    >>> def kept(best, latest, entries=e, smaller=True):
+    ...     counts = CheckpointStorageConfig(save_trial_best=best, save_trial_latest=latest)
+    ...     return sorted(choose_kept(entries, counts, smaller))
+    >>> kept(1, 1), kept(2, 0, smaller=False), kept(0, 3, e[:2])
+    (['c', 'd'], ['a', 'b', 'd'], ['a', 'b'])
     """
-    keep = {e.uuid for e in entries[max(0, len(entries) - retention.trial_latest) :]}
+    keep = {e.uuid for e in entries[max(0, len(entries) - retention.save_trial_latest) :]}
     if entries:
         keep.add(entries[-1].uuid)
     validated = [e for e in entries if e.value is not None]
     validated.sort(key=lambda e: e.value if smaller_is_better else -e.value)  # type: ignore
-    keep.update(e.uuid for e in validated[: max(retention.trial_best, retention.experiment_best)])
+    best = max(retention.save_trial_best, retention.save_experiment_best)
+    keep.update(e.uuid for e in validated[:best])
     return keep
 
 
@@ -118,17 +81,17 @@ def run_entries(
 
 
 def retain_experiment_best(
-    trial_dirs: List[CheckpointStore], exp_conf: Dict[str, Any]
+    trial_dirs: List[CheckpointStore],
+    retention: CheckpointStorageConfig,
+    *,
+    metric: str,
+    smaller_is_better: bool,
 ) -> List[CheckpointStore]:
     """Determined's garbage collection at the end of an experiment: in each trial's checkpoint
     directory (its newest run), keeps the ``save_trial_latest`` newest and ``save_trial_best``
     best checkpoints, plus the ``save_experiment_best`` best across all trials; deletes the rest.
-    Metric and direction come from ``exp_conf["searcher"]``. Returns the deleted directories.
+    ``metric`` and ``smaller_is_better`` are the searcher's. Returns the deleted directories.
     """
-    retention = Retention.from_exp_conf(exp_conf)
-    searcher = exp_conf.get("searcher") or {}
-    metric = searcher.get("metric", "validation_loss")
-    smaller = bool(searcher.get("smaller_is_better", True))
     per_trial: Dict[CheckpointStore, List[Entry]] = {}
     for directory in trial_dirs:
         listed = directory.complete()
@@ -137,12 +100,12 @@ def retain_experiment_best(
         if isinstance(run_id, str):
             per_trial[directory] = run_entries(directory, run_id, metric, listed)
     ranked = [(d, e) for d, entries in per_trial.items() for e in entries if e.value is not None]
-    ranked.sort(key=lambda de: de[1].value if smaller else -de[1].value)  # type: ignore
-    experiment_best = {(d, e.uuid) for d, e in ranked[: retention.experiment_best]}
-    own = retention._replace(experiment_best=0)
+    ranked.sort(key=lambda de: de[1].value if smaller_is_better else -de[1].value)  # type: ignore
+    experiment_best = {(d, e.uuid) for d, e in ranked[: retention.save_experiment_best]}
+    own = dataclasses.replace(retention, save_experiment_best=0)
     deleted = []
     for directory, entries in per_trial.items():
-        keep = choose_kept(entries, own, smaller)
+        keep = choose_kept(entries, own, smaller_is_better)
         for entry in entries:
             if entry.uuid not in keep and (directory, entry.uuid) not in experiment_best:
                 if directory.delete(entry.uuid):

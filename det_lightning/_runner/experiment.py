@@ -45,7 +45,13 @@ def _retain_experiment_best(plan: Plan, results: Sequence[TrialResult]) -> None:
     from det_lightning.adapters.retention import retain_experiment_best
 
     trial_dirs = [plan.checkpoint_root / f"trial-{r.number}" for r in results]
-    deleted = retain_experiment_best(trial_dirs, plan.config.raw)
+    searcher = plan.config.searcher_config
+    deleted = retain_experiment_best(
+        trial_dirs,
+        plan.config.checkpoint_storage_config,
+        metric=searcher.metric,
+        smaller_is_better=searcher.smaller_is_better,
+    )
     if deleted:
         logger.info(f"checkpoint_storage retention deleted {len(deleted)} checkpoint(s)")
 

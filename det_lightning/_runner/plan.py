@@ -91,7 +91,7 @@ def launch_options(config: ExperimentConfig, given: Dict[str, Any]) -> Dict[str,
         options.setdefault("accelerator", "cpu")
     if config.precision() is not None:
         options.setdefault("precision", config.precision())
-    if config.deterministic():
+    if config.reproducibility_config.deterministic:
         options.setdefault("deterministic", True)
     return options
 
@@ -158,7 +158,9 @@ def plan_experiment(
     trial_class, command = _entrypoint_plan(config)
     if trial_class is not None and search is not None and search.searcher == "adaptive_asha":
         # The searcher sets the length; the periods must resolve for what it may draw.
-        for hparams in random_points(config.hyperparameters, 4, config.experiment_seed()):
+        for hparams in random_points(
+            config.hyperparameters, 4, config.reproducibility_config.experiment_seed
+        ):
             config.lengths.fit_periods(hparams)
     elif trial_class is not None:
         for hparams in config.trial_hparams():  # random: a sample of what it may draw
@@ -169,7 +171,8 @@ def plan_experiment(
     return Plan(
         config=config,
         model_dir=directory,
-        checkpoint_root=checkpoint_location(root or "checkpoints", config.raw) / identity,
+        checkpoint_root=checkpoint_location(root or "checkpoints", config.checkpoint_storage_config)
+        / identity,
         tensorboard_root=_absolute(tensorboard) / identity,
         trials=trials,
         trial_class=trial_class,

@@ -19,6 +19,7 @@ from torch import nn
 from det_lightning import errors
 from det_lightning._trial_context import NOT_CONFIGURED, TrialContext
 from det_lightning.core import DistributedContext
+from det_lightning.pytorch._config_sections import CheckpointStorageConfig
 from det_lightning.pytorch._context_attributes import DeterminedAttributes
 from det_lightning.pytorch._data import _Data, copy_options, move_to_device
 from det_lightning.pytorch._engine_state import EngineState
@@ -80,6 +81,7 @@ class PyTorchTrialContext(DeterminedAttributes, TrialContext):
         self.engine = EngineState(
             hparams=hparams,
             exp_conf=exp_conf,
+            checkpoint_storage=CheckpointStorageConfig.from_exp_conf(exp_conf),
             aggregation_frequency=aggregation_frequency,
             tensorboard_path=tensorboard_path,
         )

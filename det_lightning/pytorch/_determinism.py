@@ -22,6 +22,7 @@ from typing import Any, Dict, Mapping, MutableMapping, Optional
 
 import torch
 
+from det_lightning.pytorch._config_sections import ReproducibilityConfig
 from det_lightning.pytorch._launch import options_from_environ
 
 logger = logging.getLogger("det_lightning.pytorch")
@@ -30,34 +31,17 @@ CUBLAS_ENV = "CUBLAS_WORKSPACE_CONFIG"
 CUBLAS_DETERMINISTIC = (":4096:8", ":16:8")  # the two values torch's docs give
 
 
-def config_deterministic(exp_conf: Optional[Dict[str, Any]]) -> bool:
-    """``reproducibility.deterministic`` of an experiment config (default False).
-
-    >>> config_deterministic({"reproducibility": {"deterministic": True}}), config_deterministic(None)
-    (True, False)
-
-    Raises:
-        ValueError: the value is not a boolean.
-    """
-    value = ((exp_conf or {}).get("reproducibility") or {}).get("deterministic", False)
-    if not isinstance(value, bool):
-        raise ValueError(
-            f"exp_conf['reproducibility']['deterministic'] = {value!r}: expected true or false."
-        )
-    return value
-
-
 def wants_deterministic(
-    given: Optional[bool], exp_conf: Optional[Dict[str, Any]], environ: Mapping[str, str]
+    given: Optional[bool], reproducibility: ReproducibilityConfig, environ: Mapping[str, str]
 ) -> bool:
     """Whether ``init()`` turns deterministic mode on: its argument, else
     ``$DET_LIGHTNING_DETERMINISTIC`` (``det-lightning run --deterministic``), else the config.
 
-    >>> wants_deterministic(None, {"reproducibility": {"deterministic": True}}, {})
+    >>> wants_deterministic(None, ReproducibilityConfig(deterministic=True), {})
     True
-    >>> wants_deterministic(False, None, {"DET_LIGHTNING_DETERMINISTIC": "1"})
+    >>> wants_deterministic(False, ReproducibilityConfig(), {"DET_LIGHTNING_DETERMINISTIC": "1"})
     False
-    >>> wants_deterministic(None, None, {"DET_LIGHTNING_DETERMINISTIC": "1"})
+    >>> wants_deterministic(None, ReproducibilityConfig(), {"DET_LIGHTNING_DETERMINISTIC": "1"})
     True
     """
     if given is not None:
@@ -65,7 +49,7 @@ def wants_deterministic(
     from_env = options_from_environ(environ).get("deterministic")
     if from_env is not None:
         return bool(from_env)
-    return config_deterministic(exp_conf)
+    return reproducibility.deterministic
 
 
 def apply_deterministic(environ: Optional[MutableMapping[str, str]] = None) -> None:

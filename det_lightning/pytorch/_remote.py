@@ -41,6 +41,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 from det_lightning import errors
 from det_lightning.pytorch import _checkpoint as ckpt
+from det_lightning.pytorch._config_sections import CheckpointStorageConfig
 from det_lightning.pytorch._local_store import (
     LocalStore,
     delete_atomically,
@@ -466,20 +467,20 @@ def is_url(location: Union[str, "os.PathLike[str]"]) -> bool:
 
 def checkpoint_location(
     location: Union[str, "os.PathLike[str]", CheckpointStore],
-    exp_conf: Optional[Dict[str, Any]] = None,
+    storage: Optional[CheckpointStorageConfig] = None,
     *,
     beside: Optional[CheckpointStore] = None,
 ) -> CheckpointStore:
     """The store at ``location``: a ``LocalStore`` for a path (made absolute), an
-    ``ObjectStore`` for a URL, which gets its endpoint and keys from
-    ``exp_conf["checkpoint_storage"]`` when that is of the URL's type, else from ``beside`` (a
+    ``ObjectStore`` for a URL, which gets its endpoint and keys from ``storage`` (the
+    experiment's ``checkpoint_storage``) when that is of the URL's type, else from ``beside`` (a
     store the URL was named beside) when that is of its scheme.
 
     Raises:
         CheckpointStorageError: a URL of a scheme no object store here supports.
 
-    >>> checkpoint_location("s3://b/p/", {"checkpoint_storage": {"type": "s3",
-    ...     "bucket": "b", "endpoint_url": "http://127.0.0.1:9000"}})
+    >>> checkpoint_location("s3://b/p/", CheckpointStorageConfig(type="s3",
+    ...     bucket="b", endpoint_url="http://127.0.0.1:9000"))
     ObjectStore(url='s3://b/p', options=(('endpoint_url', 'http://127.0.0.1:9000'),))
     >>> checkpoint_location("/ckpts/run")
     LocalStore(path=PosixPath('/ckpts/run'))
@@ -499,44 +500,45 @@ def checkpoint_location(
         raise errors.CheckpointStorageError(
             f"Checkpoint location {location!s} names no bucket; use {scheme}://bucket/prefix."
         )
-    storage = (exp_conf or {}).get("checkpoint_storage") or {}
-    same_type = storage.get("type") == SCHEMES[scheme][3]
-    options = _options(scheme, storage if same_type else {})
+    options: Tuple[Tuple[str, str], ...] = ()
+    if storage is not None and storage.type == SCHEMES[scheme][3]:  # its endpoint and keys
+        options = _options(scheme, storage)
     if not options and beside is not None:
         options = beside.options_for(scheme)
     return ObjectStore(f"{scheme}://{rest}", options)
 
 
-def _options(scheme: str, storage: Dict[str, Any]) -> Tuple[Tuple[str, str], ...]:
+def _options(scheme: str, storage: CheckpointStorageConfig) -> Tuple[Tuple[str, str], ...]:
     """The fsspec keyword arguments for ``checkpoint_storage`` (Determined's keys)."""
     options: Dict[str, str] = {}
     if scheme == "s3":
-        if storage.get("endpoint_url"):
-            options["endpoint_url"] = storage["endpoint_url"]
-        if storage.get("access_key") and storage.get("secret_key"):
-            options["key"], options["secret"] = storage["access_key"], storage["secret_key"]
+        if storage.endpoint_url:
+            options["endpoint_url"] = storage.endpoint_url
+        if storage.access_key and storage.secret_key:
+            options["key"], options["secret"] = storage.access_key, storage.secret_key
     elif SCHEMES[scheme][3] == "azure":
-        for key in ("connection_string", "credential"):
-            if storage.get(key):
-                options[key] = storage[key]
-        if storage.get("account_url"):
-            options["account_name"] = storage["account_url"].split("//")[-1].split(".")[0]
+        if storage.connection_string:
+            options["connection_string"] = storage.connection_string
+        if storage.credential:
+            options["credential"] = storage.credential
+        if storage.account_url:
+            options["account_name"] = storage.account_url.split("//")[-1].split(".")[0]
     return tuple(sorted(options.items()))
 
 
-def storage_url(storage: Dict[str, Any]) -> Optional[str]:
+def storage_url(storage: CheckpointStorageConfig) -> Optional[str]:
     """The URL of a ``checkpoint_storage`` section of type s3, gcs or azure (else None).
 
-    >>> storage_url({"type": "s3", "bucket": "ckpts", "prefix": "runs/a"})
+    >>> storage_url(CheckpointStorageConfig(type="s3", bucket="ckpts", prefix="runs/a"))
     's3://ckpts/runs/a'
     """
-    scheme = {"s3": "s3", "gcs": "gs", "azure": "az"}.get(storage.get("type", ""))
+    scheme = {"s3": "s3", "gcs": "gs", "azure": "az"}.get(storage.type or "")
     if scheme is None:
         return None
-    bucket = storage.get("container") if scheme == "az" else storage.get("bucket")
-    prefix = os.path.normpath(storage.get("prefix") or "").lstrip("/")
+    bucket = storage.container if scheme == "az" else storage.bucket
+    prefix = os.path.normpath(storage.prefix or "").lstrip("/")
     if prefix.split("/")[0] == "..":
         raise errors.InvalidConfigException(
-            f"checkpoint_storage.prefix {storage.get('prefix')!r} must not leave the bucket."
+            f"checkpoint_storage.prefix {storage.prefix!r} must not leave the bucket."
         )
     return f"{scheme}://{bucket}" + ("" if prefix in ("", ".") else f"/{prefix}")

@@ -16,12 +16,13 @@ from det_lightning._info import get_cluster_info
 from det_lightning.core import DistributedContext
 from det_lightning.pytorch import _launch
 from det_lightning.pytorch._callback import PyTorchCallback
+from det_lightning.pytorch._config_sections import ReproducibilityConfig
 from det_lightning.pytorch._context import PyTorchTrialContext
 from det_lightning.pytorch._determinism import apply_deterministic, wants_deterministic
 from det_lightning.pytorch._lengths import Lengths
 from det_lightning.pytorch._remote import checkpoint_location
 from det_lightning.pytorch._result import FitArgs, FitResult, ProfilerConfig, TrainerOptions
-from det_lightning.pytorch._seeds import experiment_seed, seed_all
+from det_lightning.pytorch._seeds import seed_all
 from det_lightning.pytorch._trial import PyTorchTrial
 from det_lightning.pytorch._units import Batch, TrainUnit, check_max_length, check_period
 
@@ -73,8 +74,9 @@ def init(
     if info is not None and hparams is None and exp_conf is None:
         # One trial of a `det-lightning experiment` search: its hyperparameters and config.
         hparams, exp_conf = info.trial.hparams, info.trial.config
-    seed = experiment_seed(exp_conf)
-    wanted = wants_deterministic(deterministic, exp_conf, os.environ)
+    reproducibility = ReproducibilityConfig.from_exp_conf(exp_conf)
+    seed = reproducibility.experiment_seed
+    wanted = wants_deterministic(deterministic, reproducibility, os.environ)
     if wanted:
         apply_deterministic()
     launched = _launch.start(
@@ -217,7 +219,7 @@ class Trainer:
         self._options = TrainerOptions(
             checkpoint_dir=checkpoint_location(
                 checkpoint_dir or os.environ.get(CHECKPOINT_DIR_ENV) or "checkpoints",
-                context.engine.exp_conf,
+                context.engine.checkpoint_storage,
             ),
             tensorboard_dir=context.engine.tensorboard_path or default_tensorboard_dir(),
             default_root_dir=pathlib.Path.cwd(),

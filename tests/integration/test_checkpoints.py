@@ -459,6 +459,7 @@ def test_save_experiment_best_spans_the_trials_of_an_experiment(tmp_path: pathli
     """Each trial keeps its share of the experiment's 3 best while it runs; after the
     experiment each keeps its best and latest plus the experiment's 3 best (0.5, 0.6, 0.7)."""
     from det_lightning.adapters.retention import retain_experiment_best
+    from det_lightning.pytorch._config_sections import CheckpointStorageConfig
 
     exp_conf = {
         "searcher": {"metric": "score", "smaller_is_better": True},
@@ -481,7 +482,12 @@ def test_save_experiment_best_spans_the_trials_of_an_experiment(tmp_path: pathli
         )
     assert [sorted(by_steps(d)) for d in dirs] == [[2, 6, 8, 10], [2, 4, 6, 10]]
     before = {d.name: {v.name: k for k, v in by_steps(d).items()} for d in dirs}
-    deleted = retain_experiment_best([LocalStore(d) for d in dirs], exp_conf)
+    deleted = retain_experiment_best(
+        [LocalStore(d) for d in dirs],
+        CheckpointStorageConfig.from_exp_conf(exp_conf),
+        metric="score",
+        smaller_is_better=True,
+    )
     assert [sorted(by_steps(d)) for d in dirs] == [[8, 10], [2, 4, 10]]
     assert sorted((p.parent.name, before[p.parent.name][p.name]) for p in deleted) == [
         ("trial-1", 2),

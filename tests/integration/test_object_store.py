@@ -19,6 +19,7 @@ import torch
 from det_lightning import errors, pytorch
 from det_lightning.adapters.retention import VALIDATION_KEY, retain_experiment_best
 from det_lightning.pytorch import _checkpoint as ckpt
+from det_lightning.pytorch._config_sections import CheckpointStorageConfig
 from det_lightning.pytorch._remote import MARKER, ObjectStore
 from tests.fixtures.object_store import S3
 from tests.integration.cli_support import PROJECT, REPO_ROOT, experiment_dir, output, run_cli
@@ -159,7 +160,11 @@ def test_best_and_latest_stay_in_the_bucket(
     metadatas = metadata(s3_server, "best/trial-1")
     assert sorted(m["steps_completed"] for m in metadatas.values()) == kept
     assert set(metadatas) == best_and_latest(s3_server, "best/trial-1")
-    assert retain_experiment_best([ObjectStore(url)], exp_conf) == []
+    defaults = CheckpointStorageConfig()  # save_trial_best=1, save_trial_latest=1
+    deleted = retain_experiment_best(
+        [ObjectStore(url)], defaults, metric="score", smaller_is_better=True
+    )
+    assert deleted == []
     assert metadata(s3_server, "best/trial-1") == metadatas
 
 

@@ -68,7 +68,13 @@ def test_a_trial_ending_after_a_takeover_ends_with_lease_lost_and_leaves_the_new
     settings = plan.search
     assert settings is not None
     (study_a,) = open_studies(open_storage(url, plan.checkpoint_root), plan.experiment_id, settings)
-    trial = _ask(study_a, settings, 0, plan.config.hyperparameters, plan.config.experiment_seed())
+    trial = _ask(
+        study_a,
+        settings,
+        0,
+        plan.config.hyperparameters,
+        plan.config.reproducibility_config.experiment_seed,
+    )
     assert trial is not None
     study_b = optuna.load_study(  # worker B's own view of the search
         study_name=study_a.study_name, storage=open_storage(url, plan.checkpoint_root)

@@ -8,6 +8,7 @@ from det_lightning import errors
 from det_lightning._runner import config as _config
 from det_lightning._runner.config._yaml import load_yaml12
 from det_lightning._runner.plan import plan_experiment
+from det_lightning.pytorch._config_sections import CheckpointStorageConfig
 from det_lightning.pytorch._export import export_lightning_checkpoint
 from det_lightning.pytorch._local_store import LocalStore
 from det_lightning.pytorch._remote import ObjectStore, checkpoint_location
@@ -15,15 +16,9 @@ from tests.integration.cli_support import PROJECT
 
 
 def test_urls_become_object_stores_with_the_configs_endpoint_and_keys() -> None:
-    conf = {
-        "checkpoint_storage": {
-            "type": "s3",
-            "bucket": "b",
-            "endpoint_url": "http://e:1",
-            "access_key": "A",
-            "secret_key": "S",
-        }
-    }
+    conf = CheckpointStorageConfig(
+        type="s3", bucket="b", endpoint_url="http://e:1", access_key="A", secret_key="S"
+    )
     root = checkpoint_location("s3://b/run/", conf)
     assert root == ObjectStore(
         "s3://b/run", (("endpoint_url", "http://e:1"), ("key", "A"), ("secret", "S"))

@@ -58,7 +58,7 @@ def test_valid_const_config_fills_defaults() -> None:
     assert cfg.checkpoint_dir() is None
     assert cfg.slots_per_trial() == 1
     assert cfg.aggregation_frequency() == 1
-    assert cfg.experiment_seed() is None
+    assert cfg.reproducibility_config.experiment_seed is None
     assert cfg.records_per_epoch() is None
     assert cfg.ignored_keys == []
     assert cfg.trial_hparams() == [{"global_batch_size": 32, "lr": 0.1}]
@@ -83,7 +83,7 @@ def test_load_from_yaml_file(tmp_path: pathlib.Path) -> None:
     assert cfg.records_per_epoch() == 640
     assert cfg.min_validation_period() == (50, "batches")
     assert cfg.checkpoint_dir() == "/tmp/ckpts/exp"
-    assert cfg.experiment_seed() == 7
+    assert cfg.reproducibility_config.experiment_seed == 7
     assert cfg.aggregation_frequency() == 4
     assert cfg.slots_per_trial() == 2
 

@@ -15,6 +15,7 @@ from det_lightning._runner.config._search import grid_points, random_points
 from det_lightning._runner.config._searcher import SearcherConfig
 from det_lightning._runner.config._yaml import load_yaml12
 from det_lightning.errors import InvalidConfigException
+from det_lightning.pytorch._config_sections import CheckpointStorageConfig, ReproducibilityConfig
 from det_lightning.pytorch._lengths import Length, Lengths
 
 logger = logging.getLogger("det_lightning")
@@ -102,9 +103,22 @@ class ExperimentConfig:
 
     @property
     def checkpoint_storage(self) -> Optional[Dict[str, Any]]:
-        """The ``checkpoint_storage`` section, None when unset."""
+        """The ``checkpoint_storage`` section as given, None when unset (the runner reads
+        ``checkpoint_storage_config``)."""
         storage: Optional[Dict[str, Any]] = self.raw.get("checkpoint_storage") or None
         return storage
+
+    @functools.cached_property
+    def checkpoint_storage_config(self) -> CheckpointStorageConfig:
+        """The ``checkpoint_storage`` section, typed, with its defaults."""
+        return CheckpointStorageConfig.from_exp_conf(self.raw)
+
+    @functools.cached_property
+    def reproducibility_config(self) -> ReproducibilityConfig:
+        """The ``reproducibility`` section, typed: ``deterministic`` (ours; see
+        ``init(deterministic)``) and ``experiment_seed``, None meaning "do not seed" (see the
+        module notes)."""
+        return ReproducibilityConfig.from_exp_conf(self.raw)
 
     def legacy_trial_class(self) -> Optional[str]:
         """The ``module:Class`` entrypoint, or None when the entrypoint is a command.
@@ -145,13 +159,11 @@ class ExperimentConfig:
             ``save_*`` counts: the default storage, the checkpoint directory, as Determined's
             master merges it with the cluster's).
         """
-        storage = self.checkpoint_storage
-        if not storage or "type" not in storage:
-            return None
-        if storage["type"] == "shared_fs":
-            return os.path.join(storage["host_path"], storage.get("storage_path") or "")
-        if storage["type"] == "directory":
-            return str(storage["container_path"])
+        storage = self.checkpoint_storage_config
+        if storage.type == "shared_fs":
+            return os.path.join(storage.host_path or "", storage.storage_path or "")
+        if storage.type == "directory":
+            return storage.container_path
         from det_lightning.pytorch._remote import storage_url
 
         return storage_url(storage)
@@ -168,15 +180,6 @@ class ExperimentConfig:
         """``optimizations.precision`` (ours): Lightning's precision, None for its default."""
         value = self.raw["optimizations"]["precision"]
         return None if value is None else str(value)
-
-    def deterministic(self) -> bool:
-        """``reproducibility.deterministic`` (ours; default false): see ``init(deterministic)``."""
-        return bool(self.raw["reproducibility"]["deterministic"])
-
-    def experiment_seed(self) -> Optional[int]:
-        """``reproducibility.experiment_seed``; None means "do not seed" (see module notes)."""
-        seed = self.raw["reproducibility"]["experiment_seed"]
-        return None if seed is None else int(seed)
 
     def records_per_epoch(self) -> Optional[int]:
         """``records_per_epoch``, or None when unset (0)."""
@@ -199,10 +202,14 @@ class ExperimentConfig:
             return grid_points(self.hyperparameters)
         if name == "random":
             return random_points(
-                self.hyperparameters, self.searcher["max_trials"], self.experiment_seed()
+                self.hyperparameters,
+                self.searcher["max_trials"],
+                self.reproducibility_config.experiment_seed,
             )
         if name == "single":
-            return random_points(self.hyperparameters, 1, self.experiment_seed())
+            return random_points(
+                self.hyperparameters, 1, self.reproducibility_config.experiment_seed
+            )
         raise _fail(
             "searcher.name",
             f"the {name!r} searcher is not run locally.",

@@ -192,7 +192,7 @@ def _loop(
     leases: LeaseSettings,
 ) -> Optional[int]:
     settings, config = worker.settings, worker.plan.config
-    seed = config.experiment_seed()
+    seed = config.reproducibility_config.experiment_seed
     waited_for: List[str] = []
     while interrupt.received is None:
         found = expired_trial(studies, leases)

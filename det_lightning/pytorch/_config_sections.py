@@ -1,0 +1,145 @@
+"""The ``reproducibility`` and ``checkpoint_storage`` sections, typed: built once per run from an
+experiment config and passed on, their defaults here (Determined 0.38.1's, but the seed)::
+
+    reproducibility.experiment_seed         None (do not seed; Determined picks a time-based one)
+    reproducibility.deterministic           False (ours: see ``init(deterministic)``)
+    checkpoint_storage.save_experiment_best 0
+    checkpoint_storage.save_trial_best      1
+    checkpoint_storage.save_trial_latest    1
+
+Both layers build them with ``from_exp_conf``: ``init()`` from a user's plain dict (partial, or
+None), the runner from its validated config. Nothing else reads these sections by key
+(``tests/unit/test_config_sections.py`` checks that).
+"""
+
+import dataclasses
+from typing import Any, Dict, Mapping, Optional
+
+from det_lightning import errors
+
+SAVE_COUNTS = ("save_trial_best", "save_trial_latest", "save_experiment_best")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ReproducibilityConfig:
+    """The ``reproducibility`` section.
+
+    >>> ReproducibilityConfig.from_exp_conf({"reproducibility": {"experiment_seed": 7}})
+    ReproducibilityConfig(experiment_seed=7, deterministic=False)
+    >>> ReproducibilityConfig.from_exp_conf(None) == ReproducibilityConfig()
+    True
+    """
+
+    experiment_seed: Optional[int] = None
+    deterministic: bool = False
+
+    @classmethod
+    def from_exp_conf(cls, exp_conf: Optional[Mapping[str, Any]]) -> "ReproducibilityConfig":
+        """The section of ``exp_conf``; a key left out takes its default (a null seed too).
+
+        Raises:
+            ValueError: the section is not a mapping, the seed not an int >= 0, or
+                ``deterministic`` not a boolean.
+        """
+        section = _section(exp_conf, "reproducibility", ValueError)
+        seed = section.get("experiment_seed")
+        if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or seed < 0):
+            raise ValueError(
+                f"exp_conf['reproducibility']['experiment_seed'] = {seed!r}: expected an int >= 0."
+            )
+        deterministic = section.get("deterministic", cls.deterministic)
+        if not isinstance(deterministic, bool):
+            raise ValueError(
+                f"exp_conf['reproducibility']['deterministic'] = {deterministic!r}: expected "
+                "true or false."
+            )
+        return cls(experiment_seed=seed, deterministic=deterministic)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class CheckpointStorageConfig:
+    """The ``checkpoint_storage`` section: where checkpoints go and how many stay.
+
+    Attributes:
+        type: ``shared_fs``, ``directory``, ``s3``, ``gcs`` or ``azure``; None: the default
+            storage (the checkpoint directory), as when only ``save_*`` counts are given.
+        retention_configured: the section sets a ``save_*`` count (then every checkpoint
+            policy deletes what retention does not keep, not only ``best``).
+
+    >>> s = CheckpointStorageConfig.from_exp_conf({"checkpoint_storage": {"save_trial_best": 3}})
+    >>> s.type, s.save_trial_best, s.save_trial_latest, s.save_experiment_best
+    (None, 3, 1, 0)
+    >>> s.retention_configured, CheckpointStorageConfig.from_exp_conf(None).retention_configured
+    (True, False)
+    """
+
+    type: Optional[str] = None
+    host_path: Optional[str] = None  # shared_fs
+    storage_path: Optional[str] = None  # shared_fs
+    container_path: Optional[str] = None  # directory
+    bucket: Optional[str] = None  # s3, gcs
+    container: Optional[str] = None  # azure
+    prefix: Optional[str] = None  # s3, gcs, azure
+    endpoint_url: Optional[str] = None  # s3
+    access_key: Optional[str] = None  # s3
+    secret_key: Optional[str] = None  # s3
+    connection_string: Optional[str] = None  # azure
+    account_url: Optional[str] = None  # azure
+    credential: Optional[str] = None  # azure
+    save_experiment_best: int = 0
+    save_trial_best: int = 1
+    save_trial_latest: int = 1
+    retention_configured: bool = False
+
+    @classmethod
+    def from_exp_conf(cls, exp_conf: Optional[Mapping[str, Any]]) -> "CheckpointStorageConfig":
+        """The section of ``exp_conf``; a key left out takes its default (a null string too;
+        keys of no local meaning, such as ``propagation``, are not kept).
+
+        Raises:
+            InvalidExperimentException: the section is not a mapping, a ``save_*`` count is
+                not an integer >= 0, or a path, name or key is not a string.
+        """
+        section = _section(exp_conf, "checkpoint_storage", errors.InvalidExperimentException)
+        given: Dict[str, Any] = {}
+        for key in SAVE_COUNTS:
+            value = section.get(key, getattr(cls, key))
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise errors.InvalidExperimentException(
+                    f"checkpoint_storage.{key} is {value!r}; it must be an integer >= 0 (the "
+                    "number of checkpoints to keep)."
+                )
+            given[key] = value
+        for field in dataclasses.fields(cls):
+            value = section.get(field.name)
+            if field.type != Optional[str] or value is None:
+                continue
+            if not isinstance(value, str):
+                raise errors.InvalidExperimentException(
+                    f"checkpoint_storage.{field.name} is {value!r}; it must be a string."
+                )
+            given[field.name] = value
+        return cls(retention_configured=any(k in section for k in SAVE_COUNTS), **given)
+
+    def describe_retention(self) -> str:
+        """The three counts, as a log line names them."""
+        return ", ".join(f"{key}={getattr(self, key)}" for key in SAVE_COUNTS)
+
+
+def _section(exp_conf: Optional[Mapping[str, Any]], key: str, error: type) -> Mapping[str, Any]:
+    """``exp_conf[key]``, ``{}`` when either is None or the key is absent."""
+    section = (exp_conf or {}).get(key) or {}
+    if not isinstance(section, Mapping):
+        raise error(
+            f"exp_conf[{key!r}] is {section!r}; it must be a mapping of the section's keys "
+            f"(e.g. {_EXAMPLES[key]})."
+        )
+    return section
+
+
+_EXAMPLES = {
+    "reproducibility": "{'experiment_seed': 7}",
+    "checkpoint_storage": "{'save_trial_best': 1}",
+}
+
+__all__ = ["CheckpointStorageConfig", "ReproducibilityConfig", "SAVE_COUNTS"]
