@@ -46,6 +46,7 @@ from det_lightning.adapters.trial_state import TrialProgress
 from det_lightning.pytorch._background import sync_checkpoints
 from det_lightning.pytorch._boundaries import Schedule
 from det_lightning.pytorch._callback import PyTorchCallback
+from det_lightning.pytorch._checkpoint_policy import CheckpointPolicy
 from det_lightning.pytorch._context import PyTorchTrialContext
 from det_lightning.pytorch._result import FitArgs, FitResult, TrainerOptions
 from det_lightning.pytorch._store import CheckpointStore
@@ -205,15 +206,17 @@ def _train(
         manager = CheckpointManager(
             root,
             module,
-            args.checkpoint_policy,
-            options.searcher_metric,
-            options.smaller_is_better,
+            CheckpointPolicy(
+                policy=args.checkpoint_policy,
+                metric=options.searcher_metric,
+                smaller_is_better=options.smaller_is_better,
+                metric_configured=options.searcher_metric_configured,
+            ),
             sampler,
             base_seed,
             [pathlib.Path(options.tensorboard_dir)],
             background=not sync_checkpoints(options.sync_checkpoints),
         )
-        manager.metric_configured = options.searcher_metric_configured
         manager.continue_run(plan)  # best and retention span the trial's earlier runs
         trial_hooks = TrialHooks(module, determined_logging=True)
         module.use_data(view, HooksFirst(val_loader, trial_hooks.begin_validation), view.epoch_len)
