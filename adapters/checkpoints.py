@@ -290,13 +290,10 @@ class CheckpointManager:
         module = self.module
         where: Optional[CheckpointStore] = None
         if path is not None:
-            for callback in module.det_callbacks.values():
-                callback.on_checkpoint_end(str(path))
-                callback.on_checkpoint_write_end(str(path))
+            module.det_hooks.on_checkpoint_write_end(str(path))  # and on_checkpoint_end
             # With what the callbacks added; in a bucket, marker last.
             where = published if published is not None else self.root.publish(uuid, path)
-        for callback in module.det_callbacks.values():
-            callback.on_checkpoint_upload_end(uuid=uuid)
+        module.det_hooks.on_checkpoint_upload_end(uuid)
         if path is not None:
             logger.info(f"saved checkpoint {uuid} at {where}")
             if self.deletes:  # only now: a superseded checkpoint goes once this one is there
@@ -338,8 +335,7 @@ class CheckpointManager:
         edit the state dict); copied (``snapshot``) when it is written in the background."""
         module = self.module
         state_dict = lightning_checkpoint.get(ckpt.LIGHTNING_STATE_KEY) or self.state_dict()
-        for callback in module.det_callbacks.values():
-            callback.on_checkpoint_save_start(state_dict)
+        module.det_hooks.on_checkpoint_save_start(state_dict)
         callbacks = lightning_checkpoint.get("callbacks")
         if self.writer is not None:
             state_dict, callbacks = snapshot((state_dict, callbacks))

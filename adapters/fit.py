@@ -48,6 +48,7 @@ from det_lightning.pytorch._boundaries import Schedule
 from det_lightning.pytorch._callback import PyTorchCallback
 from det_lightning.pytorch._checkpoint_policy import CheckpointPolicy
 from det_lightning.pytorch._context import PyTorchTrialContext
+from det_lightning.pytorch._dispatch import Dispatcher
 from det_lightning.pytorch._result import FitArgs, FitResult, TrainerOptions
 from det_lightning.pytorch._store import CheckpointStore
 from det_lightning.pytorch._trial import PyTorchTrial, is_overridden, pre_012_api
@@ -108,12 +109,11 @@ def build_callbacks(trial: PyTorchTrial) -> Dict[str, PyTorchCallback]:
 
 
 @contextlib.contextmanager
-def _shutdown_after(callbacks: Dict[str, PyTorchCallback]) -> Iterator[None]:
+def _shutdown_after(det_hooks: Dispatcher) -> Iterator[None]:
     try:
         yield
     finally:
-        for callback in callbacks.values():
-            callback.on_trial_shutdown()
+        det_hooks.on_trial_shutdown()
 
 
 def run_fit(
@@ -139,9 +139,9 @@ def run_fit(
         )
     signals = preemption.SignalWatcher(context.distributed)
     with signals:  # SIGTERM/SIGINT: checkpoint after this batch, then TrialPreempted
-        for callback in callbacks.values():
-            callback.on_trial_startup(plan.first_batch, args.latest_checkpoint)
-        with _shutdown_after(callbacks):
+        det_hooks = Dispatcher(callbacks)
+        det_hooks.on_trial_startup(plan.first_batch, args.latest_checkpoint)
+        with _shutdown_after(det_hooks):
             result, trainer = _train(trial, context, args, options, signals, callbacks, plan, root)
     result = dataclasses.replace(result, seconds=time.monotonic() - started)
     newest = result.latest_checkpoint
