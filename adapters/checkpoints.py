@@ -1,4 +1,5 @@
-"""Writing Determined checkpoints during ``fit()``, and the checkpoint policy (best, all, none).
+"""Writing Determined checkpoints during ``fit()`` (whether a validation calls for one is
+``det_lightning/pytorch/_checkpoint_policy.py``'s decision; the hooks go through ``_dispatch``).
 
 One save, as Determined orders its callbacks::
 
@@ -97,13 +98,16 @@ def _observes_writes(callbacks: Mapping[str, PyTorchCallback]) -> bool:
 
 
 class CheckpointManager:
-    """Saves checkpoints of one ``fit()`` and applies the checkpoint policy.
+    """Saves checkpoints of one ``fit()`` when the periods or the checkpoint policy ask for one
+    (``_checkpoint_policy.after_validation`` decides), runs Determined's hooks around each write
+    (through ``TrialModule.det_hooks``), and applies retention.
 
     Args:
         root: where checkpoints go: a directory, or a URL (written locally first, then
             uploaded; ``_store``).
         module: the ``TrialModule`` being trained.
-        policy: when a validation is followed by a checkpoint, and the searcher metric.
+        policy: when a validation is followed by a checkpoint, and the searcher metric;
+            replaced only by the policy a decision returns ('best' falling back to 'all').
         sampler: the training batch sampler, whose shuffle state resume needs (or None).
         base_seed: the derived-shuffle seed used with several processes (or None).
         skip_dirs: directories never copied into ``code/``.
@@ -114,6 +118,7 @@ class CheckpointManager:
         self,
         root: CheckpointStore,
         module: TrialModule,
+        *,
         policy: CheckpointPolicy,
         sampler: Any,
         base_seed: Optional[int],

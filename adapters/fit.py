@@ -206,15 +206,15 @@ def _train(
         manager = CheckpointManager(
             root,
             module,
-            CheckpointPolicy(
+            policy=CheckpointPolicy(
                 policy=args.checkpoint_policy,
                 metric=options.searcher_metric,
                 smaller_is_better=options.smaller_is_better,
                 metric_configured=options.searcher_metric_configured,
             ),
-            sampler,
-            base_seed,
-            [pathlib.Path(options.tensorboard_dir)],
+            sampler=sampler,
+            base_seed=base_seed,
+            skip_dirs=[pathlib.Path(options.tensorboard_dir)],
             background=not sync_checkpoints(options.sync_checkpoints),
         )
         manager.continue_run(plan)  # best and retention span the trial's earlier runs
