@@ -95,13 +95,9 @@ class TrialHooks(Callback):
         self.metrics: Dict[str, Any] = {}  # the last validation's metrics, reduced
         self._validating = False  # begin_validation ran for the current pass
 
-    def _forward(self, hook: str, *args: Any) -> None:
-        for callback in self.module.det_callbacks.values():
-            getattr(callback, hook)(*args)
-
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._forward("on_training_start")
+        self.module.det_hooks.on_training_start()
 
     def begin_validation(self) -> None:
         """Determined's start of a validation: models to eval mode, reducers reset, then
@@ -120,9 +116,9 @@ class TrialHooks(Callback):
         module.context.reset_reducers()
         self.buffer = ValidationBuffer()
         self.metrics = {}
-        self._forward("on_validation_start")
+        module.det_hooks.on_validation_start()
         if module.evaluates_batches:
-            self._forward("on_validation_epoch_start")
+            module.det_hooks.on_validation_epoch_start()
 
     @override
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -151,7 +147,7 @@ class TrialHooks(Callback):
             return
         module = self.module
         if module.evaluates_batches:
-            self._forward("on_validation_epoch_end", self.buffer.outputs)
+            module.det_hooks.on_validation_epoch_end(self.buffer.outputs)
         self.metrics = self.buffer.reduce(module.trial, module.context, module.evaluates_batches)
         # Under LightningTrial, loggers, ModelCheckpoint(monitor=...) and trainer.validate()'s
         # results see them under the trial's own names.
@@ -168,7 +164,7 @@ class TrialHooks(Callback):
         state = module.progress
         metrics = self.metrics
         self._validating = False
-        self._forward("on_validation_end", metrics)
+        module.det_hooks.on_validation_end(metrics)
         state.last_val = state.batches_trained
         reported = metrics if self.determined_logging else dict(metrics)
         if self.determined_logging:
@@ -230,8 +226,7 @@ class PyTorchCallbackBridge(Callback):
         if self.started:
             return
         self.started = True
-        for callback in self.module.det_callbacks.values():
-            callback.on_trial_startup(first_batch_idx, checkpoint)
+        self.module.det_hooks.on_trial_startup(first_batch_idx, checkpoint)
 
     def _shutdown(self) -> None:
         if self.stops is not None:
@@ -239,8 +234,7 @@ class PyTorchCallbackBridge(Callback):
         if not self.started:
             return
         self.started = False
-        for callback in self.module.det_callbacks.values():
-            callback.on_trial_shutdown()
+        self.module.det_hooks.on_trial_shutdown()
 
     @override
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

@@ -1,4 +1,5 @@
-"""Writing Determined checkpoints during ``fit()``, and the checkpoint policy (best, all, none).
+"""Writing Determined checkpoints during ``fit()`` (whether a validation calls for one is
+``det_lightning/pytorch/_checkpoint_policy.py``'s decision; the hooks go through ``_dispatch``).
 
 One save, as Determined orders its callbacks::
 
@@ -50,7 +51,6 @@ import lightning.pytorch as pl
 
 from det_lightning.adapters import stateful
 from det_lightning.adapters.checkpoint_io import DeterminedSave
-from det_lightning.adapters.metrics import is_numerical_scalar
 from det_lightning.adapters.module import TrialModule
 from det_lightning.adapters.resume import ResumePlan, identity_of
 from det_lightning.adapters.retention import (
@@ -65,6 +65,7 @@ from det_lightning.adapters.storage import raise_if_storage_error
 from det_lightning.pytorch import _checkpoint as ckpt
 from det_lightning.pytorch._background import BackgroundWriter, snapshot
 from det_lightning.pytorch._callback import PyTorchCallback
+from det_lightning.pytorch._checkpoint_policy import CheckpointPolicy, after_validation
 from det_lightning.pytorch._checkpoint_write import CheckpointFiles, make_load_data
 from det_lightning.pytorch._code import code_sources
 from det_lightning.pytorch._identity import IDENTITY_KEY
@@ -96,15 +97,16 @@ def _observes_writes(callbacks: Mapping[str, PyTorchCallback]) -> bool:
 
 
 class CheckpointManager:
-    """Saves checkpoints of one ``fit()`` and applies the checkpoint policy.
+    """Saves checkpoints of one ``fit()`` when the periods or the checkpoint policy ask for one
+    (``_checkpoint_policy.after_validation`` decides), runs Determined's hooks around each write
+    (through ``TrialModule.det_hooks``), and applies retention.
 
     Args:
         root: where checkpoints go: a directory, or a URL (written locally first, then
             uploaded; ``_store``).
         module: the ``TrialModule`` being trained.
-        policy: ``"best"``, ``"all"`` or ``"none"``.
-        metric: the searcher metric ``"best"`` compares.
-        smaller_is_better: whether a smaller ``metric`` is better.
+        policy: when a validation is followed by a checkpoint, and the searcher metric;
+            replaced only by the policy a decision returns ('best' falling back to 'all').
         sampler: the training batch sampler, whose shuffle state resume needs (or None).
         base_seed: the derived-shuffle seed used with several processes (or None).
         skip_dirs: directories never copied into ``code/``.
@@ -115,9 +117,8 @@ class CheckpointManager:
         self,
         root: CheckpointStore,
         module: TrialModule,
-        policy: str,
-        metric: str,
-        smaller_is_better: bool,
+        *,
+        policy: CheckpointPolicy,
         sampler: Any,
         base_seed: Optional[int],
         skip_dirs: List[pathlib.Path],
@@ -126,16 +127,11 @@ class CheckpointManager:
         self.root = root
         self.local_root = root.staging()  # where checkpoints are written on this machine
         self.module = module
-        self.policy = policy
-        self.metric = metric
-        self.smaller_is_better = smaller_is_better
+        self.policy = policy  # replaced only by the one a decision returns (after_validation)
         self.sampler = sampler
         self.base_seed = base_seed
         self.skip_dirs = skip_dirs
-        self.metric_configured = False  # set when exp_conf names the searcher metric
         self.retention = module.context.engine.checkpoint_storage
-        # Deleting is for 'best', or for any policy once checkpoint_storage sets the counts.
-        self.deletes = policy == "best" or self.retention.retention_configured
         self.best_value: Optional[float] = None
         self.best_uuid: Optional[str] = None
         self.written: List[str] = []  # this run's checkpoints, oldest first
@@ -156,26 +152,6 @@ class CheckpointManager:
         module.set_checkpoint_extras(self.lightning_extras)
 
     # ----- policy ---------------------------------------------------------------------------
-    def searcher_value(self, metrics: Dict[str, Any]) -> float:
-        """``metrics[metric]`` as a float.
-
-        Raises:
-            RuntimeError: the validation did not report the metric, or not as a scalar.
-        """
-        if self.metric not in metrics:
-            raise RuntimeError(
-                f"Search method is configured to use metric '{self.metric}' but model definition "
-                f"returned validation metrics {sorted(metrics)}. The metric used by "
-                "checkpoint_policy='best' must be one of the validation metrics: set "
-                "exp_conf['searcher']['metric'] to one of them."
-            )
-        value = metrics[self.metric]
-        if not is_numerical_scalar(value):
-            raise RuntimeError(
-                f"Searcher validation metric '{self.metric}' returned a non-scalar value: {value}."
-            )
-        return float(value)
-
     def continue_run(self, plan: ResumePlan) -> None:
         """After a resume of this trial (not a warm start), takes over the run id of the
         checkpoint and the earlier runs' checkpoints under ``root`` up to it, with their
@@ -188,42 +164,27 @@ class CheckpointManager:
             return
         self.run_id = run_id
         steps = steps_from_metadata(resumed_from)
-        self.entries = [e for e in run_entries(self.root, run_id, self.metric) if e.steps <= steps]
+        self.entries = [
+            e for e in run_entries(self.root, run_id, self.policy.metric) if e.steps <= steps
+        ]
         for entry in self.entries:
-            if entry.value is not None and self.is_better(entry.value):
+            if entry.value is not None and self.policy.is_better(entry.value, self.best_value):
                 self.best_value, self.best_uuid = entry.value, entry.uuid
-
-    def is_better(self, value: float) -> bool:
-        """Whether ``value`` beats the best so far of this trial."""
-        if self.best_value is None:
-            return True
-        return value < self.best_value if self.smaller_is_better else value > self.best_value
 
     def wants_checkpoint_after_validation(self, metrics: Dict[str, Any]) -> bool:
         """Records a validation's metrics; True when the policy checkpoints after it."""
         self.last_metrics = metrics
         self.last_metrics_batch = self.module.progress.batches_trained
-        if self.policy == "all":
-            return True
-        if self.policy == "best":
-            if self.metric not in metrics and not self.metric_configured:
-                self._fall_back_to_all(metrics)
-                return True
-            return self.is_better(self.searcher_value(metrics))
-        return False
+        decision = after_validation(self.policy, metrics, self.best_value)
+        if decision.warning is not None:
+            logger.warning(decision.warning)
+        self.policy = decision.policy  # 'all' from now on when 'best' fell back
+        return decision.checkpoint
 
-    def _fall_back_to_all(self, metrics: Dict[str, Any]) -> None:
-        """No searcher metric was configured and the default one is not reported: keep
-        Determined's local behaviour (checkpoint after every validation) instead of failing a
-        script that never asked for 'best'."""
-        logger.warning(
-            f"checkpoint_policy='best' compares '{self.metric}', which the trial does not report "
-            f"(it reports {sorted(metrics)}); falling back to 'all' as Determined's local mode "
-            "does. Set exp_conf={'searcher': {'metric': ..., 'smaller_is_better': ...}} to keep "
-            "only the best checkpoints."
-        )
-        self.policy = "all"
-        self.deletes = self.retention.retention_configured
+    @property
+    def deletes(self) -> bool:
+        """Deleting is for 'best', or for any policy once checkpoint_storage sets the counts."""
+        return self.policy.policy == "best" or self.retention.retention_configured
 
     # ----- saving ---------------------------------------------------------------------------
     def save(self, trainer: pl.Trainer) -> str:
@@ -333,13 +294,10 @@ class CheckpointManager:
         module = self.module
         where: Optional[CheckpointStore] = None
         if path is not None:
-            for callback in module.det_callbacks.values():
-                callback.on_checkpoint_end(str(path))
-                callback.on_checkpoint_write_end(str(path))
+            module.det_hooks.on_checkpoint_write_end(str(path))  # and on_checkpoint_end
             # With what the callbacks added; in a bucket, marker last.
             where = published if published is not None else self.root.publish(uuid, path)
-        for callback in module.det_callbacks.values():
-            callback.on_checkpoint_upload_end(uuid=uuid)
+        module.det_hooks.on_checkpoint_upload_end(uuid)
         if path is not None:
             logger.info(f"saved checkpoint {uuid} at {where}")
             if self.deletes:  # only now: a superseded checkpoint goes once this one is there
@@ -350,10 +308,7 @@ class CheckpointManager:
         metrics = self.last_metrics
         if metrics is None or self.last_metrics_batch != self.module.progress.batches_trained:
             return None
-        if self.policy == "best":
-            return self.searcher_value(metrics)  # 'best' needs it: a clear error if missing
-        value: Any = metrics.get(self.metric)
-        return float(value) if is_numerical_scalar(value) else None
+        return self.policy.value_if_reported(metrics)  # 'best' needs it: a clear error if missing
 
     def _note(self, uuid: str) -> None:
         """Books the checkpoint (for ``best``, retention and the fit's result) when it is
@@ -361,13 +316,13 @@ class CheckpointManager:
         self.written.append(uuid)
         value = self._validation_now()
         self.entries.append(Entry(uuid, self.module.progress.batches_trained, value))
-        if value is not None and self.is_better(value):
+        if value is not None and self.policy.is_better(value, self.best_value):
             self.best_value, self.best_uuid = value, uuid
 
     def _delete_unkept(self) -> None:
         """Applies checkpoint_storage's retention to this trial's checkpoints under ``root``
         (earlier runs' after a resume, and ours); never touches any other checkpoint."""
-        keep = choose_kept(self.entries, self.retention, self.smaller_is_better)
+        keep = choose_kept(self.entries, self.retention, self.policy.smaller_is_better)
         for entry in [e for e in self.entries if e.uuid not in keep]:
             if not self.root.delete(entry.uuid):
                 continue  # logged and marked; tried again by the next pass, at fit()'s end
@@ -384,8 +339,7 @@ class CheckpointManager:
         edit the state dict); copied (``snapshot``) when it is written in the background."""
         module = self.module
         state_dict = lightning_checkpoint.get(ckpt.LIGHTNING_STATE_KEY) or self.state_dict()
-        for callback in module.det_callbacks.values():
-            callback.on_checkpoint_save_start(state_dict)
+        module.det_hooks.on_checkpoint_save_start(state_dict)
         callbacks = lightning_checkpoint.get("callbacks")
         if self.writer is not None:
             state_dict, callbacks = snapshot((state_dict, callbacks))
@@ -405,7 +359,7 @@ class CheckpointManager:
 
     def _validation_record(self) -> Optional[Dict[str, Any]]:
         value = self._validation_now()
-        return None if value is None else {"metric": self.metric, "value": value}
+        return None if value is None else {"metric": self.policy.metric, "value": value}
 
     def lightning_extras(self) -> Dict[str, Any]:
         """What ``TrialModule.on_save_checkpoint`` adds to a Lightning checkpoint."""

@@ -46,7 +46,9 @@ from det_lightning.adapters.trial_state import TrialProgress
 from det_lightning.pytorch._background import sync_checkpoints
 from det_lightning.pytorch._boundaries import Schedule
 from det_lightning.pytorch._callback import PyTorchCallback
+from det_lightning.pytorch._checkpoint_policy import CheckpointPolicy
 from det_lightning.pytorch._context import PyTorchTrialContext
+from det_lightning.pytorch._dispatch import Dispatcher
 from det_lightning.pytorch._result import FitArgs, FitResult, TrainerOptions
 from det_lightning.pytorch._store import CheckpointStore
 from det_lightning.pytorch._trial import PyTorchTrial, is_overridden, pre_012_api
@@ -107,12 +109,11 @@ def build_callbacks(trial: PyTorchTrial) -> Dict[str, PyTorchCallback]:
 
 
 @contextlib.contextmanager
-def _shutdown_after(callbacks: Dict[str, PyTorchCallback]) -> Iterator[None]:
+def _shutdown_after(det_hooks: Dispatcher) -> Iterator[None]:
     try:
         yield
     finally:
-        for callback in callbacks.values():
-            callback.on_trial_shutdown()
+        det_hooks.on_trial_shutdown()
 
 
 def run_fit(
@@ -138,9 +139,9 @@ def run_fit(
         )
     signals = preemption.SignalWatcher(context.distributed)
     with signals:  # SIGTERM/SIGINT: checkpoint after this batch, then TrialPreempted
-        for callback in callbacks.values():
-            callback.on_trial_startup(plan.first_batch, args.latest_checkpoint)
-        with _shutdown_after(callbacks):
+        det_hooks = Dispatcher(callbacks)
+        det_hooks.on_trial_startup(plan.first_batch, args.latest_checkpoint)
+        with _shutdown_after(det_hooks):
             result, trainer = _train(trial, context, args, options, signals, callbacks, plan, root)
     result = dataclasses.replace(result, seconds=time.monotonic() - started)
     newest = result.latest_checkpoint
@@ -205,15 +206,17 @@ def _train(
         manager = CheckpointManager(
             root,
             module,
-            args.checkpoint_policy,
-            options.searcher_metric,
-            options.smaller_is_better,
-            sampler,
-            base_seed,
-            [pathlib.Path(options.tensorboard_dir)],
+            policy=CheckpointPolicy(
+                policy=args.checkpoint_policy,
+                metric=options.searcher_metric,
+                smaller_is_better=options.smaller_is_better,
+                metric_configured=options.searcher_metric_configured,
+            ),
+            sampler=sampler,
+            base_seed=base_seed,
+            skip_dirs=[pathlib.Path(options.tensorboard_dir)],
             background=not sync_checkpoints(options.sync_checkpoints),
         )
-        manager.metric_configured = options.searcher_metric_configured
         manager.continue_run(plan)  # best and retention span the trial's earlier runs
         trial_hooks = TrialHooks(module, determined_logging=True)
         module.use_data(view, HooksFirst(val_loader, trial_hooks.begin_validation), view.epoch_len)

@@ -195,8 +195,7 @@ class LightningTrial(TrialModule):
     def on_save_checkpoint(self, checkpoint: Dict[str, Any]) -> None:
         super().on_save_checkpoint(checkpoint)
         checkpoint[TRIAL_STATE_KEY] = stateful.save(self._slots_not_in_lightning())
-        for callback in self.det_callbacks.values():
-            callback.on_checkpoint_save_start(checkpoint)
+        self.det_hooks.on_checkpoint_save_start(checkpoint)
 
     def _slots_not_in_lightning(self) -> List[stateful.Slot]:
         """What Lightning's checkpoint lacks: schedulers, callbacks and scaler of the trial."""
@@ -209,8 +208,7 @@ class LightningTrial(TrialModule):
         if self.trainer.state.fn == TrainerFn.FITTING:
             batches = trial_state["batches_trained"] if trial_state else 0
             self.bridge.start_trial(batches, str(self.trainer.ckpt_path))
-        for callback in self.det_callbacks.values():
-            callback.on_checkpoint_load_start(checkpoint)
+        self.det_hooks.on_checkpoint_load_start(checkpoint)
         if trial_state:
             self.progress.restore(trial_state)
         # Silent where Lightning's checkpoint lacks a slot (a run without a GradScaler).

@@ -20,6 +20,7 @@ import torch
 from det_lightning import errors
 from det_lightning._switch import switch
 from det_lightning.core import DistributedContext
+from det_lightning.pytorch._checkpoint_policy import is_numerical_scalar
 from det_lightning.pytorch._reducer import prepare_reducers, simple_reduce
 
 logger = logging.getLogger("det_lightning.pytorch")
@@ -236,14 +237,6 @@ def reduce_validation_metrics(
         )
         for name in names
     }
-
-
-def is_numerical_scalar(value: Any) -> bool:
-    if isinstance(value, bool):
-        return False
-    if isinstance(value, (int, float, np.integer, np.floating)):
-        return True
-    return isinstance(value, np.ndarray) and value.ndim == 0 and value.dtype.kind in "iuf"
 
 
 def _plain(value: Any) -> Any:

@@ -50,8 +50,9 @@ from det_lightning.adapters.lightning import internals, lean
 from det_lightning.adapters.precision import scheduler_waits
 from det_lightning.adapters.trial_state import TrialProgress
 from det_lightning.pytorch import _checkpoint as ckpt
-from det_lightning.pytorch._callback import PyTorchCallback, call_epoch_start
+from det_lightning.pytorch._callback import PyTorchCallback
 from det_lightning.pytorch._context import PyTorchTrialContext
+from det_lightning.pytorch._dispatch import Dispatcher
 from det_lightning.pytorch._lr_scheduler import due_steps
 from det_lightning.pytorch._trial import PyTorchTrial, is_overridden
 
@@ -139,6 +140,7 @@ class TrialModule(pl.LightningModule):
         self.trial = setup.trial
         self.context = setup.context
         self.det_callbacks = setup.callbacks
+        self.det_hooks = Dispatcher(setup.callbacks)  # calls a hook on every callback
         self.progress = setup.progress
         # Off by default (Determined and Lightning train on); Trainer(stop_on_nonfinite_loss=...)
         # or the environment turns it on.
@@ -156,7 +158,6 @@ class TrialModule(pl.LightningModule):
         self._profiler: Optional[torch.profiler.profile] = None
         self._amp_scaler: Any = None  # the GradScaler to update after each step (use_amp)
         self._skipped_steps: Set[int] = set()
-        self._legacy_warned: "set[int]" = set()  # callbacks warned about a deprecated signature
         # The Determined state every Lightning checkpoint carries (the CheckpointManager's).
         self._checkpoint_extras: Optional[Callable[[], Dict[str, Any]]] = None
 
@@ -252,8 +253,7 @@ class TrialModule(pl.LightningModule):
         if not progress.workload_metrics:  # the first batch after a boundary
             self._set_train_mode()
         if in_epoch == 0:
-            for callback in self.det_callbacks.values():
-                call_epoch_start(callback, epoch_idx, self._legacy_warned)
+            self.det_hooks.on_training_epoch_start(epoch_idx)
         if self._auto_to_device:
             batch = context.to_device(batch)
         output = self.trial.train_batch(batch=batch, epoch_idx=epoch_idx, batch_idx=idx)
@@ -267,8 +267,7 @@ class TrialModule(pl.LightningModule):
             self._step_lr_schedulers(idx)
         progress.batches_trained = idx + 1
         if in_epoch == self.epoch_len - 1:
-            for callback in self.det_callbacks.values():
-                callback.on_training_epoch_end(epoch_idx)
+            self.det_hooks.on_training_epoch_end(epoch_idx)
             progress.epochs_trained += 1
 
     def _step_lr_schedulers(self, idx: int) -> None:

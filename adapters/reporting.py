@@ -65,8 +65,7 @@ class TrainingReport:
         # Determined adds these while reporting, to the same dict its callbacks then receive.
         averages.setdefault("batches", state.batches_trained)
         averages.setdefault("epochs", state.epochs_trained)
-        for callback in module.det_callbacks.values():
-            callback.on_training_workload_end(avg_metrics=averages, batch_metrics=batch_metrics)
+        module.det_hooks.on_training_workload_end(averages, batch_metrics)
         if dist.rank != 0:
             return
         module.context.engine.metrics_reported = True

@@ -275,8 +275,7 @@ def _written_by_determined(path: pathlib.Path) -> bool:
 
 def apply_state(module: TrialModule, state: Dict[str, Any]) -> None:
     """Restores models, optimizers, schedulers, callbacks, RNG and scaler from ``state``."""
-    for callback in module.det_callbacks.values():
-        callback.on_checkpoint_load_start(state)
+    module.det_hooks.on_checkpoint_load_start(state)
     stateful.restore(stateful.trial_slots(module.context, module.det_callbacks), state)
 
 

@@ -21,11 +21,7 @@ the Lightning hook that calls it)::
     on_trial_shutdown()                               # always, also after an exception
 """
 
-import inspect
-import logging
 from typing import Any, Dict, List, Optional
-
-logger = logging.getLogger("det_lightning.pytorch")
 
 
 class PyTorchCallback:
@@ -85,24 +81,3 @@ class PyTorchCallback:
 
     def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
         """Restores what ``state_dict`` returned."""
-
-
-def call_epoch_start(callback: PyTorchCallback, epoch_idx: int, warned: "set[int]") -> None:
-    """``on_training_epoch_start(epoch_idx)``, or ``()`` for the signature Determined accepted
-    before 0.17.8 (as Determined still does, with a deprecation warning: once per callback here,
-    its ``id`` kept in ``warned``)."""
-    hook = callback.on_training_epoch_start
-    try:
-        takes_index = bool(inspect.signature(hook).parameters)
-    except (TypeError, ValueError):  # a builtin or C callable: assume today's signature
-        takes_index = True
-    if takes_index:
-        hook(epoch_idx)
-        return
-    if id(callback) not in warned:
-        warned.add(id(callback))
-        logger.warning(
-            f"{type(callback).__name__}.on_training_epoch_start() without parameters is "
-            "deprecated since Determined 0.17.8. Please add the epoch_idx parameter."
-        )
-    hook()  # type: ignore[call-arg]

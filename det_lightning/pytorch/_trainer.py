@@ -16,6 +16,7 @@ from det_lightning._info import get_cluster_info
 from det_lightning.core import DistributedContext
 from det_lightning.pytorch import _launch
 from det_lightning.pytorch._callback import PyTorchCallback
+from det_lightning.pytorch._checkpoint_policy import POLICIES
 from det_lightning.pytorch._config_sections import ReproducibilityConfig
 from det_lightning.pytorch._context import PyTorchTrialContext
 from det_lightning.pytorch._determinism import apply_deterministic, wants_deterministic
@@ -31,8 +32,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("det_lightning.pytorch")
 core_logger = logging.getLogger("det_lightning.core")  # what Determined's core logs
-
-CHECKPOINT_POLICIES = ("best", "all", "none")
 
 
 @contextlib.contextmanager
@@ -290,10 +289,10 @@ class Trainer:
         """
         if max_length is None:  # on a cluster (a search's trial) the searcher sets the length
             max_length = searcher_length()
-        if checkpoint_policy not in CHECKPOINT_POLICIES:
+        if checkpoint_policy not in POLICIES:
             raise ValueError(
                 f"fit(checkpoint_policy={checkpoint_policy!r}): expected one of "
-                f"{', '.join(CHECKPOINT_POLICIES)}."
+                f"{', '.join(POLICIES)}."
             )
         if latest_checkpoint is not None and not isinstance(latest_checkpoint, (str, os.PathLike)):
             raise TypeError(
