@@ -53,11 +53,11 @@ def _value(hparams: Dict[str, Any], batches: int) -> float:
 
 
 def _resume_from(latest: Optional[str]) -> int:
-    from det_lightning.pytorch._remote import checkpoint_location, local_copy
+    from det_lightning.pytorch._remote import checkpoint_location
 
     if not latest:
         return 0
-    metadata = local_copy(checkpoint_location(latest)) / "metadata.json"
+    metadata = checkpoint_location(latest).local_copy() / "metadata.json"
     return int(json.loads(metadata.read_text())["steps_completed"])
 
 
@@ -66,7 +66,7 @@ def _checkpoint(root: Any, batches: int, scratch: pathlib.Path) -> None:
     local.mkdir(parents=True)
     (local / "metadata.json").write_text(json.dumps({"steps_completed": batches}))
     (local / "state.json").write_text(json.dumps({"batches": batches}))
-    root.upload(local.name, local)
+    root.publish(local.name, local)
 
 
 def stand_in_trial(events: pathlib.Path, seconds: float) -> int:
@@ -76,7 +76,8 @@ def stand_in_trial(events: pathlib.Path, seconds: float) -> int:
     from det_lightning._info import get_cluster_info
     from det_lightning._runner.search import _child
     from det_lightning.pytorch import Batch
-    from det_lightning.pytorch._remote import checkpoint_location, publish_check
+    from det_lightning.pytorch._remote import checkpoint_location
+    from det_lightning.pytorch._store import publish_check
 
     info = get_cluster_info()
     assert info is not None

@@ -192,12 +192,18 @@ def _running_leases(url: str) -> List[Tuple[int, int]]:
 
 
 def kill_workers(
-    url: str, pids: List[int], kills: int, started: Callable[[], int], after: int
+    url: str,
+    pids: List[int],
+    kills: int,
+    started: Callable[[], int],
+    after: int,
+    running: Callable[[], bool],
 ) -> List[Dict[str, Any]]:
     """SIGKILLs ``kills`` workers, each while its trial runs, once ``after`` trials started;
-    returns each kill: the trial id, the worker's pid, the time."""
+    returns each kill: the trial id, the worker's pid, the time. Fewer when the workers ended
+    first (``running()`` false: every trial done, or failed; the run's checks say which)."""
     killed: List[Dict[str, Any]] = []
-    while len(killed) < kills:
+    while len(killed) < kills and running():
         if started() < after:
             time.sleep(0.2)
             continue
@@ -245,7 +251,9 @@ def run_workers(
             return len({json.loads(line)["trial"] for line in path.read_text().splitlines()}) if (
                 path.exists()) else 0  # fmt: skip
 
-        killed = kill_workers(servers.url, pids, kills, started, max(trials // 10, 1))
+        killed = kill_workers(
+            servers.url, pids, kills, started, max(trials // 10, 1), lambda: process.poll() is None
+        )
         status = process.wait()
     log.close()
     seconds = time.perf_counter() - start
@@ -381,9 +389,10 @@ def replay(events: List[Dict[str, Any]], units: Dict[str, Tuple[int, ...]]) -> L
 
 
 def check_takeovers(
-    killed: List[Dict[str, Any]], studies: Dict[str, List[Any]]
+    killed: List[Dict[str, Any]], studies: Dict[str, List[Any]], kills: int
 ) -> Tuple[str, bool, str]:
-    """Each killed worker's trial taken over within the lease's timeout plus one interval."""
+    """Each killed worker's trial taken over within the lease's timeout plus one interval, and
+    as many workers killed as asked (fewer: the workers ended before a trial could be)."""
     from det_lightning._runner._lease import CONTINUES, LeaseSettings
 
     leases = LeaseSettings(HEARTBEAT_TIMEOUT_S)
@@ -405,8 +414,8 @@ def check_takeovers(
     shown = ", ".join(f"{d:.1f}" for d in sorted(delays))
     return (
         f"killed workers' trials taken over within {bound:.0f} s",
-        not late and len(delays) + ended == len(killed),
-        f"{len(killed)} killed; {len(delays)} taken over after [{shown}] s; {ended} had ended "
+        not late and len(delays) + ended == len(killed) == kills,
+        f"{len(killed)} of {kills} killed; {len(delays)} taken over after [{shown}] s; {ended} had ended "
         f"as the kill landed; {late} late or never",
     )
 
@@ -450,7 +459,7 @@ def scale_section(workers: int, trials: int, kills: int) -> Tuple[List[str], boo
             f"{len(events)} reports, {len(wrong)} differ" + (f": {wrong[:5]}" if wrong else ""),
         )
     )
-    checks.append(check_takeovers(run["killed"], studies))
+    checks.append(check_takeovers(run["killed"], studies, kills))
     checks.append(
         (
             f"peak connections within the budget (2 x {workers} workers = {budget})",
