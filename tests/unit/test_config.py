@@ -172,6 +172,7 @@ def _message(config: Any) -> str:
         # Wrong types name the expected type.
         (_searcher(smaller_is_better="yes"), ["searcher.smaller_is_better", "boolean", "'yes'"]),
         (_with(records_per_epoch="many"), ["records_per_epoch", "integer"]),
+        (_with(reproducibility={"experiment_seed": -1}), ["experiment_seed", ">= 0"]),
         (_with(optimizations={"aggregation_frequency": 0}), ["aggregation_frequency", ">= 1"]),
         (_with(optimizations={"aggregation_frequency": True}), ["aggregation_frequency", "int"]),
         (_with(labels=["a", 3]), ["labels[1]", "string"]),

@@ -195,7 +195,7 @@ _EXPERIMENT = _Section(
         "optimizations": _OPTIMIZATIONS,
         "reproducibility": _Section(
             {
-                "experiment_seed": _Value(("integer",), default=None),
+                "experiment_seed": _Value(("integer",), minimum=0, default=None),  # as Determined
                 # Ours: init(deterministic=True) for every trial (what --deterministic sets).
                 "deterministic": _Value(("boolean",), default=False),
             }
