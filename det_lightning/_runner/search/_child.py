@@ -15,7 +15,6 @@ import functools
 import json
 import logging
 import os
-import pathlib
 from typing import Any, Dict, Iterator, Tuple
 
 import optuna
@@ -32,7 +31,6 @@ from det_lightning._runner.search._reporter import INVALID_HP, SearchReporter
 from det_lightning._runner.search._storage import open_storage
 from det_lightning.pytorch import Epoch, PyTorchCallback, TrainUnit
 from det_lightning.pytorch._context import PyTorchTrialContext
-from det_lightning.pytorch._local_store import LocalStore
 from det_lightning.pytorch._store import publish_check
 from det_lightning.pytorch._trainer import fit_callbacks
 
@@ -76,7 +74,8 @@ def _search_trial() -> optuna.Trial:
 def _trial_of(search_env: str) -> optuna.Trial:
     spec: Dict[str, Any] = json.loads(search_env)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    storage = open_storage(spec["storage"], LocalStore(pathlib.Path(".")), made=True)
+    # (the worker resolved the storage to a URL or a journal path: storage_ref)
+    storage = open_storage(spec["storage"], made=True)
     study = optuna.load_study(study_name=spec["study"], storage=storage)
     return live_trial(study, int(spec["trial_id"]))
 

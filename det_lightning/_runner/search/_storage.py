@@ -25,12 +25,13 @@ ENGINE_KWARGS = {"poolclass": OneConnectionPool}
 
 
 def open_storage(
-    url: Optional[str], checkpoint_root: CheckpointStore, *, made: bool = False
+    url: Optional[str], checkpoint_root: Optional[CheckpointStore] = None, *, made: bool = False
 ) -> Any:
     """The Optuna storage: ``url`` (a database URL, or a journal file path), else a journal file
-    beside the checkpoints (beside their local copies for a URL root: give several machines
-    ``--storage``). ``made``: the worker that started this process made and checked the
-    database's tables (a trial's process): opening it then reads and writes nothing."""
+    beside the checkpoints of ``checkpoint_root`` (beside their local copies for a URL root:
+    give several machines ``--storage``). ``made``: the worker that started this process made
+    and checked the database's tables (a trial's process): opening it then reads and writes
+    nothing."""
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
 
@@ -47,7 +48,12 @@ def open_storage(
                 )
             )
         return _open_database(url)
-    path = pathlib.Path(url) if url else checkpoint_root.staging() / JOURNAL_NAME
+    if url:
+        path = pathlib.Path(url)
+    elif checkpoint_root is not None:
+        path = checkpoint_root.staging() / JOURNAL_NAME
+    else:
+        raise ValueError("open_storage: no storage URL, and no checkpoint root to put it beside.")
     _check_writable(path, given=bool(url))
     return JournalStorage(JournalFileBackend(str(path)))
 
