@@ -68,6 +68,7 @@ from det_lightning.pytorch._callback import PyTorchCallback
 from det_lightning.pytorch._checkpoint_policy import CheckpointPolicy, after_validation
 from det_lightning.pytorch._checkpoint_write import CheckpointFiles, make_load_data
 from det_lightning.pytorch._code import code_sources
+from det_lightning.pytorch._data_position import DataPosition
 from det_lightning.pytorch._identity import IDENTITY_KEY
 from det_lightning.pytorch._local_store import abandon_partial, begin_atomically
 from det_lightning.pytorch._store import CheckpointStore
@@ -372,11 +373,12 @@ class CheckpointManager:
         """The content of ``state_dict.pth``, as of now."""
         module = self.module
         state = stateful.save(stateful.trial_slots(module.context, module.det_callbacks))
-        data_state: Dict[str, Any] = {"base_seed": self.base_seed}
-        if self.sampler is not None:
-            data_state["pass_states"] = self.sampler.state(module.progress.batches_trained)
-            data_state["pass_starts"] = self.sampler.starts(module.progress.batches_trained)
-        state[ckpt.EXTRA] = {"format": 1, "data": data_state}
+        sampler, batches = self.sampler, module.progress.batches_trained
+        state[ckpt.EXTRA] = DataPosition(
+            base_seed=self.base_seed,
+            pass_states=None if sampler is None else sampler.state(batches),
+            pass_starts=None if sampler is None else sampler.starts(batches),
+        ).saved()
         return state
 
     def _load_data(self) -> Dict[str, Any]:

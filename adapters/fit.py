@@ -48,6 +48,7 @@ from det_lightning.pytorch._boundaries import Schedule
 from det_lightning.pytorch._callback import PyTorchCallback
 from det_lightning.pytorch._checkpoint_policy import CheckpointPolicy
 from det_lightning.pytorch._context import PyTorchTrialContext
+from det_lightning.pytorch._data_position import DataPosition
 from det_lightning.pytorch._dispatch import Dispatcher
 from det_lightning.pytorch._result import FitArgs, FitResult, TrainerOptions
 from det_lightning.pytorch._store import CheckpointStore
@@ -175,15 +176,10 @@ def _train(
         )
     )
     start_batch = module.progress.batches_trained
-    extra = plan.data_state
-    base_seed = _base_seed(context, extra)
+    position = plan.data_position
+    base_seed = _base_seed(context, position)
     view, sampler = build_training_view(
-        trial,
-        context,
-        start_batch,
-        extra.get("pass_states"),
-        base_seed,
-        extra.get("pass_starts"),
+        trial, context, start_batch, position.pass_states, base_seed, position.pass_starts
     )
     module.set_epoch_len(view.epoch_len)
     val_loader = build_validation_loader(trial, context, module.evaluates_batches)
@@ -289,11 +285,12 @@ def _quiet_lightning_setup() -> Iterator[None]:
             q.setLevel(level)
 
 
-def _base_seed(context: PyTorchTrialContext, extra: Dict[str, Any]) -> Optional[int]:
+def _base_seed(context: PyTorchTrialContext, position: DataPosition) -> Optional[int]:
     """With several processes every rank must shuffle alike: derive pass seeds from the chief's
-    initial torch seed (no draw, so the chief's random stream is untouched)."""
-    if extra.get("base_seed") is not None:
-        return int(extra["base_seed"])
+    initial torch seed (no draw, so the chief's random stream is untouched); a resumed run
+    keeps its checkpoint's."""
+    if position.base_seed is not None:
+        return position.base_seed
     if context.distributed.size == 1:
         return None
     return int(context.distributed.broadcast(torch.initial_seed()))

@@ -39,6 +39,7 @@ from det_lightning.adapters.module import TrialModule
 from det_lightning.adapters.retention import steps_from_metadata
 from det_lightning.pytorch import _checkpoint as ckpt
 from det_lightning.pytorch._checkpoint_write import trial_class_spec
+from det_lightning.pytorch._data_position import DataPosition
 from det_lightning.pytorch._identity import RunIdentity, saved_identity
 from det_lightning.pytorch._local_store import remove_partials
 from det_lightning.pytorch._remote import checkpoint_location, is_url
@@ -77,9 +78,9 @@ class ResumePlan:
         return self.trial_state["batches_trained"]
 
     @property
-    def data_state(self) -> Dict[str, Any]:
-        """The saved data position (sampler states, shuffle seed); {} when there is none."""
-        return (self.state or {}).get(ckpt.EXTRA, {}).get("data", {})
+    def data_position(self) -> DataPosition:
+        """The saved data position (sampler states, shuffle seed); empty when there is none."""
+        return DataPosition.from_state(self.state)
 
 
 def identity_of(trial: Any, context: Any) -> RunIdentity:

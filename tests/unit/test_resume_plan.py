@@ -15,6 +15,7 @@ from det_lightning._env import LATEST_CHECKPOINT_ENV
 from det_lightning.adapters.resume import ResumePlan, plan_resume
 from det_lightning.pytorch import _checkpoint as ckpt
 from det_lightning.pytorch import _checkpoint_write as ckpt_write
+from det_lightning.pytorch._data_position import DataPosition
 from det_lightning.pytorch._identity import RunIdentity
 from det_lightning.pytorch._local_store import LocalStore, write_atomically
 
@@ -98,7 +99,9 @@ def test_the_plan_for(case: str, tmp_path: pathlib.Path, monkeypatch: pytest.Mon
     expected = setup(root)
     plan = plan_resume(requested, LocalStore(root), RUN)
     if not resumes:
-        assert plan == ResumePlan() and plan.first_batch == 0 and plan.data_state == {}
+        assert (
+            plan == ResumePlan() and plan.first_batch == 0 and plan.data_position == DataPosition()
+        )
         return
     assert (plan.path, plan.name, plan.first_batch) == (
         expected["path"],
@@ -108,7 +111,8 @@ def test_the_plan_for(case: str, tmp_path: pathlib.Path, monkeypatch: pytest.Mon
     assert plan.trusted == expected.get("trusted", False)  # found by a scan: never trusted
     assert not plan.warm_start
     assert plan.state is not None and plan.state[ckpt.MODELS][0]["w"].item() == plan.first_batch
-    assert plan.data_state == DATA["data"]  # the data position continues
+    # the data position continues
+    assert plan.data_position == DataPosition(base_seed=11, pass_states=[[1, 2]])
     assert plan.trial_state["epochs_trained"] == 1
 
 
@@ -146,7 +150,11 @@ def test_another_trials_checkpoint_is_a_warm_start(tmp_path: pathlib.Path) -> No
     plan = plan_resume(str(foreign), LocalStore(tmp_path / "checkpoints"), RUN)
     assert plan.warm_start and plan.path == foreign and plan.name == str(foreign)
     assert plan.first_batch == 0 and plan.trial_state == ckpt.new_trial_state()
-    assert plan.state is not None and ckpt.EXTRA not in plan.state and plan.data_state == {}
+    assert (
+        plan.state is not None
+        and ckpt.EXTRA not in plan.state
+        and plan.data_position == DataPosition()
+    )
     assert plan.state[ckpt.MODELS][0]["w"].item() == 9.0
 
 
