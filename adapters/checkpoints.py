@@ -68,6 +68,7 @@ from det_lightning.pytorch._callback import PyTorchCallback
 from det_lightning.pytorch._checkpoint_policy import CheckpointPolicy, after_validation
 from det_lightning.pytorch._checkpoint_write import CheckpointFiles, make_load_data
 from det_lightning.pytorch._code import code_sources
+from det_lightning.pytorch._config_sections import CheckpointStorageConfig
 from det_lightning.pytorch._data_position import DataPosition
 from det_lightning.pytorch._identity import IDENTITY_KEY
 from det_lightning.pytorch._local_store import abandon_partial, begin_atomically
@@ -111,6 +112,7 @@ class CheckpointManager:
         sampler: the training batch sampler, whose shuffle state resume needs (or None).
         base_seed: the derived-shuffle seed used with several processes (or None).
         skip_dirs: directories never copied into ``code/``.
+        retention: ``checkpoint_storage``'s counts (which checkpoints stay).
         background: write checkpoints in a background thread (see ``_background``).
     """
 
@@ -123,6 +125,7 @@ class CheckpointManager:
         sampler: Any,
         base_seed: Optional[int],
         skip_dirs: List[pathlib.Path],
+        retention: CheckpointStorageConfig,
         background: bool = True,
     ) -> None:
         self.root = root
@@ -132,7 +135,7 @@ class CheckpointManager:
         self.sampler = sampler
         self.base_seed = base_seed
         self.skip_dirs = skip_dirs
-        self.retention = module.context.engine.checkpoint_storage
+        self.retention = retention
         self.best_value: Optional[float] = None
         self.best_uuid: Optional[str] = None
         self.written: List[str] = []  # this run's checkpoints, oldest first

@@ -211,6 +211,7 @@ def _train(
             sampler=sampler,
             base_seed=base_seed,
             skip_dirs=[pathlib.Path(options.tensorboard_dir)],
+            retention=options.checkpoint_storage,
             background=not sync_checkpoints(options.sync_checkpoints),
         )
         manager.continue_run(plan)  # best and retention span the trial's earlier runs

@@ -19,7 +19,6 @@ from torch import nn
 from det_lightning import errors
 from det_lightning._trial_context import NOT_CONFIGURED, TrialContext
 from det_lightning.core import DistributedContext
-from det_lightning.pytorch._config_sections import CheckpointStorageConfig
 from det_lightning.pytorch._context_attributes import DeterminedAttributes
 from det_lightning.pytorch._data import _Data, copy_options, move_to_device
 from det_lightning.pytorch._engine_state import EngineState
@@ -81,7 +80,6 @@ class PyTorchTrialContext(DeterminedAttributes, TrialContext):
         self.engine = EngineState(
             hparams=hparams,
             exp_conf=exp_conf,
-            checkpoint_storage=CheckpointStorageConfig.from_exp_conf(exp_conf),
             aggregation_frequency=aggregation_frequency,
             tensorboard_path=tensorboard_path,
         )
@@ -103,8 +101,6 @@ class PyTorchTrialContext(DeterminedAttributes, TrialContext):
         self.experimental = PyTorchExperimentalContext(self)
         self._optimizer_configs: Dict[torch.optim.Optimizer, Dict[str, Any]] = {}
         self._to_device_warned_types: Set[Type] = set()
-        self._copies_to: Optional[torch.device] = None  # the device _copy_options are for
-        self._copy_options: Dict[str, Any] = {}
 
     # ----- configuration --------------------------------------------------------------------
     def get_global_batch_size(self) -> int:
@@ -278,10 +274,8 @@ class PyTorchTrialContext(DeterminedAttributes, TrialContext):
         return self._reducers.reduce_metrics(for_training)
 
     def to_device(self, data: _Data) -> Any:
-        device = self.device
-        if device is not self._copies_to:  # (copy_options, once per device)
-            self._copies_to, self._copy_options = device, copy_options(device)
-        return move_to_device(data, device, self._to_device_warned_types, self._copy_options)
+        device = self.device  # (to_device's body: one call less per batch)
+        return move_to_device(data, device, self._to_device_warned_types, copy_options(device))
 
     # ----- the training step ----------------------------------------------------------------
     def backward(

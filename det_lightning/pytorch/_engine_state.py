@@ -6,8 +6,7 @@ the trial (``pytorch/_trainer.py`` and ``det_lightning.adapters``) sets where tr
 keep that state in this one object, which the context owns, so neither side reads the other's
 underscored attributes::
 
-    PyTorchTrialContext(...)   hparams, exp_conf, checkpoint_storage,       (fixed from here on)
-                               aggregation_frequency
+    PyTorchTrialContext(...)   hparams, exp_conf, aggregation_frequency  (fixed from here on)
     init()                     launch_options = ...
     Trainer(...)               tensorboard_path = ...
     the trial's __init__       scaler, auto_amp, auto_to_device, data_repro_checks_disabled,
@@ -32,7 +31,6 @@ from typing import Any, Callable, Dict, Iterator, Optional, Set, Tuple
 import torch
 
 from det_lightning import errors
-from det_lightning.pytorch._config_sections import CheckpointStorageConfig
 from det_lightning.pytorch._launch_options import LaunchOptions
 
 
@@ -57,7 +55,6 @@ class EngineState:
     Args:
         hparams: the hyperparameters as given to ``init()`` (None: not configured), not a copy.
         exp_conf: the experiment configuration as given to ``init()`` (None: not configured).
-        checkpoint_storage: its ``checkpoint_storage`` section, typed (built by the context).
         aggregation_frequency: optimizers step every this many batches.
         launch_options: Lightning's launch options (accelerator, devices, ...), set by ``init()``.
         tensorboard_path: the TensorBoard run's directory (None until ``Trainer.fit()`` chooses).
@@ -82,7 +79,6 @@ class EngineState:
 
     hparams: Optional[Dict[str, Any]] = None
     exp_conf: Optional[Dict[str, Any]] = None
-    checkpoint_storage: CheckpointStorageConfig = CheckpointStorageConfig()
     aggregation_frequency: int = 1
     launch_options: LaunchOptions = LaunchOptions()
     tensorboard_path: Optional[pathlib.Path] = None

@@ -176,7 +176,7 @@ def describe_os_error(error: OSError) -> str:
     return f"{type(error).__name__}: {reason}{target}"
 
 
-# ----- atomic writing and deleting -------------------------------------------------------------------------
+# ----- atomic writing and deleting -----------------------------------------------------------
 def write_atomically(
     root: pathlib.Path, uuid: str, write: Callable[[pathlib.Path], None]
 ) -> pathlib.Path:

@@ -7,6 +7,7 @@ import dataclasses
 import pathlib
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
+from det_lightning.pytorch._config_sections import CheckpointStorageConfig
 from det_lightning.pytorch._launch_options import LaunchOptions
 from det_lightning.pytorch._store import CheckpointStore
 from det_lightning.pytorch._units import TrainUnit
@@ -40,6 +41,7 @@ class TrainerOptions:
         smaller_is_better: the searcher metric improves downwards.
         stop_on_nonfinite_loss: see ``Trainer``; None reads the environment.
         sync_checkpoints: see ``Trainer``; None reads the environment.
+        checkpoint_storage: the experiment configuration's ``checkpoint_storage`` (retention).
         profiler: ``configure_profiler``'s settings, when it enabled the profiler.
     """
 
@@ -56,6 +58,7 @@ class TrainerOptions:
     smaller_is_better: bool = True
     stop_on_nonfinite_loss: Optional[bool] = None
     sync_checkpoints: Optional[bool] = None
+    checkpoint_storage: CheckpointStorageConfig = CheckpointStorageConfig()
     profiler: Optional[ProfilerConfig] = None
 
 

@@ -17,7 +17,7 @@ from det_lightning.core import DistributedContext
 from det_lightning.pytorch import _launch
 from det_lightning.pytorch._callback import PyTorchCallback
 from det_lightning.pytorch._checkpoint_policy import POLICIES
-from det_lightning.pytorch._config_sections import ReproducibilityConfig
+from det_lightning.pytorch._config_sections import CheckpointStorageConfig, ReproducibilityConfig
 from det_lightning.pytorch._context import PyTorchTrialContext
 from det_lightning.pytorch._determinism import apply_deterministic, wants_deterministic
 from det_lightning.pytorch._lengths import Lengths
@@ -213,12 +213,14 @@ class Trainer:
         if logger is not None and logger is not False and not isinstance(logger, (list, tuple)):
             logger = [logger]
         searcher = (context.engine.exp_conf or {}).get("searcher") or {}
+        # Read when training is set up, not when a context is made: loading a checkpoint
+        # (CheckpointLoadContext) never needs it, as in Determined.
+        storage = CheckpointStorageConfig.from_exp_conf(context.engine.exp_conf)
         self.result: Optional[FitResult] = None  # set by fit()
         self._lightning_trainer: Optional["pl.Trainer"] = None  # the last fit()'s
         self._options = TrainerOptions(
             checkpoint_dir=checkpoint_location(
-                checkpoint_dir or os.environ.get(CHECKPOINT_DIR_ENV) or "checkpoints",
-                context.engine.checkpoint_storage,
+                checkpoint_dir or os.environ.get(CHECKPOINT_DIR_ENV) or "checkpoints", storage
             ),
             tensorboard_dir=context.engine.tensorboard_path or default_tensorboard_dir(),
             default_root_dir=pathlib.Path.cwd(),
@@ -232,6 +234,7 @@ class Trainer:
             smaller_is_better=bool(searcher.get("smaller_is_better", True)),
             stop_on_nonfinite_loss=stop_on_nonfinite_loss,
             sync_checkpoints=sync_checkpoints,
+            checkpoint_storage=storage,
         )
 
     def configure_profiler(

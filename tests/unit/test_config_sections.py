@@ -120,6 +120,19 @@ def test_storage_refusals_name_the_key(section: Dict[str, Any], message: str) ->
         CheckpointStorageConfig.from_exp_conf({"checkpoint_storage": section})
 
 
+def test_a_checkpoint_loads_whatever_its_stored_storage_section_says() -> None:
+    """Loading a checkpoint rebuilds the trial's context from the stored experiment config;
+    like Determined's, that never reads ``checkpoint_storage``: a section training refuses
+    (a negative count, a number for a bucket) does not keep a checkpoint from loading."""
+    from det_lightning import pytorch
+
+    stored = {"checkpoint_storage": {"type": "s3", "bucket": 5, "save_trial_best": -1}}
+    context = pytorch.CheckpointLoadContext(hparams={}, exp_conf=stored)
+    assert context.get_experiment_config() == stored
+    with pytest.raises(errors.InvalidExperimentException, match="save_trial_best"):
+        CheckpointStorageConfig.from_exp_conf(stored)  # what training would say
+
+
 def test_the_runner_builds_each_section_once() -> None:
     config = load_config(
         {
