@@ -87,7 +87,7 @@ def stand_in_trial(events: pathlib.Path, seconds: float) -> int:
     number = info.trial.trial_id
     context = StandInContext(_resume_from(info.latest_checkpoint))
     reporter = _child.SearchReporter(
-        live.study, live, settings, bracket, context, Batch(settings.max_time)
+        live.study, live, settings, bracket, context=context, max_length=Batch(settings.max_time)
     )
     root = checkpoint_location(os.environ[CHECKPOINT_DIR_ENV])
     scratch = pathlib.Path(os.environ["DET_LIGHTNING_CACHE_DIR"]) / "scratch"

@@ -67,6 +67,7 @@ class PyTorchTrialContext(DeterminedAttributes, TrialContext):
         exp_conf: Optional[Dict[str, Any]] = None,
         distributed: Optional[DistributedContext] = None,
         aggregation_frequency: int = 1,
+        *,
         enable_tensorboard_logging: bool = True,
         trial_seed: Optional[int] = None,
         steps_completed: int = 0,
@@ -83,7 +84,9 @@ class PyTorchTrialContext(DeterminedAttributes, TrialContext):
             aggregation_frequency=aggregation_frequency,
             tensorboard_path=tensorboard_path,
         )
-        super().__init__(hparams, exp_conf, distributed, trial_seed, steps_completed)
+        super().__init__(
+            hparams, exp_conf, distributed, trial_seed, steps_completed=steps_completed
+        )
         self._reducers = ReducerRegistry(self.distributed.allgather)
         self._aggregation_frequency = aggregation_frequency
         self._enable_tensorboard_logging = enable_tensorboard_logging

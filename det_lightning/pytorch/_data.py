@@ -57,7 +57,7 @@ class DataLoader:
     non-blocking copies read page-locked memory; ``True`` or ``False`` is used as given.
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0917  Determined's signature (torch's DataLoader's order)
         self,
         dataset: data.Dataset,
         batch_size: Optional[int] = 1,
@@ -78,15 +78,15 @@ class DataLoader:
     ) -> None:
         _check_loader_args(
             dataset,
-            batch_size,
-            shuffle,
-            sampler,
-            batch_sampler,
-            num_workers,
-            drop_last,
-            timeout,
-            prefetch_factor,
-            persistent_workers,
+            batch_size=batch_size,
+            shuffle=shuffle,
+            sampler=sampler,
+            batch_sampler=batch_sampler,
+            num_workers=num_workers,
+            drop_last=drop_last,
+            timeout=timeout,
+            prefetch_factor=prefetch_factor,
+            persistent_workers=persistent_workers,
         )
         if sampler is None:
             sampler = (
@@ -152,6 +152,7 @@ class DataLoader:
 
 def _check_loader_args(
     dataset: Any,
+    *,
     batch_size: Optional[int],
     shuffle: bool,
     sampler: Any,
@@ -234,6 +235,7 @@ class ResumableBatchSampler(data.Sampler):
         num_replicas: int = 1,
         rank: int = 0,
         start_batch: int = 0,
+        *,
         pass_states: Optional[Dict[int, Any]] = None,
         base_seed: Optional[int] = None,
         pass_starts: Optional[Dict[int, int]] = None,
@@ -335,7 +337,7 @@ def _find_random_sampler(batch_sampler: Any) -> Optional[data.RandomSampler]:
     return None
 
 
-def adapt_batch_sampler(
+def adapt_batch_sampler(  # noqa: PLR0917  Determined's signature
     batch_sampler: Any, repeat: bool = False, skip: int = 0, num_replicas: int = 1, rank: int = 0
 ) -> Any:
     """Determined's wrapping of a batch sampler: repeated forever (``repeat``), sharded across
