@@ -20,11 +20,12 @@ from det_lightning import errors
 from det_lightning._trial_context import NOT_CONFIGURED, TrialContext
 from det_lightning.core import DistributedContext
 from det_lightning.pytorch._context_attributes import DeterminedAttributes
-from det_lightning.pytorch._data import _Data, copy_options, move_to_device
+from det_lightning.pytorch._data import _Data
 from det_lightning.pytorch._engine_state import EngineState
 from det_lightning.pytorch._experimental import PyTorchExperimentalContext
 from det_lightning.pytorch._lr_scheduler import LRScheduler
 from det_lightning.pytorch._reducer import MetricReducer, ReducerRegistry
+from det_lightning.pytorch._to_device import copy_options, move_to_device
 
 logger = logging.getLogger("det_lightning.pytorch")
 
