@@ -134,10 +134,10 @@ def _forget_filesystems() -> None:
     import fsspec.asyn
     import s3fs
 
-    from det_lightning.pytorch import _remote
+    from det_lightning.pytorch import _buckets
 
     fsspec.asyn.reset_lock()
-    _remote._FILESYSTEMS.clear()
+    _buckets._FILESYSTEMS.clear()
     s3fs.S3FileSystem.clear_instance_cache()
 
 
