@@ -81,7 +81,7 @@ class EpochView:
         self._iterator = None
 
 
-def build_training_view(
+def build_training_view(  # noqa: PLR0917  TEMPORARY: adapters/fit.py calls it positionally
     trial: "PyTorchTrial",
     context: "PyTorchTrialContext",
     start_batch: int,
@@ -99,9 +99,9 @@ def build_training_view(
             dist.size,
             dist.rank,
             start_batch,
-            pass_states,
-            base_seed,
-            pass_starts,
+            pass_states=pass_states,
+            base_seed=base_seed,
+            pass_starts=pass_starts,
         )
         epoch_len = dist.broadcast(len(sampler))
         torch_loader = loader._torch_loader(sampler, context.device)

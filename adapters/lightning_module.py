@@ -47,8 +47,9 @@ from det_lightning.core import DistributedContext
 from det_lightning.pytorch import _checkpoint as ckpt
 from det_lightning.pytorch._config_sections import ReproducibilityConfig
 from det_lightning.pytorch._context import PyTorchTrialContext
-from det_lightning.pytorch._data import DataLoader, pins_memory
+from det_lightning.pytorch._data import DataLoader
 from det_lightning.pytorch._seeds import seed_all
+from det_lightning.pytorch._to_device import pins_memory
 from det_lightning.pytorch._trial import PyTorchTrial
 
 # Lightning checkpoints keep what Lightning itself does not save under this key.

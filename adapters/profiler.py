@@ -110,6 +110,7 @@ class SystemMetricsMonitor(Callback):
         samples_per_report: int = 10,
         sync_timings: bool = False,
         begin_on_batch: int = 0,
+        *,
         end_after_batch: Optional[int] = None,
     ) -> None:
         if sampling_interval < 0.1:

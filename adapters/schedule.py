@@ -49,7 +49,7 @@ class ScheduleCallback(Callback):
         validation: the callback that reduces each validation's metrics (it runs first).
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0917  TEMPORARY: adapters/fit.py calls it positionally
         self,
         module: TrialModule,
         schedule: Schedule,

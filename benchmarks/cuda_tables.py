@@ -88,6 +88,7 @@ def render(
     repeats: int,
     report: Report,
     facts: Dict[str, str],
+    *,
     host: Dict[str, Any],
     started: str,
 ) -> str:

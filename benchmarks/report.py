@@ -348,6 +348,7 @@ class Report:
             a: Optional[float],
             b: Optional[float],
             limit: float,
+            *,
             strict_less: bool = False,
         ) -> None:
             if a is None or b is None or not b:

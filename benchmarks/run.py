@@ -164,6 +164,7 @@ def instruction_jobs(
     chosen: Dict[str, Any],
     systems: List[str],
     have_determined: bool,
+    *,
     cache: bool = False,
 ) -> Tuple[Runs, Dict[Tuple[str, str], str]]:
     """Instructions per training step, counted by valgrind's callgrind (with ``cache``: also its
@@ -193,7 +194,9 @@ def instruction_jobs(
     wanted = CACHE_EVENTS if cache else {"instructions_per_step": ("Ir",)}
     for first in range(0, len(jobs), width):
         batch = jobs[first : first + width]
-        started = [_start_callgrind(system, w, n, args.quick, cache) for system, w, n in batch]
+        started = [
+            _start_callgrind(system, w, n, args.quick, cache=cache) for system, w, n in batch
+        ]
         for (system, w, n), (scratch, proc) in zip(batch, started):
             code = proc.wait()
             key = (w.name, system)
@@ -240,7 +243,7 @@ def per_step(
 
 
 def _start_callgrind(
-    system: str, w: Any, fit_steps: int, quick: bool, cache: bool
+    system: str, w: Any, fit_steps: int, quick: bool, *, cache: bool
 ) -> Tuple[pathlib.Path, subprocess.Popen]:
     scratch = pathlib.Path(tempfile.mkdtemp(prefix="det-lightning-bench-cg-"))
     cmd = [
@@ -389,7 +392,7 @@ def collect(
 
 
 def render(
-    args: argparse.Namespace, report: Report, have_determined: bool, started: str, took: float
+    args: argparse.Namespace, report: Report, have_determined: bool, started: str, *, took: float
 ) -> str:
     counted = args.repeats - 1 if args.repeats > 1 else 1
     steps = instruction_steps(args.quick)
@@ -607,10 +610,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         facts = cuda_tables.device_facts()
         host = {**machine(), **versions(), "source": source_state()}
         command = " ".join(["python benchmarks/run.py", *args.argv])
-        text = cuda_tables.render(command, args.repeats, report, facts, host, started)
+        text = cuda_tables.render(command, args.repeats, report, facts, host=host, started=started)
         theme, where = "overhead-cuda", cuda_tables.slug(facts["name"])
     else:
-        text = render(args, report, have_determined, started, time.perf_counter() - t0)
+        text = render(args, report, have_determined, started, took=time.perf_counter() - t0)
         theme, where = "overhead", hardware()
     if args.quick:
         theme += "-quick"

@@ -87,7 +87,7 @@ def stand_in_trial(events: pathlib.Path, seconds: float) -> int:
     number = info.trial.trial_id
     context = StandInContext(_resume_from(info.latest_checkpoint))
     reporter = _child.SearchReporter(
-        live.study, live, settings, bracket, context, Batch(settings.max_time)
+        live.study, live, settings, bracket, context=context, max_length=Batch(settings.max_time)
     )
     root = checkpoint_location(os.environ[CHECKPOINT_DIR_ENV])
     scratch = pathlib.Path(os.environ["DET_LIGHTNING_CACHE_DIR"]) / "scratch"
@@ -134,10 +134,10 @@ def _forget_filesystems() -> None:
     import fsspec.asyn
     import s3fs
 
-    from det_lightning.pytorch import _remote
+    from det_lightning.pytorch import _buckets
 
     fsspec.asyn.reset_lock()
-    _remote._FILESYSTEMS.clear()
+    _buckets._FILESYSTEMS.clear()
     s3fs.S3FileSystem.clear_instance_cache()
 
 

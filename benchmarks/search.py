@@ -177,7 +177,7 @@ def postgres_databases() -> Iterator[Optional[Any]]:
 
 
 def workers_section(
-    trials: int, max_time: int, workers: List[int], database: Any, quick: bool = False
+    trials: int, max_time: int, workers: List[int], database: Any, *, quick: bool = False
 ) -> List[str]:
     lines = [
         "## Workers and storages",
@@ -426,7 +426,7 @@ def main() -> None:
     if "workers" in sections or "storage" in sections:
         with postgres_databases() as database:
             if "workers" in sections:
-                lines += workers_section(trials, max_time, workers, database, args.quick)
+                lines += workers_section(trials, max_time, workers, database, quick=args.quick)
                 lines += [""]
             if "storage" in sections:
                 lines += storage_section(20 if args.quick else 200, database) + [""]

@@ -86,6 +86,7 @@ def config(
     trials: int,
     max_time: int,
     entrypoint: str = "timed_def:TimedTrial",
+    *,
     checkpoint_every: int = 0,
 ) -> str:
     """An experiment config over the project: ``asha`` (adaptive_asha) or ``random``."""

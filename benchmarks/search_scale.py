@@ -196,6 +196,7 @@ def kill_workers(
     pids: List[int],
     kills: int,
     started: Callable[[], int],
+    *,
     after: int,
     running: Callable[[], bool],
 ) -> List[Dict[str, Any]]:
@@ -252,7 +253,12 @@ def run_workers(
                 path.exists()) else 0  # fmt: skip
 
         killed = kill_workers(
-            servers.url, pids, kills, started, max(trials // 10, 1), lambda: process.poll() is None
+            servers.url,
+            pids,
+            kills,
+            started,
+            after=max(trials // 10, 1),
+            running=lambda: process.poll() is None,
         )
         status = process.wait()
     log.close()
@@ -373,7 +379,7 @@ def replay(events: List[Dict[str, Any]], units: Dict[str, Tuple[int, ...]]) -> L
         ]
         decision = decide(
             units[event["study"]], others, event["rung_before"], event["batches"],
-            event["value"], 4.0,
+            metric=event["value"], divisor=4.0,
         )  # fmt: skip
         for index, value in decision.entered:
             rungs.setdefault(event["trial"], {})[index] = value

@@ -7,7 +7,7 @@ from typing import Optional
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("", "0", "false", "no", "off")
 
 
-def switch(option: Optional[bool], argument: str, env: str, on: str, off: str) -> bool:
+def switch(option: Optional[bool], argument: str, env: str, *, on: str, off: str) -> bool:
     """``option`` when given, else whether ``$env`` is set to a true value (unset: False).
 
     Args:
@@ -20,7 +20,7 @@ def switch(option: Optional[bool], argument: str, env: str, on: str, off: str) -
         TypeError: ``option`` is not a bool or None.
         ValueError: the variable holds something else than 1/0 (true/false, yes/no, on/off).
 
-    >>> switch(True, "x", "UNSET_VARIABLE", "", ""), switch(None, "x", "UNSET_VARIABLE", "", "")
+    >>> switch(True, "x", "UNSET", on="", off=""), switch(None, "x", "UNSET", on="", off="")
     (True, False)
     """
     if option is not None:

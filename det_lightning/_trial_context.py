@@ -37,6 +37,7 @@ class TrialContext:
         exp_conf: Optional[Dict[str, Any]] = None,
         distributed: Optional[DistributedContext] = None,
         trial_seed: Optional[int] = None,
+        *,
         steps_completed: int = 0,
     ) -> None:
         self.distributed = distributed or DummyDistributedContext()

@@ -140,6 +140,7 @@ def decide(
     rung_metrics: Sequence[Sequence[float]],
     rung: int,
     time: float,
+    *,
     metric: float,
     divisor: float,
 ) -> Decision:
@@ -154,13 +155,13 @@ def decide(
         metric: its searcher metric (smaller is better).
         divisor: the searcher's divisor.
 
-    >>> decide([2, 8], [[0.5, 0.7, 0.9], []], 0, 2, 0.6, 2.0)  # 2nd of 4: top int(4/2) = 2
+    >>> decide([2, 8], [[0.5, 0.7, 0.9], []], 0, 2, metric=0.6, divisor=2.0)  # 2nd of 4: top 4/2
     Decision(entered=((0, 0.6),), rung=1, stop=False)
-    >>> decide([2, 8], [[0.5, 0.7, 0.9], []], 0, 2, 0.8, 2.0)  # 3rd of 4
+    >>> decide([2, 8], [[0.5, 0.7, 0.9], []], 0, 2, metric=0.8, divisor=2.0)  # 3rd of 4
     Decision(entered=((0, 0.8),), rung=0, stop=True)
-    >>> decide([2, 8], [[0.5], [0.4]], 0, 8, 0.3, 2.0)  # passes rung 0, ends at the last rung
+    >>> decide([2, 8], [[0.5], [0.4]], 0, 8, metric=0.3, divisor=2.0)  # past rung 0, to the last
     Decision(entered=((0, 0.3), (1, 0.3)), rung=1, stop=True)
-    >>> decide([2, 8], [[], []], 0, 1, 0.3, 2.0)  # not at a rung yet
+    >>> decide([2, 8], [[], []], 0, 1, metric=0.3, divisor=2.0)  # not at a rung yet
     Decision(entered=(), rung=0, stop=False)
     """
     entered: List[Tuple[int, float]] = []

@@ -2,9 +2,14 @@
 
 import importlib.metadata
 import platform
+import sys
 
 import det_lightning
 from det_lightning._runner._launch_checks import LaunchCheckingParser
+
+PROG = "det-lightning"
+EXIT_USAGE = 2
+EXIT_FAILURE = 1
 
 # The exit statuses, as the module docstring of cli.py explains them; in every --help.
 EPILOG = """\
@@ -16,6 +21,11 @@ exit status:
       again to continue (EX_TEMPFAIL)
   `run` exits with the script's own status.
 """
+
+
+def print_error(command: str, message: str) -> None:
+    """``det-lightning COMMAND: error: MESSAGE`` on stderr, as argparse words its own."""
+    print(f"{PROG} {command}: error: {message}", file=sys.stderr)
 
 
 def _installed(distribution: str) -> str:
@@ -47,4 +57,12 @@ class CommandParser(LaunchCheckingParser):
         return f"{super().format_help()}\n{EPILOG}"
 
 
-__all__ = ["CommandParser", "EPILOG", "version_text"]
+__all__ = [
+    "CommandParser",
+    "EPILOG",
+    "EXIT_FAILURE",
+    "EXIT_USAGE",
+    "PROG",
+    "print_error",
+    "version_text",
+]

@@ -3,12 +3,14 @@ argparse-style one-line usage error (exit 2), not a Lightning traceback from the
 more processes than the machine has cores or GPUs is a warning.
 
 The value checks (``--devices abc``, ``--num-nodes 0``) are the argument types in
-``det_lightning.pytorch._launch``; what needs the machine (is there a GPU?) is here.
+``det_lightning.pytorch._launch``; what needs the machine (is there a GPU?) is here, with
+``launch_options`` (those a command line gave) and ``already_launched`` (is this process one of
+several that something else started?).
 """
 
 import argparse
 import sys
-from typing import Any, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from det_lightning._job_processes import cpu_count, oversubscribed
 from det_lightning.pytorch._launch_options import LAUNCH_OPTIONS
@@ -80,6 +82,18 @@ def warn_if_oversubscribed(options: Mapping[str, Any], asked: str) -> None:
         print(f"det-lightning: {warning}", file=sys.stderr, flush=True)
 
 
+def launch_options(args: argparse.Namespace) -> Dict[str, Any]:
+    """The launch options given on a command line (those left out are absent)."""
+    given = {name: getattr(args, name) for name in LAUNCH_OPTIONS}
+    return {name: value for name, value in given.items() if value is not None}
+
+
+def already_launched(environ: Mapping[str, str]) -> bool:
+    """Whether this process is one of several that torchrun, Lightning or SLURM started."""
+    several_tasks = int(environ.get("SLURM_NTASKS", "1") or 1) > 1
+    return "LOCAL_RANK" in environ or "TORCHELASTIC_RUN_ID" in environ or several_tasks
+
+
 class LaunchCheckingParser(argparse.ArgumentParser):
     """An ``ArgumentParser`` that, where it has launch options, refuses those this machine
     cannot run (``launch_problem``) as argparse refuses a bad value: usage, one error line,
@@ -100,7 +114,9 @@ class LaunchCheckingParser(argparse.ArgumentParser):
 
 __all__ = [
     "LaunchCheckingParser",
+    "already_launched",
     "gpu_count",
+    "launch_options",
     "launch_problem",
     "on_gpu",
     "warn_if_oversubscribed",

@@ -97,6 +97,7 @@ def expired(
     started: Optional[datetime.datetime],
     now: float,
     timeout: float,
+    *,
     host: str,
     alive: Callable[[int], bool] = pid_alive,
 ) -> bool:
@@ -110,13 +111,13 @@ def expired(
         host: this machine's host id: a lease of this host whose pid is dead is expired now.
         alive: whether a pid lives on this machine.
 
-    >>> lease = {"host": "a", "pid": 7, "renewed": 100.0}
-    >>> expired({LEASE: lease}, None, 150.0, 60, "b"), expired({LEASE: lease}, None, 161.0, 60, "b")
+    >>> leased = {LEASE: {"host": "a", "pid": 7, "renewed": 100.0}}
+    >>> expired(leased, None, 150.0, 60, host="b"), expired(leased, None, 161.0, 60, host="b")
     (False, True)
-    >>> expired({LEASE: lease}, None, 101.0, 60, "a", alive=lambda pid: False)  # dead, here
+    >>> expired(leased, None, 101.0, 60, host="a", alive=lambda pid: False)  # dead, here
     True
-    >>> start = datetime.datetime.fromtimestamp(100.0)
-    >>> expired({}, start, 150.0, 60, "b"), expired({}, start, 161.0, 60, "b")  # never leased
+    >>> start = datetime.datetime.fromtimestamp(100.0)  # never leased
+    >>> expired({}, start, 150.0, 60, host="b"), expired({}, start, 161.0, 60, host="b")
     (False, True)
     """
     lease = attrs.get(LEASE)

@@ -31,50 +31,34 @@ the same command, which prints its summary first, the interrupted trial INTERRUP
 
 import argparse
 import contextlib
-import logging
 import os
 import runpy
 import shlex
 import subprocess
 import sys
-from typing import Any, Callable, ContextManager, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Callable, ContextManager, List, Mapping, Optional, Sequence
 
-import det_lightning
 from det_lightning import compat, errors
 from det_lightning._env import (
     LATEST_CHECKPOINT_ENV,
     RESUME_ADVICE_ENV,
     SEARCH_ENV,
-    SEARCH_WORKER_ENV,
 )
-from det_lightning._job_processes import is_chief, quiet_unless_chief
 from det_lightning._runner import _check, _launch_checks, _overrides, _torchrun
-from det_lightning._runner._cli_text import EPILOG, CommandParser, version_text
-from det_lightning._runner.config._experiment_config import announce_ignored
-from det_lightning._runner.experiment import INTERRUPTED_NOTE, run_experiment
-from det_lightning._runner.plan import Plan, UsageError, plan_experiment
-from det_lightning._runner.search._dashboard import dashboard_beside
-from det_lightning._runner.search._interrupt import SearchInterrupt
+from det_lightning._runner._cli_experiment import check_experiment_launch, cmd_experiment
+from det_lightning._runner._cli_text import (
+    EPILOG,
+    EXIT_FAILURE,
+    EXIT_USAGE,
+    PROG,
+    CommandParser,
+    print_error,
+    version_text,
+)
+from det_lightning._runner._launch_checks import already_launched, launch_options
+from det_lightning._runner.plan import UsageError
 from det_lightning.pytorch import _export
 from det_lightning.pytorch._launch import LAUNCH_ENV, add_launch_arguments
-
-PROG = "det-lightning"
-EXIT_USAGE = 2
-EXIT_FAILURE = 1
-
-
-def _error(command: str, message: str) -> None:
-    print(f"{PROG} {command}: error: {message}", file=sys.stderr)
-
-
-def _launch_options(args: argparse.Namespace) -> Dict[str, Any]:
-    return {name: getattr(args, name) for name in LAUNCH_ENV if getattr(args, name) is not None}
-
-
-def _already_launched(environ: Mapping[str, str]) -> bool:
-    """Whether this process is one of several that torchrun, Lightning or SLURM started."""
-    several_tasks = int(environ.get("SLURM_NTASKS", "1") or 1) > 1
-    return "LOCAL_RANK" in environ or "TORCHELASTIC_RUN_ID" in environ or several_tasks
 
 
 def torchrun_command(
@@ -96,7 +80,7 @@ def torchrun_command(
         UsageError: several nodes, without ``MASTER_ADDR`` and ``NODE_RANK`` to meet at.
     """
     devices = options.get("devices")
-    if not isinstance(devices, int) or devices <= 1 or _already_launched(environ):
+    if not isinstance(devices, int) or devices <= 1 or already_launched(environ):
         return None
     nodes = options.get("num_nodes") or 1
     rendezvous: Sequence[str] = _torchrun.STANDALONE
@@ -172,13 +156,13 @@ def _search_reporting() -> ContextManager[None]:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     if not args.module and not os.path.isfile(args.target):
-        _error("run", f"can't open file {args.target!r}: no such file.")
+        print_error("run", f"can't open file {args.target!r}: no such file.")
         return EXIT_USAGE
-    options = _launch_options(args)
+    options = launch_options(args)
     try:
         status = _start_processes(options, args.argv)
     except UsageError as e:
-        _error("run", str(e))
+        print_error("run", str(e))
         return EXIT_USAGE
     if status is not None:
         return status
@@ -203,80 +187,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return 0
 
 
-# ----- experiment ----------------------------------------------------------------------------
-
-
-def _cmd_experiment(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=logging.INFO, format=det_lightning.LOG_FORMAT)
-    quiet_unless_chief(os.environ)
-    try:
-        config = _overrides.load_with_overrides(args.config, args.config_overrides, announce=False)
-        plan = plan_experiment(config, args.model_dir, _launch_options(args), args.checkpoint_dir)
-        plan.storage = args.storage
-        plan.heartbeat_timeout = args.heartbeat_timeout
-        # One dashboard: this command's, not its workers' nor its torchrun processes'.
-        wanted = (
-            args.dashboard
-            and os.environ.get(SEARCH_WORKER_ENV) is None
-            and not _already_launched(os.environ)
-        )
-        with dashboard_beside(plan, wanted):
-            return _run_plan(plan, args)
-    except (errors.InvalidConfigException, NotImplementedError, UsageError) as e:
-        _error("experiment", f"{args.config}: {e}")
-        return EXIT_USAGE
-
-
-def _run_plan(plan: Plan, args: argparse.Namespace) -> int:
-    # The ignored keys are announced once: by the process that runs the job (its chief), or
-    # by the one that starts a search's workers.
-    announce = is_chief(os.environ) and os.environ.get(SEARCH_WORKER_ENV) is None
-    if os.environ.get(SEARCH_WORKER_ENV) is None:
-        workers = _search_workers(plan, args.workers)
-        if workers > 1:
-            announce_ignored(plan.config.ignored_keys)
-            return _run_workers(workers, plan, args.argv)
-    _check_experiment_launch(plan, os.environ)
-    if plan.trial_class is not None:
-        devices = plan.launch.get("devices")
-        if isinstance(devices, int) and devices > 1 and announce:
-            source = "--devices " if args.devices is not None else "resources.slots_per_trial: "
-            _launch_checks.warn_if_oversubscribed(plan.launch, f"{source}{devices}")
-        compat.install()  # model_def.py imports determined
-    if announce:
-        announce_ignored(plan.config.ignored_keys)
-    return run_experiment(plan)
-
-
-def _check_experiment_launch(plan: Plan, environ: Mapping[str, str]) -> None:
-    """An experiment starts each trial's processes itself (torchrun, one per device, per
-    trial: ``search._jobs``, or the command's ``det-lightning run``); it is refused where it
-    is itself one of several processes, each of which would take trials of its own, and a
-    trial class on several nodes.
-
-    Raises:
-        UsageError: saying how to start it instead.
-    """
-    if _already_launched(environ) and environ.get(SEARCH_WORKER_ENV) is None:
-        seen = [
-            f"{name}={environ[name]}"
-            for name in ("LOCAL_RANK", "TORCHELASTIC_RUN_ID", "SLURM_NTASKS")
-            if name in environ
-        ]
-        raise UsageError(
-            f"this experiment was started as one of several processes ({', '.join(seen)}: "
-            f"torchrun, or SLURM tasks); start {PROG} experiment once per machine, without "
-            "torchrun, in a SLURM job of one task: it starts each trial's processes itself "
-            "(--devices N or resources.slots_per_trial)"
-        )
-    if plan.trial_class is not None and (plan.launch.get("num_nodes") or 1) > 1:
-        raise UsageError(
-            "an experiment's trial class trains on one node (--devices N); for several "
-            "nodes, train it from a script with pytorch.init() and Trainer.fit(), started by "
-            f"{PROG} run --num-nodes N on every node"
-        )
-
-
 def _positive_seconds(text: str) -> float:
     try:
         value = float(text)
@@ -285,48 +195,6 @@ def _positive_seconds(text: str) -> float:
     if not value > 0:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds > 0")
     return value
-
-
-def _search_workers(plan: Plan, asked: Optional[int]) -> int:
-    """How many trials of a search run at once on this machine: ``--workers``, else one per
-    ``resources.slots_per_trial`` GPUs (at most ``max_concurrent_trials`` and the search's
-    trials: one for ``single``), else one."""
-    if asked is not None:
-        return max(int(asked), 1)
-    import torch
-
-    slots = max(plan.config.slots_per_trial(), 1)
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    limit = min(plan.config.searcher_config.max_concurrent_trials, plan.search.max_trials)
-    return max(min(gpus // slots, limit), 1)
-
-
-def _run_workers(workers: int, plan: Plan, argv: Sequence[str]) -> int:
-    """Starts ``workers`` processes of this command on one search (their own GPUs each); the
-    first to start prints nothing more than the others, then this one prints the summary."""
-    import torch
-
-    slots = max(plan.config.slots_per_trial(), 1)
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    children = []
-    for index in range(workers):
-        env = dict(os.environ, **{SEARCH_WORKER_ENV: str(index)})
-        if gpus:
-            devices = range(index * slots, min((index + 1) * slots, gpus))
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(d) for d in devices)
-        children.append(subprocess.Popen([sys.executable, "-m", "det_lightning", *argv], env=env))
-    print(f"{PROG}: {workers} workers share this search", file=sys.stderr, flush=True)
-    with SearchInterrupt():  # a signal to the process group stops the workers; wait for them
-        codes = [child.wait() for child in children]
-    os.environ[SEARCH_WORKER_ENV] = "summary"  # every trial is done: this process only reports
-    try:
-        status = run_experiment(plan)
-    finally:
-        del os.environ[SEARCH_WORKER_ENV]
-    preempted = errors.TrialPreempted.EXIT_CODE
-    if preempted in codes and status != preempted:  # stopped between trials: none interrupted
-        print(INTERRUPTED_NOTE, file=sys.stderr, flush=True)
-    return max([status, *codes])
 
 
 # ----- checkpoint ----------------------------------------------------------------------------
@@ -445,7 +313,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     experiment.add_argument("config", metavar="CONFIG", help="the experiment config (YAML)")
     experiment.add_argument("model_dir", metavar="MODEL_DIR", help="the model definition directory")
-    experiment.set_defaults(handler=_cmd_experiment)
+    experiment.set_defaults(handler=cmd_experiment)
 
     checkpoint = commands.add_parser(
         "checkpoint",
@@ -481,10 +349,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         return handler(args)
     except compat.RealDeterminedImportedError as e:
-        _error(args.command, str(e))
+        print_error(args.command, str(e))
         return EXIT_FAILURE
     except errors.InvalidExperimentException as e:  # a search's trial cannot be ranked
-        _error(args.command, str(e))
+        print_error(args.command, str(e))
         return EXIT_FAILURE
     except errors.TrialPreempted as e:
         if not e.reported:  # the trainer logged how to continue; else say it here, once
@@ -494,8 +362,12 @@ def main(argv: Optional[List[str]] = None) -> int:
         pool = sys.modules.get("det_lightning._runner.search._pool")  # imported with a database
         if pool is None or not isinstance(e, pool.ConnectionLimitReached):
             raise
-        _error(args.command, str(e))  # the database is full: its message names the fixes
+        print_error(args.command, str(e))  # the database is full: its message names the fixes
         return EXIT_FAILURE
 
+
+# Where tests (and earlier callers) find them.
+_check_experiment_launch = check_experiment_launch
+_launch_options = launch_options
 
 __all__ = ["build_parser", "main", "run_script"]

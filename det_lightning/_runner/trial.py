@@ -94,6 +94,7 @@ def run_legacy_trial(
     number: int,
     hparams: Dict[str, Any],
     lengths: Optional[Dict[str, Any]] = None,
+    *,
     latest_checkpoint: Optional[str] = None,
 ) -> TrialResult:
     """One trial of a ``model_def:Trial`` entrypoint, as Determined's harness runs it.
@@ -157,6 +158,7 @@ def run_command_trial(
     plan: Plan,
     number: int,
     hparams: Dict[str, Any],
+    *,
     extra_env: Optional[Dict[str, str]] = None,
     lost: Optional[threading.Event] = None,
     launch: Optional[Launch] = None,

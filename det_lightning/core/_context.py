@@ -45,6 +45,7 @@ class Context:
         distributed: Optional[DistributedContext] = None,
         preempt: Optional[PreemptContext] = None,
         train: Optional[TrainContext] = None,
+        *,
         searcher: Optional[SearcherContext] = None,
         info: Any = None,
     ) -> None:

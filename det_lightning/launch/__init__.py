@@ -8,4 +8,4 @@ from det_lightning._refused import module_getattr
 
 __getattr__ = module_getattr(__name__)
 
-__all__ = ["torch_distributed"]
+__all__ = ["torch_distributed"]  # noqa: F822  a submodule, not a name defined here

@@ -9,7 +9,6 @@ from det_lightning.pytorch._data import (
     TorchData,
     adapt_batch_sampler,
     data_length,
-    to_device,
 )
 from det_lightning.pytorch._experimental import PyTorchExperimentalContext
 from det_lightning.pytorch._export import export_lightning_checkpoint, to_lightning_checkpoint
@@ -20,6 +19,7 @@ from det_lightning.pytorch._lr_scheduler import LRScheduler
 # ``_SimpleReducer`` is private in Determined too, but exported there and subclassed by trials.
 from det_lightning.pytorch._reducer import MetricReducer, Reducer
 from det_lightning.pytorch._reducer import _SimpleReducer as _SimpleReducer
+from det_lightning.pytorch._to_device import to_device
 from det_lightning.pytorch._trainer import Trainer, init
 from det_lightning.pytorch._trial import PyTorchTrial
 from det_lightning.pytorch._units import Batch, Epoch, TrainUnit

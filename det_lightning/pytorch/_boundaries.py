@@ -37,7 +37,7 @@ class Schedule:
     [['VALIDATE'], ['CHECKPOINT'], ['VALIDATE'], ['CHECKPOINT', 'TRAIN']]
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0917  TEMPORARY: adapters/fit.py calls it positionally
         self,
         max_length: TrainUnit,
         validation_period: Optional[TrainUnit],
@@ -213,6 +213,7 @@ def stop_agreement_due(
 def next_agreement_interval(
     batch_seconds: float,
     agreement_seconds: float,
+    *,
     share: float = 0.01,
     most_seconds: float = 1.0,
     most: int = 4096,

@@ -20,11 +20,12 @@ from det_lightning import errors
 from det_lightning._trial_context import NOT_CONFIGURED, TrialContext
 from det_lightning.core import DistributedContext
 from det_lightning.pytorch._context_attributes import DeterminedAttributes
-from det_lightning.pytorch._data import _Data, copy_options, move_to_device
+from det_lightning.pytorch._data import _Data
 from det_lightning.pytorch._engine_state import EngineState
 from det_lightning.pytorch._experimental import PyTorchExperimentalContext
 from det_lightning.pytorch._lr_scheduler import LRScheduler
 from det_lightning.pytorch._reducer import MetricReducer, ReducerRegistry
+from det_lightning.pytorch._to_device import copy_options, move_to_device
 
 logger = logging.getLogger("det_lightning.pytorch")
 
@@ -67,6 +68,7 @@ class PyTorchTrialContext(DeterminedAttributes, TrialContext):
         exp_conf: Optional[Dict[str, Any]] = None,
         distributed: Optional[DistributedContext] = None,
         aggregation_frequency: int = 1,
+        *,
         enable_tensorboard_logging: bool = True,
         trial_seed: Optional[int] = None,
         steps_completed: int = 0,
@@ -83,7 +85,9 @@ class PyTorchTrialContext(DeterminedAttributes, TrialContext):
             aggregation_frequency=aggregation_frequency,
             tensorboard_path=tensorboard_path,
         )
-        super().__init__(hparams, exp_conf, distributed, trial_seed, steps_completed)
+        super().__init__(
+            hparams, exp_conf, distributed, trial_seed, steps_completed=steps_completed
+        )
         self._reducers = ReducerRegistry(self.distributed.allgather)
         self._aggregation_frequency = aggregation_frequency
         self._enable_tensorboard_logging = enable_tensorboard_logging

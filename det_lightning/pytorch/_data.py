@@ -15,17 +15,17 @@ from a checkpoint taken mid-epoch continues with exactly the batch the interrupt
 trained next (Determined's local mode redraws the shuffle on resume and so diverges).
 """
 
-import logging
 import sys
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Set, Type, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Union
 
 import numpy as np
 import torch
 from torch.utils import data
 
 from det_lightning.pytorch import samplers
-
-logger = logging.getLogger("det_lightning.pytorch")
+from det_lightning.pytorch._to_device import copy_options as copy_options  # tests import these
+from det_lightning.pytorch._to_device import pins_memory
+from det_lightning.pytorch._to_device import to_device as to_device
 
 _Array = Union[np.ndarray, torch.Tensor]
 _Data = Union[Dict[str, _Array], Sequence[_Array], _Array]
@@ -57,7 +57,7 @@ class DataLoader:
     non-blocking copies read page-locked memory; ``True`` or ``False`` is used as given.
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0917  Determined's signature (torch's DataLoader's order)
         self,
         dataset: data.Dataset,
         batch_size: Optional[int] = 1,
@@ -78,15 +78,15 @@ class DataLoader:
     ) -> None:
         _check_loader_args(
             dataset,
-            batch_size,
-            shuffle,
-            sampler,
-            batch_sampler,
-            num_workers,
-            drop_last,
-            timeout,
-            prefetch_factor,
-            persistent_workers,
+            batch_size=batch_size,
+            shuffle=shuffle,
+            sampler=sampler,
+            batch_sampler=batch_sampler,
+            num_workers=num_workers,
+            drop_last=drop_last,
+            timeout=timeout,
+            prefetch_factor=prefetch_factor,
+            persistent_workers=persistent_workers,
         )
         if sampler is None:
             sampler = (
@@ -152,6 +152,7 @@ class DataLoader:
 
 def _check_loader_args(
     dataset: Any,
+    *,
     batch_size: Optional[int],
     shuffle: bool,
     sampler: Any,
@@ -234,6 +235,7 @@ class ResumableBatchSampler(data.Sampler):
         num_replicas: int = 1,
         rank: int = 0,
         start_batch: int = 0,
+        *,
         pass_states: Optional[Dict[int, Any]] = None,
         base_seed: Optional[int] = None,
         pass_starts: Optional[Dict[int, int]] = None,
@@ -335,7 +337,7 @@ def _find_random_sampler(batch_sampler: Any) -> Optional[data.RandomSampler]:
     return None
 
 
-def adapt_batch_sampler(
+def adapt_batch_sampler(  # noqa: PLR0917  Determined's signature
     batch_sampler: Any, repeat: bool = False, skip: int = 0, num_replicas: int = 1, rank: int = 0
 ) -> Any:
     """Determined's wrapping of a batch sampler: repeated forever (``repeat``), sharded across
@@ -372,90 +374,6 @@ def data_length(data: _Data) -> int:
         f"Data of incorrect type: {type(data).__name__}. Override the trial's "
         "get_batch_length(batch) to count the records of a custom batch type."
     )
-
-
-def pins_memory(pin_memory: Optional[bool], device: Optional[torch.device]) -> bool:
-    """Whether a ``DataLoader`` built for a trial on ``device`` pins its batches: as asked, or,
-    by default (``None``), when they go to a CUDA device (pinning without CUDA only warns).
-
-    >>> pins_memory(None, torch.device("cuda", 0)), pins_memory(None, torch.device("cpu"))
-    (True, False)
-    >>> pins_memory(False, torch.device("cuda", 0)), pins_memory(None, None)
-    (False, False)
-    """
-    if pin_memory is not None:
-        return pin_memory
-    return device is not None and device.type == "cuda"
-
-
-def copy_options(device: torch.device) -> Dict[str, Any]:
-    """The keyword arguments of ``tensor.to(device, ...)`` in ``to_device``: a copy to a CUDA
-    device is queued on the current stream without waiting for the device (the host runs on to
-    the next step; from pinned memory the copy overlaps the step before); any other copy (to
-    the CPU: a read of results) stays blocking, as in Determined.
-
-    >>> copy_options(torch.device("cuda", 0)), copy_options(torch.device("cpu"))
-    ({'non_blocking': True}, {})
-    """
-    return _ASYNC if device.type == "cuda" else _BLOCKING
-
-
-_ASYNC: Dict[str, Any] = {"non_blocking": True}
-_BLOCKING: Dict[str, Any] = {}
-
-
-def to_device(data: Any, device: torch.device, warned_types: Optional[Set[Type]] = None) -> Any:
-    """Moves tensors (and numeric numpy arrays) in nested dicts, lists and tuples to ``device``.
-
-    Anything else with a ``.to()`` method is moved too; other objects are returned unchanged
-    with one warning per type. Tensors bound for a CUDA device are copied with
-    ``non_blocking=True`` (``copy_options``).
-    """
-    if warned_types is None:
-        warned_types = set()
-    return move_to_device(data, device, warned_types, copy_options(device))
-
-
-def move_to_device(
-    data: Any, device: torch.device, warned_types: Set[Type], kw: Dict[str, Any]
-) -> Any:
-    """``to_device`` with the copy's keyword arguments given (``copy_options(device)``)."""
-    if isinstance(data, torch.Tensor):
-        return data.to(device, **kw)
-    # (a plain tensor inside is moved here, without a call of its own)
-    if isinstance(data, dict):
-        return {
-            k: v.to(device, **kw)
-            if type(v) is torch.Tensor
-            else move_to_device(v, device, warned_types, kw)
-            for k, v in data.items()
-        }
-    if isinstance(data, (list, tuple)):
-        moved = [
-            v.to(device, **kw)
-            if type(v) is torch.Tensor
-            else move_to_device(v, device, warned_types, kw)
-            for v in data
-        ]
-        if isinstance(data, list):
-            return moved
-        return type(data)(*moved) if hasattr(data, "_fields") else tuple(moved)
-    if isinstance(data, np.ndarray) and data.dtype.kind in "fciub":
-        return torch.from_numpy(data).to(device, **kw)
-    if callable(getattr(data, "to", None)):
-        try:
-            return data.to(device)
-        except Exception as e:
-            raise RuntimeError(
-                f"Was not able to move data item of type '{type(data).__name__}' to device "
-                f"{device}: its .to() raised {type(e).__name__}: {e}. Return tensors, numpy "
-                "arrays, or dicts/lists/tuples of them from the data loader, or call "
-                "context.experimental.disable_auto_to_device() and move batches yourself."
-            ) from e
-    if type(data) not in warned_types:
-        warned_types.add(type(data))
-        logger.warning(f"Was not able to move data item of type '{type(data).__name__}' to device.")
-    return data
 
 
 def loader_length(loader: Any) -> int:

@@ -87,7 +87,13 @@ def export_lightning_checkpoint(
         root.absolute(),
         ckpt.new_uuid(),
         lambda tmp: write_files(
-            tmp, _weights_only_safe(state), trial_state, load_data, code, [root], callbacks
+            tmp,
+            _weights_only_safe(state),
+            trial_state,
+            load_data,
+            code=code,
+            code_skip=[root],
+            lightning_callbacks=callbacks,
         ),
     )
 

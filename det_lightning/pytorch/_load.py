@@ -134,6 +134,7 @@ def load_trial_from_checkpoint_path(
     trial_class: Optional[Type[PyTorchTrial]] = None,
     trial_kwargs: Optional[Dict[str, Any]] = None,
     torch_load_kwargs: Optional[Dict[str, Any]] = None,
+    *,
     trust_code: bool = False,
     **kwargs: Any,
 ) -> PyTorchTrial:

@@ -92,7 +92,9 @@ class LocalStore(CheckpointStore):
     def stage(
         self, uuid: str, partial: pathlib.Path, write: Callable[[pathlib.Path], None]
     ) -> pathlib.Path:
-        return finish_atomically(self.path, uuid, partial, write, raise_unless_may_publish)
+        return finish_atomically(
+            self.path, uuid, partial, write, before_rename=raise_unless_may_publish
+        )
 
     def publish(self, uuid: str, local: pathlib.Path) -> "LocalStore":
         """A directory ``stage`` renamed into place is published already; any other is copied
@@ -208,6 +210,7 @@ def finish_atomically(
     uuid: str,
     partial: pathlib.Path,
     write: Callable[[pathlib.Path], None],
+    *,
     before_rename: Optional[Callable[[], None]] = None,
 ) -> pathlib.Path:
     """Calls ``write(partial)``, fsyncs its files, calls ``before_rename()`` (an exception it

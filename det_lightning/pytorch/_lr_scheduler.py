@@ -44,7 +44,7 @@ class LRScheduler:
         return dict(self._scheduler.state_dict())
 
 
-def due_steps(
+def due_steps(  # noqa: PLR0917  TEMPORARY: adapters/module.py calls it so
     step_mode: LRScheduler.StepMode,
     frequency: int,
     batch_idx: int,

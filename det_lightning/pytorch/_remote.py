@@ -20,20 +20,16 @@ removes the mark once it is gone; ``sweep`` finishes a marked checkpoint's delet
 A publish the checks forbid removes what it had written (the prefix, without a marker, and the
 local copy).
 
-The local copies live in ``$DET_LIGHTNING_CACHE_DIR`` (default ``~/.cache/det_lightning``)
-under ``checkpoints/<hash of the root URL>/``. fsspec and the store's package (``s3fs``,
-``gcsfs``, ``adlfs``: the extras ``s3``, ``gcs``, ``azure``) are imported only when a URL is
-used.
+The local copies live in the cache directory (``_buckets.cache_dir()``) under
+``checkpoints/<bucket>-<hash of the root URL>/``; reaching the bucket is ``_buckets``' part.
 """
 
 import dataclasses
-import datetime
 import hashlib
 import json
 import logging
 import os
 import pathlib
-import re
 import shutil
 import tempfile
 import uuid as uuid_lib
@@ -41,6 +37,19 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 from det_lightning import errors
 from det_lightning.pytorch import _checkpoint as ckpt
+from det_lightning.pytorch._buckets import (
+    SCHEMES,
+    URL,
+    Options,
+    cache_dir,
+    credentials_note,
+    environment,
+    filesystem,
+    modified,
+    storage_options,
+)
+from det_lightning.pytorch._buckets import is_url as is_url  # earlier callers import them here
+from det_lightning.pytorch._buckets import storage_url as storage_url
 from det_lightning.pytorch._config_sections import CheckpointStorageConfig
 from det_lightning.pytorch._local_store import (
     LocalStore,
@@ -55,20 +64,8 @@ from det_lightning.pytorch._store import CheckpointStore, raise_unless_may_publi
 logger = logging.getLogger("det_lightning.pytorch")
 
 MARKER = ".complete"  # <uuid>/.complete: written last; a checkpoint without it does not exist
-CACHE_DIR_ENV = "DET_LIGHTNING_CACHE_DIR"
 DOWNLOADING = ".downloading"  # .<uuid>.<random>.downloading: a download in progress
-# URL scheme: (fsspec protocol, package, det_lightning extra, checkpoint_storage type)
-SCHEMES = {
-    "s3": ("s3", "s3fs", "s3", "s3"),
-    "gs": ("gcs", "gcsfs", "gcs", "gcs"),
-    "gcs": ("gcs", "gcsfs", "gcs", "gcs"),
-    "az": ("az", "adlfs", "azure", "azure"),
-    "abfs": ("abfs", "adlfs", "azure", "azure"),
-    "abfss": ("abfs", "adlfs", "azure", "azure"),
-}
-_URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://(.*)$")
 _UUID = ckpt.UUID_PATTERN
-_FILESYSTEMS: Dict[Tuple[str, Tuple[Tuple[str, str], ...]], Any] = {}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,41 +121,10 @@ class ObjectStore(CheckpointStore):
         Raises:
             CheckpointStorageError: the store's package (an extra of det_lightning) is missing.
         """
-        options = self.effective_options()
-        cache_key = (self.scheme, options)
-        if cache_key not in _FILESYSTEMS:
-            protocol, package, extra, _ = SCHEMES[self.scheme]
-            try:
-                import fsspec
-
-                # No listing cache: other processes (another machine) change the root.
-                fs = fsspec.filesystem(protocol, use_listings_cache=False, **dict(options))
-            except ImportError as e:
-                raise errors.CheckpointStorageError(
-                    f"Checkpoints at {self} need {package} (and fsspec), which are not installed "
-                    f"({e}). Install them with: pip install 'det_lightning[{extra}]'. Nothing "
-                    "was written."
-                ) from e
-            _FILESYSTEMS[cache_key] = fs
-        return _FILESYSTEMS[cache_key]
-
-    def effective_options(self) -> Tuple[Tuple[str, str], ...]:
-        """``options``, plus the S3 endpoint boto's environment names (``AWS_ENDPOINT_URL_S3``,
-        ``AWS_ENDPOINT_URL``) when the configuration gives none, read now."""
-        options = dict(self.options)
-        endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
-        if self.scheme == "s3" and "endpoint_url" not in options and endpoint:
-            options["endpoint_url"] = endpoint
-        return tuple(sorted(options.items()))
+        return filesystem(self.scheme, self.options, self.url)
 
     def environment(self) -> Dict[str, str]:
-        names = {
-            "endpoint_url": "AWS_ENDPOINT_URL_S3",
-            "key": "AWS_ACCESS_KEY_ID",
-            "secret": "AWS_SECRET_ACCESS_KEY",
-            "connection_string": "AZURE_STORAGE_CONNECTION_STRING",
-        }
-        return {names[k]: v for k, v in self.options if k in names}
+        return environment(self.options)
 
     def staging(self) -> pathlib.Path:
         digest = hashlib.sha256(self.url.encode()).hexdigest()[:16]
@@ -200,7 +166,7 @@ class ObjectStore(CheckpointStore):
                 continue  # deleted meanwhile, or not ours
             if isinstance(metadata, dict):
                 missing = ckpt.lacking(list(files), metadata)
-                found.append((ckpt.Listed(child, metadata, _mtime(files[MARKER])), missing))
+                found.append((ckpt.Listed(child, metadata, modified(files[MARKER])), missing))
         return found
 
     def exists(self, uuid: str) -> bool:
@@ -297,7 +263,7 @@ class ObjectStore(CheckpointStore):
         return errors.CheckpointStorageError(
             f"Uploading checkpoint {local} to {target} failed: {type(error).__name__}: {error}. "
             f"Training stopped; earlier checkpoints under {self} are kept. "
-            f"{self.credentials_note()}"
+            f"{credentials_note(self.scheme, self.options)}"
         )
 
     def _withdraw(self, uuid: str) -> None:
@@ -399,70 +365,14 @@ class ObjectStore(CheckpointStore):
             return (
                 f"Cannot write checkpoints to {self}: the bucket {self.bucket!r} does not exist "
                 f"({e}). Nothing was trained. Create the bucket, or fix checkpoint_storage's "
-                f"bucket / the checkpoint URL. {self.credentials_note()}"
+                f"bucket / the checkpoint URL. {credentials_note(self.scheme, self.options)}"
             )
         except Exception as e:
             return (
                 f"Cannot write checkpoints to {self}: {type(e).__name__}: {e}. Nothing was "
-                f"trained. {self.credentials_note()}"
+                f"trained. {credentials_note(self.scheme, self.options)}"
             )
         return None
-
-    def credentials_note(self) -> str:
-        """Which endpoint and credentials were used, for error messages (no secrets)."""
-        options = dict(self.effective_options())
-        if self.scheme != "s3":
-            return (
-                f"Credentials: {'checkpoint_storage' if options else 'the default chain'} "
-                f"of {SCHEMES[self.scheme][1]}."
-            )
-        endpoint = options.get("endpoint_url") or "AWS's default endpoint"
-        if "key" in options:
-            tried = "checkpoint_storage's access_key/secret_key"
-        elif os.environ.get("AWS_ACCESS_KEY_ID"):
-            tried = "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY from the environment"
-        else:
-            tried = (
-                "boto's default chain (AWS_PROFILE, ~/.aws/credentials, instance role); "
-                "AWS_ACCESS_KEY_ID is not set"
-            )
-        return f"Endpoint: {endpoint}; credentials tried: {tried}."
-
-
-def _mtime(info: Dict[str, Any]) -> float:
-    """An object's modification time from fsspec's info (its key varies by store)."""
-    for key in ("LastModified", "last_modified", "updated", "mtime"):
-        value = info.get(key)
-        if isinstance(value, datetime.datetime):
-            return value.timestamp()
-        if isinstance(value, (int, float)):
-            return float(value)
-        if isinstance(value, str):
-            try:
-                return datetime.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-            except ValueError:
-                continue
-    return 0.0
-
-
-def cache_dir() -> pathlib.Path:
-    """``$DET_LIGHTNING_CACHE_DIR``, else ``$XDG_CACHE_HOME/det_lightning`` or
-    ``~/.cache/det_lightning``."""
-    configured = os.environ.get(CACHE_DIR_ENV)
-    if configured:
-        return pathlib.Path(configured).expanduser().absolute()
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join("~", ".cache")
-    return pathlib.Path(base).expanduser().absolute() / "det_lightning"
-
-
-# ----- either kind ----------------------------------------------------------------------------
-def is_url(location: Union[str, "os.PathLike[str]"]) -> bool:
-    """Whether ``location`` is a URL (``s3://...``) rather than a local path.
-
-    >>> is_url("s3://b/p"), is_url("/tmp/c"), is_url("gs://b")
-    (True, False, True)
-    """
-    return bool(_URL.match(str(location)))
 
 
 def checkpoint_location(
@@ -487,7 +397,7 @@ def checkpoint_location(
     """
     if isinstance(location, CheckpointStore):
         return location
-    match = _URL.match(str(location))
+    match = URL.match(str(location))
     if match is None:
         return LocalStore(pathlib.Path(os.path.abspath(os.path.expanduser(str(location)))))
     scheme, rest = match.group(1).lower(), match.group(2).strip("/")
@@ -500,45 +410,9 @@ def checkpoint_location(
         raise errors.CheckpointStorageError(
             f"Checkpoint location {location!s} names no bucket; use {scheme}://bucket/prefix."
         )
-    options: Tuple[Tuple[str, str], ...] = ()
+    options: Options = ()
     if storage is not None and storage.type == SCHEMES[scheme][3]:  # its endpoint and keys
-        options = _options(scheme, storage)
+        options = storage_options(scheme, storage)
     if not options and beside is not None:
         options = beside.options_for(scheme)
     return ObjectStore(f"{scheme}://{rest}", options)
-
-
-def _options(scheme: str, storage: CheckpointStorageConfig) -> Tuple[Tuple[str, str], ...]:
-    """The fsspec keyword arguments for ``checkpoint_storage`` (Determined's keys)."""
-    options: Dict[str, str] = {}
-    if scheme == "s3":
-        if storage.endpoint_url:
-            options["endpoint_url"] = storage.endpoint_url
-        if storage.access_key and storage.secret_key:
-            options["key"], options["secret"] = storage.access_key, storage.secret_key
-    elif SCHEMES[scheme][3] == "azure":
-        if storage.connection_string:
-            options["connection_string"] = storage.connection_string
-        if storage.credential:
-            options["credential"] = storage.credential
-        if storage.account_url:
-            options["account_name"] = storage.account_url.split("//")[-1].split(".")[0]
-    return tuple(sorted(options.items()))
-
-
-def storage_url(storage: CheckpointStorageConfig) -> Optional[str]:
-    """The URL of a ``checkpoint_storage`` section of type s3, gcs or azure (else None).
-
-    >>> storage_url(CheckpointStorageConfig(type="s3", bucket="ckpts", prefix="runs/a"))
-    's3://ckpts/runs/a'
-    """
-    scheme = {"s3": "s3", "gcs": "gs", "azure": "az"}.get(storage.type or "")
-    if scheme is None:
-        return None
-    bucket = storage.container if scheme == "az" else storage.bucket
-    prefix = os.path.normpath(storage.prefix or "").lstrip("/")
-    if prefix.split("/")[0] == "..":
-        raise errors.InvalidConfigException(
-            f"checkpoint_storage.prefix {storage.prefix!r} must not leave the bucket."
-        )
-    return f"{scheme}://{bucket}" + ("" if prefix in ("", ".") else f"/{prefix}")

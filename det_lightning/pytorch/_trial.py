@@ -1,7 +1,7 @@
 """``PyTorchTrial``: the user's model, data and steps. No loop logic lives here."""
 
 import abc
-from typing import TYPE_CHECKING, Any, Dict, Union
+from typing import Any, Dict, Union
 
 import torch
 
@@ -10,9 +10,6 @@ from det_lightning.pytorch._callback import PyTorchCallback
 from det_lightning.pytorch._context import PyTorchTrialContext
 from det_lightning.pytorch._data import DataLoader, TorchData, data_length
 from det_lightning.pytorch._reducer import Reducer
-
-if TYPE_CHECKING:
-    from det_lightning.pytorch._context import PyTorchTrialContext
 
 
 class PyTorchTrial(metaclass=abc.ABCMeta):

@@ -163,7 +163,9 @@ def test_cuda_report_names_the_device_and_has_a_row_per_system(bench: Dict[str, 
         "numpy": "2",
         "source": "abc",
     }
-    text = bench["cuda_tables"].render("python benchmarks/run.py", 5, report, facts, host, "2026")
+    text = bench["cuda_tables"].render(
+        "python benchmarks/run.py", 5, report, facts, host=host, started="2026"
+    )
     assert "Device: Some GPU (sm_90, 80 GiB), driver 580.1, CUDA 13.0" in text
     assert "| × raw | × raw-best | × Determined | × Lightning | syncs / batch |" in text
     assert "| det_lightning | 3.000 | 1.50 | 1.20 | — | — | 1.00 | 12.5 | yes |" in text

@@ -95,7 +95,7 @@ def _prepare(directory: pathlib.Path, steps: int) -> None:
     """A checkpoint's files (``steps`` batches trained) in ``directory``, one of them nested."""
     trial_state = {**ckpt.new_trial_state(), "batches_trained": steps}
     load_data = {"trial_type": "PyTorchTrial", "hparams": {"lr": 0.1}}
-    write_files(directory, {ckpt.MODELS: []}, trial_state, load_data, [], [])
+    write_files(directory, {ckpt.MODELS: []}, trial_state, load_data, code=[], code_skip=[])
     (directory / ckpt.CODE_DIR / "model_def.py").write_text(f"STEPS = {steps}\n")
 
 

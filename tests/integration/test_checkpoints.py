@@ -354,7 +354,7 @@ def test_a_killed_writer_leaves_only_a_hidden_partial(tmp_path: pathlib.Path) ->
         root,
         "done",
         lambda d: ckpt_write.write_files(
-            d, {}, {**ckpt.new_trial_state(), "batches_trained": 3}, {}, [], []
+            d, {}, {**ckpt.new_trial_state(), "batches_trained": 3}, {}, code=[], code_skip=[]
         ),
     )
     script = textwrap.dedent(f"""

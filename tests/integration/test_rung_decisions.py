@@ -85,7 +85,7 @@ def _race(
 
     contexts = [_context(), _context()]
     reporters = [
-        _reporter.SearchReporter(s, t, SETTINGS, BRACKET, c)
+        _reporter.SearchReporter(s, t, SETTINGS, BRACKET, context=c)
         for s, t, c in zip((first, second), (a_live, b_live), contexts)
     ]
 

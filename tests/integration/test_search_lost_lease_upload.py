@@ -79,7 +79,7 @@ def _search_of_one_trial(
     trial = study_a.ask()
     study_b = optuna.load_study(study_name="s", storage=open_storage(url, root))  # B's own
     spec = search_environment(
-        storage_ref(url, root), "s", trial._trial_id, SETTINGS, SETTINGS.brackets[0]
+        storage_ref(url, root), "s", trial._trial_id, SETTINGS, bracket=SETTINGS.brackets[0]
     )
     monkeypatch.setenv(SEARCH_ENV, spec)
     monkeypatch.setenv("DET_LIGHTNING_SYNC_CHECKPOINTS", "1" if sync else "0")

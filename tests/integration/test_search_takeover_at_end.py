@@ -73,7 +73,7 @@ def test_a_trial_ending_after_a_takeover_ends_with_lease_lost_and_leaves_the_new
         settings,
         0,
         plan.config.hyperparameters,
-        plan.config.reproducibility_config.experiment_seed,
+        seed=plan.config.reproducibility_config.experiment_seed,
     )
     assert trial is not None
     study_b = optuna.load_study(  # worker B's own view of the search

@@ -67,7 +67,7 @@ def test_a_hand_worked_rung() -> None:
     rung: List[float] = []
     stopped = []
     for value in (0.5, 0.4, 0.6, 0.3, 0.45, 0.7):
-        decision = _asha.decide([1, 9], [rung, []], 0, 1, value, 3.0)
+        decision = _asha.decide([1, 9], [rung, []], 0, 1, metric=value, divisor=3.0)
         rung.append(value)
         stopped.append(decision.stop)
     assert stopped == [False, False, True, False, True, True]
@@ -100,7 +100,7 @@ def test_thirty_scripted_trials_stop_where_determineds_rule_stops_them() -> None
                 expected_stop = index == 2 or not _rank_rule(rungs[index], metric, 4.0)
             else:
                 expected_stop = False
-            decision = _asha.decide(units, rungs, at[trial], time, metric, 4.0)
+            decision = _asha.decide(units, rungs, at[trial], time, metric=metric, divisor=4.0)
             assert decision.stop == expected_stop, (trial, time)
             for index, value in decision.entered:
                 rungs[index].append(value)

@@ -95,7 +95,9 @@ def test_key_mismatch_names_the_keys() -> None:
 # ----- files ----------------------------------------------------------------------------------
 def _write(directory: pathlib.Path, state: dict, batches: int = 7) -> None:
     trial_state = {**ckpt.new_trial_state(), "batches_trained": batches}
-    ckpt_write.write_files(directory, state, trial_state, {"trial_type": "PyTorchTrial"}, [], [])
+    ckpt_write.write_files(
+        directory, state, trial_state, {"trial_type": "PyTorchTrial"}, code=[], code_skip=[]
+    )
 
 
 def test_written_files_follow_determined_layout(tmp_path: pathlib.Path) -> None:

@@ -38,7 +38,7 @@ def _ours(root: pathlib.Path, uuid: str, batches: int, trial_id: int = 0) -> pat
         root,
         uuid,
         lambda d: ckpt_write.write_files(
-            d, state, trial_state, {"trial_type": "PyTorchTrial"}, [], []
+            d, state, trial_state, {"trial_type": "PyTorchTrial"}, code=[], code_skip=[]
         ),
     )
 

@@ -193,14 +193,14 @@ def test_a_trial_taken_over_before_its_worker_drew_it_is_dropped_by_that_worker(
     other = _study(journal)
     assert take_over(other, other.get_trials(deepcopy=False)[0]) is not None
     space = {"x": {"type": "double", "minval": 0.0, "maxval": 1.0}}
-    assert _admit(_study(journal), settings, 0, mine, space, 3) is None
+    assert _admit(_study(journal), settings, 0, mine, space=space, seed=3) is None
     # Past the budget too (max_trials 1, an earlier trial counted): its surplus tell is refused.
     one = {**searcher, "max_trials": 1}
     full = SearchSettings.from_searcher(one, Lengths.from_config({"searcher": one}), 8)
     surplus = _study(journal).ask()
     other = _study(journal)
     assert take_over(other, other.get_trials(deepcopy=False)[-1]) is not None
-    assert _admit(_study(journal), full, 0, surplus, space, 3) is None
+    assert _admit(_study(journal), full, 0, surplus, space=space, seed=3) is None
 
 
 def test_a_waiting_worker_wakes_when_the_first_lease_would_expire() -> None:

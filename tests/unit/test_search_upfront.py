@@ -129,7 +129,7 @@ def test_random_draws_repeat_with_the_experiment_seed() -> None:
     def draw(seed: int) -> List[Dict[str, Any]]:
         settings = _settings("random", max_trials=4)
         study = _study()
-        trials = [_worker._ask(study, settings, 0, SPACE, seed) for _ in range(4)]
+        trials = [_worker._ask(study, settings, 0, SPACE, seed=seed) for _ in range(4)]
         return [t.user_attrs["hparams"] for t in trials if t is not None]
 
     assert draw(3) == draw(3) and draw(3) != draw(4) and len(draw(3)) == 4

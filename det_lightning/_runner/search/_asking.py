@@ -76,12 +76,13 @@ def _ask(
     settings: SearchSettings,
     index: int,
     space: Dict[str, Any],
+    *,
     seed: Optional[int],
 ) -> Optional[optuna.Trial]:
     """A new trial of ``study`` with its hyperparameters, or None when another worker filled
     the budget first (the trial asked for is then dropped unrun); or the continuation of a
     trial another worker took over, if one was waiting."""
-    return _admit(study, settings, index, study.ask(), space, seed)
+    return _admit(study, settings, index, study.ask(), space=space, seed=seed)
 
 
 def _unless_taken_over(admit: Callable[..., Optional[optuna.Trial]]) -> Any:
@@ -90,9 +91,9 @@ def _unless_taken_over(admit: Callable[..., Optional[optuna.Trial]]) -> Any:
     worker slowed down that long, e.g. among many on few cores, finds it finished)."""
 
     @functools.wraps(admit)
-    def guarded(study: optuna.Study, *args: Any) -> Optional[optuna.Trial]:
+    def guarded(study: optuna.Study, *args: Any, **kwargs: Any) -> Optional[optuna.Trial]:
         try:
-            return admit(study, *args)
+            return admit(study, *args, **kwargs)
         except (UpdateFinishedTrialError, ValueError):  # study.tell(): "Cannot tell a FAIL trial"
             if not superseded_now(study, trial_id(args[2])):
                 raise
@@ -108,6 +109,7 @@ def _admit(
     settings: SearchSettings,
     index: int,
     trial: optuna.Trial,
+    *,
     space: Dict[str, Any],
     seed: Optional[int],
 ) -> Optional[optuna.Trial]:

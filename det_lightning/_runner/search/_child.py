@@ -38,7 +38,7 @@ trainer_logger = logging.getLogger("det_lightning.pytorch")  # where fit() logge
 
 
 def search_environment(
-    storage: str, study_name: str, trial_id: int, settings: SearchSettings, bracket: Bracket
+    storage: str, study_name: str, trial_id: int, settings: SearchSettings, *, bracket: Bracket
 ) -> str:
     """The value of ``$DET_LIGHTNING_SEARCH`` for one trial."""
     return json.dumps(
@@ -157,7 +157,7 @@ def reporter_callbacks(
     live = _search_trial()
     return {
         "_det_lightning_search": SearchReporter(
-            live.study, live, settings, bracket, context, max_length
+            live.study, live, settings, bracket, context=context, max_length=max_length
         ),
         "_det_lightning_search_length": SearcherLengthCheck(spec, max_length, context),
     }

@@ -49,7 +49,7 @@ class TrialProcessError(RuntimeError):
     """A trial's process failed: its exception (with the trial's traceback), or how it died."""
 
 
-def legacy_job(
+def legacy_job(  # noqa: PLR0917  run as func(*args): a pickled tuple (TrialRequest, ranks)
     plan: Plan,
     number: int,
     hparams: Dict[str, Any],
@@ -252,6 +252,7 @@ def run_legacy_process(
     plan: Plan,
     number: int,
     hparams: Dict[str, Any],
+    *,
     lengths: Optional[Dict[str, Any]],
     latest: Optional[str],
     env: Dict[str, str],

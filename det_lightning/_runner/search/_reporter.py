@@ -36,6 +36,7 @@ class SearchReporter(PyTorchCallback):
         trial: optuna.Trial,
         settings: SearchSettings,
         bracket: Bracket,
+        *,
         context: "PyTorchTrialContext",
         max_length: Optional[TrainUnit] = None,
     ) -> None:
@@ -104,8 +105,8 @@ class SearchReporter(PyTorchCallback):
                 others,
                 self.rung,
                 self._time(),
-                signed,
-                self.settings.divisor,
+                metric=signed,
+                divisor=self.settings.divisor,
             )
             for index, recorded in decision.entered:
                 self.rungs[str(index)] = recorded

@@ -31,7 +31,9 @@ def _status(frozen: optuna.trial.FrozenTrial, interrupted: AbstractSet[int], tim
     """A trial's state in the summary: RUNNING only while a live worker holds its lease."""
     states = optuna.trial.TrialState
     if frozen.state == states.RUNNING:
-        gone = expired(frozen.user_attrs, frozen.datetime_start, time.time(), timeout, host_id())
+        gone = expired(
+            frozen.user_attrs, frozen.datetime_start, time.time(), timeout, host=host_id()
+        )
         return "INTERRUPTED" if gone or trial_number(frozen) in interrupted else "RUNNING"
     return {states.COMPLETE: "COMPLETED", states.PRUNED: "STOPPED_EARLY", states.FAIL: "ERROR"}.get(
         frozen.state, frozen.state.name

@@ -30,7 +30,9 @@ def expired_trial(
     host, now = host_id(), time.time()
     for index, study in enumerate(studies):
         for frozen in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
-            if not expired(frozen.user_attrs, frozen.datetime_start, now, leases.timeout, host):
+            if not expired(
+                frozen.user_attrs, frozen.datetime_start, now, leases.timeout, host=host
+            ):
                 continue
             trial = take_over(study, frozen)
             if trial is not None:

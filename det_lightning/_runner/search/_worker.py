@@ -164,7 +164,7 @@ def run_search(plan: Plan, storage_url: Optional[str] = None) -> SearchOutcome:
     os.environ[RESUME_ADVICE_ENV] = search_advice(sys.argv[1:])  # a trial's, after a signal
     with SearchInterrupt() as interrupt:
         reference = storage_ref(storage_url, plan.checkpoint_root)
-        stopped = _work(plan, settings, studies, reference, interrupt)
+        stopped = _work(plan, settings, studies, reference, interrupt=interrupt)
     interrupted = frozenset() if stopped is None else frozenset({stopped})
     return SearchOutcome(summarize(studies, plan, settings, interrupted), interrupt.received)
 
@@ -174,6 +174,7 @@ def _work(
     settings: SearchSettings,
     studies: Sequence[optuna.Study],
     reference: str,
+    *,
     interrupt: SearchInterrupt,
 ) -> Optional[int]:
     """Trains one trial after another until none is left to start or to take over, or a
@@ -204,12 +205,19 @@ def _loop(
                 waited_for = note_waiting(worker.plan.experiment_id, studies, waited_for)
                 wait_a_while(until_an_expiry(studies, leases), interrupt)  # or until they finish
                 continue
-            asked = _ask(studies[index], settings, index, config.hyperparameters, seed)
+            asked = _ask(studies[index], settings, index, config.hyperparameters, seed=seed)
             if asked is None:
                 continue
             found = (index, asked)
         elif (
-            _admit(studies[found[0]], settings, found[0], found[1], config.hyperparameters, seed)
+            _admit(
+                studies[found[0]],
+                settings,
+                found[0],
+                found[1],
+                space=config.hyperparameters,
+                seed=seed,
+            )
             is None
         ):
             continue  # taken over before it had drawn its point: past the budget after all
@@ -297,7 +305,16 @@ def _train_and_tell(run: TrialRun) -> None:
     def attempt() -> TrialResult:  # each resumes the trial's latest checkpoint, if any
         env = _child_environment(run)
         if plan.trial_class is not None:  # its process adds the search's reporter ($SEARCH_ENV)
-            return run_legacy_process(launch, plan, number, hparams, lengths, "latest", env, lost)
+            return run_legacy_process(
+                launch,
+                plan,
+                number,
+                hparams,
+                lengths=lengths,
+                latest="latest",
+                env=env,
+                lost=lost,
+            )
         result = run_command_trial(plan, number, hparams, extra_env=env, lost=lost, launch=launch)
         invalid = _current_attrs(study, trial).get(INVALID_HP)
         if invalid:  # the script raised InvalidHP (_child.report_invalid_hp)
@@ -385,7 +402,7 @@ def _child_environment(run: TrialRun) -> Dict[str, str]:
             run.study.study_name,
             trial_id(run.trial),
             run.worker.settings,
-            run.bracket,
+            bracket=run.bracket,
         ),
     }
     if plan.trial_class is not None:  # the harness passes hparams and lengths to init()/fit()

@@ -1,0 +1,144 @@
+"""``det-lightning experiment CONFIG MODEL_DIR``: the command that runs an experiment config.
+
+It plans the experiment (``plan``), refuses a launch that would start it more than once
+(``check_experiment_launch``), starts a search's workers on this machine (one per
+``resources.slots_per_trial`` GPUs, or ``--workers``), each a process of this same command
+that takes trials until the search is done, and runs the plan (``experiment``); the process
+that started the workers then prints the summary. ``cli`` parses the arguments.
+"""
+
+import argparse
+import logging
+import os
+import subprocess
+import sys
+from typing import Mapping, Optional, Sequence
+
+import det_lightning
+from det_lightning import compat, errors
+from det_lightning._env import SEARCH_WORKER_ENV
+from det_lightning._job_processes import is_chief, quiet_unless_chief
+from det_lightning._runner import _launch_checks, _overrides
+from det_lightning._runner._cli_text import EXIT_USAGE, PROG, print_error
+from det_lightning._runner._launch_checks import already_launched, launch_options
+from det_lightning._runner.config._experiment_config import announce_ignored
+from det_lightning._runner.experiment import INTERRUPTED_NOTE, run_experiment
+from det_lightning._runner.plan import Plan, UsageError, plan_experiment
+from det_lightning._runner.search._dashboard import dashboard_beside
+from det_lightning._runner.search._interrupt import SearchInterrupt
+
+
+def cmd_experiment(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.INFO, format=det_lightning.LOG_FORMAT)
+    quiet_unless_chief(os.environ)
+    try:
+        config = _overrides.load_with_overrides(args.config, args.config_overrides, announce=False)
+        plan = plan_experiment(config, args.model_dir, launch_options(args), args.checkpoint_dir)
+        plan.storage = args.storage
+        plan.heartbeat_timeout = args.heartbeat_timeout
+        # One dashboard: this command's, not its workers' nor its torchrun processes'.
+        wanted = (
+            args.dashboard
+            and os.environ.get(SEARCH_WORKER_ENV) is None
+            and not already_launched(os.environ)
+        )
+        with dashboard_beside(plan, wanted):
+            return _run_plan(plan, args)
+    except (errors.InvalidConfigException, NotImplementedError, UsageError) as e:
+        print_error("experiment", f"{args.config}: {e}")
+        return EXIT_USAGE
+
+
+def _run_plan(plan: Plan, args: argparse.Namespace) -> int:
+    # The ignored keys are announced once: by the process that runs the job (its chief), or
+    # by the one that starts a search's workers.
+    announce = is_chief(os.environ) and os.environ.get(SEARCH_WORKER_ENV) is None
+    if os.environ.get(SEARCH_WORKER_ENV) is None:
+        workers = _search_workers(plan, args.workers)
+        if workers > 1:
+            announce_ignored(plan.config.ignored_keys)
+            return _run_workers(workers, plan, args.argv)
+    check_experiment_launch(plan, os.environ)
+    if plan.trial_class is not None:
+        devices = plan.launch.get("devices")
+        if isinstance(devices, int) and devices > 1 and announce:
+            source = "--devices " if args.devices is not None else "resources.slots_per_trial: "
+            _launch_checks.warn_if_oversubscribed(plan.launch, f"{source}{devices}")
+        compat.install()  # model_def.py imports determined
+    if announce:
+        announce_ignored(plan.config.ignored_keys)
+    return run_experiment(plan)
+
+
+def check_experiment_launch(plan: Plan, environ: Mapping[str, str]) -> None:
+    """An experiment starts each trial's processes itself (torchrun, one per device, per
+    trial: ``search._jobs``, or the command's ``det-lightning run``); it is refused where it
+    is itself one of several processes, each of which would take trials of its own, and a
+    trial class on several nodes.
+
+    Raises:
+        UsageError: saying how to start it instead.
+    """
+    if already_launched(environ) and environ.get(SEARCH_WORKER_ENV) is None:
+        seen = [
+            f"{name}={environ[name]}"
+            for name in ("LOCAL_RANK", "TORCHELASTIC_RUN_ID", "SLURM_NTASKS")
+            if name in environ
+        ]
+        raise UsageError(
+            f"this experiment was started as one of several processes ({', '.join(seen)}: "
+            f"torchrun, or SLURM tasks); start {PROG} experiment once per machine, without "
+            "torchrun, in a SLURM job of one task: it starts each trial's processes itself "
+            "(--devices N or resources.slots_per_trial)"
+        )
+    if plan.trial_class is not None and (plan.launch.get("num_nodes") or 1) > 1:
+        raise UsageError(
+            "an experiment's trial class trains on one node (--devices N); for several "
+            "nodes, train it from a script with pytorch.init() and Trainer.fit(), started by "
+            f"{PROG} run --num-nodes N on every node"
+        )
+
+
+def _search_workers(plan: Plan, asked: Optional[int]) -> int:
+    """How many trials of a search run at once on this machine: ``--workers``, else one per
+    ``resources.slots_per_trial`` GPUs (at most ``max_concurrent_trials`` and the search's
+    trials: one for ``single``), else one."""
+    if asked is not None:
+        return max(int(asked), 1)
+    import torch
+
+    slots = max(plan.config.slots_per_trial(), 1)
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    limit = min(plan.config.searcher_config.max_concurrent_trials, plan.search.max_trials)
+    return max(min(gpus // slots, limit), 1)
+
+
+def _run_workers(workers: int, plan: Plan, argv: Sequence[str]) -> int:
+    """Starts ``workers`` processes of this command on one search (their own GPUs each); the
+    first to start prints nothing more than the others, then this one prints the summary."""
+    import torch
+
+    slots = max(plan.config.slots_per_trial(), 1)
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    children = []
+    for index in range(workers):
+        env = dict(os.environ, **{SEARCH_WORKER_ENV: str(index)})
+        if gpus:
+            devices = range(index * slots, min((index + 1) * slots, gpus))
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(d) for d in devices)
+        children.append(subprocess.Popen([sys.executable, "-m", "det_lightning", *argv], env=env))
+    print(f"{PROG}: {workers} workers share this search", file=sys.stderr, flush=True)
+    with SearchInterrupt():  # a signal to the process group stops the workers; wait for them
+        codes = [child.wait() for child in children]
+    os.environ[SEARCH_WORKER_ENV] = "summary"  # every trial is done: this process only reports
+    try:
+        status = run_experiment(plan)
+    finally:
+        del os.environ[SEARCH_WORKER_ENV]
+    preempted = errors.TrialPreempted.EXIT_CODE
+    if preempted in codes and status != preempted:  # stopped between trials: none interrupted
+        print(INTERRUPTED_NOTE, file=sys.stderr, flush=True)
+    return max([status, *codes])
+
+
+__all__ = ["check_experiment_launch", "cmd_experiment"]
