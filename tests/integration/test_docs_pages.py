@@ -4,7 +4,10 @@ A fenced block is run unless the line before it is ``<!-- illustration-only: why
 script, a server that runs until stopped: kept few); ``<!-- file: NAME -->`` writes the block to
 NAME for the blocks after it. A page's runnable blocks run in order, in a copy of
 ``examples/mnist``: ``python`` blocks with this interpreter, ``bash`` blocks with ``bash -e``
-and this environment's ``python`` and ``det-lightning`` first on ``PATH``.
+and this environment's ``python`` and ``det-lightning`` first on ``PATH``. Both kinds start
+their Python processes forked from the warm launcher (``tests/fixtures/warm.py``; the commands
+on ``PATH`` are ``tests/fixtures/warm_client.py``'s): a page's subject is what its commands
+print and write, not the interpreter's start.
 """
 
 import dataclasses
@@ -18,6 +21,8 @@ from typing import Dict, List, Optional
 
 import pytest
 import yaml
+
+from tests.fixtures import warm, warm_client
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
@@ -114,8 +119,12 @@ def test_the_readme_is_a_users_readme() -> None:
         assert (REPO / link).is_file(), f"the README links to a missing page: {link}"
 
 
-def _environment() -> Dict[str, str]:
+def _environment(commands: pathlib.Path) -> Dict[str, str]:
+    """``commands``: a folder for the warm ``python`` and ``det-lightning``, first on ``PATH``
+    (where the warm launcher is off, this environment's own)."""
     bin_dir = str(pathlib.Path(sys.executable).parent)
+    if warm.enabled():
+        bin_dir = f"{warm_client.commands(commands, warm.socket_path())}{os.pathsep}{bin_dir}"
     env = {k: v for k, v in os.environ.items() if not k.startswith("DET_LIGHTNING_")}
     env.update(
         PATH=f"{bin_dir}{os.pathsep}{env.get('PATH', '')}",
@@ -130,9 +139,7 @@ def _run(block: Block, cwd: pathlib.Path, env: Dict[str, str]) -> None:
         argv = [sys.executable, "-c", block.text]
     else:
         argv = ["bash", "-e", "-o", "pipefail", "-c", block.text]
-    result = subprocess.run(
-        argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=TIMEOUT_S
-    )
+    result = warm.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
     assert result.returncode == 0, (
         f"{block.where()} exited {result.returncode} (in a copy of examples/mnist; a block that "
         f"cannot run there is marked <!-- illustration-only: why -->)\n{block.text}\n"
@@ -148,7 +155,7 @@ PAGES_THAT_RUN = [p for p in PAGES if any(_runnable(b) for b in blocks(p))]
 def test_the_page_runs(page: pathlib.Path, tmp_path: pathlib.Path) -> None:
     work = tmp_path / "mnist"
     shutil.copytree(REPO / "examples" / "mnist", work)
-    env = _environment()
+    env = _environment(tmp_path / "bin")
     for block in blocks(page):
         if block.marker == "file":
             (work / block.argument).write_text(block.text)

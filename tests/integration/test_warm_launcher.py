@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from tests.fixtures import warm
+from tests.fixtures import warm, warm_client
 
 pytestmark = pytest.mark.slow
 
@@ -99,8 +99,77 @@ def test_a_signal_to_a_warm_childs_group_ends_it(isolated_run: pathlib.Path) -> 
 def test_where_a_child_could_differ_it_is_a_new_interpreter(isolated_run: pathlib.Path) -> None:
     assert not _describe("-X", "importtime", "-c", DESCRIBE, cwd=isolated_run)["warm"]
     assert not _describe("-c", DESCRIBE, cwd=isolated_run, env={"ONLY": "this"})["warm"]
+    (isolated_run / "tensorboard").mkdir()  # a run's logs: a namespace portion at most
+    assert _describe("-c", DESCRIBE, cwd=isolated_run)["warm"]
+    (isolated_run / "tensorboard" / "__init__.py").write_text("")  # a package: it shadows
+    assert not _describe("-c", DESCRIBE, cwd=isolated_run)["warm"]
+    (isolated_run / "tensorboard" / "__init__.py").unlink()
     (isolated_run / "optuna.py").write_text("")  # shadows a preloaded module
     assert not _describe("-c", DESCRIBE, cwd=isolated_run)["warm"]
+
+
+def test_a_path_that_finds_the_same_programs_stays_warm(
+    isolated_run: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    """The preloads read ``PATH`` (torchmetrics looks for ``latex``): another ``PATH`` is the
+    same to them unless it finds another program they looked for."""
+    folder = tmp_path / "programs"
+    folder.mkdir()
+    env = {**_environment(), "PATH": f"{folder}{os.pathsep}{os.environ['PATH']}"}
+    assert _describe("-c", DESCRIBE, cwd=isolated_run, env=env)["warm"]
+    latex = folder / "latex"
+    latex.write_text("#!/bin/sh\n")
+    latex.chmod(0o755)
+    if "latex" in _looked_up_by_the_preloads():
+        assert not _describe("-c", DESCRIBE, cwd=isolated_run, env=env)["warm"]
+
+
+def _looked_up_by_the_preloads() -> set:
+    result = warm.run(
+        [sys.executable, "-c", "import torchmetrics.utilities.imports as i; print(i.__file__)"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    source = pathlib.Path(result.stdout.strip()).read_text()
+    return {"latex"} if 'shutil.which("latex")' in source else set()
+
+
+def test_the_commands_for_shell_scripts_fork_warm_and_exit_as_the_child(
+    isolated_run: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    """``warm_client``'s ``python`` and ``det-lightning`` on a script's ``PATH``: forked warm,
+    their output, exit status and signals the child's."""
+    commands = warm_client.commands(tmp_path / "bin", warm.socket_path())
+    env = {**_environment(), "PATH": f"{commands}{os.pathsep}{os.environ['PATH']}"}
+    (isolated_run / "describe.py").write_text(DESCRIBE)
+
+    def bash(script: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            ["bash", "-c", script],
+            cwd=isolated_run,
+            env=env,
+            input="from stdin",
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+
+    seen = json.loads(bash("python describe.py a").stdout)
+    assert seen["warm"] and seen["argv"] == ["describe.py", "a"]
+    shell = ("PWD", "SHLVL", "_")  # bash's own
+    assert {k: v for k, v in seen["env"].items() if k not in shell} == {
+        k: v for k, v in env.items() if k not in shell
+    }, "the script's environment, without the commands' socket"
+    assert seen["stdin"] == "from stdin" and seen["cwd"] == str(isolated_run)
+    assert bash("python -c 'import sys; sys.exit(3)'").returncode == 3
+    assert (
+        bash("python -c 'import os, signal; os.kill(os.getpid(), signal.SIGTERM)'").returncode
+        == -signal.SIGTERM
+    )
+    helped = bash("det-lightning --help")
+    assert helped.returncode == 0 and helped.stdout.startswith("usage: det-lightning")
+    assert bash("det-lightning no-such-command").returncode == 2
 
 
 @pytest.mark.new_interpreters
