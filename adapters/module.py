@@ -46,7 +46,7 @@ import torch
 from typing_extensions import override
 
 from det_lightning.adapters import metrics as metric_utils
-from det_lightning.adapters.lightning import internals, lean
+from det_lightning.adapters.lightning import internals, lean_step
 from det_lightning.adapters.precision import scheduler_waits
 from det_lightning.adapters.trial_state import TrialProgress
 from det_lightning.pytorch import _checkpoint as ckpt
@@ -83,7 +83,7 @@ class LightningBackend:
     def __init__(self, module: "TrialModule") -> None:
         self._module = module
         self._lightning_optimizers: Dict[int, Any] = {}
-        self._fast: Optional[lean.BackendFastPath] = None
+        self._fast: Optional[lean_step.BackendFastPath] = None
 
     def bind_optimizers(self) -> None:
         optimizers = self._module.optimizers(use_pl_optimizer=True)
@@ -92,7 +92,9 @@ class LightningBackend:
         self._lightning_optimizers = {id(o.optimizer): o for o in optimizers}
         trainer = self._module.trainer
         self._fast = (
-            lean.BackendFastPath(trainer) if lean.BackendFastPath.applies(trainer) else None
+            lean_step.BackendFastPath(trainer)
+            if lean_step.BackendFastPath.applies(trainer)
+            else None
         )
         # context.backward calls the fast path's backward straight (it takes gradient= as a
         # keyword, as loss.backward does): one call less per batch.
@@ -180,15 +182,6 @@ class TrialModule(pl.LightningModule):
         self._checkpoint_extras = extras
 
     # ----- Lightning plumbing ---------------------------------------------------------------
-    # Every self.log (ours, or a Lightning callback's on this module); the lean loop
-    # (lightning/lean.py) recomputes the logged metrics after a batch only when this moved.
-    log_calls = 0
-
-    @override
-    def log(self, *args: Any, **kwargs: Any) -> None:
-        self.log_calls += 1
-        super().log(*args, **kwargs)
-
     @override
     def configure_optimizers(self) -> Any:
         return list(self.context.optimizers)
@@ -207,9 +200,6 @@ class TrialModule(pl.LightningModule):
     ) -> Any:
         # The context moves batches (honouring disable_auto_to_device), as Determined does.
         return batch
-
-    # lightning/lean.py skips Lightning's batch_to_device chain while this is the transfer hook.
-    keeps_batch = transfer_batch_to_device
 
     @override
     def on_fit_start(self) -> None:

@@ -24,6 +24,7 @@ from lightning.pytorch.callbacks import ProgressBar, TQDMProgressBar
 from typing_extensions import override
 
 from det_lightning.adapters.console import above_the_bar
+from det_lightning.adapters.lightning import log_count
 
 
 class TrialProgressBar(TQDMProgressBar):
@@ -43,8 +44,8 @@ class TrialProgressBar(TQDMProgressBar):
 
     @override
     def get_metrics(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> Dict[str, Any]:
-        logged = getattr(pl_module, "log_calls", None)
-        if logged is None or logged != self._shown_after:
+        logged = log_count.counter(pl_module).calls
+        if logged != self._shown_after:
             self._shown = super().get_metrics(trainer, pl_module)
             reported = trainer.callback_metrics
             for name in self.validation_metrics:

@@ -2,7 +2,10 @@
 
 - ``versions.py``: the table of Lightning release ranges and what each range's internals look
   like (``SHAPE`` for the installed release); nothing else compares Lightning versions.
-- ``lean.py``: the lean per-batch training path (training-epoch ``advance``, backward, step).
+- ``lean.py``: the lean per-batch training path (training-epoch ``advance``); ``lean_between.py``
+  its ``done`` and ``on_advance_end``; ``lean_step.py`` the training step, backward and optimizer
+  step; ``lean_validation.py`` and ``lean_results.py`` the evaluation loop and ``self.log``;
+  ``log_count.py`` the count of ``self.log`` calls they read.
 - ``hooks.py``: the lean callback-hook dispatch.
 - ``internals.py``: the private attributes the adapter uses outside the per-batch path.
 

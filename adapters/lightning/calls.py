@@ -1,7 +1,8 @@
-"""The calls the lean pieces (``lean.py``, ``lean_validation.py``, ``hooks.py``) share: a hook
+"""The calls the lean pieces (``lean*.py``, ``hooks.py``) share: a hook
 call as Lightning's ``call`` module makes it under the pass-through profiler, and the checks of
 what a module or strategy overrides."""
 
+import inspect
 from typing import Any, Optional
 
 import lightning.pytorch as pl
@@ -35,6 +36,37 @@ def call_hook(owner: Any, module: pl.LightningModule, name: str, *args: Any, **k
     return output
 
 
+def _hands_back(self: Any, batch: Any, device: Any, dataloader_idx: int) -> Any:
+    return batch
+
+
+def returns_batch(hook: Any) -> bool:
+    """Whether ``hook`` (a ``transfer_batch_to_device``, bound or not) is ``return batch`` and
+    nothing else: the same bytecode as a function of the hook's four parameters that returns
+    its second. No marker on the module is needed, and a hook that does anything more is not
+    taken for one.
+
+    >>> class Keeps:
+    ...     def transfer_batch_to_device(self, batch, device, dataloader_idx):
+    ...         # a comment, or a docstring, is no code
+    ...         return batch
+    >>> class Moves:
+    ...     def transfer_batch_to_device(self, batch, device, dataloader_idx):
+    ...         return batch.to(device)
+    >>> returns_batch(Keeps().transfer_batch_to_device), returns_batch(Moves.transfer_batch_to_device)
+    (True, False)
+    """
+    function = getattr(hook, "__func__", hook)
+    code, plain = getattr(function, "__code__", None), _hands_back.__code__
+    return (
+        code is not None
+        and code.co_code == plain.co_code
+        and code.co_argcount == plain.co_argcount
+        and code.co_kwonlyargcount == 0
+        and not code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS)
+    )
+
+
 def plain_run(trainer: pl.Trainer) -> bool:
     """The setting every lean piece assumes: manual optimization, no real profiler."""
     module = trainer.lightning_module
@@ -47,12 +79,11 @@ def plain_run(trainer: pl.Trainer) -> bool:
 
 def batch_stays(module: pl.LightningModule, strategy: Strategy) -> bool:
     """Whether ``strategy.batch_to_device`` would hand the batch back unchanged: the module's
-    ``transfer_batch_to_device`` is one that says so (``TrialModule``'s: the context moves
+    ``transfer_batch_to_device`` is ``return batch`` (``TrialModule``'s: the context moves
     batches) and nothing overrides the rest of the chain. Follows ``Strategy.batch_to_device``
     and ``LightningModule._apply_batch_transfer_handler``, unchanged 2.4.0 to 2.6.6."""
-    kind = type(module)
     return (
-        getattr(kind, "transfer_batch_to_device", None) is getattr(kind, "keeps_batch", 0)
+        returns_batch(getattr(module, "transfer_batch_to_device", None))
         and not overrides(module, pl.LightningModule, "on_after_batch_transfer")
         and type(strategy).batch_to_device is Strategy.batch_to_device
     )

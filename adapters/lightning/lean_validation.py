@@ -60,7 +60,7 @@ from lightning.pytorch.trainer.connectors.logger_connector.result import _Result
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from lightning.pytorch.utilities.signature_utils import is_param_in_hook_signature
 
-from det_lightning.adapters.lightning import versions
+from det_lightning.adapters.lightning import log_count, versions
 from det_lightning.adapters.lightning.calls import batch_stays, call_hook, overrides, plain_run
 
 LEAN_VALIDATION_ENV = "DET_LIGHTNING_LEAN_VALIDATION"
@@ -154,6 +154,7 @@ class LeanEvaluationLoop(_EvaluationLoop):
 
     _lean_plan: Optional[_Plan] = None
     _lean_logged_at_start = -1
+    _lean_log_count: log_count.LogCount  # the module's (set on run start)
     # What the last _verify_dataloader_idx_requirement that passed checked, and the step whose
     # signature was last inspected (with the answer): both the same pass after pass.
     _verified: Any = None
@@ -188,10 +189,11 @@ class LeanEvaluationLoop(_EvaluationLoop):
     def on_run_start(self) -> None:
         self._lean_plan = _plan(self)
         # The pass's logged results were reset when the last pass ended (_on_evaluation_end), so
-        # until something logs (TrialModule.log counts every call) the per-batch recompute finds
+        # until something logs (log_count counts every self.log) the per-batch recompute finds
         # nothing; from the first log call on it is Lightning's again.
-        logged = getattr(self.trainer.lightning_module, "log_calls", None)
-        if logged is None or not all(item.has_reset for item in self._results.values()):
+        count = self._lean_log_count = log_count.counter(self.trainer.lightning_module)
+        logged = count.calls
+        if not all(item.has_reset for item in self._results.values()):
             logged = -1  # never quiet
         self._lean_logged_at_start = logged
         super().on_run_start()
@@ -341,7 +343,7 @@ class LeanEvaluationLoop(_EvaluationLoop):
         call._call_callback_hooks(trainer, plan.end_hook, output, batch, batch_idx)
         if plan.module_batch_end:
             call_hook(module, module, plan.end_hook, output, batch, batch_idx)
-        quiet = getattr(module, "log_calls", None) == self._lean_logged_at_start
+        quiet = self._lean_log_count.calls == self._lean_logged_at_start
         if quiet:  # nothing logged this pass: the recompute would find nothing
             results = self._results
             results.batch = None

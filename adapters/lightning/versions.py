@@ -44,7 +44,7 @@ never downloaded):
       _call_lightning_module_hook,
       _call_strategy_hook
     _SignalConnector.register_signal_handlers  2.5.0          (replaced whole by ours)
-    LightningOptimizer.step,                   none           (lean.BackendFastPath)
+    LightningOptimizer.step,                   none           (lean_step.BackendFastPath)
       Strategy.backward/training_step,
       _DDPForwardRedirection
     DDPStrategy.post_backward                  2.6.0 (added)  static-graph flush: the lean
@@ -158,7 +158,8 @@ UNCHANGED: Dict[str, str] = {
     "plugins.precision.precision:Precision._wrap_closure": "cda4db0304fb",
     "plugins.precision.precision:Precision._after_closure": "9cb08fca04c0",
     "trainer.connectors.logger_connector.logger_connector:_LoggerConnector.on_batch_end": "910e37278afb",
-    # lean.py, between two batches (done, on_advance_end, the logger connector's steps);
+    # lean_between.py and lean.py, between two batches (done, on_advance_end, the logger
+    # connector's steps);
     # properties by their getter, a setter as "<property>.fset"
     "loops.training_epoch_loop:_TrainingEpochLoop.done": "186fd961b231",
     "loops.training_epoch_loop:_TrainingEpochLoop._is_training_done": "4b3cc338294c",
@@ -183,7 +184,8 @@ UNCHANGED: Dict[str, str] = {
     "_LoggerConnector.update_train_step_metrics": "60aefb4bedf9",
     "trainer.connectors.logger_connector.logger_connector:"
     "_LoggerConnector.should_update_logs": "749ef0817358",
-    # lean.py, inlined per batch: the progress counters, the manual-optimization step hooks,
+    # lean.py and lean_step.py, inlined per batch: the progress counters, the
+    # manual-optimization step hooks,
     # the strategy hooks the base strategy leaves empty (skipped unless overridden)
     "loops.loop:_Loop.restarting": "3e06a0765969",
     "loops.training_epoch_loop:_TrainingEpochLoop.batch_idx": "f64696c91176",

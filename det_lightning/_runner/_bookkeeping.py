@@ -122,16 +122,16 @@ def _list(root: pathlib.Path, storage: Optional[str]) -> int:
     rows = [["id", "name", "searcher", "state", "trials", "best", "created"]]
     for record in records(root):
         trials = trials_of(root, record, storage)
-        searcher = SearcherConfig.from_section(record["config"]["searcher"])
+        searcher = SearcherConfig.from_experiment(record["config"])
         metric, smaller = searcher.metric, searcher.smaller_is_better
         best = [t.best_metric for t in trials if t.best_metric is not None]
         shown = f"{metric}={(min if smaller else max)(best):.4g}" if best else "-"
-        total = 1 if record.get("searcher") == "single" else None
+        total = 1 if searcher.name == "single" else None
         rows.append(
             [
                 record["id"],
                 str(record.get("name")),
-                str(record.get("searcher")),
+                searcher.name,
                 state(trials, total),
                 str(len(trials)),
                 shown,
@@ -149,11 +149,11 @@ def _describe(root: pathlib.Path, experiment_id: str, storage: Optional[str]) ->
     if record is None:
         print(f"det-lightning experiment describe: no experiment {experiment_id!r} under {root}.")
         return 1
-    searcher = SearcherConfig.from_section(record["config"]["searcher"])
+    searcher = SearcherConfig.from_experiment(record["config"])
     trials = trials_of(root, record, storage)
-    total = 1 if record.get("searcher") == "single" else None
+    total = 1 if searcher.name == "single" else None
     print(f"experiment {record['id']} ({record.get('name')}): {state(trials, total)}")
-    print(f"searcher {record.get('searcher')}; created {record.get('created')}")
+    print(f"searcher {searcher.name}; created {record.get('created')}")
     print(f"model dir {record.get('model_dir')}; files in {root / record['id']}")
     summary = format_summary(trials, searcher.metric, searcher.smaller_is_better)
     print(summary)

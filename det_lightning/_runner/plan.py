@@ -84,13 +84,14 @@ def launch_options(config: ExperimentConfig, given: Dict[str, Any]) -> Dict[str,
     {'precision': 'bf16-mixed', 'deterministic': True}
     """
     options = {name: value for name, value in given.items() if value is not None}
-    slots = config.slots_per_trial()
+    slots = config.resources_config.slots_per_trial
     if slots > 1:
         options.setdefault("devices", slots)
     if slots == 0:  # Determined's CPU-only trial
         options.setdefault("accelerator", "cpu")
-    if config.precision() is not None:
-        options.setdefault("precision", config.precision())
+    precision = config.optimizations_config.precision
+    if precision is not None:
+        options.setdefault("precision", precision)
     if config.reproducibility_config.deterministic:
         options.setdefault("deterministic", True)
     return options

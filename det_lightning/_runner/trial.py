@@ -114,7 +114,7 @@ def run_legacy_trial(
         with pytorch.init(
             hparams=hparams,
             exp_conf=config.raw,
-            aggregation_frequency=config.aggregation_frequency(),
+            aggregation_frequency=config.optimizations_config.aggregation_frequency,
             **plan.launch,
         ) as context:
             trial = trial_class(context)

@@ -1,4 +1,4 @@
-"""The ``reproducibility`` and ``checkpoint_storage`` sections, typed: built once per run from an
+"""The sections of ``exp_conf`` the API layer reads, typed: built once per run from an
 experiment config and passed on, their defaults here (Determined 0.38.1's, but the seed)::
 
     reproducibility.experiment_seed         None (do not seed; Determined picks a time-based one)
@@ -6,9 +6,13 @@ experiment config and passed on, their defaults here (Determined 0.38.1's, but t
     checkpoint_storage.save_experiment_best 0
     checkpoint_storage.save_trial_best      1
     checkpoint_storage.save_trial_latest    1
+    searcher.metric                         "validation_loss" (what ``Trainer`` ranks by)
+    searcher.smaller_is_better              True
+    debug                                   False
 
 Both layers build them with ``from_exp_conf``: ``init()`` from a user's plain dict (partial, or
-None), the runner from its validated config. Nothing else reads these sections by key
+None), the runner from its validated config (whose ``searcher`` it types in full:
+``_runner/config/_searcher.py``). Nothing else reads these sections by key
 (``tests/unit/test_config_sections.py`` checks that).
 """
 
@@ -126,6 +130,53 @@ class CheckpointStorageConfig:
         return ", ".join(f"{key}={getattr(self, key)}" for key in SAVE_COUNTS)
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SearcherMetricConfig:
+    """What ``Trainer`` reads of the ``searcher`` section: the metric a ``best`` checkpoint
+    policy ranks by, and which way it improves.
+
+    Attributes:
+        metric_configured: the section names ``metric`` (else a missing metric is no error:
+            ``_checkpoint_policy``).
+
+    >>> SearcherMetricConfig.from_exp_conf({"searcher": {"metric": "acc"}})
+    SearcherMetricConfig(metric='acc', metric_configured=True, smaller_is_better=True)
+    >>> SearcherMetricConfig.from_exp_conf(None).metric
+    'validation_loss'
+    """
+
+    metric: str = "validation_loss"
+    metric_configured: bool = False
+    smaller_is_better: bool = True
+
+    @classmethod
+    def from_exp_conf(cls, exp_conf: Optional[Mapping[str, Any]]) -> "SearcherMetricConfig":
+        """The section of ``exp_conf``, its values as given (a key left out takes its
+        default); the runner validated them, ``init()``'s dict is the user's."""
+        section = (exp_conf or {}).get("searcher") or {}
+        return cls(
+            metric=section.get("metric", cls.metric),
+            metric_configured="metric" in section,
+            smaller_is_better=bool(section.get("smaller_is_better", cls.smaller_is_better)),
+        )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DebugConfig:
+    """The top-level ``debug`` flag (the context's ``_debug_enabled``).
+
+    >>> DebugConfig.from_exp_conf({"debug": True}), DebugConfig.from_exp_conf(None)
+    (DebugConfig(debug=True), DebugConfig(debug=False))
+    """
+
+    debug: bool = False
+
+    @classmethod
+    def from_exp_conf(cls, exp_conf: Optional[Mapping[str, Any]]) -> "DebugConfig":
+        """The flag of ``exp_conf``, False when it is None or leaves the key out."""
+        return cls(debug=bool((exp_conf or {}).get("debug", cls.debug)))
+
+
 def _section(exp_conf: Optional[Mapping[str, Any]], key: str, error: type) -> Mapping[str, Any]:
     """``exp_conf[key]``, ``{}`` when either is None or the key is absent."""
     section = (exp_conf or {}).get(key) or {}
@@ -142,4 +193,10 @@ _EXAMPLES = {
     "checkpoint_storage": "{'save_trial_best': 1}",
 }
 
-__all__ = ["CheckpointStorageConfig", "ReproducibilityConfig", "SAVE_COUNTS"]
+__all__ = [
+    "CheckpointStorageConfig",
+    "DebugConfig",
+    "ReproducibilityConfig",
+    "SAVE_COUNTS",
+    "SearcherMetricConfig",
+]

@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from det_lightning._refused_attributes import RefusedAttribute
+from det_lightning.pytorch._config_sections import DebugConfig
 
 if TYPE_CHECKING:
     from det_lightning.pytorch._engine_state import EngineState
@@ -105,7 +106,7 @@ class DeterminedAttributes:
 
     @property
     def _debug_enabled(self) -> bool:
-        return bool((self._exp_conf or {}).get("debug", False))
+        return DebugConfig.from_exp_conf(self._exp_conf).debug
 
     @property
     def _wrapped_models(self) -> Dict[nn.Module, nn.Module]:

@@ -17,7 +17,11 @@ from det_lightning.core import DistributedContext
 from det_lightning.pytorch import _launch
 from det_lightning.pytorch._callback import PyTorchCallback
 from det_lightning.pytorch._checkpoint_policy import POLICIES
-from det_lightning.pytorch._config_sections import CheckpointStorageConfig, ReproducibilityConfig
+from det_lightning.pytorch._config_sections import (
+    CheckpointStorageConfig,
+    ReproducibilityConfig,
+    SearcherMetricConfig,
+)
 from det_lightning.pytorch._context import PyTorchTrialContext
 from det_lightning.pytorch._determinism import apply_deterministic, wants_deterministic
 from det_lightning.pytorch._lengths import Lengths
@@ -212,7 +216,7 @@ class Trainer:
             context.engine.tensorboard_path = pathlib.Path(tensorboard_dir)
         if logger is not None and logger is not False and not isinstance(logger, (list, tuple)):
             logger = [logger]
-        searcher = (context.engine.exp_conf or {}).get("searcher") or {}
+        searcher = SearcherMetricConfig.from_exp_conf(context.engine.exp_conf)
         # Read when training is set up, not when a context is made: loading a checkpoint
         # (CheckpointLoadContext) never needs it, as in Determined.
         storage = CheckpointStorageConfig.from_exp_conf(context.engine.exp_conf)
@@ -229,9 +233,9 @@ class Trainer:
             plugins=tuple(plugins or ()),
             launch=context.engine.launch_options,
             lightning_kwargs=dict(lightning_kwargs),
-            searcher_metric=searcher.get("metric", "validation_loss"),
-            searcher_metric_configured="metric" in searcher,
-            smaller_is_better=bool(searcher.get("smaller_is_better", True)),
+            searcher_metric=searcher.metric,
+            searcher_metric_configured=searcher.metric_configured,
+            smaller_is_better=searcher.smaller_is_better,
             stop_on_nonfinite_loss=stop_on_nonfinite_loss,
             sync_checkpoints=sync_checkpoints,
             checkpoint_storage=storage,

@@ -1,4 +1,4 @@
-"""The lean step's shortcuts (``adapters/lightning/lean.py``: ``BackendFastPath``, the hooks it
+"""The lean step's shortcuts (``adapters/lightning/lean_step.py``: ``BackendFastPath``, the hooks it
 skips when no callback overrides them) against Lightning's own code, where the trace tests in
 ``test_hooks.py`` do not look: what the optimizer's step sees."""
 
@@ -10,7 +10,7 @@ from lightning.pytorch.callbacks import Callback
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from det_lightning import pytorch
-from det_lightning.adapters.lightning import hooks, lean
+from det_lightning.adapters.lightning import hooks, lean, lean_step
 from tests.fixtures.run import run_trial
 
 Seen = List[Tuple[str, int, Tuple[str, ...]]]
@@ -86,17 +86,17 @@ def test_a_step_no_hook_can_see_goes_without_the_closure() -> None:
         pass
 
     sgd = torch.optim.SGD(params, lr=0.1)
-    assert lean._closure_optional(sgd)
-    assert lean._closure_optional(torch.optim.Adam(params))
-    assert not lean._closure_optional(torch.optim.LBFGS(params))
-    assert not lean._closure_optional(MySGD(params, lr=0.1))
+    assert lean_step._closure_optional(sgd)
+    assert lean_step._closure_optional(torch.optim.Adam(params))
+    assert not lean_step._closure_optional(torch.optim.LBFGS(params))
+    assert not lean_step._closure_optional(MySGD(params, lr=0.1))
     handle = sgd.register_step_post_hook(lambda *_: None)
-    assert not lean._closure_optional(sgd)
+    assert not lean_step._closure_optional(sgd)
     handle.remove()
     handle = register_optimizer_step_pre_hook(lambda *_: None)
-    assert not lean._closure_optional(sgd)
+    assert not lean_step._closure_optional(sgd)
     handle.remove()
-    assert lean._closure_optional(sgd)
+    assert lean_step._closure_optional(sgd)
 
 
 def test_busy_hooks_follow_the_callback_list() -> None:

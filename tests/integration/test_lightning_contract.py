@@ -133,7 +133,7 @@ def test_what_the_lean_path_calls_is_there(trainer: pl.Trainer) -> None:
 
 
 def test_the_ddp_training_step_the_lean_path_reproduces() -> None:
-    """lean._ddp_training_step does what DDPStrategy.training_step does under manual
+    """lean_step._ddp_training_step does what DDPStrategy.training_step does under manual
     optimization: the forward redirection through the DDP wrapper, then the reducer left to
     manual_backward (require_backward_grad_sync off inside, back on after)."""
     from lightning.pytorch.strategies.ddp import _DDPForwardRedirection
@@ -171,7 +171,7 @@ def test_the_installed_release_is_the_one_its_row_describes() -> None:
 
 
 def test_the_functions_the_lean_pieces_mirror_are_the_ones_read() -> None:
-    """Every function lean.py and hooks.py follow is, in the installed Lightning, the text
+    """Every function the lean modules and hooks.py follow is, in the installed Lightning, the text
     they were written against (the same in every row of the table)."""
     dispatch = "trainer.call:_call_callback_hooks"  # replaced in place while a fit runs
     assert (

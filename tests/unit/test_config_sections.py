@@ -1,6 +1,7 @@
-"""The ``reproducibility`` and ``checkpoint_storage`` sections typed once
-(``pytorch/_config_sections.py``): their defaults, each refusal, a partial dict and None, and
-no reader of the raw sections outside the config modules."""
+"""The sections of ``exp_conf`` typed once (``pytorch/_config_sections.py``, and the runner's
+``searcher``, ``resources`` and ``optimizations`` in ``_runner/config/``): their defaults, each
+refusal, a partial dict and None, and no reader of the raw sections outside the config
+modules."""
 
 import ast
 import dataclasses
@@ -11,15 +12,30 @@ import pytest
 
 from det_lightning import errors
 from det_lightning._runner.config import load_config
-from det_lightning.pytorch._config_sections import CheckpointStorageConfig, ReproducibilityConfig
+from det_lightning._runner.config._sections import OptimizationsConfig, ResourcesConfig
+from det_lightning.pytorch._config_sections import (
+    CheckpointStorageConfig,
+    DebugConfig,
+    ReproducibilityConfig,
+    SearcherMetricConfig,
+)
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-# Where the raw sections may be read: the typed sections and the runner's schema and loader.
+# Where the raw sections may be read: the typed sections (the lengths and periods too) and the
+# runner's schema and loader.
 CONFIG_MODULES = (
     ROOT / "det_lightning" / "pytorch" / "_config_sections.py",
     ROOT / "det_lightning" / "_runner" / "config",
+    ROOT / "det_lightning" / "pytorch" / "_lengths.py",
 )
-SECTIONS = ("reproducibility", "checkpoint_storage")
+SECTIONS = (
+    "reproducibility",
+    "checkpoint_storage",
+    "searcher",
+    "resources",
+    "optimizations",
+    "debug",
+)
 
 
 # ----- ReproducibilityConfig ------------------------------------------------------------------
@@ -152,6 +168,59 @@ def test_the_runner_builds_each_section_once() -> None:
     assert config.checkpoint_dir() == "/h/"
 
 
+# ----- the searcher's metric, debug, resources and optimizations ------------------------------
+def test_the_trainer_reads_the_searcher_metric_with_its_defaults() -> None:
+    assert SearcherMetricConfig.from_exp_conf(None) == SearcherMetricConfig()
+    assert SearcherMetricConfig.from_exp_conf({"searcher": None}) == SearcherMetricConfig(
+        metric="validation_loss", metric_configured=False, smaller_is_better=True
+    )
+    given = {"searcher": {"metric": "acc", "smaller_is_better": False, "name": "single"}}
+    assert SearcherMetricConfig.from_exp_conf(given) == SearcherMetricConfig(
+        metric="acc", metric_configured=True, smaller_is_better=False
+    )
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        SearcherMetricConfig().metric = "x"  # type: ignore[misc]
+
+
+def test_the_trainer_passes_the_searcher_metric_on() -> None:
+    from det_lightning import pytorch
+    from tests.fixtures.trials import make_trials
+
+    conf = {"searcher": {"metric": "accuracy", "smaller_is_better": False}}
+    with pytorch.init(hparams={"lr": 0.1}, exp_conf=conf) as context:
+        options = pytorch.Trainer(make_trials(pytorch)["MLPTrial"](context), context)._options
+    assert (options.searcher_metric, options.searcher_metric_configured) == ("accuracy", True)
+    assert options.smaller_is_better is False
+
+
+@pytest.mark.parametrize("exp_conf,debug", [(None, False), ({}, False), ({"debug": True}, True)])
+def test_debug_defaults_to_false(exp_conf: Any, debug: bool) -> None:
+    assert DebugConfig.from_exp_conf(exp_conf).debug is debug
+
+
+def test_the_runner_types_resources_and_optimizations_once() -> None:
+    default = load_config({"entrypoint": "m:T", "searcher": {"name": "single", "metric": "l"}})
+    assert default.resources_config == ResourcesConfig(slots_per_trial=1)
+    assert default.optimizations_config == OptimizationsConfig(
+        aggregation_frequency=1, precision=None
+    )
+    config = load_config(
+        {
+            "entrypoint": "m:T",
+            "searcher": {"name": "single", "metric": "l"},
+            "resources": {"slots_per_trial": 0},
+            "optimizations": {"aggregation_frequency": 3, "precision": "bf16-mixed"},
+        }
+    )
+    assert config.resources_config is config.resources_config  # built once
+    assert (config.resources_config.slots_per_trial, config.slots_per_trial()) == (0, 0)
+    assert config.optimizations_config == OptimizationsConfig(
+        aggregation_frequency=3, precision="bf16-mixed"
+    )
+    with pytest.raises(TypeError):
+        OptimizationsConfig(3)  # type: ignore[misc]  # keyword-only
+
+
 # ----- nobody else reads the raw sections -----------------------------------------------------
 def _names_section(node: ast.AST) -> bool:
     return isinstance(node, ast.Constant) and node.value in SECTIONS
@@ -163,7 +232,7 @@ def _is_section(node: ast.AST) -> bool:
 
 def _is_raw_read(node: ast.AST) -> bool:
     """``y["checkpoint_storage"]``, ``y.get("checkpoint_storage")``, ``x.checkpoint_storage[...]``
-    or ``x.checkpoint_storage.get(...)`` (or the same for ``reproducibility``)."""
+    or ``x.checkpoint_storage.get(...)`` (or the same for any of ``SECTIONS``)."""
     if isinstance(node, ast.Subscript):
         return _names_section(node.slice) or _is_section(node.value)
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
@@ -189,7 +258,7 @@ def test_nobody_reads_the_raw_sections_outside_the_config_modules() -> None:
     paths = _outside_the_config_modules()
     assert len(paths) > 100
     found = [line for path in paths for line in _raw_section_reads(path)]
-    assert found == [], f"read these through ReproducibilityConfig/CheckpointStorageConfig: {found}"
+    assert found == [], f"read these through the typed sections: {found}"
 
 
 def test_the_check_sees_raw_reads(tmp_path: pathlib.Path) -> None:
@@ -203,6 +272,12 @@ def test_the_check_sees_raw_reads(tmp_path: pathlib.Path) -> None:
         "d = config.reproducibility.get('experiment_seed')\n"
         "e = storage.save_trial_best\n"  # typed: fine
         "f = checkpoint_storage.get('type')\n"  # core.init's own argument: fine
+        "g = (context.engine.exp_conf or {}).get('searcher') or {}\n"
+        "h = bool((self._exp_conf or {}).get('debug', False))\n"
+        "i = self.raw['optimizations']['precision']\n"
+        "j = record['config']['resources']\n"
+        "k = settings.searcher == 'single'\n"  # the search's typed settings: fine
+        "logger.debug('x')\n"  # fine
     )
     found = sorted(_raw_section_reads(source, tmp_path))
-    assert found == ["reads.py:1", "reads.py:2", "reads.py:3", "reads.py:4"]
+    assert found == sorted(f"reads.py:{n}" for n in (1, 2, 3, 4, 7, 8, 9, 10))

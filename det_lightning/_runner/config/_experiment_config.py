@@ -13,6 +13,7 @@ from det_lightning._runner.config._nodes import _Context, _fail, _type_error, _v
 from det_lightning._runner.config._schema import _EXPERIMENT, _check_grid_counts
 from det_lightning._runner.config._search import grid_points, random_points
 from det_lightning._runner.config._searcher import SearcherConfig
+from det_lightning._runner.config._sections import OptimizationsConfig, ResourcesConfig
 from det_lightning._runner.config._yaml import load_yaml12
 from det_lightning.errors import InvalidConfigException
 from det_lightning.pytorch._config_sections import CheckpointStorageConfig, ReproducibilityConfig
@@ -53,7 +54,7 @@ class ExperimentConfig:
 
     def __repr__(self) -> str:
         """Short form naming the entrypoint and searcher."""
-        searcher = self.searcher["name"]
+        searcher = self.searcher_config.name
         return f"ExperimentConfig(entrypoint={self.entrypoint!r}, searcher={searcher!r})"
 
     @property
@@ -168,18 +169,19 @@ class ExperimentConfig:
 
         return storage_url(storage)
 
+    @functools.cached_property
+    def resources_config(self) -> ResourcesConfig:
+        """The ``resources`` section, typed, with its defaults."""
+        return ResourcesConfig.from_section(self.raw["resources"])
+
+    @functools.cached_property
+    def optimizations_config(self) -> OptimizationsConfig:
+        """The ``optimizations`` section, typed, with its defaults."""
+        return OptimizationsConfig.from_section(self.raw["optimizations"])
+
     def slots_per_trial(self) -> int:
-        """``resources.slots_per_trial`` (default 1)."""
-        return int(self.raw["resources"]["slots_per_trial"])
-
-    def aggregation_frequency(self) -> int:
-        """``optimizations.aggregation_frequency`` (default 1)."""
-        return int(self.raw["optimizations"]["aggregation_frequency"])
-
-    def precision(self) -> Optional[str]:
-        """``optimizations.precision`` (ours): Lightning's precision, None for its default."""
-        value = self.raw["optimizations"]["precision"]
-        return None if value is None else str(value)
+        """``resources.slots_per_trial`` (default 1), as the command line reads it."""
+        return self.resources_config.slots_per_trial
 
     def records_per_epoch(self) -> Optional[int]:
         """``records_per_epoch``, or None when unset (0)."""

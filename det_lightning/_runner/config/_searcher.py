@@ -11,7 +11,7 @@ The runner reads the searcher through ``ExperimentConfig.searcher_config`` and n
 """
 
 import dataclasses
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Mapping, Optional, Tuple
 
 DEFAULT_MAX_CONCURRENT_TRIALS = 16
 
@@ -41,7 +41,13 @@ class SearcherConfig:
     bracket_rungs: Optional[Tuple[int, ...]] = None
 
     @classmethod
-    def from_section(cls, section: Dict[str, Any]) -> "SearcherConfig":
+    def from_experiment(cls, config: Mapping[str, Any]) -> "SearcherConfig":
+        """The typed ``searcher`` section of a validated experiment config (as a run record
+        keeps it)."""
+        return cls.from_section(config["searcher"])
+
+    @classmethod
+    def from_section(cls, section: Mapping[str, Any]) -> "SearcherConfig":
         """The typed section; a key left out, or null, takes its default."""
 
         def given(key: str) -> Any:
