@@ -263,7 +263,7 @@ class Trainer:
         )
         self._options = dataclasses.replace(self._options, profiler=profiler)
 
-    def fit(
+    def fit(  # noqa: PLR0917 (Determined's signature: its arguments may be positional)
         self,
         checkpoint_period: Optional[TrainUnit] = None,
         validation_period: Optional[TrainUnit] = None,
