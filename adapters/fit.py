@@ -181,7 +181,7 @@ def _train(
     view, sampler = build_training_view(
         trial, context, start_batch, position.pass_states, base_seed, position.pass_starts
     )
-    module.set_epoch_len(view.epoch_len)
+    context.engine.epoch_len = view.epoch_len  # its one owner
     val_loader = build_validation_loader(trial, context, module.evaluates_batches)
     view.start()
     stops: Optional[preemption.StopAgreement] = None
@@ -216,7 +216,7 @@ def _train(
         )
         manager.continue_run(plan)  # best and retention span the trial's earlier runs
         trial_hooks = TrialHooks(module, determined_logging=True)
-        module.use_data(view, HooksFirst(val_loader, trial_hooks.begin_validation), view.epoch_len)
+        module.use_data(view, HooksFirst(val_loader, trial_hooks.begin_validation))
         stops = preemption.StopAgreement(context.distributed, stop_signal)
         schedule_cb = ScheduleCallback(
             module, schedule, manager, args.step_zero_validation, stops, trial_hooks
