@@ -40,7 +40,7 @@ What Lightning does between two ``train_batch`` calls, against what Determined d
 
 import dataclasses
 import inspect
-from typing import Any, Callable, Dict, Mapping, Optional, Set
+from typing import Any, Callable, Dict, Optional, Set
 
 import lightning.pytorch as pl
 import torch
@@ -51,7 +51,6 @@ from det_lightning.adapters.lightning import internals, lean
 from det_lightning.adapters.precision import scheduler_waits
 from det_lightning.adapters.trial_state import TrialProgress
 from det_lightning.pytorch import _checkpoint as ckpt
-from det_lightning.pytorch._callback import PyTorchCallback
 from det_lightning.pytorch._context import PyTorchTrialContext
 from det_lightning.pytorch._dispatch import Dispatcher
 from det_lightning.pytorch._lr_scheduler import due_steps
@@ -65,7 +64,7 @@ class TrialSetup:
     Args:
         trial: the user's trial.
         context: the context the trial was built with.
-        callbacks: the trial's ``build_callbacks()`` result.
+        hooks: the trial's ``build_callbacks()`` result, behind the fit's one ``Dispatcher``.
         progress: how far the trial has trained (fresh or restored).
         stop_on_nonfinite_loss: ``Trainer(stop_on_nonfinite_loss=...)``; None: the environment
             decides (``metrics.stop_on_non_finite``).
@@ -73,7 +72,7 @@ class TrialSetup:
 
     trial: PyTorchTrial
     context: PyTorchTrialContext
-    callbacks: Mapping[str, PyTorchCallback]
+    hooks: Dispatcher
     progress: TrialProgress
     stop_on_nonfinite_loss: Optional[bool] = None
 
@@ -140,8 +139,8 @@ class TrialModule(pl.LightningModule):
         """Attaches the trial (``LightningTrial`` builds it later, in ``setup()``)."""
         self.trial = setup.trial
         self.context = setup.context
-        self.det_callbacks = setup.callbacks
-        self.det_hooks = Dispatcher(setup.callbacks)  # calls a hook on every callback
+        self.det_hooks = setup.hooks  # calls a hook on every callback
+        self.det_callbacks = setup.hooks.callbacks
         self.progress = setup.progress
         # Off by default (Determined and Lightning train on); Trainer(stop_on_nonfinite_loss=...)
         # or the environment turns it on.
