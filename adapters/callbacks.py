@@ -255,7 +255,7 @@ class PyTorchCallbackBridge(Callback):
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         batches = trainer.num_training_batches
         if isinstance(batches, int) and batches > 0:
-            self.module.set_epoch_len(batches)
+            self.module.context.engine.epoch_len = batches
 
     @override
     def on_train_batch_end(

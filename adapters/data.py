@@ -8,11 +8,13 @@ mid-epoch finishes that epoch and then continues with whole ones. Lightning's ow
 sampler injection is off (``use_distributed_sampler=False``): our batch sampler shards.
 """
 
+import dataclasses
 import itertools
 import logging
 import sys
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, Optional
 
+import torch
 from torch.utils import data
 
 from det_lightning.pytorch._data import (
@@ -25,6 +27,7 @@ from det_lightning.pytorch._data import (
 
 if TYPE_CHECKING:
     from det_lightning.pytorch._context import PyTorchTrialContext
+    from det_lightning.pytorch._data_position import DataPosition
     from det_lightning.pytorch._trial import PyTorchTrial
 
 logger = logging.getLogger("det_lightning.pytorch")
@@ -115,6 +118,48 @@ def build_training_view(  # noqa: PLR0917  TEMPORARY: adapters/fit.py calls it p
         )
     passes = _PlainPasses(loader, start_batch, epoch_len)
     return EpochView(passes, epoch_len, start_batch, repeats=False), None
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingData:
+    """The training data of one fit.
+
+    Attributes:
+        view: what Lightning iterates; its ``epoch_len`` is the epoch length, computed once.
+        sampler: the batch sampler whose state checkpoints keep (None: a plain torch loader).
+        base_seed: the seed the passes' shuffles derive from with several processes (None:
+            one process, which shuffles from its own generator).
+    """
+
+    view: EpochView
+    sampler: Optional[ResumableBatchSampler]
+    base_seed: Optional[int]
+
+
+def build_training_data(
+    trial: "PyTorchTrial",
+    context: "PyTorchTrialContext",
+    start_batch: int,
+    position: "DataPosition",
+) -> TrainingData:
+    """The training data, from ``position`` (a resumed run's sampler states and seed; empty
+    on a fresh start) and ``start_batch`` on."""
+    base_seed = shared_seed(context, position)
+    view, sampler = build_training_view(
+        trial, context, start_batch, position.pass_states, base_seed, position.pass_starts
+    )
+    return TrainingData(view, sampler, base_seed)
+
+
+def shared_seed(context: "PyTorchTrialContext", position: "DataPosition") -> Optional[int]:
+    """With several processes every rank must shuffle alike: derive pass seeds from the chief's
+    initial torch seed (no draw, so the chief's random stream is untouched); a resumed run
+    keeps its checkpoint's."""
+    if position.base_seed is not None:
+        return position.base_seed
+    if context.distributed.size == 1:
+        return None
+    return int(context.distributed.broadcast(torch.initial_seed()))
 
 
 class _PlainPasses:

@@ -25,7 +25,7 @@ import sys
 from typing import Any, Dict, Optional
 
 from det_lightning._job_processes import cpu_count, oversubscribed, quiet_unless_chief
-from det_lightning.adapters.fit import _quiet_lightning_setup
+from det_lightning.adapters.lightning_trainer import quiet_lightning_setup
 from det_lightning.core import DistributedContext, DummyDistributedContext
 from det_lightning.core._distributed import init_local_groups
 from det_lightning.pytorch._launch_options import Launched, LaunchOptions
@@ -72,7 +72,7 @@ def _launch_strategy(options: Dict[str, Any]) -> Any:
     if isinstance(early.get("strategy"), Strategy):
         # Lightning configures a strategy instance in place; fit()'s Trainer gets the untouched one.
         early["strategy"] = copy.deepcopy(early["strategy"])
-    with _quiet_lightning_setup():
+    with quiet_lightning_setup():
         trainer = pl.Trainer(
             **early,
             logger=False,

@@ -37,17 +37,18 @@ from typing_extensions import override
 from det_lightning.adapters import stateful
 from det_lightning.adapters.callbacks import PyTorchCallbackBridge, TrialHooks
 from det_lightning.adapters.data import WholeLoader, _check_plain_loader
-from det_lightning.adapters.fit import build_callbacks, check_trial
 from det_lightning.adapters.lightning import internals
 from det_lightning.adapters.module import TrialModule, TrialSetup
 from det_lightning.adapters.precision import adopt_trainer_precision
 from det_lightning.adapters.profiler import TraceProfiler
+from det_lightning.adapters.trial_checks import build_callbacks, check_trial
 from det_lightning.adapters.trial_state import TrialProgress
 from det_lightning.core import DistributedContext
 from det_lightning.pytorch import _checkpoint as ckpt
 from det_lightning.pytorch._config_sections import ReproducibilityConfig
 from det_lightning.pytorch._context import PyTorchTrialContext
 from det_lightning.pytorch._data import DataLoader
+from det_lightning.pytorch._dispatch import Dispatcher
 from det_lightning.pytorch._seeds import seed_all
 from det_lightning.pytorch._to_device import pins_memory
 from det_lightning.pytorch._trial import PyTorchTrial
@@ -107,7 +108,9 @@ class LightningTrial(TrialModule):
         adopt_trainer_precision(self.trainer, context)
         if stage == TrainerFn.FITTING:
             check_trial(trial, context)
-        self.bind_trial(TrialSetup(trial, context, build_callbacks(trial), TrialProgress()))
+        self.bind_trial(
+            TrialSetup(trial, context, Dispatcher(build_callbacks(trial)), TrialProgress())
+        )
         self._built = True
 
     def _build_context(self) -> PyTorchTrialContext:

@@ -5,7 +5,8 @@
 ``callbacks.TrialHooks`` collects and reduces. What happens *between* batches (periods,
 validation, checkpoints, stopping) is ``schedule.ScheduleCallback``'s job. What the module runs
 comes in one ``TrialSetup``; the engine hands it the data and the objects it makes later through
-the module's methods (``use_data``, ``set_epoch_len``, ...), never by setting its attributes.
+the module's methods (``use_data``, ``set_trace_profiler``, ...), never by setting its
+attributes. The epoch length is ``context.engine.epoch_len``'s, read there.
 
 What Lightning does between two ``train_batch`` calls, against what Determined does there
 (audited for Lightning 2.6; a difference is fixed here or where named)::
@@ -39,7 +40,7 @@ What Lightning does between two ``train_batch`` calls, against what Determined d
 
 import dataclasses
 import inspect
-from typing import Any, Callable, Dict, Mapping, Optional, Set
+from typing import Any, Callable, Dict, Optional, Set
 
 import lightning.pytorch as pl
 import torch
@@ -50,7 +51,6 @@ from det_lightning.adapters.lightning import internals, lean_step
 from det_lightning.adapters.precision import scheduler_waits
 from det_lightning.adapters.trial_state import TrialProgress
 from det_lightning.pytorch import _checkpoint as ckpt
-from det_lightning.pytorch._callback import PyTorchCallback
 from det_lightning.pytorch._context import PyTorchTrialContext
 from det_lightning.pytorch._dispatch import Dispatcher
 from det_lightning.pytorch._lr_scheduler import due_steps
@@ -64,7 +64,7 @@ class TrialSetup:
     Args:
         trial: the user's trial.
         context: the context the trial was built with.
-        callbacks: the trial's ``build_callbacks()`` result.
+        hooks: the trial's ``build_callbacks()`` result, behind the fit's one ``Dispatcher``.
         progress: how far the trial has trained (fresh or restored).
         stop_on_nonfinite_loss: ``Trainer(stop_on_nonfinite_loss=...)``; None: the environment
             decides (``metrics.stop_on_non_finite``).
@@ -72,7 +72,7 @@ class TrialSetup:
 
     trial: PyTorchTrial
     context: PyTorchTrialContext
-    callbacks: Mapping[str, PyTorchCallback]
+    hooks: Dispatcher
     progress: TrialProgress
     stop_on_nonfinite_loss: Optional[bool] = None
 
@@ -141,8 +141,8 @@ class TrialModule(pl.LightningModule):
         """Attaches the trial (``LightningTrial`` builds it later, in ``setup()``)."""
         self.trial = setup.trial
         self.context = setup.context
-        self.det_callbacks = setup.callbacks
-        self.det_hooks = Dispatcher(setup.callbacks)  # calls a hook on every callback
+        self.det_hooks = setup.hooks  # calls a hook on every callback
+        self.det_callbacks = setup.hooks.callbacks
         self.progress = setup.progress
         # Off by default (Determined and Lightning train on); Trainer(stop_on_nonfinite_loss=...)
         # or the environment turns it on.
@@ -150,7 +150,6 @@ class TrialModule(pl.LightningModule):
         self.wrapped_models = torch.nn.ModuleList(self.context.models)
         self.train_loader: Any = None
         self.val_loader: Any = None
-        self.epoch_len = 1
         # evaluate_batch per batch, or evaluate_full_dataset once (TrialHooks reads it too).
         self.evaluates_batches = is_overridden(self.trial, "evaluate_batch")
         self.batch_records = 0  # get_batch_length of the batch validation_step last evaluated
@@ -164,14 +163,9 @@ class TrialModule(pl.LightningModule):
         self._checkpoint_extras: Optional[Callable[[], Dict[str, Any]]] = None
 
     # ----- what the engine hands over after building the module -----------------------------
-    def use_data(self, train_loader: Any, val_loader: Any, epoch_len: int) -> None:
+    def use_data(self, train_loader: Any, val_loader: Any) -> None:
         """The loaders Lightning asks for (``train_dataloader``/``val_dataloader``)."""
         self.train_loader, self.val_loader = train_loader, val_loader
-        self.set_epoch_len(epoch_len)
-
-    def set_epoch_len(self, batches: int) -> None:
-        """Batches per epoch of the training data, here and in ``context.engine``."""
-        self.epoch_len = self.context.engine.epoch_len = batches
 
     def set_trace_profiler(self, profiler: Optional[torch.profiler.profile]) -> None:
         """``context.set_profiler``'s profiler, stepped after each batch (None: none)."""
@@ -238,7 +232,8 @@ class TrialModule(pl.LightningModule):
         context, progress = self.context, self.progress
         engine = context.engine
         idx = progress.batches_trained
-        epoch_idx, in_epoch = divmod(idx, self.epoch_len)
+        epoch_len = engine.epoch_len or 1  # 1: a LightningTrial's loader of unknown length
+        epoch_idx, in_epoch = divmod(idx, epoch_len)
         engine.begin_batch(idx)
         if not progress.workload_metrics:  # the first batch after a boundary
             self._set_train_mode()
@@ -254,13 +249,13 @@ class TrialModule(pl.LightningModule):
             self._amp_scaler.update()
         progress.workload_metrics.append(metric_utils.check_training_output(output, idx))
         if stepped and (self._skipped_steps or self.context.lr_schedulers):
-            self._step_lr_schedulers(idx)
+            self._step_lr_schedulers(idx, epoch_len)
         progress.batches_trained = idx + 1
-        if in_epoch == self.epoch_len - 1:
+        if in_epoch == epoch_len - 1:
             self.det_hooks.on_training_epoch_end(epoch_idx)
             progress.epochs_trained += 1
 
-    def _step_lr_schedulers(self, idx: int) -> None:
+    def _step_lr_schedulers(self, idx: int, epoch_len: int) -> None:
         skipped = self._skipped_steps
         for scheduler in self.context.lr_schedulers:
             if skipped and scheduler_waits(scheduler, skipped):
@@ -271,7 +266,7 @@ class TrialModule(pl.LightningModule):
                     scheduler._frequency,
                     idx,
                     self.context.engine.aggregation_frequency,
-                    self.epoch_len,
+                    epoch_len,
                 )
             ):
                 scheduler.step()

@@ -7,8 +7,8 @@ It is Determined's ``_TrialState`` (what ``trial_state.pkl`` holds), typed::
     CheckpointManager             checkpoint_is_current(); trial_state() into trial_state.pkl
     LightningTrial                trial_state() into Lightning's .ckpt, restored from it
 
-Lightning keeps its own counters (``global_step``, the loops' progress); ``fit.py`` aligns them
-with this object once, after a resume.
+Lightning keeps its own counters (``global_step``, the loops' progress); ``lightning_trainer.py``
+aligns them with this object once, after a resume.
 """
 
 import dataclasses
