@@ -84,11 +84,12 @@ class EpochView:
         self._iterator = None
 
 
-def build_training_view(  # noqa: PLR0917  TEMPORARY: adapters/fit.py calls it positionally
+def build_training_view(
     trial: "PyTorchTrial",
     context: "PyTorchTrialContext",
     start_batch: int,
     pass_states: Optional[Dict[int, Any]],
+    *,
     base_seed: Optional[int],
     pass_starts: Optional[Dict[int, int]] = None,
 ) -> "tuple[EpochView, Optional[ResumableBatchSampler]]":
@@ -146,7 +147,12 @@ def build_training_data(
     on a fresh start) and ``start_batch`` on."""
     base_seed = shared_seed(context, position)
     view, sampler = build_training_view(
-        trial, context, start_batch, position.pass_states, base_seed, position.pass_starts
+        trial,
+        context,
+        start_batch,
+        position.pass_states,
+        base_seed=base_seed,
+        pass_starts=position.pass_starts,
     )
     return TrainingData(view, sampler, base_seed)
 

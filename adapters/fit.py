@@ -234,15 +234,15 @@ def _loop(fit: _Fit, model: _Model, stop_signal: Callable[[bool], bool]) -> _Loo
         args.validation_period,
         args.checkpoint_period,
         args.reporting_period,
-        model.data.view.epoch_len,
-        args.test_mode,
+        epoch_len=model.data.view.epoch_len,
+        test_mode=args.test_mode,
     )
     manager = _checkpoint_manager(fit, model)
     trial_hooks = TrialHooks(module, determined_logging=True)
     module.use_data(model.data.view, HooksFirst(model.val_loader, trial_hooks.begin_validation))
     stops = preemption.StopAgreement(fit.context.distributed, stop_signal)
     schedule_cb = ScheduleCallback(
-        module, schedule, manager, args.step_zero_validation, stops, trial_hooks
+        module, schedule, manager, args.step_zero_validation, stops=stops, validation=trial_hooks
     )
     return _Loop(schedule, manager, trial_hooks, stops, schedule_cb)
 

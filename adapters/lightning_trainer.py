@@ -87,10 +87,14 @@ def lightning_trainer(
         trainer = pl.Trainer(**kwargs)
     preemption.supersede_lightning_signals(trainer)
     hooks.use_lean_dispatch(trainer)
-    lean.install(trainer)
-    lean_validation.install(trainer)
-    lean_results.install(trainer)
-    internals.answer_validation_checks(trainer, schedule_cb.should_check_val)
+    try:
+        lean.install(trainer)
+        lean_validation.install(trainer)
+        lean_results.install(trainer)
+        internals.answer_validation_checks(trainer, schedule_cb.should_check_val)
+    except BaseException:  # no fit will release it: Lightning's own dispatch back now
+        hooks.release(trainer)
+        raise
     return trainer
 
 

@@ -266,7 +266,7 @@ class TrialModule(pl.LightningModule):
                     scheduler._frequency,
                     idx,
                     self.context.engine.aggregation_frequency,
-                    epoch_len,
+                    epoch_len=epoch_len,
                 )
             ):
                 scheduler.step()

@@ -49,12 +49,13 @@ class ScheduleCallback(Callback):
         validation: the callback that reduces each validation's metrics (it runs first).
     """
 
-    def __init__(  # noqa: PLR0917  TEMPORARY: adapters/fit.py calls it positionally
+    def __init__(
         self,
         module: TrialModule,
         schedule: Schedule,
         checkpoints: CheckpointManager,
         step_zero_validation: bool,
+        *,
         stops: StopAgreement,
         validation: TrialHooks,
     ) -> None:

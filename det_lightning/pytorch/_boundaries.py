@@ -37,12 +37,13 @@ class Schedule:
     [['VALIDATE'], ['CHECKPOINT'], ['VALIDATE'], ['CHECKPOINT', 'TRAIN']]
     """
 
-    def __init__(  # noqa: PLR0917  TEMPORARY: adapters/fit.py calls it positionally
+    def __init__(
         self,
         max_length: TrainUnit,
         validation_period: Optional[TrainUnit],
         checkpoint_period: Optional[TrainUnit],
         reporting_period: Optional[TrainUnit],
+        *,
         epoch_len: int,
         test_mode: bool = False,
     ) -> None:

@@ -44,20 +44,21 @@ class LRScheduler:
         return dict(self._scheduler.state_dict())
 
 
-def due_steps(  # noqa: PLR0917  TEMPORARY: adapters/module.py calls it so
+def due_steps(
     step_mode: LRScheduler.StepMode,
     frequency: int,
     batch_idx: int,
     aggregation_frequency: int,
+    *,
     epoch_len: int,
 ) -> int:
     """How many times to step a scheduler after batch ``batch_idx`` (0-based) finished with an
     optimizer step. Called only on batches that step the optimizer, as in Determined.
 
     >>> E = LRScheduler.StepMode
-    >>> due_steps(E.STEP_EVERY_BATCH, 2, 7, 4, 10)      # batches 4..7: 5 and 7 are due
+    >>> due_steps(E.STEP_EVERY_BATCH, 2, 7, 4, epoch_len=10)  # batches 4..7: 5 and 7 are due
     2
-    >>> due_steps(E.STEP_EVERY_EPOCH, 1, 9, 1, 10)      # last batch of the first epoch
+    >>> due_steps(E.STEP_EVERY_EPOCH, 1, 9, 1, epoch_len=10)  # last batch of the first epoch
     1
     """
     if step_mode is LRScheduler.StepMode.STEP_EVERY_BATCH:

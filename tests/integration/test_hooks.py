@@ -397,3 +397,22 @@ def test_lightning_gets_its_own_dispatch_back_when_the_fit_ends() -> None:
     with pytest.raises(RuntimeError, match="boom in a callback"):
         fit_with(Boom())
     assert call._call_callback_hooks is hooks._lightning_dispatch
+
+
+def test_a_trainer_that_fails_to_build_gives_lightning_its_dispatch_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A failure after the lean dispatch was installed, while the trainer is still being built
+    (no fit runs to release it), leaves Lightning's own dispatch in place."""
+    from lightning.pytorch.trainer import call
+
+    from det_lightning.adapters.lightning import lean_validation
+
+    def fail(trainer: Any) -> None:
+        assert call._call_callback_hooks is hooks._lean_dispatch  # it had been installed
+        raise RuntimeError("boom while building")
+
+    monkeypatch.setattr(lean_validation, "install", fail)
+    with pytest.raises(RuntimeError, match="boom while building"):
+        run_trial(pytorch, "MLPTrial", {"lr": 0.01}, max_length=pytorch.Batch(2))
+    assert call._call_callback_hooks is hooks._lightning_dispatch

@@ -120,7 +120,7 @@ def test_the_trainers_loaders_pin_as_decided(device: Any, pin_memory: Any, pinne
 
     context = pytorch.PyTorchTrialContext(device=device)
     trial = _Trial(pin_memory)
-    view, _ = build_training_view(trial, context, 0, None, None)
+    view, _ = build_training_view(trial, context, 0, None, base_seed=None)
     assert view.loader.pin_memory is pinned
     assert build_validation_loader(trial, context, evaluate_batch=True).pin_memory is pinned
 

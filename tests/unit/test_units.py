@@ -29,7 +29,7 @@ def batches_reaching(schedule: Schedule, kind: Boundary) -> List[int]:
 def test_periods_land_on_the_expected_batches(
     period: TrainUnit, epoch_len: int, total: int, expected: List[int]
 ) -> None:
-    schedule = Schedule(Batch(total), period, None, None, epoch_len)
+    schedule = Schedule(Batch(total), period, None, None, epoch_len=epoch_len)
     assert batches_reaching(schedule, Boundary.VALIDATE) == expected
 
 
