@@ -19,7 +19,7 @@ Differences from Determined, on purpose:
   time-based seed when the key is absent; set the key to make runs repeatable.
 * ``searcher.max_length`` is optional (Determined 0.38 deprecated it for most searchers).
 * ``checkpoint_storage`` of type ``s3``, ``gcs`` or ``azure`` sends checkpoints to that
-  bucket through fsspec (``det_lightning.pytorch._remote``; the extras ``s3``, ``gcs``,
+  bucket through fsspec (``det_lightning.pytorch._buckets``; the extras ``s3``, ``gcs``,
   ``azure``), each complete once its ``<uuid>/.complete`` marker exists.
 * A grid search over no hyperparameters yields one trial (``[{}]``), not zero.
 
