@@ -105,10 +105,8 @@ def _search_workers(plan: Plan, asked: Optional[int]) -> int:
     trials: one for ``single``), else one."""
     if asked is not None:
         return max(int(asked), 1)
-    import torch
-
-    slots = max(plan.config.slots_per_trial(), 1)
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    slots = max(plan.config.resources_config.slots_per_trial, 1)
+    gpus = _launch_checks.gpu_count()
     limit = min(plan.config.searcher_config.max_concurrent_trials, plan.search.max_trials)
     return max(min(gpus // slots, limit), 1)
 
@@ -116,10 +114,8 @@ def _search_workers(plan: Plan, asked: Optional[int]) -> int:
 def _run_workers(workers: int, plan: Plan, argv: Sequence[str]) -> int:
     """Starts ``workers`` processes of this command on one search (their own GPUs each); the
     first to start prints nothing more than the others, then this one prints the summary."""
-    import torch
-
-    slots = max(plan.config.slots_per_trial(), 1)
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    slots = max(plan.config.resources_config.slots_per_trial, 1)
+    gpus = _launch_checks.gpu_count()
     children = []
     for index in range(workers):
         env = dict(os.environ, **{SEARCH_WORKER_ENV: str(index)})

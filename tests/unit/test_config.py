@@ -56,7 +56,7 @@ def test_valid_const_config_fills_defaults() -> None:
     assert cfg.min_validation_period() is None
     assert cfg.min_checkpoint_period() is None
     assert cfg.checkpoint_dir() is None
-    assert cfg.slots_per_trial() == 1
+    assert cfg.resources_config.slots_per_trial == 1
     assert cfg.optimizations_config.aggregation_frequency == 1
     assert cfg.reproducibility_config.experiment_seed is None
     assert cfg.records_per_epoch() is None
@@ -85,7 +85,7 @@ def test_load_from_yaml_file(tmp_path: pathlib.Path) -> None:
     assert cfg.checkpoint_dir() == "/tmp/ckpts/exp"
     assert cfg.reproducibility_config.experiment_seed == 7
     assert cfg.optimizations_config.aggregation_frequency == 4
-    assert cfg.slots_per_trial() == 2
+    assert cfg.resources_config.slots_per_trial == 2
 
 
 @pytest.mark.parametrize(
@@ -247,7 +247,7 @@ def test_ignored_keys_reported_once(caplog: pytest.LogCaptureFixture) -> None:
         assert key in warnings[0].getMessage()
     # Ignored keys keep their values in raw; local keys still work.
     assert cfg.raw["environment"] == {"image": "determinedai/pytorch"}
-    assert cfg.slots_per_trial() == 2 and cfg.optimizations_config.aggregation_frequency == 2
+    assert cfg.resources_config.slots_per_trial == 2 and cfg.optimizations_config.aggregation_frequency == 2
 
 
 def test_no_warning_without_ignored_keys(caplog: pytest.LogCaptureFixture) -> None:

@@ -213,7 +213,7 @@ def test_the_runner_types_resources_and_optimizations_once() -> None:
         }
     )
     assert config.resources_config is config.resources_config  # built once
-    assert (config.resources_config.slots_per_trial, config.slots_per_trial()) == (0, 0)
+    assert config.resources_config.slots_per_trial == 0
     assert config.optimizations_config == OptimizationsConfig(
         aggregation_frequency=3, precision="bf16-mixed"
     )

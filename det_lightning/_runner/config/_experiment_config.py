@@ -179,10 +179,6 @@ class ExperimentConfig:
         """The ``optimizations`` section, typed, with its defaults."""
         return OptimizationsConfig.from_section(self.raw["optimizations"])
 
-    def slots_per_trial(self) -> int:
-        """``resources.slots_per_trial`` (default 1), as the command line reads it."""
-        return self.resources_config.slots_per_trial
-
     def records_per_epoch(self) -> Optional[int]:
         """``records_per_epoch``, or None when unset (0)."""
         return self.lengths.records_per_epoch
