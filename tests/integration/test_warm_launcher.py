@@ -167,6 +167,24 @@ def test_the_commands_for_shell_scripts_fork_warm_and_exit_as_the_child(
         bash("python -c 'import os, signal; os.kill(os.getpid(), signal.SIGTERM)'").returncode
         == -signal.SIGTERM
     )
+    sleeper = subprocess.Popen(  # the command itself (its sh execs the client)
+        [
+            str(commands / "python"),
+            "-c",
+            "import os, time; print(os.getpid(), flush=True); time.sleep(300)",
+        ],
+        cwd=isolated_run,
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert sleeper.stdout is not None
+    child = int(sleeper.stdout.readline())
+    assert child != sleeper.pid, "the child is the server's, not the command's own process"
+    sleeper.send_signal(signal.SIGTERM)
+    assert sleeper.wait(60) == -signal.SIGTERM
+    assert not os.path.exists(f"/proc/{child}"), "SIGTERM reached the child, which ended"
+    sleeper.stdout.close()
     helped = bash("det-lightning --help")
     assert helped.returncode == 0 and helped.stdout.startswith("usage: det-lightning")
     assert bash("det-lightning no-such-command").returncode == 2
