@@ -247,7 +247,10 @@ def test_ignored_keys_reported_once(caplog: pytest.LogCaptureFixture) -> None:
         assert key in warnings[0].getMessage()
     # Ignored keys keep their values in raw; local keys still work.
     assert cfg.raw["environment"] == {"image": "determinedai/pytorch"}
-    assert cfg.resources_config.slots_per_trial == 2 and cfg.optimizations_config.aggregation_frequency == 2
+    assert (
+        cfg.resources_config.slots_per_trial == 2
+        and cfg.optimizations_config.aggregation_frequency == 2
+    )
 
 
 def test_no_warning_without_ignored_keys(caplog: pytest.LogCaptureFixture) -> None:
