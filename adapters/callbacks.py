@@ -147,7 +147,7 @@ class TrialHooks(Callback):
             return
         module = self.module
         if module.evaluates_batches:
-            module.det_hooks.on_validation_epoch_end(self.buffer.outputs)
+            module.det_hooks.on_validation_epoch_end(self.buffer.numpy_outputs())
         self.metrics = self.buffer.reduce(module.trial, module.context, module.evaluates_batches)
         # Under LightningTrial, loggers, ModelCheckpoint(monitor=...) and trainer.validate()'s
         # results see them under the trial's own names.

@@ -92,8 +92,25 @@ def to_numpy(metrics: Dict[str, Any]) -> Dict[str, Any]:
     }
 
 
-def _per_batch_numpy(per_batch: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
-    """Per-batch metrics as numpy values, converting each metric's tensors in one go."""
+def detached(metrics: Dict[str, Any]) -> Dict[str, Any]:
+    """``metrics`` with tensors detached and left where they are: no copy to the host, so no
+    wait for the device (``per_batch_numpy`` converts a whole pass's at once)."""
+    return {k: v.detach() if isinstance(v, torch.Tensor) else v for k, v in metrics.items()}
+
+
+def per_batch_numpy(per_batch: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """Per-batch metrics as numpy values, converting each metric's tensors in one go: one copy
+    to the host (one wait for a GPU) per metric, not one per batch.
+
+    Each tensor becomes what Determined's per-batch ``tensor.cpu().numpy()`` makes, an array of
+    the tensor's shape and dtype (a 0-d array for a scalar); other values stay as they are.
+
+    >>> out = per_batch_numpy([{"loss": torch.tensor(1.5), "n": 3}, {"loss": torch.tensor(2.5)}])
+    >>> [(type(b["loss"]).__name__, b["loss"].shape, float(b["loss"])) for b in out]
+    [('ndarray', (), 1.5), ('ndarray', (), 2.5)]
+    >>> out[0]["n"], "n" in out[1]
+    (3, False)
+    """
     if not per_batch:
         return []
     columns: Dict[str, List[Any]] = {}
@@ -102,11 +119,22 @@ def _per_batch_numpy(per_batch: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
             columns.setdefault(name, []).append(value)
     converted: Dict[str, List[Any]] = {}
     for name, values in columns.items():
-        same_shape_tensors = len(values) == len(per_batch) and all(
-            isinstance(v, torch.Tensor) and v.shape == values[0].shape for v in values
+        first = values[0]
+        # Stacked only where stacking changes nothing: torch.stack would promote mixed dtypes.
+        stackable = (
+            len(values) == len(per_batch)
+            and isinstance(first, torch.Tensor)
+            and all(
+                isinstance(v, torch.Tensor)
+                and v.shape == first.shape
+                and v.dtype == first.dtype
+                and v.device == first.device
+                for v in values
+            )
         )
-        if same_shape_tensors:
-            converted[name] = list(torch.stack(values).cpu().numpy())
+        if stackable:
+            stacked = torch.stack(values).cpu().numpy()
+            converted[name] = [stacked[i, ...] for i in range(len(values))]
         else:
             converted[name] = [
                 v.cpu().numpy() if isinstance(v, torch.Tensor) else v for v in values
@@ -180,7 +208,7 @@ def average_training_metrics(
 ) -> "tuple[Dict[str, Any], List[Dict[str, Any]]]":
     """(averages over the period, per-batch values); across ranks the per-batch values are
     first averaged over ranks, as Determined does. Every rank gets the result."""
-    batch_metrics = _per_batch_numpy(per_batch)
+    batch_metrics = per_batch_numpy(per_batch)
     if dist.size > 1:
         gathered = dist.allgather(batch_metrics)
         batch_metrics = [

@@ -8,8 +8,10 @@ training workload ends (a REPORT action, or log_every_n_steps under LightningTri
             the averages to self.log (ModelCheckpoint/EarlyStopping can monitor them)
 
 each validation batch
-  ValidationBuffer.add(...)     evaluate_batch's metrics, checked (TrialHooks fills it)
+  ValidationBuffer.add(...)     evaluate_batch's metrics, checked and kept as returned
+                                (TrialHooks fills it): no copy to the host, no GPU wait
 validation ends
+  ValidationBuffer.numpy_outputs() the pass's metrics as numpy values, one copy per metric
   ValidationBuffer.reduce(...)  evaluate_batch outputs reduced over batches and ranks (or
                                 evaluate_full_dataset's dict, broadcast from the chief), plus
                                 the reducers
@@ -87,12 +89,24 @@ class ValidationBuffer:
     keys: Optional[Any] = None
     records: int = 0
     whole: Dict[str, Any] = dataclasses.field(default_factory=dict)
+    converted: bool = False  # outputs hold numpy values (numpy_outputs ran)
 
     def add(self, metrics: Any, records: int) -> None:
-        """One ``evaluate_batch`` result, checked against the earlier batches' keys."""
+        """One ``evaluate_batch`` result, checked against the earlier batches' keys and kept
+        as returned (tensors detached, on their device). Determined copies each batch's
+        metrics to the host here, which on a GPU waits for all queued work once per batch;
+        ``numpy_outputs`` copies the whole pass's once, with the same values."""
         self.keys = metric_utils.check_validation_output(metrics, self.keys)
-        self.outputs.append(metric_utils.to_numpy(metrics))
+        self.outputs.append(metric_utils.detached(metrics))
         self.records += records
+
+    def numpy_outputs(self) -> List[Dict[str, Any]]:
+        """The per-batch metrics as Determined has them at the end of a pass: numpy arrays
+        for tensors (what ``on_validation_epoch_end`` callbacks and the reducers get)."""
+        if not self.converted:
+            self.outputs = metric_utils.per_batch_numpy(self.outputs)
+            self.converted = True
+        return self.outputs
 
     def reduce(
         self, trial: PyTorchTrial, context: PyTorchTrialContext, per_batch: bool
@@ -106,7 +120,7 @@ class ValidationBuffer:
                     "validation_loader is empty: build_validation_data_loader() yields no batches."
                 )
             metrics = metric_utils.reduce_validation_metrics(
-                self.outputs, self.keys, trial.evaluation_reducer(), dist
+                self.numpy_outputs(), self.keys, trial.evaluation_reducer(), dist
             )
         else:
             metrics = dist.broadcast(self.whole)

@@ -261,6 +261,37 @@ def test_no_cuda_synchronisation_between_batches() -> None:
     assert syncs == []
 
 
+def test_no_cuda_synchronisation_between_validation_batches() -> None:
+    """The same between two validation batches (1..14 of 16): each batch's metrics stay on the
+    device until the pass ends, where Determined copies them to the host batch by batch."""
+    import warnings
+
+    base = TRIALS["MLPTrial"]
+    batches = 16
+
+    class Probe(base):  # type: ignore[misc, valid-type]
+        def build_validation_data_loader(self) -> Any:
+            return pytorch.DataLoader(regression_data(2 * batches, seed=1), batch_size=2)
+
+        def evaluate_batch(self, batch: Any, batch_idx: int) -> Dict[str, Any]:
+            torch.cuda.set_sync_debug_mode(0)
+            x, y = batch
+            output = {"validation_loss": nn.functional.mse_loss(self.model(x), y)}
+            torch.cuda.set_sync_debug_mode(1 if 1 <= batch_idx < batches - 2 else 0)
+            return output
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytorch.init(hparams={"lr": 0.01, "n": 64}, accelerator="gpu") as context:
+            trial = Probe(context)
+            pytorch.Trainer(trial, context, logger=False).fit(
+                max_length=pytorch.Batch(8), checkpoint_policy="none"
+            )
+    torch.cuda.set_sync_debug_mode(0)
+    syncs = [f"{w.filename}:{w.lineno}" for w in caught if str(w.message).startswith(SYNC)]
+    assert syncs == []
+
+
 def test_batches_reach_the_device_from_pinned_memory_without_waiting(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

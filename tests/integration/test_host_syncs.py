@@ -1,17 +1,19 @@
-"""Between two training batches det_lightning (and the Lightning loop it drives) makes no
-host-device synchronisation: no ``.item()``, ``.tolist()``, ``.cpu()``, ``.numpy()``,
-``bool()`` or ``float()`` of a tensor, away from reporting periods and pass boundaries. On a GPU
-each of those stalls the pipeline; Determined's loop makes one per batch."""
+"""Between two training batches, and between two validation batches, det_lightning (and the
+Lightning loop it drives) makes no host-device synchronisation: no ``.item()``, ``.tolist()``,
+``.cpu()``, ``.numpy()``, ``bool()`` or ``float()`` of a tensor, away from reporting periods and
+pass boundaries. On a GPU each of those stalls the pipeline; Determined's loop makes one per
+training batch and one per validation batch (its metrics go to numpy as each batch ends)."""
 
 from typing import Any, Dict, List
 
+import numpy as np
 import pytest
 import torch
 from lightning.pytorch.callbacks import Callback
 
 from det_lightning import pytorch
 from det_lightning.adapters.progress_bar import TrialProgressBar
-from tests.fixtures.trials import make_trials, seed_everything
+from tests.fixtures.trials import make_trials, regression_data, seed_everything
 
 SYNCING = ("item", "tolist", "cpu", "numpy", "__bool__", "__float__")
 
@@ -27,7 +29,8 @@ class LogsOnce(Callback):
             pl_module.log("probe", torch.tensor(1.5), prog_bar=True)
 
 
-def test_no_host_sync_between_batches(monkeypatch: pytest.MonkeyPatch) -> None:
+def count_syncs(monkeypatch: pytest.MonkeyPatch) -> "tuple[Dict[str, bool], List[str]]":
+    """(a switch, the list): every syncing tensor method called while the switch is on."""
     between = {"on": False}
     calls: List[str] = []
     for name in SYNCING:
@@ -45,7 +48,11 @@ def test_no_host_sync_between_batches(monkeypatch: pytest.MonkeyPatch) -> None:
             return _original(self, *args, **kwargs)
 
         monkeypatch.setattr(torch.Tensor, name, counting)
+    return between, calls
 
+
+def test_no_host_sync_between_batches(monkeypatch: pytest.MonkeyPatch) -> None:
+    between, calls = count_syncs(monkeypatch)
     base = make_trials(pytorch)["MLPTrial"]
 
     class Probe(base):  # type: ignore[misc, valid-type]
@@ -73,3 +80,58 @@ def test_no_host_sync_between_batches(monkeypatch: pytest.MonkeyPatch) -> None:
     # The bar showed the logged value (refreshed once, after the log), not a stale empty dict.
     bars = [c for c in trainer._lightning_trainer.callbacks if isinstance(c, TrialProgressBar)]
     assert len(bars) == 1 and bars[0]._shown["probe"] == 1.5
+
+
+def test_no_host_sync_between_validation_batches(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Validation keeps each batch's metrics where ``evaluate_batch`` made them and copies the
+    pass's to the host once, at its end; the reduced numbers are Determined's (the parity tests
+    compare them with the real Determined's)."""
+    between, calls = count_syncs(monkeypatch)
+    base = make_trials(pytorch)["MLPTrial"]
+    batches = 16
+
+    class Probe(base):  # type: ignore[misc, valid-type]
+        def build_validation_data_loader(self) -> Any:
+            return pytorch.DataLoader(regression_data(2 * batches, seed=1), batch_size=2)
+
+        def evaluate_batch(self, batch: Any, batch_idx: int) -> Dict[str, Any]:
+            between["on"] = False
+            x, y = batch
+            output = {"validation_loss": torch.nn.functional.mse_loss(self.model(x), y)}
+            # Batches 1..14 of 16: no pass boundary (the pass's start and end may copy).
+            between["on"] = 1 <= batch_idx < batches - 2
+            return output
+
+    seen: List[Any] = []
+    reported: List[Dict[str, Any]] = []
+
+    class Keeps(pytorch.PyTorchCallback):
+        def on_validation_epoch_end(self, outputs: List[Dict[str, Any]]) -> None:
+            seen.append(outputs)
+
+        def on_validation_end(self, metrics: Dict[str, Any]) -> None:
+            reported.append(dict(metrics))
+
+    seed_everything(1)
+    with pytorch.init(hparams={"lr": 0.01, "n": 64}) as context:
+        trial = Probe(context)
+        trial.build_callbacks = lambda: {"keeps": Keeps()}  # type: ignore[method-assign]
+        pytorch.Trainer(trial, context).fit(max_length=pytorch.Batch(8), checkpoint_policy="none")
+    between["on"] = False
+    assert calls == []
+    # What the callbacks got is Determined's form: one numpy array per batch and metric.
+    (outputs,) = seen
+    assert len(outputs) == batches
+    values = [b["validation_loss"] for b in outputs]
+    assert all(type(v) is np.ndarray and v.shape == () and v.dtype == np.float32 for v in values)
+    model = trial.model.eval()
+    with torch.no_grad():
+        expected = [
+            torch.nn.functional.mse_loss(model(x), y).numpy()
+            for x, y in torch.utils.data.DataLoader(
+                regression_data(2 * batches, seed=1), batch_size=2
+            )
+        ]
+    assert [v.tobytes() for v in values] == [e.tobytes() for e in expected]
+    # The default reducer, Determined's: the mean of the per-batch values.
+    assert reported == [{"validation_loss": np.mean(np.stack(expected)).item()}]
