@@ -193,3 +193,100 @@ def test_the_commands_for_shell_scripts_fork_warm_and_exit_as_the_child(
 @pytest.mark.new_interpreters
 def test_the_marker_starts_new_interpreters(isolated_run: pathlib.Path) -> None:
     assert not _describe("-c", DESCRIBE, cwd=isolated_run)["warm"]
+
+
+DESCRIBING_TRIAL = """
+import json, os, signal, sys, threading
+from model_def import RegressionTrial
+
+
+class DescribingTrial(RegressionTrial):
+    def __init__(self, context):
+        with open(f"/proc/{os.getppid()}/cmdline", "rb") as f:
+            parent = f.read().split(b"\\0")
+        described = {
+            "argv": sys.argv, "cwd": os.getcwd(), "path0": sys.path[0],
+            "main": getattr(sys.modules["__main__"], "__spec__", None) is not None
+            and sys.modules["__main__"].__spec__.name,
+            "env": sorted(os.environ), "threads": threading.active_count(),
+            "sigint": signal.getsignal(signal.SIGINT) is signal.default_int_handler,
+            "sigterm": signal.getsignal(signal.SIGTERM) == signal.SIG_DFL,
+            "sighup": signal.getsignal(signal.SIGHUP) == signal.SIG_DFL,
+            "fds": len(os.listdir("/proc/self/fd")),
+            "group": os.getpgid(0) == os.getpid(),
+            "template": [a.decode() for a in parent[1:3]],
+        }
+        with open(os.environ["DESCRIBE_TO"], "a") as f:
+            f.write(json.dumps(described) + "\\n")
+        super().__init__(context)
+"""
+
+
+def _describe_a_trial(project: pathlib.Path, work: pathlib.Path, cold: bool) -> dict:
+    from tests.integration.cli_support import run_cli
+
+    out = work / f"described-{cold}.jsonl"
+    warm.set_cold(cold)
+    try:
+        result = run_cli(
+            "experiment", "--config", "searcher.max_length.batches=2",
+            "--config", f"name=describe-{cold}", str(project / "describe.yaml"), str(project),
+            cwd=work, env={"DESCRIBE_TO": str(out)},
+        )  # fmt: skip
+    finally:
+        warm.set_cold(False)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    [described] = [json.loads(line) for line in out.read_text().splitlines()]
+    return described
+
+
+def test_a_trial_of_the_prepared_template_starts_as_one_of_a_new_template(
+    isolated_run: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    """The command line's first search worker takes a template forked as the child started
+    (``zygote._prepare_template``) instead of starting ``python -m
+    det_lightning._runner._template``; the trial it forks sees what a trial forked from a new
+    interpreter's template sees."""
+    import shutil
+
+    from tests.integration.cli_support import PROJECT
+
+    project = tmp_path / "project"
+    shutil.copytree(PROJECT, project)
+    (project / "describe_def.py").write_text(DESCRIBING_TRIAL)
+    config = (project / "const.yaml").read_text()
+    config = config.replace("model_def:RegressionTrial", "describe_def:DescribingTrial")
+    (project / "describe.yaml").write_text(config)
+    prepared = _describe_a_trial(project, isolated_run, cold=False)
+    new = _describe_a_trial(project, isolated_run, cold=True)
+    # The prepared template is a fork of the zygote's child: its command line is the zygote's.
+    assert prepared.pop("template")[0].endswith("zygote.py")
+    assert new.pop("template") == ["-m", "det_lightning._runner._template"]
+    assert prepared == new
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "prepared"),
+    [
+        (["-m", "det_lightning", "experiment", "c.yaml", "."], {}, True),
+        (["-m", "det_lightning._runner.cli", "run", "train.py"], {}, True),
+        (["-m", "det_lightning", "experiment", "--help"], {}, False),
+        (["-m", "det_lightning", "--version"], {}, False),
+        (["train.py"], {}, False),
+        (["-c", "import det_lightning"], {}, False),
+        (["-m", "det_lightning", "run", "train.py"], {"DET_LIGHTNING_WARM_START": "0"}, False),
+    ],
+)
+def test_a_template_is_prepared_only_for_the_command_line(
+    args: list, env: dict, prepared: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sys.path.insert(0, str(pathlib.Path(warm.__file__).parent))
+    try:
+        import zygote
+    finally:
+        sys.path.pop(0)
+    monkeypatch.delenv("DET_LIGHTNING_WARM_START", raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    parsed = zygote.parse_python_args(args)
+    assert zygote.runs_the_command_line(parsed) is prepared
