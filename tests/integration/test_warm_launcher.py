@@ -236,6 +236,7 @@ def _describe_a_trial(project: pathlib.Path, work: pathlib.Path, cold: bool) -> 
     finally:
         warm.set_cold(False)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "Warning:" not in result.stderr and "Traceback" not in result.stderr, result.stderr
     [described] = [json.loads(line) for line in out.read_text().splitlines()]
     return described
 
