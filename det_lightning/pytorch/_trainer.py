@@ -59,7 +59,9 @@ def init(
         hparams: the trial's hyperparameters.
         exp_conf: the experiment configuration; ``reproducibility.experiment_seed`` seeds
             ``random``, numpy and torch here (and becomes ``get_trial_seed()``). Without it
-            nothing is seeded, as in Determined's local mode.
+            nothing is seeded, as in Determined's local mode. In a trial of a
+            ``det-lightning experiment`` (``det.get_cluster_info()`` set) the trial's config
+            is used instead, as Determined uses the cluster's.
         distributed: a ``core.DistributedContext`` for code that sets up torch.distributed itself
             (``DistributedContext.from_torch_distributed()`` under torchrun).
         aggregation_frequency: step the optimizers every this many batches.
@@ -74,9 +76,14 @@ def init(
             ``reproducibility.deterministic``, else off).
     """
     info = get_cluster_info()
-    if info is not None and hparams is None and exp_conf is None:
-        # One trial of a `det-lightning experiment` search: its hyperparameters and config.
-        hparams, exp_conf = info.trial.hparams, info.trial.config
+    if info is not None and info.task_type == "TRIAL":
+        # One trial of a `det-lightning experiment` search. As Determined's init() on a
+        # cluster: the trial's config whatever exp_conf says, so its seed seeds every trial,
+        # a script's (`entrypoint: python3 train.py`) as a model_def trial's; the trial's
+        # hyperparameters where the script passes none.
+        exp_conf = info.trial.config
+        if hparams is None:
+            hparams = info.trial.hparams
     reproducibility = ReproducibilityConfig.from_exp_conf(exp_conf)
     seed = reproducibility.experiment_seed
     wanted = wants_deterministic(deterministic, reproducibility, os.environ)

@@ -90,6 +90,32 @@ def test_init_seeds_only_when_an_experiment_seed_is_configured() -> None:
     assert values[0][0] == torch.rand(1).item()
 
 
+def test_a_trial_of_an_experiment_is_seeded_by_its_config_whatever_the_script_passes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A script trial (``entrypoint: python3 train.py``) calls ``init(hparams=info.trial.hparams)``
+    without ``exp_conf``; Determined's ``init()`` on a cluster takes the trial's config and seeds
+    from it all the same, so the trial's numbers repeat. Before, such a trial was unseeded."""
+    from det_lightning._env import TRIAL_INFO_ENV
+    from det_lightning._info import ClusterInfo, TrialInfo
+
+    config = {"reproducibility": {"experiment_seed": 7}, "name": "x"}
+    info = ClusterInfo(TrialInfo(1, 0, {"lr": 0.1}, config))
+    monkeypatch.setenv(TRIAL_INFO_ENV, info.to_environment())
+    draws = []
+    for passed in ({"hparams": {"lr": 0.1}}, {"hparams": {"lr": 0.1}, "exp_conf": {"name": "y"}}):
+        torch.manual_seed(999)
+        with pytorch.init(**passed) as context:  # type: ignore[arg-type]
+            assert context.get_trial_seed() == 7
+            assert context.get_experiment_config() == config
+            assert context.get_hparams() == {"lr": 0.1}
+            draws.append(torch.rand(1).item())
+    torch.manual_seed(7)
+    assert draws == [torch.rand(1).item()] * 2
+    with pytorch.init() as context:  # no hyperparameters passed: the trial's
+        assert context.get_hparams() == {"lr": 0.1}
+
+
 def test_bad_experiment_seed_is_refused() -> None:
     with pytest.raises(ValueError, match="experiment_seed.*int >= 0"):
         with pytorch.init(exp_conf={"reproducibility": {"experiment_seed": "abc"}}):
