@@ -12,7 +12,7 @@ of a per-batch value to one number, as Determined's do. Reports are logged in De
 import json
 import logging
 import math
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Set
 
 import numpy as np
 import torch
@@ -92,10 +92,28 @@ def to_numpy(metrics: Dict[str, Any]) -> Dict[str, Any]:
     }
 
 
-def detached(metrics: Dict[str, Any]) -> Dict[str, Any]:
-    """``metrics`` with tensors detached and left where they are: no copy to the host, so no
-    wait for the device (``per_batch_numpy`` converts a whole pass's at once)."""
-    return {k: v.detach() if isinstance(v, torch.Tensor) else v for k, v in metrics.items()}
+def to_host_without_waiting(metrics: Dict[str, Any], devices: Set[Any]) -> Dict[str, Any]:
+    """``metrics`` with tensors detached, those on a GPU copied to the host without waiting
+    (``non_blocking``: into page-locked memory, queued behind the work that computes them, so
+    the copy holds the value as it is now, as Determined's per-batch ``.cpu()`` does, and the
+    device keeps no pass's worth of them). Adds each such GPU to ``devices``; read the copies
+    only after ``wait_for_host_copies(devices)``."""
+    out = {}
+    for name, value in metrics.items():
+        if isinstance(value, torch.Tensor):
+            value = value.detach()
+            if value.device.type == "cuda":
+                devices.add(value.device)
+                value = value.to("cpu", non_blocking=True)
+        out[name] = value
+    return out
+
+
+def wait_for_host_copies(devices: Set[Any]) -> None:
+    """One wait per GPU for the copies ``to_host_without_waiting`` queued on it."""
+    for device in devices:
+        torch.cuda.synchronize(device)
+    devices.clear()
 
 
 def per_batch_numpy(per_batch: List[Dict[str, Any]]) -> List[Dict[str, Any]]:

@@ -8,10 +8,10 @@ training workload ends (a REPORT action, or log_every_n_steps under LightningTri
             the averages to self.log (ModelCheckpoint/EarlyStopping can monitor them)
 
 each validation batch
-  ValidationBuffer.add(...)     evaluate_batch's metrics, checked and kept as returned
-                                (TrialHooks fills it): no copy to the host, no GPU wait
+  ValidationBuffer.add(...)     evaluate_batch's metrics, checked; a GPU's copied to the
+                                host without waiting (TrialHooks fills it)
 validation ends
-  ValidationBuffer.numpy_outputs() the pass's metrics as numpy values, one copy per metric
+  ValidationBuffer.numpy_outputs() one wait per GPU, then the pass's metrics as numpy values
   ValidationBuffer.reduce(...)  evaluate_batch outputs reduced over batches and ranks (or
                                 evaluate_full_dataset's dict, broadcast from the chief), plus
                                 the reducers
@@ -90,20 +90,22 @@ class ValidationBuffer:
     records: int = 0
     whole: Dict[str, Any] = dataclasses.field(default_factory=dict)
     converted: bool = False  # outputs hold numpy values (numpy_outputs ran)
+    copying: Set[Any] = dataclasses.field(default_factory=set)  # GPUs with copies in flight
 
     def add(self, metrics: Any, records: int) -> None:
-        """One ``evaluate_batch`` result, checked against the earlier batches' keys and kept
-        as returned (tensors detached, on their device). Determined copies each batch's
-        metrics to the host here, which on a GPU waits for all queued work once per batch;
-        ``numpy_outputs`` copies the whole pass's once, with the same values."""
+        """One ``evaluate_batch`` result, checked against the earlier batches' keys. Determined
+        copies each batch's metrics to the host here and waits for the copy, which on a GPU
+        waits for all queued work once per batch; the copy is queued here without waiting
+        (``to_host_without_waiting``), and ``numpy_outputs`` waits once per pass."""
         self.keys = metric_utils.check_validation_output(metrics, self.keys)
-        self.outputs.append(metric_utils.detached(metrics))
+        self.outputs.append(metric_utils.to_host_without_waiting(metrics, self.copying))
         self.records += records
 
     def numpy_outputs(self) -> List[Dict[str, Any]]:
         """The per-batch metrics as Determined has them at the end of a pass: numpy arrays
         for tensors (what ``on_validation_epoch_end`` callbacks and the reducers get)."""
         if not self.converted:
+            metric_utils.wait_for_host_copies(self.copying)
             self.outputs = metric_utils.per_batch_numpy(self.outputs)
             self.converted = True
         return self.outputs

@@ -262,8 +262,9 @@ def test_no_cuda_synchronisation_between_batches() -> None:
 
 
 def test_no_cuda_synchronisation_between_validation_batches() -> None:
-    """The same between two validation batches (1..14 of 16): each batch's metrics stay on the
-    device until the pass ends, where Determined copies them to the host batch by batch."""
+    """The same between two validation batches (1..14 of 16): each batch's metrics are copied
+    to the host without waiting (pinned, non-blocking), and the pass waits once at its end,
+    where Determined waits for each batch's copy."""
     import warnings
 
     base = TRIALS["MLPTrial"]

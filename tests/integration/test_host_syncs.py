@@ -83,8 +83,8 @@ def test_no_host_sync_between_batches(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_no_host_sync_between_validation_batches(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Validation keeps each batch's metrics where ``evaluate_batch`` made them and copies the
-    pass's to the host once, at its end; the reduced numbers are Determined's (the parity tests
+    """Validation reads no batch's metrics back until the pass ends (on a GPU their copies to
+    the host are queued without waiting); the reduced numbers are Determined's (the parity tests
     compare them with the real Determined's)."""
     between, calls = count_syncs(monkeypatch)
     base = make_trials(pytorch)["MLPTrial"]
