@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, Optional
 import torch
 from torch.utils import data
 
+from det_lightning.adapters.profiler_labels import LabelFree
 from det_lightning.pytorch._data import (
     DataLoader,
     ResumableBatchSampler,
@@ -50,10 +51,15 @@ class EpochView:
         self.position = start_batch
         self._repeats = repeats
         self._iterator: Optional[Iterator] = None
+        self._fetch: Callable[[], Any] = _not_started
+        self._labels: Optional[LabelFree] = None
 
     def start(self) -> None:
         """Creates the run's iterator, where Determined creates its own (before restoring)."""
         self._iterator = iter(self.loader)
+        if self._labels is None:  # (decided once per view: the environment at the fit's start)
+            self._labels = LabelFree()
+        self._fetch = self._labels.fetcher(self._iterator)
 
     def __len__(self) -> int:
         return self.epoch_len - self.position % self.epoch_len
@@ -63,7 +69,7 @@ class EpochView:
             self.start()
         for _ in range(len(self)):
             try:
-                batch = next(self._iterator)  # type: ignore[arg-type]
+                batch = self._fetch()  # next(self._iterator), without torch's profiler label
             except StopIteration:
                 if self._repeats:  # (a repeating loader never ends)
                     raise
@@ -74,14 +80,20 @@ class EpochView:
     def _next_pass(self) -> Any:
         """The first batch of a plain loader's next pass, once its iterator ended."""
         self._iterator = iter(self.loader)  # a plain loader ended its pass: start the next
+        self._fetch = self._iterator.__next__
         try:
-            return next(self._iterator)
+            return self._fetch()
         except StopIteration:
             raise RuntimeError("The training data loader yields no batches.") from None
 
     def shutdown(self) -> None:
         """Ends worker processes now rather than at garbage collection."""
         self._iterator = None
+        self._fetch = _not_started
+
+
+def _not_started() -> Any:
+    raise RuntimeError("EpochView: no iterator (start() not called, or shut down)")
 
 
 def build_training_view(

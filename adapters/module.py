@@ -49,6 +49,7 @@ from typing_extensions import override
 from det_lightning.adapters import metrics as metric_utils
 from det_lightning.adapters.lightning import internals, lean_step
 from det_lightning.adapters.precision import scheduler_waits
+from det_lightning.adapters.profiler_labels import LabelFree
 from det_lightning.adapters.trial_state import TrialProgress
 from det_lightning.pytorch import _checkpoint as ckpt
 from det_lightning.pytorch._context import PyTorchTrialContext
@@ -84,6 +85,7 @@ class LightningBackend:
         self._module = module
         self._lightning_optimizers: Dict[int, Any] = {}
         self._fast: Optional[lean_step.BackendFastPath] = None
+        self._labels = LabelFree(allowed=False)  # (bind_optimizers decides, once per fit)
 
     def bind_optimizers(self) -> None:
         optimizers = self._module.optimizers(use_pl_optimizer=True)
@@ -91,8 +93,9 @@ class LightningBackend:
             optimizers = [optimizers]
         self._lightning_optimizers = {id(o.optimizer): o for o in optimizers}
         trainer = self._module.trainer
+        self._labels = LabelFree()
         self._fast = (
-            lean_step.BackendFastPath(trainer)
+            lean_step.BackendFastPath(trainer, self._labels)
             if lean_step.BackendFastPath.applies(trainer)
             else None
         )
@@ -120,6 +123,10 @@ class LightningBackend:
             return
         # A GradScaler steps the optimizer itself; keep Lightning's step counting around it.
         internals.count_optimizer_step(lightning_optimizer, step_fn)
+
+    def zero_grad(self, optimizer: torch.optim.Optimizer) -> None:
+        """``optimizer.zero_grad()``, without torch's profiler label while no profiler records."""
+        self._labels.zero_grad(optimizer)
 
     def no_sync(self) -> Any:
         return self._module._no_sync()

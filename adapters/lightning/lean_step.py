@@ -23,6 +23,7 @@ from lightning.pytorch.trainer import call
 from torch.nn.parallel import DistributedDataParallel
 from torch.optim.optimizer import _global_optimizer_post_hooks, _global_optimizer_pre_hooks
 
+from det_lightning.adapters import profiler_labels
 from det_lightning.adapters.lightning import hooks, versions
 from det_lightning.adapters.lightning.calls import call_hook, overrides, plain_run, set_fx_name
 
@@ -165,7 +166,9 @@ class BackendFastPath:
     in 2.6.0, is called as Lightning calls it).
     """
 
-    def __init__(self, trainer: pl.Trainer) -> None:
+    def __init__(
+        self, trainer: pl.Trainer, labels: Optional[profiler_labels.LabelFree] = None
+    ) -> None:
         self.trainer: Any = trainer  # (its callbacks attribute is set untyped, by a connector)
         self.module = module = trainer.lightning_module
         self.strategy = strategy = trainer.strategy
@@ -188,6 +191,8 @@ class BackendFastPath:
         self.manual_hooks = (manual._on_before_step, manual._on_after_step)
         self.optim_step_progress = manual.optim_step_progress
         self._closure_optional: Dict[type, bool] = {}  # _closure_optional_kind, per class
+        # optimizer.step() without torch's profiler label while no profiler records
+        self.labels = labels if labels is not None else profiler_labels.LabelFree()
 
     @staticmethod
     def applies(trainer: pl.Trainer) -> bool:
@@ -262,7 +267,7 @@ class BackendFastPath:
         ):
             # Lightning's closure would run no hook: the step without one, as Determined
             # steps (an optimizer of torch.optim skips a closure of None).
-            output = optimizer.step()
+            output = self.labels.step(optimizer)
         else:
 
             def closure() -> None:  # Lightning's do-nothing closure, then _after_closure's hooks

@@ -359,7 +359,7 @@ class PyTorchTrialContext(DeterminedAttributes, TrialContext):
         else:
             self._step_with_scaler(optimizer, scaler)
         if auto_zero_grads:
-            optimizer.zero_grad()
+            self.engine.backend.zero_grad(optimizer)
 
     def _step_with_scaler(self, optimizer: torch.optim.Optimizer, scaler: Any) -> None:
         """``scaler.step(optimizer)``, noting when the scaler skips the step (inf/NaN gradients)

@@ -26,12 +26,25 @@ keeps Determined's names for those (``pytorch/_context_attributes.py``).
 import contextlib
 import dataclasses
 import pathlib
-from typing import Any, Callable, Dict, Iterator, Optional, Set, Tuple
+from typing import Any, Callable, ContextManager, Dict, Iterator, Optional, Protocol, Set, Tuple
 
 import torch
 
 from det_lightning import errors
 from det_lightning.pytorch._launch_options import LaunchOptions
+
+
+class TrainingBackend(Protocol):
+    """What runs a context's backward passes, optimizer steps and gradient zeroing
+    (``EagerBackend``; under Lightning, ``det_lightning.adapters.module.LightningBackend``)."""
+
+    def backward(self, loss: torch.Tensor, **kwargs: Any) -> None: ...
+
+    def step(self, optimizer: torch.optim.Optimizer, step_fn: Callable[[], None]) -> None: ...
+
+    def zero_grad(self, optimizer: torch.optim.Optimizer) -> None: ...
+
+    def no_sync(self) -> ContextManager[None]: ...
 
 
 class EagerBackend:
@@ -42,6 +55,9 @@ class EagerBackend:
 
     def step(self, optimizer: torch.optim.Optimizer, step_fn: Callable[[], None]) -> None:
         step_fn()
+
+    def zero_grad(self, optimizer: torch.optim.Optimizer) -> None:
+        optimizer.zero_grad()
 
     @contextlib.contextmanager
     def no_sync(self) -> Iterator[None]:
@@ -85,7 +101,7 @@ class EngineState:
     steps_completed: int = 0
     epoch_len: Optional[int] = None
     batch_idx: Optional[int] = None
-    backend: Any = dataclasses.field(default_factory=EagerBackend)
+    backend: TrainingBackend = dataclasses.field(default_factory=EagerBackend)
     training_started: bool = False
     skipped_steps: Set[int] = dataclasses.field(default_factory=set)
     scaler: Any = None
@@ -117,7 +133,7 @@ class EngineState:
             raise errors.InternalException("Training hasn't started.")
         return self.batch_idx
 
-    def start_training(self, backend: Any) -> None:
+    def start_training(self, backend: TrainingBackend) -> None:
         """From now on backward passes and steps go through ``backend``; ``wrap_*()`` refuse."""
         self.backend = backend
         self.training_started = True

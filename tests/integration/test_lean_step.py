@@ -2,6 +2,7 @@
 skips when no callback overrides them) against Lightning's own code, where the trace tests in
 ``test_hooks.py`` do not look: what the optimizer's step sees."""
 
+from collections import Counter
 from typing import Any, List, Tuple
 
 import pytest
@@ -10,6 +11,7 @@ from lightning.pytorch.callbacks import Callback
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from det_lightning import pytorch
+from det_lightning.adapters import profiler_labels
 from det_lightning.adapters.lightning import hooks, lean, lean_step
 from tests.fixtures.run import run_trial
 
@@ -157,3 +159,56 @@ def test_backward_with_a_gradient_gives_lightnings_weights(
     plain_weights = run()
     for a, b in zip(lean_weights, plain_weights):
         assert torch.equal(a, b)
+
+
+def _fit_counting_labels(monkeypatch: pytest.MonkeyPatch, labels_on: str) -> Tuple[Any, Counter]:
+    """A fit of 6 batches with torch's ``record_function`` labels counted by name."""
+    opened: Counter = Counter()
+    original = torch.autograd.profiler.record_function
+
+    class Counting(original):  # type: ignore[misc,valid-type]
+        def __init__(self, name: str, args: Any = None) -> None:
+            opened[name.split("#")[0]] += 1
+            super().__init__(name, args)
+
+    monkeypatch.setenv(profiler_labels.LABELS_ENV, labels_on)
+    with monkeypatch.context() as patch:
+        patch.setattr(torch.autograd.profiler, "record_function", Counting)
+        trial, _ = run_trial(
+            pytorch,
+            "MLPTrial",
+            {"lr": 0.01},
+            trainer_kwargs={"logger": False},
+            max_length=pytorch.Batch(6),
+        )
+    return trial, opened
+
+
+def test_training_batches_go_without_torchs_profiler_labels(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """While no profiler records, the training loop opens none of torch's three labels per batch
+    (the optimizer's step and zero_grad, the loader's next batch); the same weights as with
+    them. The validation loader, Lightning's, keeps its label."""
+    lean_trial, lean = _fit_counting_labels(monkeypatch, "1")
+    plain_trial, plain = _fit_counting_labels(monkeypatch, "0")
+    assert plain["Optimizer.step"] == plain["Optimizer.zero_grad"] == 6
+    assert lean["Optimizer.step"] == lean["Optimizer.zero_grad"] == 0
+    assert plain["enumerate(DataLoader)"] - lean["enumerate(DataLoader)"] == 6
+    for ours, theirs in zip(lean_trial.model.parameters(), plain_trial.model.parameters()):
+        assert torch.equal(ours, theirs)
+
+
+def test_a_profiler_sees_every_training_label() -> None:
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
+        run_trial(
+            pytorch,
+            "MLPTrial",
+            {"lr": 0.01},
+            trainer_kwargs={"logger": False},
+            max_length=pytorch.Batch(6),
+        )
+    counts = {event.key: event.count for event in profile.key_averages()}
+    assert counts["Optimizer.step#SGD.step"] == 6
+    assert counts["Optimizer.zero_grad#SGD.zero_grad"] == 6
+    assert counts["enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"] >= 6

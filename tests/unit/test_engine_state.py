@@ -208,6 +208,10 @@ class _RecordingBackend:
         self.calls.append("step")
         step_fn()
 
+    def zero_grad(self, optimizer: torch.optim.Optimizer) -> None:
+        self.calls.append("zero_grad")
+        optimizer.zero_grad()
+
     def no_sync(self) -> Any:
         return contextlib.nullcontext()
 
@@ -223,7 +227,8 @@ def test_start_training_installs_the_backend_and_closes_wrapping() -> None:
     context.engine.begin_batch(0)
     context.backward(model(torch.ones(1, 1)).sum())
     context.step_optimizer(opt)
-    assert backend.calls == ["backward", "step"]
+    assert backend.calls == ["backward", "step", "zero_grad"]
+    assert model.weight.grad is None  # (zeroed through the backend, set_to_none)
 
 
 class _SkippingScaler:
