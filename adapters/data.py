@@ -246,7 +246,13 @@ class HooksFirst:
         # A generator: Lightning calls iter() once while setting up, only to check the loader
         # is iterable, and never takes a batch from that one.
         self.begin()
-        yield from self.loader
+        fetch = LabelFree().fetcher(iter(self.loader))  # (without torch's profiler label)
+        while True:
+            try:
+                batch = fetch()
+            except StopIteration:
+                return
+            yield batch
 
 
 class WholeLoader:

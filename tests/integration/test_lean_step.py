@@ -188,13 +188,14 @@ def test_training_batches_go_without_torchs_profiler_labels(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """While no profiler records, the training loop opens none of torch's three labels per batch
-    (the optimizer's step and zero_grad, the loader's next batch); the same weights as with
-    them. The validation loader, Lightning's, keeps its label."""
+    (the optimizer's step and zero_grad, the loader's next batch), nor validation one per batch;
+    the same weights as with them."""
     lean_trial, lean = _fit_counting_labels(monkeypatch, "1")
     plain_trial, plain = _fit_counting_labels(monkeypatch, "0")
     assert plain["Optimizer.step"] == plain["Optimizer.zero_grad"] == 6
-    assert lean["Optimizer.step"] == lean["Optimizer.zero_grad"] == 0
-    assert plain["enumerate(DataLoader)"] - lean["enumerate(DataLoader)"] == 6
+    # 6 training batches, the validation batches and the end of each validation pass
+    assert plain["enumerate(DataLoader)"] > 6
+    assert lean == Counter()
     for ours, theirs in zip(lean_trial.model.parameters(), plain_trial.model.parameters()):
         assert torch.equal(ours, theirs)
 
