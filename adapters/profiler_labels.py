@@ -173,3 +173,17 @@ class LabelFree:
             return data
 
         return fetch
+
+
+def report() -> str:
+    """One line per function followed: read or not, with the installed torch's fingerprint
+    (``scripts/gpu-check.sh`` logs it, so that a torch not read yet can be added to ``READ``)."""
+    lines = [f"torch {torch.__version__}: profiler labels left out where read"]
+    for name in READ:
+        try:
+            found = versions.fingerprint(inspect.getsource(_found(name)))
+        except (OSError, TypeError):
+            found = "no source"
+        state = "read" if found in READ[name] else "NOT READ (its labels stay)"
+        lines.append(f"  {name}: {found} {state}")
+    return "\n".join(lines)

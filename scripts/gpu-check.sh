@@ -89,6 +89,9 @@ site=${GPU_CHECK_SITE:-/tmp/det-lightning-gpu-site}
 "$python" scripts/gpu_install.py "$site" --wheels .whl 2>&1 | tee -a "$log" || exit 3
 export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" PYTHONUNBUFFERED=1
+# which of torch's functions the training loop follows without their profiler labels (a torch
+# not read yet keeps the labels: its fingerprints go into adapters/profiler_labels.py's READ)
+"$python" -c 'from det_lightning.adapters import profiler_labels as p; print(p.report())' 2>&1 | tee -a "$log" || true
 
 status=0
 tests_line="not run (--no-tests)"

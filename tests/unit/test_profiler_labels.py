@@ -261,3 +261,15 @@ def test_the_installed_torch_is_one_read() -> None:
         if not profiler_labels.unchanged(name)
     }
     assert changed == {}, f"torch {torch.__version__}: {changed}"
+
+
+def test_the_report_names_each_function_and_whether_it_was_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    lines = profiler_labels.report().splitlines()
+    assert lines[0].startswith(f"torch {torch.__version__}")
+    assert len(lines) == 1 + len(profiler_labels.READ)
+    assert all(line.endswith(" read") for line in lines[1:])
+    monkeypatch.setitem(profiler_labels.READ, profiler_labels.NEXT, frozenset())
+    assert "_BaseDataLoaderIter.__next__: " in profiler_labels.report()
+    assert profiler_labels.report().count("NOT READ") == 1
