@@ -215,17 +215,17 @@ def next_agreement_interval(
     batch_seconds: float,
     agreement_seconds: float,
     *,
-    share: float = 0.01,
+    share: float = 0.002,
     most_seconds: float = 1.0,
     most: int = 4096,
 ) -> int:
     """Batches until the next stop agreement: agreeing costs about ``share`` of the training
     time, and a stop waits at most about ``most_seconds`` of batches (and ``most`` batches).
 
-    >>> next_agreement_interval(0.0005, 0.001)   # 0.5 ms batches, a 1 ms agreement: 100 ms
-    200
-    >>> next_agreement_interval(0.2, 0.001)      # long batches: agree after each one
-    1
+    >>> next_agreement_interval(0.0005, 0.001)   # 0.5 ms batches, a 1 ms agreement: 0.5 s
+    1000
+    >>> next_agreement_interval(0.2, 0.001)      # long batches: agree after every few
+    2
     >>> next_agreement_interval(0.01, 0.05)      # a slow network: wait at most ~1 s
     100
     """

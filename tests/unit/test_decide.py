@@ -99,8 +99,9 @@ def test_ranks_agree_at_every_boundary_and_once_the_interval_is_up() -> None:
 @pytest.mark.parametrize(
     "batch_s,agreement_s,expected",
     [
-        (0.0005, 0.001, 200),  # overhead-bound: agreeing costs 1% of the time
-        (0.1, 0.001, 1),  # long batches: a stop waits one batch
+        (0.0005, 0.001, 1000),  # overhead-bound: agreeing costs 0.2% of the time
+        (0.5, 0.001, 1),  # long batches: a stop waits one batch
+        (0.1, 0.001, 5),  # a stop waits about 0.5 s (the agreement's cost over the share)
         (0.01, 0.05, 100),  # a slow network: a stop waits about a second, not 5
         (0.0, 0.001, 4096),  # no time measured yet: the cap
         (1e-7, 1.0, 4096),
