@@ -64,6 +64,40 @@ def test_a_warm_child_starts_as_python_would(isolated_run: pathlib.Path) -> None
     assert code["argv"] == ["-c", "x"] and code["path0"] == "" and not code["session"]
 
 
+IGNORED = """
+import json, signal, sys
+print(json.dumps({"warm": "torch" in sys.modules, "ignored": [
+    int(s) for s in signal.valid_signals() if signal.getsignal(s) == signal.SIG_IGN
+]}))
+"""
+
+
+def test_a_warm_child_ignores_what_a_new_interpreter_would(isolated_run: pathlib.Path) -> None:
+    """An ignored signal stays ignored across exec: a warm child ignores what its caller ignores
+    (a test run under ``nohup``, or in a background job, ignores SIGHUP or SIGINT), as a new
+    interpreter started from the same caller does; the rest are at Python's start-up's."""
+
+    def both() -> "tuple[dict, dict]":
+        kwargs: dict = {"cwd": isolated_run, "capture_output": True, "text": True, "timeout": 300}
+        warm_child = warm.run([sys.executable, "-c", IGNORED], **kwargs)
+        new = subprocess.run([sys.executable, "-c", IGNORED], **kwargs)
+        assert warm_child.returncode == new.returncode == 0, warm_child.stderr + new.stderr
+        return json.loads(warm_child.stdout), json.loads(new.stdout)
+
+    as_called = both()
+    assert as_called[0]["warm"] and not as_called[1]["warm"]
+    assert as_called[0]["ignored"] == as_called[1]["ignored"]
+    previous = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGHUP, signal.SIGQUIT)}
+    try:
+        ignoring = both()
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    assert ignoring[0]["warm"]
+    assert ignoring[0]["ignored"] == ignoring[1]["ignored"]
+    assert {signal.SIGHUP, signal.SIGQUIT, signal.SIGPIPE} <= set(ignoring[0]["ignored"])
+
+
 def test_exit_statuses_and_tracebacks_are_the_interpreters(isolated_run: pathlib.Path) -> None:
     def run(code: str) -> subprocess.CompletedProcess:
         return warm.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
