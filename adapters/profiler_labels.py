@@ -144,7 +144,12 @@ class LabelFree:
 
     def zero_grad(self, optimizer: Optimizer) -> None:
         """``optimizer.zero_grad()``, without its label while no profiler records."""
-        if not self.zeroes or type(optimizer).zero_grad is not Optimizer.zero_grad or recording():
+        if (
+            not self.zeroes
+            or type(optimizer).zero_grad is not Optimizer.zero_grad
+            or "zero_grad" in optimizer.__dict__  # (replaced on the instance)
+            or recording()
+        ):
             optimizer.zero_grad()
             return
         for group in optimizer.param_groups:

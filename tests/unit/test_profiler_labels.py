@@ -202,6 +202,15 @@ def test_an_overridden_zero_grad_runs(labels: List[str]) -> None:
     assert all(torch.equal(p.grad, b * 0.5) for p, b in zip(model.parameters(), before))
 
 
+def test_a_zero_grad_replaced_on_the_instance_runs(labels: List[str]) -> None:
+    model = _model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    calls: List[bool] = []
+    optimizer.zero_grad = lambda set_to_none=True: calls.append(set_to_none)  # type: ignore[method-assign]
+    LabelFree().zero_grad(optimizer)
+    assert calls == [True]
+
+
 def test_a_subclass_step_is_stepped_without_its_label(labels: List[str]) -> None:
     """A user's optimizer overriding ``step`` gets torch's wrapper too: its own step runs, without
     the outer label (its ``super().step()`` is torch's wrapped step, label and all, once an
