@@ -30,8 +30,9 @@ sees every label from its first step on: ``recording()`` reads torch's own switc
 """
 
 import functools
+import importlib
 import inspect
-from typing import Any, Callable, Dict, FrozenSet
+from typing import Any, Callable, Dict, FrozenSet, Optional
 
 import torch
 from torch.optim.optimizer import (
@@ -68,36 +69,32 @@ def recording() -> bool:
     return _profiler_enabled() or bool(getattr(_autograd_profiler, "_is_profiler_enabled", False))
 
 
-def _found(name: str) -> Any:
+def installed_fingerprint(name: str) -> Optional[str]:
+    """``versions.fingerprint`` of the installed torch's ``name`` (``"module:qualified.name"``);
+    None where its source cannot be read (a frozen build)."""
     module_name, _, qualified = name.partition(":")
-    found: Any = __import__(module_name, fromlist=["_"])
+    found: Any = importlib.import_module(module_name)
     for part in qualified.split("."):
         found = getattr(found, part)
-    return found
+    try:
+        return versions.fingerprint(inspect.getsource(found))
+    except (OSError, TypeError):
+        return None
 
 
 @functools.lru_cache(maxsize=None)
 def unchanged(name: str) -> bool:
-    """Whether the installed torch's ``name`` (``"module:qualified.name"``) is one ``READ`` holds
-    (False where its source cannot be read, as in a frozen build)."""
-    try:
-        source = inspect.getsource(_found(name))
-    except (OSError, TypeError):
-        return False
-    return versions.fingerprint(source) in READ[name]
-
-
-@functools.lru_cache(maxsize=None)
-def _step_wrapper_code() -> Any:
-    """The code object of torch's step wrapper (every wrapped step shares it)."""
-    return Optimizer.profile_hook_step(_no_step).__code__
+    """Whether the installed torch's ``name`` is one ``READ`` holds."""
+    return installed_fingerprint(name) in READ[name]
 
 
 def _no_step(*args: Any, **kwargs: Any) -> None:
     return None
 
 
-def _step_hooks(optimizer: Optimizer) -> bool:
+def step_hooks(optimizer: Optimizer) -> bool:
+    """Whether a step hook (the optimizer's own, or a global one) would see ``optimizer``'s
+    step: torch's step wrapper calls them."""
     return bool(
         optimizer._optimizer_step_pre_hooks
         or optimizer._optimizer_step_post_hooks
@@ -117,17 +114,24 @@ class LabelFree:
     def __init__(self, allowed: bool = True) -> None:
         allowed = allowed and not versions.switched_off(LABELS_ENV)
         self.steps = allowed and unchanged(STEP)
+        # the code object of torch's step wrapper, which every wrapped step shares
+        self._step_wrapper = Optimizer.profile_hook_step(_no_step).__code__ if self.steps else None
         self.scheduled_steps = self.steps and unchanged(SCHEDULED_STEP)
         self.zeroes = allowed and unchanged(ZERO_GRAD)
         self.fetches = allowed and unchanged(NEXT)
 
     def step(self, optimizer: Optimizer) -> Any:
         """``optimizer.step()``, without its label while no profiler records."""
+        if step_hooks(optimizer):
+            return optimizer.step()
+        return self.step_without_hooks(optimizer)
+
+    def step_without_hooks(self, optimizer: Optimizer) -> Any:
+        """``step`` for a caller that found no step hook registered (``step_hooks``)."""
         wrapped = type(optimizer).step
         if (
             not self.steps
-            or getattr(wrapped, "__code__", None) is not _step_wrapper_code()
-            or _step_hooks(optimizer)
+            or getattr(wrapped, "__code__", None) is not self._step_wrapper
             or recording()
         ):
             return optimizer.step()
@@ -185,10 +189,7 @@ def report() -> str:
     (``scripts/gpu-check.sh`` logs it, so that a torch not read yet can be added to ``READ``)."""
     lines = [f"torch {torch.__version__}: profiler labels left out where read"]
     for name in READ:
-        try:
-            found = versions.fingerprint(inspect.getsource(_found(name)))
-        except (OSError, TypeError):
-            found = "no source"
+        found = installed_fingerprint(name)
         state = "read" if found in READ[name] else "NOT READ (its labels stay)"
-        lines.append(f"  {name}: {found} {state}")
+        lines.append(f"  {name}: {found or 'no source'} {state}")
     return "\n".join(lines)

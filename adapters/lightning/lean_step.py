@@ -258,7 +258,7 @@ class BackendFastPath:
             not hooked
             and "on_before_optimizer_step" not in busy
             and plain
-            and not (  # (_step_hooks, inlined)
+            and not (  # (profiler_labels.step_hooks, inlined)
                 optimizer._optimizer_step_pre_hooks
                 or optimizer._optimizer_step_post_hooks
                 or _global_optimizer_pre_hooks
@@ -267,7 +267,7 @@ class BackendFastPath:
         ):
             # Lightning's closure would run no hook: the step without one, as Determined
             # steps (an optimizer of torch.optim skips a closure of None).
-            output = self.labels.step(optimizer)
+            output = self.labels.step_without_hooks(optimizer)
         else:
 
             def closure() -> None:  # Lightning's do-nothing closure, then _after_closure's hooks
@@ -291,20 +291,9 @@ def _closure_optional(optimizer: torch.optim.Optimizer) -> bool:
     """Whether ``optimizer.step()`` does what ``optimizer.step(closure=<returns None>)`` does:
     one of torch.optim's own classes other than LBFGS (which needs its closure's loss), with no
     step hooks (they see the step's arguments)."""
-    return _closure_optional_kind(type(optimizer)) and not _step_hooks(optimizer)
+    return _closure_optional_kind(type(optimizer)) and not profiler_labels.step_hooks(optimizer)
 
 
 def _closure_optional_kind(kind: type) -> bool:
     """Whether ``kind``'s step skips a closure of None: torch.optim's own optimizers but LBFGS."""
     return kind.__module__.startswith("torch.optim.") and kind is not torch.optim.LBFGS
-
-
-def _step_hooks(optimizer: torch.optim.Optimizer) -> bool:
-    """Whether a step hook (the optimizer's own, or a global one) would see the step's
-    arguments."""
-    return bool(
-        optimizer._optimizer_step_pre_hooks
-        or optimizer._optimizer_step_post_hooks
-        or _global_optimizer_pre_hooks
-        or _global_optimizer_post_hooks
-    )

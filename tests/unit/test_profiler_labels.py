@@ -261,11 +261,11 @@ def test_a_torch_not_read_keeps_every_label(
 
 
 def test_the_installed_torch_is_one_read() -> None:
-    """The torch this suite runs is one whose three functions ``READ`` holds. Failing here: torch
+    """The torch this suite runs is one whose functions ``READ`` holds. Failing here: torch
     changed one; read its new source against the module docstring's table, then add the
     fingerprint printed here to ``READ`` (or change the unlabelled call to follow it)."""
     changed = {
-        name: versions.fingerprint(__import__("inspect").getsource(profiler_labels._found(name)))
+        name: profiler_labels.installed_fingerprint(name)
         for name in profiler_labels.READ
         if not profiler_labels.unchanged(name)
     }
