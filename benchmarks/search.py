@@ -40,7 +40,7 @@ import sys
 import tempfile
 import threading
 import time
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -49,6 +49,11 @@ sys.path.insert(1, str(HERE.parent))  # tests.fixtures.postgres
 from search_project import config, make_project  # noqa: E402
 
 SEQUENTIAL = "sequential (random, full length)"
+# How each ``det-lightning experiment`` process is started: ``subprocess.Popen``. The smoke test
+# hands in its warm launcher (tests/fixtures/warm.py: the same process, forked from a server that
+# has imported torch, Lightning and det_lightning); the start-up section's "new interpreter"
+# rows still start their templates and trials as new interpreters (DET_LIGHTNING_WARM_START=0).
+Popen: Callable[..., "subprocess.Popen[str]"] = subprocess.Popen
 TAKEOVER_TIMEOUT_S = 4.0
 
 
@@ -66,7 +71,7 @@ def _experiment(
     work: pathlib.Path, text: str, *extra: str, env: Optional[Dict[str, str]] = None
 ) -> "subprocess.Popen[str]":
     (work / "exp.yaml").write_text(text)
-    return subprocess.Popen(
+    return Popen(
         [
             sys.executable,
             "-m",
@@ -258,23 +263,35 @@ def storage_section(trials: int, database: Any) -> List[str]:
         journal = JournalStorage(JournalFileBackend(str(pathlib.Path(tmp) / "cost.journal")))
         lines.append(f"| journal file | {storage_cost(journal, trials) * 1000:.1f} |")
     if database is not None:
-        lines.append(f"| PostgreSQL | {storage_cost(database(), trials) * 1000:.1f} |")
+        from optuna.storages import RDBStorage
+
+        storage = RDBStorage(database())
+        try:
+            lines.append(f"| PostgreSQL | {storage_cost(storage, trials) * 1000:.1f} |")
+        finally:  # its connections closed, not left to the garbage collector
+            storage.remove_session()
+            storage.engine.dispose()
     return lines
 
 
-def _watch(process: "subprocess.Popen[str]", wanted: List[str]) -> Dict[str, float]:
-    """Reads the process's output in a thread; the time each ``wanted`` text first appears."""
+def _watch(
+    process: "subprocess.Popen[str]", wanted: List[str]
+) -> Tuple[Dict[str, float], threading.Thread]:
+    """Reads the process's output in a thread, which closes it at its end; the time each
+    ``wanted`` text first appears."""
     seen: Dict[str, float] = {}
 
     def read() -> None:
         assert process.stdout is not None
-        for line in process.stdout:
-            for text in wanted:
-                if text in line and text not in seen:
-                    seen[text] = time.time()
+        with process.stdout:
+            for line in process.stdout:
+                for text in wanted:
+                    if text in line and text not in seen:
+                        seen[text] = time.time()
 
-    threading.Thread(target=read, daemon=True).start()
-    return seen
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    return seen, reader
 
 
 def takeover_seconds() -> Dict[str, float]:
@@ -299,7 +316,7 @@ def takeover_seconds() -> Dict[str, float]:
         survivor = _experiment(
             work, text, *timeout, env=_env(work, DET_LIGHTNING_HOST_ID="machine-b")
         )
-        seen = _watch(survivor, [started, resumed])
+        seen, reader = _watch(survivor, [started, resumed])
         deadline = time.monotonic() + 120
         while started not in seen and survivor.poll() is None:
             if time.monotonic() > deadline:  # its first line changed: fail, never hang
@@ -311,6 +328,7 @@ def takeover_seconds() -> Dict[str, float]:
         os.killpg(doomed.pid, signal.SIGKILL)
         doomed.communicate()
         survivor.wait()
+        reader.join(60)  # every line read: B's, and its trials' (the pipe's last writers)
         if survivor.returncode != 0 or resumed not in seen:
             raise RuntimeError(f"worker B did not resume the trial (status {survivor.returncode})")
         first = [e for e in _events(work) if e["event"] == "first_batch" and e["batch"]]
@@ -376,7 +394,7 @@ SECTIONS = ("asha", "workers", "storage", "takeover", "startup")
 EXTRA_SECTIONS = ("scale",)  # not in the default run (nor in CI): --sections scale
 
 
-def main() -> None:
+def main(argv: Optional[List[str]] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--trials", type=int, default=12)
     parser.add_argument("--max-time", type=int, default=32)
@@ -395,7 +413,7 @@ def main() -> None:
     parser.add_argument("--scale-trials", type=int, default=500)
     parser.add_argument("--scale-kills", type=int, default=8)
     parser.add_argument("--out", default=str(HERE / "results"))
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     sections = args.sections.split(",")
     unknown = sorted(set(sections) - set(SECTIONS) - set(EXTRA_SECTIONS))
     if unknown:

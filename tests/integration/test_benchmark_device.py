@@ -17,6 +17,8 @@ from typing import Any, Dict, Iterator, List
 
 import pytest
 
+from tests.fixtures import warm
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 BENCHMARKS = ROOT / "benchmarks"
 RUN = [sys.executable, str(BENCHMARKS / "run.py")]
@@ -103,23 +105,21 @@ def test_cuda_refuses_what_only_a_cpu_run_measures(
 
 @pytest.mark.slow
 def test_amp_workload_trains_the_same_weights_in_every_system_on_the_cpu(
-    tmp_path: pathlib.Path,
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The AMP recipe (float16 autocast and a GradScaler) and the device argument threaded
-    through every system, on the CPU: what ``--device cuda`` runs, bar the device."""
+    through every system, on the CPU: what ``--device cuda`` runs, bar the device. ``run.py``'s
+    ``main`` runs here, its workers forked from the warm launcher (tests/fixtures/warm.py)."""
     systems = ["raw", "raw-best", "lightning", "det_lightning"]
     if importlib.util.find_spec("determined") is not None:
         systems.append("determined")
     out = tmp_path / "results"
-    proc = subprocess.run(
-        [*RUN, "--device", "cpu", "--quick", "--workloads", "amp"]
-        + ["--systems", ",".join(systems), "--out", str(out)],
-        capture_output=True,
-        text=True,
-        env=_no_gpu_env(),
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # as _no_gpu_env(): no GPU on a GPU machine
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    run = importlib.import_module("run")
+    monkeypatch.setattr(run, "launch", warm.run)
+    argv = ["--device", "cpu", "--quick", "--workloads", "amp", "--systems", ",".join(systems)]
+    assert run.main([*argv, "--out", str(out)]) == 0
     [report] = out.glob("overhead-quick_cpu-*core_*.md")
     rows = [
         r for r in report.read_text().splitlines() if r.startswith("| CNN 3x32x32, batch 64, f")

@@ -2,16 +2,27 @@
 
 Tiny sizes, one repetition: this checks that every workload still runs under det_lightning
 and the baselines it is compared with, not the numbers (a benchmark reports, it does not assert).
+The benchmarks' ``main`` runs in the test's process, and the processes it starts (its workers,
+``det-lightning experiment``) come from the warm launcher (``tests/fixtures/warm.py``): what is
+checked is that every workload and section runs and is reported, not how an interpreter starts
+(the import measurement still gets a new one; so do the start-up section's "new interpreter"
+rows). The refusals (here and in ``test_benchmark_device.py``) run both scripts as commands.
 """
 
+import importlib
 import json
 import pathlib
 import subprocess
 import sys
+from types import ModuleType
+from typing import Iterator
 
 import pytest
 
+from tests.fixtures import warm
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
+BENCHMARKS = ROOT / "benchmarks"
 SYSTEMS = {
     "raw": "raw PyTorch loop",
     "lightning": "Lightning (manual optimization)",
@@ -26,25 +37,32 @@ WORKLOAD_ROWS = [
 ]
 
 
+@pytest.fixture
+def benchmarks(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """``benchmarks/`` importable, its scripts starting their processes warm."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    yield
+
+
+def _script(name: str, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    """``benchmarks/NAME.py`` as a module, starting its processes with the warm launcher."""
+    module = importlib.import_module(name)
+    if name == "run":
+        monkeypatch.setattr(module, "launch", warm.run)
+    else:
+        monkeypatch.setattr(module, "Popen", warm.Popen)
+    return module
+
+
 @pytest.mark.slow
 @pytest.mark.distributed
-def test_quick_benchmark_writes_a_report_with_every_row(tmp_path: pathlib.Path) -> None:
+@pytest.mark.usefixtures("benchmarks")
+def test_quick_benchmark_writes_a_report_with_every_row(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     out = tmp_path / "results"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmarks" / "run.py"),
-            "--quick",
-            "--systems",
-            ",".join(SYSTEMS),
-            "--out",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    run = _script("run", monkeypatch)
+    assert run.main(["--quick", "--systems", ",".join(SYSTEMS), "--out", str(out)]) == 0
     reports = list(out.glob("overhead-quick_cpu-*core_*.md"))
     assert len(reports) == 1, sorted(p.name for p in out.iterdir())
     text = reports[0].read_text()
@@ -69,15 +87,12 @@ def test_quick_benchmark_writes_a_report_with_every_row(tmp_path: pathlib.Path) 
 
 
 @pytest.mark.slow
-def test_search_benchmark_quick_writes_every_section(tmp_path: pathlib.Path) -> None:
+@pytest.mark.usefixtures("benchmarks")
+def test_search_benchmark_quick_writes_every_section(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     out = tmp_path / "results"
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "search.py"), "--quick", "--out", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=1500,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    _script("search", monkeypatch).main(["--quick", "--out", str(out)])
     [report] = out.glob("search-quick_cpu-*core_*.md")
     sections = {  # each section's table rows, without the header
         part.split("\n")[0]: [line for line in part.splitlines() if line.startswith("| ")][1:]
@@ -107,16 +122,12 @@ def test_search_benchmark_quick_writes_every_section(tmp_path: pathlib.Path) -> 
 
 
 @pytest.mark.slow
-def test_search_benchmark_runs_only_the_sections_named(tmp_path: pathlib.Path) -> None:
+@pytest.mark.usefixtures("benchmarks")
+def test_search_benchmark_runs_only_the_sections_named(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     out = tmp_path / "results"
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "search.py"), "--quick"]
-        + ["--sections", "storage", "--out", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    _script("search", monkeypatch).main(["--quick", "--sections", "storage", "--out", str(out)])
     [report] = out.glob("search-quick-storage_cpu-*core_*.md")
     text = report.read_text()
     assert [part.split("\n")[0] for part in text.split("## ")[1:]] == ["Storage cost per trial"], (
