@@ -7,6 +7,8 @@ import pathlib
 import signal
 import subprocess
 import sys
+import time
+from typing import List
 
 import pytest
 
@@ -128,6 +130,136 @@ def test_a_signal_to_a_warm_childs_group_ends_it(isolated_run: pathlib.Path) -> 
     os.killpg(child.pid, signal.SIGTERM)
     assert child.wait(60) == -signal.SIGTERM
     child.stdout.close()
+
+
+# What a process started by a warm child sees (argument 1: its starter's process group). Left
+# out of its environment: what tells it apart, and what importing Lightning sets in a new
+# interpreter (a forked one's environment is exactly what it was given).
+GRANDCHILD = """
+import json, os, sys
+SET_BY_IMPORTS = {"DET_LIGHTNING_TEST_WARM", "PYTORCH_NVML_BASED_CUDA_CHECK",
+                  "TORCHINDUCTOR_CACHE_DIR"}
+warm = "torch" in sys.modules
+from lightning.fabric.utilities.rank_zero import rank_zero_only
+from torchmetrics.utilities.prints import rank_zero_only as metrics_rank_zero_only
+print(json.dumps({
+    "warm": warm, "argv": sys.argv, "cwd": os.getcwd(), "name": __name__,
+    "env": {k: v for k, v in os.environ.items() if k not in SET_BY_IMPORTS},
+    "in_starters_group": os.getpgrp() == int(sys.argv[1]), "session": os.getsid(0),
+    "rank": rank_zero_only.rank, "metrics_rank": metrics_rank_zero_only.rank,
+    "fds": sorted(int(fd) for fd in os.listdir("/proc/self/fd")), "stdin": sys.stdin.read(),
+}))
+"""
+
+# A warm child starting processes of its own with subprocess, as torchrun, Lightning's DDP
+# launcher and ``--workers`` do: the same one forked warm and as a new interpreter
+# (DET_LIGHTNING_TEST_WARM=0 in its environment), then a sleeper in a session of its own.
+STARTER = """
+import json, os, signal, subprocess, sys
+def run(**env):
+    result = subprocess.run(
+        [sys.executable, "-c", sys.argv[1], str(os.getpgrp())], input="in",
+        capture_output=True, text=True, env={**os.environ, **env}, cwd="/",
+    )
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+ranks = {"RANK": "1", "LOCAL_RANK": "1"}
+seen = {"warm": run(**ranks), "new": run(**ranks, DET_LIGHTNING_TEST_WARM="0"),
+        "no_warm_start": run(DET_LIGHTNING_WARM_START="0")}
+sleeper = subprocess.Popen(
+    [sys.executable, "-c", "import sys, time; print('torch' in sys.modules, flush=True); "
+     "time.sleep(600)"], stdout=subprocess.PIPE, text=True, start_new_session=True,
+)
+seen["sleeper_warm"] = sleeper.stdout.readline().strip() == "True"
+try:
+    sleeper.wait(timeout=0.05)
+except subprocess.TimeoutExpired:
+    seen["still_running"] = True
+os.killpg(sleeper.pid, signal.SIGTERM)
+seen["ended"] = sleeper.wait(timeout=60)
+sleeper.stdout.close()
+seen["status"] = subprocess.call([sys.executable, "-c", "raise SystemExit(3)"])
+print(json.dumps(seen))
+"""
+
+
+def test_what_a_warm_child_starts_is_forked_warm_and_sees_what_a_new_one_would(
+    isolated_run: pathlib.Path,
+) -> None:
+    """The processes a warm child starts (``zygote.serve_descendants``) are forked too, and
+    see what new interpreters would: arguments, working directory, environment, standard
+    input, descriptors, the starter's process group, and the rank Lightning and torchmetrics
+    read from the environment at import; they can be waited for (with a timeout), signalled,
+    and give their exit status. DET_LIGHTNING_WARM_START=0 keeps new interpreters."""
+    result = warm.run(
+        [sys.executable, "-c", STARTER, GRANDCHILD],
+        cwd=isolated_run,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    seen = json.loads(result.stdout)
+    forked, new = seen["warm"], seen["new"]
+    assert forked.pop("warm") and not new.pop("warm")
+    a, b = forked.pop("env"), new.pop("env")
+    assert a == b, {k: (a.get(k), b.get(k)) for k in set(a) | set(b) if a.get(k) != b.get(k)}
+    assert forked == new
+    assert forked["rank"] == forked["metrics_rank"] == 1
+    assert forked["in_starters_group"] and forked["cwd"] == "/" and forked["stdin"] == "in"
+    assert forked["argv"][0] == "-c" and forked["name"] == "__main__"
+    assert not seen["no_warm_start"]["warm"]
+    assert seen["no_warm_start"]["rank"] == seen["no_warm_start"]["metrics_rank"] == 0
+    assert seen["sleeper_warm"] and seen["still_running"]
+    assert seen["ended"] == -signal.SIGTERM and seen["status"] == 3
+
+
+def test_a_warm_childs_server_dies_with_it_and_what_it_started_lives_on(
+    isolated_run: pathlib.Path,
+) -> None:
+    """SIGKILL to a warm child: the server that forked its processes goes with it, and those
+    processes live on, as a killed parent's children do (here in a session of their own)."""
+    starter = warm.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import subprocess, sys, time\n"
+            "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'], "
+            "start_new_session=True)\n"
+            "print(child.pid, flush=True)\n"
+            "time.sleep(600)\n",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert starter.stdout is not None
+    child = int(starter.stdout.readline())
+    server = _parent_of(child)
+    assert server != starter.pid and _parent_of(server) == starter.pid
+    try:
+        starter.kill()
+        assert starter.wait(60) == -signal.SIGKILL
+        for _ in range(600):  # the server's SIGKILL (PR_SET_PDEATHSIG) arrives at once
+            if not pathlib.Path(f"/proc/{server}").exists() or _state(server) == "Z":
+                break
+            time.sleep(0.05)
+        assert not pathlib.Path(f"/proc/{server}").exists() or _state(server) == "Z"
+        assert _state(child) in ("S", "R"), "the server's child lives on"
+    finally:
+        os.killpg(child, signal.SIGKILL)
+        starter.stdout.close()
+
+
+def _stat(pid: int) -> List[str]:
+    return pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
+def _parent_of(pid: int) -> int:
+    return int(_stat(pid)[1])
+
+
+def _state(pid: int) -> str:
+    return _stat(pid)[0]
 
 
 def test_where_a_child_could_differ_it_is_a_new_interpreter(isolated_run: pathlib.Path) -> None:
