@@ -1,11 +1,13 @@
 """The scale drill (``benchmarks/search.py --sections scale``) at its smallest: 4 workers on a
-real PostgreSQL server and S3 endpoint, 12 stand-in trials, one worker killed mid-trial."""
+real PostgreSQL server and S3 endpoint, 12 stand-in trials, one worker killed mid-trial. The
+drill and its workers are forked from the warm launcher (``tests/fixtures/warm.py``)."""
 
 import pathlib
-import subprocess
 import sys
 
 import pytest
+
+from tests.fixtures import warm
 
 pytestmark = pytest.mark.slow
 
@@ -22,7 +24,7 @@ def test_the_scale_drill_runs_small_and_its_checks_pass(tmp_path: pathlib.Path) 
         "--scale-workers", "4", "--scale-trials", "12", "--scale-kills", "1",
         "--out", str(tmp_path),
     ]  # fmt: skip
-    result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    result = warm.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     table = [row for row in result.stdout.splitlines() if " | yes | " in row or "| **NO** |" in row]
     assert len(table) == 7, result.stdout + result.stderr
     failed = [row for row in table if "**NO**" in row and not any(t in row for t in TIMING)]
