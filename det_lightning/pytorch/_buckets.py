@@ -5,7 +5,8 @@ The schemes supported and the package each needs; the URL of a ``checkpoint_stor
 the fsspec options from that section and from boto's environment names, and the environment
 that passes them on; the fsspec filesystem (fsspec and the scheme's package, ``s3fs``,
 ``gcsfs``, ``adlfs``: the extras ``s3``, ``gcs``, ``azure``, are imported only when a URL is
-used); the note on which credentials were tried that every storage error ends with; an
+used); whether an S3 endpoint refuses connections (said at once, not after the retries); the
+note on which credentials were tried that every storage error ends with; an
 object's modification time; and the cache directory the local copies live in.
 """
 
@@ -13,6 +14,8 @@ import datetime
 import os
 import pathlib
 import re
+import socket
+import urllib.parse
 from typing import Any, Dict, Optional, Tuple, Union
 
 from det_lightning import errors
@@ -149,6 +152,37 @@ def credentials_note(scheme: str, options: Options) -> str:
             "AWS_ACCESS_KEY_ID is not set"
         )
     return f"Endpoint: {endpoint}; credentials tried: {tried}."
+
+
+def refused(scheme: str, options: Options, timeout: float = 5.0) -> Optional[str]:
+    """Why the configured S3 endpoint cannot be reached at all, or None: nothing accepts a
+    connection at its host and port, or its host name does not resolve. Both are definite, so
+    they are said at once; botocore and s3fs would retry them for about 8 s first. A slow or
+    timed-out connection is left to those retries (None), as is AWS's own endpoint.
+
+    >>> refused("s3", (("endpoint_url", "http://127.0.0.1:9"),))  # discard: nothing listens
+    'nothing accepts connections at http://127.0.0.1:9 (ConnectionRefusedError)'
+    >>> refused("gs", ()) is None
+    True
+    """
+    endpoint = dict(effective_options(scheme, options)).get("endpoint_url")
+    if scheme != "s3" or not endpoint:
+        return None
+    url = urllib.parse.urlsplit(endpoint)
+    if url.hostname is None:
+        return None
+    try:
+        port = url.port or (443 if url.scheme == "https" else 80)
+        with socket.create_connection((url.hostname, port), timeout=timeout):
+            return None
+    except ConnectionRefusedError as e:
+        return f"nothing accepts connections at {endpoint} ({type(e).__name__})"
+    except socket.gaierror as e:
+        if e.errno == socket.EAI_NONAME:  # not EAI_AGAIN: a resolver's hiccup passes
+            return f"the host of {endpoint} does not resolve ({e})"
+        return None
+    except (OSError, ValueError):  # a timeout, a network hiccup, a bad port: the retries say
+        return None
 
 
 def cache_dir() -> pathlib.Path:

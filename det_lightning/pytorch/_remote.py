@@ -46,6 +46,7 @@ from det_lightning.pytorch._buckets import (
     environment,
     filesystem,
     modified,
+    refused,
     storage_options,
 )
 from det_lightning.pytorch._buckets import is_url as is_url  # earlier callers import them here
@@ -357,6 +358,13 @@ class ObjectStore(CheckpointStore):
             fs = self.filesystem()
         except errors.CheckpointStorageError as e:
             return str(e)
+        unreachable = refused(self.scheme, self.options)
+        if unreachable is not None:
+            return (
+                f"Cannot write checkpoints to {self}: {unreachable}. Nothing was trained. Fix "
+                f"checkpoint_storage's endpoint_url (or AWS_ENDPOINT_URL_S3), or start the "
+                f"server. {credentials_note(self.scheme, self.options)}"
+            )
         probe_key = f"{self.key}/.det_lightning_probe_{uuid_lib.uuid4().hex}"
         try:
             fs.pipe_file(probe_key, b"probe")

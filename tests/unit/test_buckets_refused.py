@@ -1,0 +1,56 @@
+"""An S3 endpoint that cannot be reached at all is said at once (``_buckets.refused``); what
+may pass is left to boto's and s3fs's retries. The refused connection itself runs for real in
+``tests/integration/test_object_store.py`` (and the doctest); here, a listening socket and the
+resolver's answers."""
+
+import socket
+from typing import Any
+
+import pytest
+
+from det_lightning.pytorch._buckets import refused
+
+
+def test_an_endpoint_that_accepts_connections_is_not_refused() -> None:
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(1)
+        port = server.getsockname()[1]
+        assert refused("s3", (("endpoint_url", f"http://127.0.0.1:{port}"),)) is None
+
+
+def test_a_closed_port_is_refused_and_named() -> None:
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        port = server.getsockname()[1]  # bound, not listening: connections are refused
+        said = refused("s3", (("endpoint_url", f"http://127.0.0.1:{port}"),))
+    assert (
+        said == f"nothing accepts connections at http://127.0.0.1:{port} (ConnectionRefusedError)"
+    )
+
+
+@pytest.mark.parametrize("errno, definite", [(socket.EAI_NONAME, True), (socket.EAI_AGAIN, False)])
+def test_only_a_name_that_does_not_exist_is_definite(
+    monkeypatch: pytest.MonkeyPatch, errno: int, definite: bool
+) -> None:
+    def resolver_says(*_: Any, **__: Any) -> None:
+        raise socket.gaierror(errno, "the resolver's answer")
+
+    monkeypatch.setattr(socket, "create_connection", resolver_says)
+    said = refused("s3", (("endpoint_url", "https://minio.example:9000"),))
+    assert (said is not None) == definite
+    if definite:
+        assert said is not None and "https://minio.example:9000 does not resolve" in said
+
+
+def test_the_environments_endpoint_counts_and_aws_own_is_left_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        port = server.getsockname()[1]
+        monkeypatch.setenv("AWS_ENDPOINT_URL_S3", f"http://127.0.0.1:{port}")
+        assert refused("s3", ()) is not None
+    monkeypatch.delenv("AWS_ENDPOINT_URL_S3")
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    assert refused("s3", ()) is None  # AWS's own endpoint: never probed here
