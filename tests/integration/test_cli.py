@@ -36,9 +36,14 @@ def test_run_trains_a_determined_script_and_its_checkpoint_loads(
         env={VALIDATION_LOG_ENV: str(log)},
     )
     assert result.returncode == 0, output(result)
-    assert [v["batches"] for v in read_validation_log(log)] == [4, 6]  # validation_period Batch(4)
+    validations = read_validation_log(log)
+    assert [v["batches"] for v in validations] == [4, 6]  # validation_period Batch(4)
     checkpoints = list(checkpoint_dir.iterdir())
-    assert len(checkpoints) == 1, checkpoints  # checkpoint_policy="best" kept the best one
+    # The best checkpoint and the latest are kept: one when batch 6's validation beats batch
+    # 4's (the end's checkpoint is the best), else two. The weights start at random, as
+    # Determined's local mode leaves them: about 1 run in 100 does not improve.
+    improved = validations[1]["validation_loss"] < validations[0]["validation_loss"]
+    assert len(checkpoints) == (1 if improved else 2), (validations, checkpoints)
 
     loaded = load_checkpoint(checkpoints[0], "trial_class", cwd=isolated_run)
     assert loaded["class"] == "model_def.RegressionTrial" and loaded["is_trial"]
