@@ -457,3 +457,14 @@ def test_a_template_is_prepared_only_for_the_command_line(
         monkeypatch.setenv(name, value)
     parsed = zygote.parse_python_args(args)
     assert zygote.runs_the_command_line(parsed) is prepared
+
+
+def test_an_empty_environment_is_empty_as_for_subprocess(isolated_run: pathlib.Path) -> None:
+    """``env={}`` is an empty environment, not the caller's (``subprocess``'s meaning)."""
+    code = "import json, os; print(json.dumps(dict(os.environ)))"
+    kwargs: dict = {"env": {}, "capture_output": True, "text": True, "timeout": 300}
+    forked = warm.run([sys.executable, "-c", code], **kwargs)
+    new = subprocess.run([sys.executable, "-c", code], **kwargs)
+    assert forked.returncode == new.returncode == 0, forked.stderr + new.stderr
+    assert json.loads(forked.stdout) == json.loads(new.stdout)
+    assert "PATH" not in json.loads(forked.stdout)
