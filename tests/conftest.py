@@ -2,13 +2,14 @@
 
 import os
 import pathlib
-from typing import Iterator
+import signal
+from typing import Iterator, Tuple
 
 import pytest
 import torch
 
 from tests.fixtures import warm
-from tests.fixtures.object_store import S3, s3_endpoint
+from tests.fixtures.object_store import S3, RefuseDeletes, moto_server, s3_endpoint
 from tests.fixtures.postgres import postgres_server, postgres_url  # noqa: F401 (fixtures)
 from tests.fixtures.writers import close_open_writers
 
@@ -48,15 +49,47 @@ def warm_launcher(request: pytest.FixtureRequest) -> Iterator[None]:
     warm.set_cold(False)
 
 
+_CHECKED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+
+
+@pytest.fixture(autouse=True)
+def signals_left_as_found() -> Iterator[None]:
+    """A test leaves this process's handlers of the signals that end a process as it found
+    them; one that does not fails here. A SIGINT left ignored, say, would be inherited by every
+    process a later test starts in this worker. Handlers of SIGUSR1 and SIGUSR2 are put back
+    without failing: the real Determined, run in-process by the parity tests, installs its
+    stack-trace handler on SIGUSR1."""
+    signals = (*_CHECKED_SIGNALS, signal.SIGUSR1, signal.SIGUSR2)
+    before = {signum: signal.getsignal(signum) for signum in signals}
+    yield
+    changed = {
+        signum.name: signal.getsignal(signum)
+        for signum in _CHECKED_SIGNALS
+        if signal.getsignal(signum) != before[signum]
+    }
+    for signum, handler in before.items():
+        if handler is not None:  # None: set outside Python, which cannot set it back
+            signal.signal(signum, handler)
+    assert not changed, f"the test left these signal handlers changed: {changed}"
+
+
 @pytest.fixture
 def checkpoint_dir(tmp_path: pathlib.Path) -> pathlib.Path:
     return tmp_path / "checkpoints"
 
 
+@pytest.fixture(scope="session")
+def _moto_server() -> Iterator[Tuple[str, RefuseDeletes]]:
+    with moto_server() as server:
+        yield server
+
+
 @pytest.fixture
-def s3_server(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[S3]:
-    """moto's S3 server on loopback with a fresh bucket (``tests/fixtures/object_store.py``)."""
-    with s3_endpoint(monkeypatch, tmp_path) as server:
+def s3_server(
+    _moto_server: Tuple[str, RefuseDeletes], tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[S3]:
+    """A fresh bucket on moto's S3 server on loopback (``tests/fixtures/object_store.py``)."""
+    with s3_endpoint(_moto_server, monkeypatch, tmp_path) as server:
         yield server
 
 
