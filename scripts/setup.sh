@@ -14,7 +14,8 @@
 #
 # torch is installed first and pinned through constraints.txt, so that no later step lets pip
 # pick a torch build on its own (on a CPU machine that would pull several GB of CUDA packages).
-# Set TORCH_SPEC to install another torch, e.g. TORCH_SPEC="torch==2.5.1".
+# Set TORCH_SPEC to install another torch, e.g. TORCH_SPEC="torch==2.5.1"; INSTALLER=pip
+# installs the rest with pip instead of uv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 extras=""
@@ -35,7 +36,18 @@ echo "$torch_spec" >"$constraints"
 [ -n "${LIGHTNING_SPEC:-}" ] && echo "$LIGHTNING_SPEC" >>"$constraints"
 "${pip[@]}" install "$torch_spec" 2>&1 | grep -v "is ignored: it is neither" || true
 "$venv/bin/python" -c "import importlib.util as u, sys; sys.exit(u.find_spec(\"torch\") is None)" || { echo "torch did not install" >&2; exit 1; }
-"${pip[@]}" install -c "$constraints" -e ".$extras" 2>&1 | grep -v "is ignored: it is neither" || true
+# The rest through uv where it can be had: on the 2-core machine it installs the test
+# environment in 14 s where pip takes 60 s (it unpacks and compiles in parallel), the same
+# packages at the same versions. uv comes into the environment from pip, and pip does the
+# install where uv cannot be had (no index) or INSTALLER=pip asks for it. torch stays pip's
+# (above): uv does not look in the machine's folder of wheels, and the constraints keep the
+# torch that pip installed.
+if [ "${INSTALLER:-uv}" = uv ] && "${pip[@]}" install "uv>=0.5" >/dev/null 2>&1; then
+  UV_LINK_MODE=copy "$venv/bin/uv" pip install -q --python "$venv/bin/python" --compile-bytecode \
+    -c "$constraints" -e ".$extras"
+else
+  "${pip[@]}" install -c "$constraints" -e ".$extras" 2>&1 | grep -v "is ignored: it is neither" || true
+fi
 "$venv/bin/python" -c "import det_lightning.adapters, lightning"
 # What this environment was installed from, so scripts/run-example.sh installs only once.
 sha256sum pyproject.toml >"$venv/.det_lightning-setup"
