@@ -224,3 +224,43 @@ def test_a_waiting_worker_wakes_when_the_first_lease_would_expire() -> None:
     study.tell(live, 1.0)
     study.tell(dying, 1.0)
     assert 2.0 <= until_an_expiry([study], leases) <= 2.1  # nothing running: one interval
+
+
+@pytest.mark.parametrize("kind", ["journal", "database"])
+def test_a_waiting_worker_looks_again_when_a_trial_ends_not_when_a_lease_is_renewed(
+    tmp_path: pathlib.Path, kind: str
+) -> None:
+    """The wait ``until_an_expiry`` gives is cut short when another worker's trial ends (the
+    search's last one, say: this worker then finishes at once, not a renewal interval later),
+    and not by that worker renewing its lease."""
+    from det_lightning._runner.search._interrupt import SearchInterrupt
+    from det_lightning._runner.search._waiting import wait_a_while
+
+    def storage() -> "optuna.storages.BaseStorage":
+        if kind == "journal":
+            return JournalStorage(JournalFileBackend(str(tmp_path / "search.journal")))
+        return optuna.storages.RDBStorage(f"sqlite:///{tmp_path / 'search.db'}")
+
+    waiting = optuna.create_study(storage=storage(), study_name="s")
+    other = optuna.load_study(study_name="s", storage=storage())  # another worker's view
+    running = other.ask()
+
+    def renew() -> None:
+        for _ in range(5):
+            running.set_user_attr(_lease.LEASE, {"host": "b", "pid": 2, "renewed": time.time()})
+            time.sleep(0.1)
+
+    renewer = threading.Thread(target=renew)
+    started = time.monotonic()
+    renewer.start()
+    wait_a_while(1.5, SearchInterrupt(), [waiting])
+    renewer.join()
+    assert time.monotonic() - started >= 1.5  # renewals do not wake it
+
+    ender = threading.Timer(0.3, lambda: other.tell(running, 1.0))
+    started = time.monotonic()
+    ender.start()
+    wait_a_while(120.0, SearchInterrupt(), [waiting])
+    waited = time.monotonic() - started
+    ender.join()
+    assert 0.3 <= waited < 60.0, waited  # woken by the trial's end, not the deadline

@@ -1,10 +1,11 @@
 """A worker with nothing to start: taking over a trial whose lease expired, the trials other
 workers run (logged with their pid and host when that changes), and how long to wait before
-looking again (until the first of their leases would expire)."""
+looking again (until the first of their leases would expire, or sooner: when one of those
+trials ends or another starts)."""
 
 import logging
 import time
-from typing import List, Optional, Sequence, Tuple
+from typing import FrozenSet, List, Optional, Sequence, Tuple
 
 import optuna
 
@@ -16,6 +17,7 @@ from det_lightning._runner._lease import (
     is_superseded,
     take_over,
 )
+from det_lightning._runner._optuna import rdb_of, storage_of, trial_id
 from det_lightning._runner._trial_record import TrialRecord
 from det_lightning._runner.search._interrupt import SearchInterrupt
 
@@ -45,7 +47,7 @@ def until_an_expiry(studies: Sequence[optuna.Study], leases: LeaseSettings) -> f
     lease of the trials running elsewhere would expire (a dead worker's trial is taken over
     then, not up to a renewal interval later), at most one interval, at least 50 ms. A live
     worker's lease is renewed every interval, so its expiry stays at least timeout - interval
-    away: waiting workers read the storage no more often than before."""
+    away. (``wait_a_while`` ends the wait sooner when a trial ends or starts.)"""
     now, soonest = time.time(), leases.interval
     for study in studies:
         for frozen in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
@@ -88,7 +90,35 @@ def note_waiting(
     return logged
 
 
-def wait_a_while(seconds: float, interrupt: SearchInterrupt) -> None:
+# How often a waiting worker reads which trials are unfinished: a journal file is a local file
+# read from where it was last read; a database is a query (per waiting worker and second).
+CHECK_JOURNAL_S = 0.2
+CHECK_DATABASE_S = 1.0
+
+
+def unfinished(studies: Sequence[optuna.Study]) -> FrozenSet[int]:
+    """The ids of the trials RUNNING or WAITING in ``studies``: a lease renewal leaves them as
+    they are; a trial that ends or starts changes them."""
+    states = (optuna.trial.TrialState.RUNNING, optuna.trial.TrialState.WAITING)
+    return frozenset(
+        trial_id(t) for study in studies for t in study.get_trials(deepcopy=False, states=states)
+    )
+
+
+def wait_a_while(
+    seconds: float, interrupt: SearchInterrupt, studies: Sequence[optuna.Study] = ()
+) -> None:
+    """Waits ``seconds``, less if a signal arrives or, given ``studies``, once a trial of theirs
+    ends or starts (another worker finished the trial this one waits for, say: the search's
+    last, or the one whose result a promotion needs). Without that, a worker waiting for
+    another's last trial would end up to a renewal interval (10 s) after it."""
     deadline = time.monotonic() + seconds
+    every = CHECK_DATABASE_S if any(rdb_of(storage_of(s)) for s in studies) else CHECK_JOURNAL_S
+    before = unfinished(studies) if studies else frozenset()
+    check = time.monotonic() + every
     while interrupt.received is None and time.monotonic() < deadline:
         time.sleep(min(0.2, max(deadline - time.monotonic(), 0.0)))
+        if studies and time.monotonic() >= check:
+            if unfinished(studies) != before:
+                return
+            check = time.monotonic() + every

@@ -203,7 +203,7 @@ def _loop(
                 if not others_running(studies):
                     break
                 waited_for = note_waiting(worker.plan.experiment_id, studies, waited_for)
-                wait_a_while(until_an_expiry(studies, leases), interrupt)  # or until they finish
+                wait_a_while(until_an_expiry(studies, leases), interrupt, studies)
                 continue
             asked = _ask(studies[index], settings, index, config.hyperparameters, seed=seed)
             if asked is None:
