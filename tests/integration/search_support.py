@@ -62,14 +62,14 @@ class SlowTrial(RegressionTrial):
             # Checkpointed up to here: the test kills the search now.
             pathlib.Path(os.environ["TEST_HOLD_MARKER"]).touch()
             wait_for(lambda: False, "the test to kill this process")
-        time.sleep(0.15)  # slow enough for two workers to overlap
+        time.sleep(0.05)  # a trial takes a while; the barrier, not this, makes workers overlap
         return super().train_batch(batch, epoch_idx, batch_idx)
 """
 
 
 @pytest.fixture
 def slow_project(tmp_path: pathlib.Path) -> pathlib.Path:
-    """The fixture project plus a trial that takes 0.15 s a batch and checkpoints every 2;
+    """The fixture project plus a trial that takes 0.05 s a batch and checkpoints every 2;
     ``TEST_BARRIER_*``, ``TEST_WAIT_FOR`` and ``TEST_HOLD_*`` in its environment make it wait
     for events."""
     project = tmp_path / "slow_project"
