@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from tests.fixtures import warm
-from tests.fixtures.object_store import S3, RefuseDeletes, moto_server, s3_endpoint
+from tests.fixtures.object_store import S3, Switch, moto_server, s3_endpoint
 from tests.fixtures.postgres import postgres_server, postgres_url  # noqa: F401 (fixtures)
 from tests.fixtures.writers import close_open_writers
 
@@ -79,14 +79,14 @@ def checkpoint_dir(tmp_path: pathlib.Path) -> pathlib.Path:
 
 
 @pytest.fixture(scope="session")
-def _moto_server() -> Iterator[Tuple[str, RefuseDeletes]]:
+def _moto_server() -> Iterator[Tuple[str, Switch]]:
     with moto_server() as server:
         yield server
 
 
 @pytest.fixture
 def s3_server(
-    _moto_server: Tuple[str, RefuseDeletes], tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+    _moto_server: Tuple[str, Switch], tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[S3]:
     """A fresh bucket on moto's S3 server on loopback (``tests/fixtures/object_store.py``)."""
     with s3_endpoint(_moto_server, monkeypatch, tmp_path) as server:

@@ -24,6 +24,7 @@ The local copies live in the cache directory (``_buckets.cache_dir()``) under
 ``checkpoints/<bucket>-<hash of the root URL>/``; reaching the bucket is ``_buckets``' part.
 """
 
+import asyncio
 import dataclasses
 import hashlib
 import json
@@ -64,6 +65,9 @@ from det_lightning.pytorch._store import CheckpointStore, raise_unless_may_publi
 
 logger = logging.getLogger("det_lightning.pytorch")
 
+# Files of one checkpoint uploaded or downloaded at once (an asynchronous filesystem: s3fs,
+# gcsfs, adlfs): a checkpoint's code/ holds hundreds of small files, each a request of its own.
+TRANSFER_CONCURRENCY = 16
 MARKER = ".complete"  # <uuid>/.complete: written last; a checkpoint without it does not exist
 DOWNLOADING = ".downloading"  # .<uuid>.<random>.downloading: a download in progress
 _UUID = ckpt.UUID_PATTERN
@@ -211,10 +215,10 @@ class ObjectStore(CheckpointStore):
             tempfile.mkdtemp(prefix=f".{self.name}.", suffix=DOWNLOADING, dir=cache)
         )
         try:
-            for key in keys:
-                target = download / key[len(self.key) + 1 :]
+            targets = [download / key[len(self.key) + 1 :] for key in keys]
+            for target in targets:
                 target.parent.mkdir(parents=True, exist_ok=True)
-                fs.get_file(key, str(target))
+            _transfer(fs, "get_file", [(key, str(t)) for key, t in zip(keys, targets)])
             os.replace(download, local)
         except OSError:
             if not ckpt.is_complete(local):
@@ -241,9 +245,10 @@ class ObjectStore(CheckpointStore):
         """
         fs = self.filesystem()
         target = self.child(uuid)
+        files = sorted(p for p in local.rglob("*") if p.is_file())
         try:
-            for file in sorted(p for p in local.rglob("*") if p.is_file()):
-                fs.put_file(str(file), f"{target.key}/{file.relative_to(local).as_posix()}")
+            pairs = [(str(f), f"{target.key}/{f.relative_to(local).as_posix()}") for f in files]
+            _transfer(fs, "put_file", pairs)
         except Exception as e:
             raise self._upload_failed(local, target, e) from e
         try:
@@ -424,3 +429,34 @@ def checkpoint_location(
     if not options and beside is not None:
         options = beside.options_for(scheme)
     return ObjectStore(f"{scheme}://{rest}", options)
+
+
+def _transfer(fs: Any, method: str, pairs: List[Tuple[str, str]]) -> None:
+    """``fs.<method>(source, destination)`` for each pair (``put_file``, ``get_file``):
+    ``TRANSFER_CONCURRENCY`` at once where ``fs`` is asynchronous (fsspec's ``_put_file`` on
+    its own event loop), one after another elsewhere. The first failure cancels the transfers
+    in flight and is raised once they have stopped; transfers not yet begun never start."""
+    if not getattr(fs, "async_impl", False):
+        for source, destination in pairs:
+            getattr(fs, method)(source, destination)
+        return
+    from fsspec.asyn import sync
+
+    sync(fs.loop, _transfer_all, getattr(fs, f"_{method}"), pairs)
+
+
+async def _transfer_all(call: Callable[..., Any], pairs: List[Tuple[str, str]]) -> None:
+    slots = asyncio.Semaphore(TRANSFER_CONCURRENCY)
+
+    async def one(source: str, destination: str) -> None:
+        async with slots:
+            await call(source, destination)
+
+    tasks = [asyncio.ensure_future(one(source, destination)) for source, destination in pairs]
+    try:
+        await asyncio.gather(*tasks)
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise

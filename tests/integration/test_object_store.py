@@ -192,6 +192,32 @@ def test_an_unmarked_prefix_is_invisible_and_swept_when_a_run_starts(
     assert "notes/keep.txt" in s3_server.keys("killed")
 
 
+def test_a_checkpoints_files_move_at_once_and_a_refused_upload_publishes_nothing(
+    s3_server: S3, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A checkpoint's code/ holds a file per source file: they are uploaded, and downloaded,
+    several at once. The server refusing one upload stops the run with the upload's error;
+    that checkpoint never gets its marker, and the one before it stays whole."""
+    url = s3_server.url("many")
+    trained = fit(MLPTrial, url)  # type: ignore[arg-type]
+    (uuid,) = checkpoints(s3_server, "many")
+    assert len(s3_server.keys(f"many/{uuid}/code")) > 20  # the tests package's files
+    assert s3_server.switch.peak["PUT"] > 1, s3_server.switch.peak
+    monkeypatch.setenv("DET_LIGHTNING_CACHE_DIR", str(tmp_path / "elsewhere"))
+    loaded = pytorch.load_trial_from_checkpoint_path(f"{url}/{uuid}", trial_class=MLPTrial)
+    assert s3_server.switch.peak["GET"] > 1, s3_server.switch.peak
+    assert_same_weights(
+        dict(loaded.model.state_dict()),  # type: ignore[attr-defined]
+        dict(trained.model.state_dict()),
+    )
+    with s3_server.refusing("PUT", "/tests/__init__.py") as refused:
+        with pytest.raises(errors.CheckpointStorageError, match="Uploading checkpoint"):
+            fit(MLPTrial, s3_server.url("refused"))  # type: ignore[arg-type]
+    assert refused, "the server refused no upload"
+    assert not [k for k in s3_server.keys("refused") if k.endswith(MARKER)]  # never published
+    assert [k for k in s3_server.keys("many") if k.endswith(MARKER)] == [f"{uuid}/{MARKER}"]
+
+
 def test_a_missing_bucket_fails_before_training_and_writes_nothing_locally(
     s3_server: S3, tmp_path: pathlib.Path, isolated_run: pathlib.Path
 ) -> None:
