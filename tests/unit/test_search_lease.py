@@ -264,3 +264,7 @@ def test_a_waiting_worker_looks_again_when_a_trial_ends_not_when_a_lease_is_rene
     waited = time.monotonic() - started
     ender.join()
     assert 0.3 <= waited < 60.0, waited  # woken by the trial's end, not the deadline
+
+    started = time.monotonic()  # nothing unfinished any more: no wait at all
+    wait_a_while(120.0, SearchInterrupt(), [waiting])
+    assert time.monotonic() - started < 60.0

@@ -115,6 +115,8 @@ def wait_a_while(
     deadline = time.monotonic() + seconds
     every = CHECK_DATABASE_S if any(rdb_of(storage_of(s)) for s in studies) else CHECK_JOURNAL_S
     before = unfinished(studies) if studies else frozenset()
+    if studies and not before:
+        return  # the last one ended since the caller looked: look again now
     check = time.monotonic() + every
     while interrupt.received is None and time.monotonic() < deadline:
         time.sleep(min(0.2, max(deadline - time.monotonic(), 0.0)))
