@@ -46,6 +46,7 @@ import lightning.pytorch as pl
 import torch
 from typing_extensions import override
 
+from det_lightning.adapters import gloo_loop
 from det_lightning.adapters import metrics as metric_utils
 from det_lightning.adapters.lightning import internals, lean_step
 from det_lightning.adapters.precision import scheduler_waits
@@ -204,6 +205,8 @@ class TrialModule(pl.LightningModule):
 
     @override
     def on_fit_start(self) -> None:
+        if self.trainer.world_size > 1:  # the process group is up: its gloo socket threads
+            gloo_loop.lower_loop_priority()
         self._set_train_mode()
         self._backend.bind_optimizers()
         engine = self.context.engine

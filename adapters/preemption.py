@@ -230,6 +230,9 @@ class StopAgreement:
             # None: a group object kept here would outlive destroy_process_group() (see close).
             if dist.get_backend() != "gloo":
                 self._side_group = dist.new_group(backend="gloo")
+                from det_lightning.adapters import gloo_loop
+
+                gloo_loop.lower_loop_priority()  # the new group's socket thread
             self._group_chosen = True
         tensor = torch.tensor(values, dtype=torch.int64)
         dist.all_reduce(tensor, op=dist.ReduceOp.MAX, group=self._side_group)

@@ -31,12 +31,13 @@ def two_procs(tmp_path_factory: pytest.TempPathFactory) -> jobs.Job:
 
 @pytest.fixture(scope="module")
 def two_procs_plain(tmp_path_factory: pytest.TempPathFactory) -> jobs.Job:
-    """``two_procs`` on Lightning's own loop, backward and step (``DET_LIGHTNING_LEAN=0``)."""
+    """``two_procs`` on Lightning's own loop, backward and step (``DET_LIGHTNING_LEAN=0``), gloo's
+    socket threads left at the training thread's priority."""
     workdir = tmp_path_factory.mktemp("two_procs_plain")
     return jobs.run(
         [PROBE, "--out", "out", "--devices", "2", *COMMON, "--batches", "8"],
         workdir,
-        env={"DET_LIGHTNING_LEAN": "0"},
+        env={"DET_LIGHTNING_LEAN": "0", "DET_LIGHTNING_GLOO_LOOP_NICE": "0"},
     )
 
 
@@ -114,11 +115,25 @@ def test_the_lean_path_is_invisible_with_two_processes(
     gradient all-reduces come out identical, with the lean path and without it."""
     lean, plain = two_procs.ranks(2), two_procs_plain.ranks(2)
     for rank in (0, 1):
+        lean[rank].pop("priorities"), plain[rank].pop("priorities")
         assert lean[rank].pop("epoch_loop") == "LeanTrainingEpochLoop"
         assert plain[rank].pop("epoch_loop") == "_TrainingEpochLoop"
         assert len(lean[rank]["trace"]) == 8 * 4 + 4 + 2 * 2  # batches, steps, validations
         assert [e[0] for e in lean[rank]["trace"]].count("on_before_optimizer_step") == 4
         assert lean[rank] == plain[rank]
+
+
+def test_gloo_socket_threads_run_below_the_training_thread(
+    two_procs: jobs.Job, two_procs_plain: jobs.Job
+) -> None:
+    """gloo's epoll loop spins while its work thread holds a connection's lock; ten nice levels
+    lower, it no longer takes the core from that thread (adapters/gloo_loop.py).
+    ``DET_LIGHTNING_GLOO_LOOP_NICE=0`` leaves it as gloo made it."""
+    for lowered, left in zip(two_procs.ranks(2), two_procs_plain.ranks(2)):
+        training = lowered["priorities"]["training"]
+        assert lowered["priorities"]["gloo_loops"]  # (one per gloo device)
+        assert set(lowered["priorities"]["gloo_loops"]) == {min(19, training + 10)}
+        assert set(left["priorities"]["gloo_loops"]) == {left["priorities"]["training"]}
 
 
 def test_two_processes_train_like_one_with_the_same_global_batch(

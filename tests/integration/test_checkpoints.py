@@ -224,10 +224,13 @@ def test_ddp_model_saves_plain_keys(tmp_path: pathlib.Path) -> None:
     torch.distributed.init_process_group(
         "gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1
     )
-    model = nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 1))
-    ddp = nn.parallel.DistributedDataParallel(model)
-    assert list(ddp.state_dict())[0].startswith("module.")
-    assert _state_dicts.model_state_dicts([ddp])[0].keys() == model.state_dict().keys()
+    try:
+        model = nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 1))
+        ddp = nn.parallel.DistributedDataParallel(model)
+        assert list(ddp.state_dict())[0].startswith("module.")
+        assert _state_dicts.model_state_dicts([ddp])[0].keys() == model.state_dict().keys()
+    finally:  # (a group left open would be the next test's, in this process)
+        torch.distributed.destroy_process_group()
 
 
 def test_code_never_contains_the_checkpoint_directory(

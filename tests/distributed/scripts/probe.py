@@ -11,6 +11,7 @@ callback event, the per-batch training losses, the validation metrics, the ids a
 import argparse
 import atexit
 import json
+import os
 import pathlib
 from typing import Any, Dict, List
 
@@ -278,6 +279,8 @@ class ProbeTrial(pytorch.PyTorchTrial):
         )
 
     def train_batch(self, batch: Any, epoch_idx: int, batch_idx: int) -> Dict[str, Any]:
+        if "priorities" not in RECORD:
+            RECORD["priorities"] = _priorities()
         rank = self._rank()
         if (rank, batch_idx) == (self.args.crash_rank, self.args.crash_batch):
             raise RuntimeError(f"probe crash on rank {rank} at batch {batch_idx}")
@@ -307,6 +310,20 @@ class FullDatasetProbe(ProbeTrial):
         losses = [nn.functional.mse_loss(self.model(x), y).item() for _, x, y in data_loader]
         self.seen.update([])
         return {"validation_loss": sum(losses) / len(losses)}
+
+
+def _priorities() -> Dict[str, Any]:
+    """The nice values of the training thread and of gloo's socket threads, as training runs."""
+    tasks = pathlib.Path("/proc/self/task")
+    loops = [
+        int(task.name)
+        for task in tasks.iterdir()
+        if (task / "comm").read_text().strip() == "gloo_tcp_loop"
+    ]
+    return {
+        "training": os.getpriority(os.PRIO_PROCESS, 0),
+        "gloo_loops": [os.getpriority(os.PRIO_PROCESS, tid) for tid in loops],
+    }
 
 
 # Thread names c10d and gloo give their threads: a process group's workers and transport loop,
