@@ -162,11 +162,16 @@ def test_command_entrypoint_runs_the_script_in_the_model_dir(
         env={VALIDATION_LOG_ENV: str(log)},
     )
     assert result.returncode == 0, output(result)
-    assert [v["batches"] for v in read_validation_log(log)] == [4, 6]  # train.py's own periods
+    validations = read_validation_log(log)
+    assert [v["batches"] for v in validations] == [4, 6]  # train.py's own periods
     checkpoints = list(
         (experiment_dir(checkpoint_dir, PROJECT / "script.yaml") / "trial-1").iterdir()
     )
-    assert len(checkpoints) == 1, checkpoints
+    # The config seeds nothing, so either validation may be the better one. Determined's default
+    # retention keeps the trial's best and its latest: one checkpoint when batch 6 validated
+    # better than batch 4, else the best (4) and the latest (6).
+    improved = validations[1]["validation_loss"] < validations[0]["validation_loss"]
+    assert len(checkpoints) == (1 if improved else 2), (validations, checkpoints)
     row = re.search(r"^1\s+COMPLETED\s.*\s(\S+)$", result.stdout, re.M)
     trial_dir = experiment_dir(checkpoint_dir, PROJECT / "script.yaml") / "trial-1"
     assert row and _shows(row.group(1), trial_dir), output(result)
