@@ -80,7 +80,8 @@ class EpochView:
     def _next_pass(self) -> Any:
         """The first batch of a plain loader's next pass, once its iterator ended."""
         self._iterator = iter(self.loader)  # a plain loader ended its pass: start the next
-        self._fetch = self._iterator.__next__
+        labels = self._labels if self._labels is not None else LabelFree()
+        self._fetch = labels.fetcher(self._iterator)  # (without the label, as the first pass)
         try:
             return self._fetch()
         except StopIteration:

@@ -2,8 +2,9 @@
 skips when no callback overrides them) against Lightning's own code, where the trace tests in
 ``test_hooks.py`` do not look: what the optimizer's step sees."""
 
+import contextlib
 from collections import Counter
-from typing import Any, List, Tuple
+from typing import Any, Iterator, List, Tuple
 
 import pytest
 import torch
@@ -161,8 +162,10 @@ def test_backward_with_a_gradient_gives_lightnings_weights(
         assert torch.equal(a, b)
 
 
-def _fit_counting_labels(monkeypatch: pytest.MonkeyPatch, labels_on: str) -> Tuple[Any, Counter]:
-    """A fit of 6 batches with torch's ``record_function`` labels counted by name."""
+@contextlib.contextmanager
+def _counting_labels(monkeypatch: pytest.MonkeyPatch, labels_on: str) -> Iterator[Counter]:
+    """torch's ``record_function`` labels opened inside, counted by name, with
+    ``DET_LIGHTNING_LEAN_LABELS`` set to ``labels_on``."""
     opened: Counter = Counter()
     original = torch.autograd.profiler.record_function
 
@@ -174,6 +177,12 @@ def _fit_counting_labels(monkeypatch: pytest.MonkeyPatch, labels_on: str) -> Tup
     monkeypatch.setenv(profiler_labels.LABELS_ENV, labels_on)
     with monkeypatch.context() as patch:
         patch.setattr(torch.autograd.profiler, "record_function", Counting)
+        yield opened
+
+
+def _fit_counting_labels(monkeypatch: pytest.MonkeyPatch, labels_on: str) -> Tuple[Any, Counter]:
+    """A fit of 6 batches with torch's ``record_function`` labels counted by name."""
+    with _counting_labels(monkeypatch, labels_on) as opened:
         trial, _ = run_trial(
             pytorch,
             "MLPTrial",
@@ -196,6 +205,41 @@ def test_training_batches_go_without_torchs_profiler_labels(
     # 6 training batches, the validation batches and the end of each validation pass
     assert plain["enumerate(DataLoader)"] > 6
     assert lean == Counter()
+    for ours, theirs in zip(lean_trial.model.parameters(), plain_trial.model.parameters()):
+        assert torch.equal(ours, theirs)
+
+
+def test_a_plain_torch_loader_goes_without_the_label_in_every_pass(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A trial that returns torch's own ``DataLoader`` (2 batches a pass, 6 batches: three
+    passes, each a new iterator): no pass opens the loader's label, and the batches are the
+    ones the labelled iterator gives."""
+    from tests.fixtures.trials import make_trials, regression_data, seed_everything
+
+    base = make_trials(pytorch)["MLPTrial"]
+
+    class PlainLoaderTrial(base):  # type: ignore[misc,valid-type]
+        def __init__(self, context: Any) -> None:
+            super().__init__(context)
+            context.experimental.disable_dataset_reproducibility_checks()
+
+        def build_training_data_loader(self) -> Any:
+            return torch.utils.data.DataLoader(regression_data(16), batch_size=8, shuffle=True)
+
+    def run(labels_on: str) -> Tuple[Any, Counter]:
+        with _counting_labels(monkeypatch, labels_on) as opened:
+            seed_everything(3)
+            with pytorch.init(hparams={"lr": 0.01}) as context:
+                trial = PlainLoaderTrial(context)
+                pytorch.Trainer(trial, context, logger=False).fit(max_length=pytorch.Batch(6))
+        return trial, opened
+
+    lean_trial, lean = run("1")
+    plain_trial, plain = run("0")
+    assert plain["enumerate(DataLoader)"] >= 6 + 2  # every training batch, and each pass's end
+    assert lean == Counter()
+    assert len(lean_trial.seen) == 6 and lean_trial.seen == plain_trial.seen
     for ours, theirs in zip(lean_trial.model.parameters(), plain_trial.model.parameters()):
         assert torch.equal(ours, theirs)
 
