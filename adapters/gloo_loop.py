@@ -1,7 +1,7 @@
 """gloo's socket thread below the training thread in the CPU scheduler.
 
-With the gloo backend every rank has one ``gloo_tcp_loop`` thread per gloo device: an epoll loop
-that reads what the other ranks send. Its event handler only *tries* the connection's lock
+With the gloo backend every rank has a ``gloo_tcp_loop`` thread (one per gloo device; torch's
+groups share the default device's): an epoll loop that reads what the other ranks send. Its event handler only *tries* the connection's lock
 (``Pair::handleEvents``, ``std::try_to_lock``) and returns when another thread holds it; the
 socket is still readable, so ``epoll_wait`` returns at once and the loop spins until the lock is
 free. The holder is the rank's own gloo work thread, posting the next send or receive. When the
