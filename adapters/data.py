@@ -52,13 +52,11 @@ class EpochView:
         self._repeats = repeats
         self._iterator: Optional[Iterator] = None
         self._fetch: Callable[[], Any] = _not_started
-        self._labels: Optional[LabelFree] = None
+        self._labels = LabelFree()  # (decided once per view: the environment as the fit starts)
 
     def start(self) -> None:
         """Creates the run's iterator, where Determined creates its own (before restoring)."""
         self._iterator = iter(self.loader)
-        if self._labels is None:  # (decided once per view: the environment at the fit's start)
-            self._labels = LabelFree()
         self._fetch = self._labels.fetcher(self._iterator)
 
     def __len__(self) -> int:
@@ -80,8 +78,7 @@ class EpochView:
     def _next_pass(self) -> Any:
         """The first batch of a plain loader's next pass, once its iterator ended."""
         self._iterator = iter(self.loader)  # a plain loader ended its pass: start the next
-        labels = self._labels if self._labels is not None else LabelFree()
-        self._fetch = labels.fetcher(self._iterator)  # (without the label, as the first pass)
+        self._fetch = self._labels.fetcher(self._iterator)  # (without the label, as the first)
         try:
             return self._fetch()
         except StopIteration:

@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, AbstractSet, Any, Callable, Dict, List, Mappin
 
 from det_lightning import errors
 from det_lightning._env import LATEST_CHECKPOINT_ENV, RESUME_ADVICE_ENV
+from det_lightning.adapters import gloo_loop
 from det_lightning.pytorch._boundaries import Boundary, next_agreement_interval, stop_agreement_due
 
 if TYPE_CHECKING:
@@ -230,8 +231,6 @@ class StopAgreement:
             # None: a group object kept here would outlive destroy_process_group() (see close).
             if dist.get_backend() != "gloo":
                 self._side_group = dist.new_group(backend="gloo")
-                from det_lightning.adapters import gloo_loop
-
                 gloo_loop.lower_loop_priority()  # the new group's socket thread
             self._group_chosen = True
         tensor = torch.tensor(values, dtype=torch.int64)

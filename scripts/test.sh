@@ -5,8 +5,9 @@
 #                                    the slow and distributed ones (they start processes of their
 #                                    own), two at a time, and beside them the built wheel's smoke
 #                                    test, the docs site and the Lightning-dependent and parity
-#                                    tests on Lightning 2.4.0 (.venv-low, installed there); each phase says when
-#                                    it starts ("scripts/test.sh: ... (N min N s in)")
+#                                    tests on Lightning 2.4.0 (.venv-low, installed there);
+#                                    each phase says when it starts ("scripts/test.sh: ... (N min
+#                                    N s in)")
 #   scripts/test.sh tests/unit -x    just what you name, in one run
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -58,8 +58,7 @@ def until_an_expiry(studies: Sequence[optuna.Study], leases: LeaseSettings) -> f
 
 def others_running(studies: Sequence[optuna.Study]) -> bool:
     """Whether a trial is still RUNNING or waiting (another worker's, or a continuation)."""
-    states = (optuna.trial.TrialState.RUNNING, optuna.trial.TrialState.WAITING)
-    return any(study.get_trials(deepcopy=False, states=states) for study in studies)
+    return bool(unfinished(studies))
 
 
 def running_elsewhere(studies: Sequence[optuna.Study]) -> List[str]:
