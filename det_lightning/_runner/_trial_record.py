@@ -8,6 +8,8 @@ read through ``TrialRecord.of`` where a trial is read whole. ``tests/unit/test_t
 checks that nothing in ``_runner`` names a user attribute by a string literal::
 
     HPARAMS       the trial's hyperparameters (drawn once, kept by its continuations)
+    TRIAL_SEED    the trial's seed (drawn with them, kept likewise; absent in a search
+                  written before 2026-11-28, whose trials were seeded with experiment_seed)
     TRIAL_NUMBER  the experiment's trial number (1, 2, ... without gaps; continuations keep it)
     HOST, PID     the worker that trains it; LEASE: {"host", "pid", "token", "renewed"}
     RUNGS, RUNG   ASHA: {rung index (str): the searcher metric there}, the rung reached
@@ -28,6 +30,7 @@ import optuna
 from det_lightning._runner._optuna import trial_id
 
 HPARAMS = "hparams"
+TRIAL_SEED = "trial_seed"
 TRIAL_NUMBER = "trial_number"
 HOST = "host"
 PID = "pid"
@@ -72,6 +75,7 @@ class TrialRecord:
     superseded: bool = False
     continues: Optional[int] = None
     grid_point: Optional[int] = None
+    trial_seed: Optional[int] = None
 
     @property
     def counted(self) -> bool:
@@ -98,6 +102,7 @@ class TrialRecord:
             superseded=bool(attrs.get(SUPERSEDED)),
             continues=attrs.get(CONTINUES),
             grid_point=attrs.get(GRID_POINT),
+            trial_seed=attrs.get(TRIAL_SEED),
         )
 
 
@@ -119,5 +124,6 @@ __all__ = [
     "SUPERSEDED",
     "SURPLUS",
     "TRIAL_NUMBER",
+    "TRIAL_SEED",
     "TrialRecord",
 ]

@@ -1,7 +1,8 @@
 """The sections of ``exp_conf`` the API layer reads, typed: built once per run from an
 experiment config and passed on, their defaults here (Determined 0.38.1's, but the seed)::
 
-    reproducibility.experiment_seed         None (do not seed; Determined picks a time-based one)
+    reproducibility.experiment_seed         None (init() seeds nothing locally; Determined picks
+                                            a time-based one)
     reproducibility.deterministic           False (ours: see ``init(deterministic)``)
     checkpoint_storage.save_experiment_best 0
     checkpoint_storage.save_trial_best      1
@@ -20,6 +21,7 @@ import dataclasses
 from typing import Any, Dict, Mapping, Optional
 
 from det_lightning import errors
+from det_lightning.pytorch._seeds import MAX_EXPERIMENT_SEED
 
 SAVE_COUNTS = ("save_trial_best", "save_trial_latest", "save_experiment_best")
 
@@ -47,9 +49,15 @@ class ReproducibilityConfig:
         """
         section = _section(exp_conf, "reproducibility", ValueError)
         seed = section.get("experiment_seed")
-        if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or seed < 0):
+        if seed is not None and (
+            not isinstance(seed, int)
+            or isinstance(seed, bool)
+            or not 0 <= seed <= MAX_EXPERIMENT_SEED
+        ):
             raise ValueError(
-                f"exp_conf['reproducibility']['experiment_seed'] = {seed!r}: expected an int >= 0."
+                f"exp_conf['reproducibility']['experiment_seed'] = {seed!r}: expected an int "
+                f">= 0 and <= {MAX_EXPERIMENT_SEED} (Determined reads it as a 32-bit unsigned "
+                "integer)."
             )
         deterministic = section.get("deterministic", cls.deterministic)
         if not isinstance(deterministic, bool):

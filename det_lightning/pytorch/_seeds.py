@@ -6,6 +6,8 @@ import random
 import numpy as np
 import torch
 
+MAX_EXPERIMENT_SEED = (1 << 32) - 1  # Determined's master reads experiment_seed as a uint32
+
 
 def seed_all(seed: int) -> None:
     """Seeds Python's, NumPy's and torch's global generators with ``seed``."""

@@ -61,7 +61,7 @@ def init(
             ``random``, numpy and torch here (and becomes ``get_trial_seed()``). Without it
             nothing is seeded, as in Determined's local mode. In a trial of a
             ``det-lightning experiment`` (``det.get_cluster_info()`` set) the trial's config
-            is used instead, as Determined uses the cluster's.
+            is used instead and the trial's own seed seeds them, as on Determined's cluster.
         distributed: a ``core.DistributedContext`` for code that sets up torch.distributed itself
             (``DistributedContext.from_torch_distributed()`` under torchrun).
         aggregation_frequency: step the optimizers every this many batches.
@@ -76,16 +76,19 @@ def init(
             ``reproducibility.deterministic``, else off).
     """
     info = get_cluster_info()
+    trial_seed: Optional[int] = None
     if info is not None and info.task_type == "TRIAL":
         # One trial of a `det-lightning experiment` search. As Determined's init() on a
-        # cluster: the trial's config whatever exp_conf says, so its seed seeds every trial,
-        # a script's (`entrypoint: python3 train.py`) as a model_def trial's; the trial's
-        # hyperparameters where the script passes none.
+        # cluster: the trial's config whatever exp_conf says, and the seed the search drew
+        # for the trial, which seeds every trial, a script's (`entrypoint: python3
+        # train.py`) as a model_def trial's; the trial's hyperparameters where the script
+        # passes none.
         exp_conf = info.trial.config
         if hparams is None:
             hparams = info.trial.hparams
+        trial_seed = info.trial.trial_seed
     reproducibility = ReproducibilityConfig.from_exp_conf(exp_conf)
-    seed = reproducibility.experiment_seed
+    seed = reproducibility.experiment_seed if trial_seed is None else trial_seed
     wanted = wants_deterministic(deterministic, reproducibility, os.environ)
     if wanted:
         apply_deterministic()

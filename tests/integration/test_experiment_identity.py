@@ -228,8 +228,10 @@ def test_a_failing_trial_restarts_from_its_own_checkpoint_max_restarts_times(
         "min_checkpoint_period": {"batches": 2},
         "checkpoint_policy": "none",
     }
+    # The same grid, failing never: its trial at the place of `once` draws the same seed.
     baseline = _config("baseline", 0.1, 6, **common)
-    baseline["hyperparameters"]["fail"] = "never"
+    baseline["hyperparameters"]["fail"] = {"type": "categorical", "vals": ["never", "nope"]}
+    baseline["searcher"]["name"] = "grid"
     _run(baseline, isolated_run, project)
     flaky = _config("flaky", 0.1, 6, max_restarts=1, **common)
     flaky["hyperparameters"]["fail"] = {"type": "categorical", "vals": ["once", "always"]}
@@ -253,7 +255,8 @@ def test_a_failing_trial_restarts_from_its_own_checkpoint_max_restarts_times(
         state = torch.load(steps[6] / "state_dict.pth", weights_only=True)
         return state["models_state_dict"][0]
 
-    resumed, uninterrupted = final(flaky, int(row.group(1))), final(baseline, 1)
+    number = int(row.group(1))
+    resumed, uninterrupted = final(flaky, number), final(baseline, number)
     assert resumed.keys() == uninterrupted.keys()
     assert all(torch.equal(resumed[k], uninterrupted[k]) for k in resumed)
 

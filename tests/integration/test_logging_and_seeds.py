@@ -90,30 +90,35 @@ def test_init_seeds_only_when_an_experiment_seed_is_configured() -> None:
     assert values[0][0] == torch.rand(1).item()
 
 
-def test_a_trial_of_an_experiment_is_seeded_by_its_config_whatever_the_script_passes(
+def test_a_trial_of_an_experiment_is_seeded_with_its_trial_seed_whatever_the_script_passes(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A script trial (``entrypoint: python3 train.py``) calls ``init(hparams=info.trial.hparams)``
-    without ``exp_conf``; Determined's ``init()`` on a cluster takes the trial's config and seeds
-    from it all the same, so the trial's numbers repeat. Before, such a trial was unseeded."""
+    without ``exp_conf``; Determined's ``init()`` on a cluster takes the trial's config and
+    seeds with the seed the master drew for the trial (``$DET_TRIAL_SEED``), not the
+    experiment seed, so the trial's numbers repeat. Before, such a trial was unseeded; then
+    seeded with the experiment seed."""
     from det_lightning._env import TRIAL_INFO_ENV
     from det_lightning._info import ClusterInfo, TrialInfo
 
-    config = {"reproducibility": {"experiment_seed": 7}, "name": "x"}
-    info = ClusterInfo(TrialInfo(1, 0, {"lr": 0.1}, config))
+    config = {"reproducibility": {"experiment_seed": 1673293593}, "name": "x"}
+    info = ClusterInfo(TrialInfo(1, 0, {"lr": 0.1}, config, trial_seed=556896495))
     monkeypatch.setenv(TRIAL_INFO_ENV, info.to_environment())
     draws = []
     for passed in ({"hparams": {"lr": 0.1}}, {"hparams": {"lr": 0.1}, "exp_conf": {"name": "y"}}):
         torch.manual_seed(999)
         with pytorch.init(**passed) as context:  # type: ignore[arg-type]
-            assert context.get_trial_seed() == 7
+            assert context.get_trial_seed() == 556896495
             assert context.get_experiment_config() == config
             assert context.get_hparams() == {"lr": 0.1}
             draws.append(torch.rand(1).item())
-    torch.manual_seed(7)
+    torch.manual_seed(556896495)
     assert draws == [torch.rand(1).item()] * 2
-    with pytorch.init() as context:  # no hyperparameters passed: the trial's
+    unseeded = ClusterInfo(TrialInfo(2, 0, {"lr": 0.1}, {"name": "x"}, trial_seed=12))
+    monkeypatch.setenv(TRIAL_INFO_ENV, unseeded.to_environment())
+    with pytorch.init() as context:  # no hyperparameters passed: the trial's; no exp. seed
         assert context.get_hparams() == {"lr": 0.1}
+        assert context.get_trial_seed() == 12 == torch.initial_seed()
 
 
 def test_bad_experiment_seed_is_refused() -> None:

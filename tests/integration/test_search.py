@@ -347,8 +347,9 @@ def test_invalid_hp_from_a_command_entrypoint_drops_the_trial_and_replaces_it(
 ) -> None:
     """``entrypoint: python3 train.py`` whose script raises ``det.InvalidHP`` for hidden_size 8
     (inside ``pytorch.init()``, as Determined's examples do): the trial's process records it
-    and exits 0; the search drops the trial and draws another. Experiment seed 2 draws
-    hidden_size 8, 8, 8, 2, 2: three trials dropped, two run."""
+    and exits 0; the search drops the trial and draws another. Experiment seed 29 draws
+    hidden_size 8, 8, 8, 2, 2 (as Determined's master would): three trials dropped, two
+    run."""
     project = isolated_run / "project"
     project.mkdir()
     for name in ("model_def.py", "data.py", "const.yaml"):
@@ -373,13 +374,13 @@ def test_invalid_hp_from_a_command_entrypoint_drops_the_trial_and_replaces_it(
     path.write_text(
         config
         + RANDOM_SEARCHER.replace("max_trials: 3", "max_trials: 2")
-        + "reproducibility:\n  experiment_seed: 2\n"
+        + "reproducibility:\n  experiment_seed: 29\n"
     )
     result = run_cli("experiment", str(path), str(project), cwd=isolated_run)
     assert result.returncode == 0, output(result)
     trials = sorted(read_trials(journal_of(checkpoint_dir)), key=lambda t: t._trial_id)
     sizes = [t.user_attrs["hparams"]["hidden_size"] for t in trials]
-    assert sizes == [8, 8, 8, 2, 2]  # seed 2's draws: three dropped, two replacing them run
+    assert sizes == [8, 8, 8, 2, 2]  # seed 29's draws: three dropped, two replacing them run
     assert [t.user_attrs.get("invalid_hp") for t in trials] == [
         "hidden_size 8 is not allowed" if size == 8 else None for size in sizes
     ]

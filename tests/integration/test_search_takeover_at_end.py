@@ -99,6 +99,7 @@ def test_a_trial_ending_after_a_takeover_ends_with_lease_lost_and_leaves_the_new
             trial,
             trial_number(trial),
             trial.user_attrs["hparams"],
+            trial.user_attrs["trial_seed"],
             False,
             keeper_noticed,
         )

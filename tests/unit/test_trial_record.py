@@ -33,6 +33,7 @@ STORED = {
     "CONTINUES": "continues",
     "ORIGIN": "origin",
     "GRID_POINT": "grid_point",
+    "TRIAL_SEED": "trial_seed",
 }
 
 

@@ -15,8 +15,10 @@ key names, types and defaults, and sorts keys into three groups:
 
 Differences from Determined, on purpose:
 
-* ``reproducibility.experiment_seed`` defaults to ``None`` (no seeding). Determined picks a
-  time-based seed when the key is absent; set the key to make runs repeatable.
+* ``reproducibility.experiment_seed`` defaults to ``None``. Determined picks a time-based seed
+  when the key is absent; here each trial of a search then draws a seed of its own (set the
+  key to make runs repeatable). With the key, trials get the master's seeds
+  (``_master_random``).
 * ``searcher.max_length`` is optional (Determined 0.38 deprecated it for most searchers).
 * ``checkpoint_storage`` of type ``s3``, ``gcs`` or ``azure`` sends checkpoints to that
   bucket through fsspec (``det_lightning.pytorch._buckets``; the extras ``s3``, ``gcs``,
@@ -35,12 +37,20 @@ from det_lightning._runner.config._experiment_config import (
     validate_config,
 )
 from det_lightning.pytorch._lengths import Length, Lengths
-from det_lightning._runner.config._search import grid_choices, grid_points, random_points
+from det_lightning._runner.config._search import (
+    CreatedTrial,
+    created_trials,
+    grid_choices,
+    grid_points,
+    random_points,
+)
 
 __all__ = [
+    "CreatedTrial",
     "ExperimentConfig",
     "Length",
     "Lengths",
+    "created_trials",
     "grid_choices",
     "grid_points",
     "load_config",

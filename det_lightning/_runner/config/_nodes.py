@@ -45,12 +45,14 @@ _Custom = Callable[[Any, str, _Context], Any]
 
 @dataclasses.dataclass(frozen=True)
 class _Value:
-    """A leaf: one of ``kinds``, optionally restricted to ``choices`` or ``>= minimum``."""
+    """A leaf: one of ``kinds``, optionally restricted to ``choices``, ``>= minimum`` or
+    ``<= maximum``."""
 
     kinds: Tuple[str, ...]
     default: Any = _NO_DEFAULT
     choices: Optional[Tuple[Any, ...]] = None
     minimum: Optional[float] = None
+    maximum: Optional[int] = None
     ignored: bool = False
     custom: Optional[_Custom] = None
     hint: str = ""
@@ -197,6 +199,8 @@ def _validate_value(node: _Value, value: Any, path: str, ctx: _Context) -> Any:
         raise _fail(path, f"{value!r} is not one of {allowed}.{suggestion}", node.hint)
     if node.minimum is not None and value < node.minimum:
         raise _fail(path, f"must be >= {node.minimum:g}, got {value!r}.", node.hint)
+    if node.maximum is not None and value > node.maximum:
+        raise _fail(path, f"must be <= {node.maximum}, got {value!r}.", node.hint)
     if node.custom is not None:
         value = node.custom(value, path, ctx)
     if node.ignored:

@@ -18,6 +18,7 @@ from det_lightning._runner.config._checks import (
     _check_string_list,
     _length_check,
 )
+from det_lightning._runner.config._master_random import MAX_EXPERIMENT_SEED
 from det_lightning._runner.config._nodes import _fail, _join, _Section, _Tagged, _Value
 
 
@@ -195,7 +196,13 @@ _EXPERIMENT = _Section(
         "optimizations": _OPTIMIZATIONS,
         "reproducibility": _Section(
             {
-                "experiment_seed": _Value(("integer",), minimum=0, default=None),  # as Determined
+                "experiment_seed": _Value(  # as Determined, whose master reads a uint32
+                    ("integer",),
+                    minimum=0,
+                    maximum=MAX_EXPERIMENT_SEED,
+                    default=None,
+                    hint="Determined's master reads the seed as a 32-bit unsigned integer.",
+                ),
                 # Ours: init(deterministic=True) for every trial (what --deterministic sets).
                 "deterministic": _Value(("boolean",), default=False),
             }

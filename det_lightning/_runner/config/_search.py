@@ -7,13 +7,16 @@ come in name order at every level (Determined's ``Hyperparameters.Each`` sorts t
 the first name varies slowest.
 """
 
+import collections
 import copy
+import dataclasses
 import itertools
+import json
 import math
-import random
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from det_lightning._runner.config._checks import _check_hparams
+from det_lightning._runner.config._master_random import MasterRandom
 from det_lightning._runner.config._nodes import _KIND_CHECKS, _Context, _fail
 
 _Leaf = Tuple[Tuple[str, ...], Any]
@@ -134,27 +137,102 @@ def grid_points(hparams: Dict[str, Any]) -> List[Dict[str, Any]]:
     ]
 
 
-def _sample(spec: Any, rng: random.Random) -> Any:
-    """One random value for one hyperparameter (Determined's sampling rules)."""
+@dataclasses.dataclass(frozen=True)
+class CreatedTrial:
+    """One trial as Determined's master creates it (``_master_random``).
+
+    Attributes:
+        params: Optuna's parameters (names joined with "."), as ``search._sample.suggest``
+            reads them back: an int's or a double's value, a log's exponent, a categorical's
+            index; none for a grid's trial (its point is given).
+        hparams: the trial's hyperparameter values (nested as configured).
+        trial_seed: the trial's seed.
+    """
+
+    params: Dict[str, Any]
+    hparams: Dict[str, Any]
+    trial_seed: int
+
+
+def _draw(spec: Any, rng: MasterRandom) -> Tuple[Optional[Any], Any]:
+    """One hyperparameter's ``(Optuna parameter or None, value)``, as the master's
+    ``sampleOne`` draws it."""
     if not isinstance(spec, dict) or "type" not in spec:
-        return spec
+        return None, spec
     kind = spec["type"]
     if kind == "const":
-        return spec["val"]
+        return None, spec["val"]
     if kind == "categorical":
-        return spec["vals"][rng.randrange(len(spec["vals"]))]
-    if kind == "int":
-        return rng.randint(spec["minval"], spec["maxval"])  # both ends, as Determined >= 0.17
-    value = rng.uniform(float(spec["minval"]), float(spec["maxval"]))
-    if kind == "log":
-        return float(spec["base"]) ** value
-    return value
+        index = rng.below(len(spec["vals"]))
+        return index, spec["vals"][index]
+    if kind == "int":  # both ends, as Determined >= 0.17
+        value = int(spec["minval"]) + rng.below(int(spec["maxval"]) - int(spec["minval"]) + 1)
+        return value, value
+    drawn = rng.uniform(float(spec["minval"]), float(spec["maxval"]))
+    return drawn, float(spec["base"]) ** drawn if kind == "log" else drawn
+
+
+class _Creations:
+    """The trials Determined's master creates from one experiment seed, drawn as far as asked
+    for and kept: the k-th trial of a search costs one draw more, not k."""
+
+    def __init__(self, hparams: Dict[str, Any], seed: Optional[int], sample: bool) -> None:
+        self._leaves = _flatten(_checked_hparams(hparams))
+        self._by_name = sorted(self._leaves, key=lambda leaf: leaf[0])  # sampleAll: Each sorts
+        self._rng = MasterRandom.unseeded() if seed is None else MasterRandom(seed)
+        self._sample = sample
+        self._made: List[CreatedTrial] = []
+
+    def first(self, count: int) -> List[CreatedTrial]:
+        while len(self._made) < count:
+            self._made.append(self._create())
+        return self._made[:count]
+
+    def _create(self) -> CreatedTrial:
+        params: Dict[str, Any] = {}
+        values: Dict[Tuple[str, ...], Any] = {}
+        for path, spec in self._by_name:
+            param, values[path] = _draw(spec, self._rng) if self._sample else (None, spec)
+            if param is not None:
+                params[".".join(path)] = param
+        self._rng.request_id()
+        point = _unflatten([(p, values[p]) for p, _ in self._leaves]) if self._sample else {}
+        return CreatedTrial(params, point, self._rng.trial_seed())
+
+
+_CREATIONS: "collections.OrderedDict[Tuple[str, int, bool], _Creations]" = collections.OrderedDict()
+_CREATIONS_KEPT = 8  # searches a process draws for (a worker: one)
+
+
+def created_trials(
+    hparams: Dict[str, Any], count: int, seed: Optional[int], *, sample: bool = True
+) -> List[CreatedTrial]:
+    """The first ``count`` trials Determined's master creates from the experiment seed
+    ``seed`` (None: system randomness): each draws its hyperparameters (``sample``; a grid's
+    trials do not), a request id and its seed.
+
+    >>> space = {"lr": {"type": "log", "base": 10, "minval": -4, "maxval": -1}, "n": 3}
+    >>> first = created_trials(space, 2, 7)[0]
+    >>> sorted(first.params), first.hparams["n"], first.hparams["lr"] == 10 ** first.params["lr"]
+    (['lr'], 3, True)
+    >>> created_trials(space, 2, 7) == created_trials(space, 3, 7)[:2]
+    True
+    """
+    if seed is None:
+        return _Creations(hparams, None, sample).first(count)
+    key = (json.dumps(hparams, sort_keys=True, default=repr), seed, sample)
+    creations = _CREATIONS.pop(key, None) or _Creations(hparams, seed, sample)
+    _CREATIONS[key] = creations  # the most recent last
+    while len(_CREATIONS) > _CREATIONS_KEPT:
+        _CREATIONS.popitem(last=False)
+    return creations.first(count)
 
 
 def random_points(
     hparams: Dict[str, Any], max_trials: int, seed: Optional[int] = None
 ) -> List[Dict[str, Any]]:
-    """``max_trials`` random hyperparameter samples, repeatable for a given seed.
+    """The hyperparameters of the first ``max_trials`` trials a ``random`` search creates:
+    with a seed, the values Determined's master draws for it (``created_trials``).
 
     ``int`` is drawn from ``[minval, maxval]``, ``double`` uniformly from ``[minval, maxval]``,
     ``log`` as ``base ** uniform(minval, maxval)``, ``categorical`` uniformly from ``vals``.
@@ -162,7 +240,7 @@ def random_points(
     Args:
         hparams: a ``hyperparameters`` section.
         max_trials: how many samples to draw.
-        seed: seed for the sampler; None draws from system randomness.
+        seed: the experiment seed; None draws from system randomness.
 
     Returns:
         One dict of values per trial.
@@ -172,8 +250,4 @@ def random_points(
     """
     if not _KIND_CHECKS["integer"](max_trials) or max_trials < 1:
         raise _fail("searcher.max_trials", f"must be a positive integer, got {max_trials!r}.")
-    leaves = _flatten(_checked_hparams(hparams))
-    rng = random.Random(seed)
-    return [
-        _unflatten([(path, _sample(spec, rng)) for path, spec in leaves]) for _ in range(max_trials)
-    ]
+    return [copy.deepcopy(t.hparams) for t in created_trials(hparams, max_trials, seed)]

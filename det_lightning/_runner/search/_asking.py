@@ -22,10 +22,10 @@ from det_lightning._runner._lease import (
 )
 from det_lightning._runner._optuna import trial_id
 from det_lightning._runner._search_settings import SearchSettings
-from det_lightning._runner._trial_record import HOST, HPARAMS, PID
+from det_lightning._runner._trial_record import GRID_POINT, HOST, HPARAMS, PID, TRIAL_SEED
 from det_lightning._runner.search._grid import has_waiting_point, owns_point
 from det_lightning._runner.search._reporter import counted, trial_number
-from det_lightning._runner.search._sample import point_index, sampler_for, suggest
+from det_lightning._runner.search._sample import point_index, suggest, trial_draw
 
 logger = logging.getLogger("det_lightning")
 
@@ -113,8 +113,9 @@ def _admit(
     space: Dict[str, Any],
     seed: Optional[int],
 ) -> Optional[optuna.Trial]:
-    """``trial`` with its hyperparameters drawn, or None (told FAIL as surplus) when it is
-    past the budget. A continuation of a trial that had drawn them keeps them."""
+    """``trial`` with its hyperparameters and seed drawn (``_sample.trial_draw``), or None
+    (told FAIL as surplus) when it is past the budget. A continuation of a trial that had
+    drawn them keeps them."""
     if HPARAMS in trial.user_attrs:  # a continuation
         _suggest(trial, space)  # its own point again (fixed), so the study records it
         return trial
@@ -123,12 +124,21 @@ def _admit(
     # The sampler is read when the trial draws (suggest), not when it is asked for.
     trials = study.get_trials(deepcopy=False)
     me = next(t for t in trials if trial_id(t) == trial_id(trial))
-    study.sampler = sampler_for(seed, index, point_index(trials, origin(me), SURPLUS))
+    draw = trial_draw(
+        settings.searcher,
+        space,
+        seed,
+        index,
+        point_index(trials, origin(me), SURPLUS),
+        me.user_attrs.get(GRID_POINT),
+    )
+    study.sampler = draw.sampler
     if not admitted(study, trial, settings, settings.brackets[index]):
         trial.set_user_attr(SURPLUS, True)
         study.tell(trial, state=optuna.trial.TrialState.FAIL)
         return None
     trial.set_user_attr(HPARAMS, _suggest(trial, space))
+    trial.set_user_attr(TRIAL_SEED, draw.trial_seed)
     trial.set_user_attr(HOST, host_id())
     trial.set_user_attr(PID, os.getpid())
     return trial

@@ -126,8 +126,8 @@ class SearcherLengthCheck(PyTorchCallback):
 
     def on_training_start(self) -> None:
         info = get_cluster_info()
-        if info is None:  # a model_def trial: the runner passes the length
-            return
+        if info is None:  # not a search's trial (a model_def trial's fit() gets the searcher's
+            return  # own lengths from the runner, so it passes the check below)
         lengths = Lengths.from_config(info.trial.config)
         try:
             expected = lengths.searcher_length(info.trial.hparams)

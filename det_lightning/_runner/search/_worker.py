@@ -60,7 +60,15 @@ from det_lightning._runner._lease import (
 from det_lightning._runner._optuna import trial_id
 from det_lightning._runner._search_settings import SearchSettings
 from det_lightning._runner._template import TrialStarter
-from det_lightning._runner._trial_record import BATCHES, CHECKPOINT, HPARAMS, RUNG, RUNGS, STOPPED
+from det_lightning._runner._trial_record import (
+    BATCHES,
+    CHECKPOINT,
+    HPARAMS,
+    RUNG,
+    RUNGS,
+    STOPPED,
+    TRIAL_SEED,
+)
 from det_lightning._runner.config import ExperimentConfig
 from det_lightning._runner.plan import Plan
 from det_lightning._runner.search._asking import _admit, _ask, next_bracket
@@ -144,6 +152,7 @@ class TrialRun:
     trial: optuna.Trial
     number: int
     hparams: Dict[str, Any]
+    trial_seed: int
     resume: bool
     lost: threading.Event
 
@@ -225,6 +234,7 @@ def _loop(
         study, bracket = studies[index], settings.brackets[index]
         resume = CONTINUES in trial.user_attrs
         hparams = trial.user_attrs[HPARAMS]
+        trial_seed = _trial_seed(trial, seed)
         number = trial_number(trial)
         where = (
             f"bracket {index}, rungs at {list(bracket.rung_units)} {settings.time_metric}"
@@ -232,11 +242,21 @@ def _loop(
             else settings.searcher
         )
         taken = " resumed (its worker's lease expired)" if resume else ""
-        logger.info(f"trial {number} ({where}){taken}: {hparams}")
+        logger.info(f"trial {number} ({where}){taken}: {hparams}, seed {trial_seed}")
         with LeaseKeeper(study, trial_id(trial), leases) as keeper:
             try:
                 _run_trial(
-                    TrialRun(worker, study, bracket, trial, number, hparams, resume, keeper.lost)
+                    TrialRun(
+                        worker,
+                        study,
+                        bracket,
+                        trial,
+                        number,
+                        hparams,
+                        trial_seed,
+                        resume,
+                        keeper.lost,
+                    )
                 )
             except errors.TrialPreempted:  # it stays RUNNING: rerunning the search resumes it
                 keeper.release()  # any worker may take it over at once
@@ -248,6 +268,14 @@ def _loop(
                     "lease had expired); stopped training it here"
                 )
     return None
+
+
+def _trial_seed(trial: optuna.Trial, experiment_seed: Optional[int]) -> int:
+    """The seed the trial drew (``TRIAL_SEED``). A trial of a search written before trials drew
+    seeds has none: the experiment seed, which seeded it then (0 where there is none: it was
+    unseeded, and a cluster trial always has a seed)."""
+    drawn = trial.user_attrs.get(TRIAL_SEED)
+    return int(drawn) if drawn is not None else (experiment_seed or 0)
 
 
 def _run_trial(run: TrialRun) -> None:
@@ -386,10 +414,10 @@ def _current_values(study: optuna.Study, trial: optuna.Trial) -> Dict[int, float
 
 
 def _child_environment(run: TrialRun) -> Dict[str, str]:
-    """What a trial is told: where to report (the search) and who it is (the experiment id and
-    its number, recorded in its checkpoints); a command trial also its hyperparameters and
-    latest checkpoint, as Determined's cluster info ($DET_LIGHTNING_LATEST_CHECKPOINT=latest
-    for a script that passes none); a model_def trial's process gets the worker's whole
+    """What a trial is told: where to report (the search), who it is (the experiment id and
+    its number, recorded in its checkpoints), and Determined's cluster info: its
+    hyperparameters, seed and latest checkpoint ($DET_LIGHTNING_LATEST_CHECKPOINT=latest for
+    a command's script that passes none); a model_def trial's process gets the worker's whole
     environment with it."""
     from det_lightning._info import ClusterInfo, TrialInfo
 
@@ -405,11 +433,11 @@ def _child_environment(run: TrialRun) -> Dict[str, str]:
             bracket=run.bracket,
         ),
     }
-    if plan.trial_class is not None:  # the harness passes hparams and lengths to init()/fit()
-        return {**os.environ, **search}
     latest = (plan.checkpoint_root / f"trial-{number}").latest()
     info = ClusterInfo(
-        TrialInfo(number, 0, run.hparams, plan.config.raw),
+        TrialInfo(number, 0, run.hparams, plan.config.raw, trial_seed=run.trial_seed),
         latest_checkpoint=str(latest) if latest else None,
-    )
-    return {TRIAL_INFO_ENV: info.to_environment(), LATEST_CHECKPOINT_ENV: "latest", **search}
+    ).to_environment()
+    if plan.trial_class is not None:  # the harness passes hparams and lengths to init()/fit()
+        return {**os.environ, TRIAL_INFO_ENV: info, **search}
+    return {TRIAL_INFO_ENV: info, LATEST_CHECKPOINT_ENV: "latest", **search}
