@@ -22,8 +22,11 @@ making the run fail:
 - the connections the search held (``pg_stat_activity``, polled) stayed within its budget:
   one per worker and one per trial's process (``_pool``; a trial's rung lock is held on its
   one connection, ``_serial``), and within ``max_connections``;
-- the storage's cost per trial: committed transactions (``pg_stat_database.xact_commit``) per
-  trial.
+- the storage's cost per trial: committed transactions (``pg_stat_database.xact_commit``) and
+  connections opened (``pg_stat_database.sessions``) per trial.
+
+``DET_LIGHTNING_DB_LINGER_S=0`` runs it with each connection closed as soon as it is used (the
+pool before 2026-11-28), to compare.
 """
 
 import contextlib
@@ -43,6 +46,10 @@ from typing import Any, Callable, Dict, Iterator, List, Tuple
 
 HERE = pathlib.Path(__file__).resolve().parent
 HEARTBEAT_TIMEOUT_S = 8.0
+# The drill's own reads of the search (which trials run, the final state) name themselves, so
+# that the connection count leaves them out: the budget is the search's.
+DRILL_APPLICATION = "det-lightning-scale-drill"
+DRILL_ENGINE = {"connect_args": {"application_name": DRILL_APPLICATION}}
 MAX_TIME = 16  # batches: rungs at 1, 4 and 16 (divisor 4)
 
 
@@ -156,7 +163,10 @@ class ConnectionWatch:
     def _run(self) -> None:
         while not self._stop.wait(0.05):
             rows = self.servers.query(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = %s", self.servers.database
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = %s "
+                "AND application_name <> %s",
+                self.servers.database,
+                DRILL_APPLICATION,
             )
             self.peak, self.polls = max(self.peak, int(rows[0][0])), self.polls + 1
             self.low_mb = min(self.low_mb, available_mb())
@@ -168,8 +178,17 @@ class ConnectionWatch:
 
 
 def commits(servers: Servers) -> int:
+    return _database_stat(servers, "xact_commit")
+
+
+def sessions(servers: Servers) -> int:
+    """Connections opened to the drill's database so far (PostgreSQL >= 14)."""
+    return _database_stat(servers, "sessions")
+
+
+def _database_stat(servers: Servers, column: str) -> int:
     rows = servers.query(
-        "SELECT xact_commit FROM pg_stat_database WHERE datname = %s", servers.database
+        f"SELECT {column} FROM pg_stat_database WHERE datname = %s", servers.database
     )
     return int(rows[0][0])
 
@@ -178,7 +197,9 @@ def _running_leases(url: str) -> List[Tuple[int, int]]:
     """(trial id, worker pid) of each RUNNING trial whose lease a worker holds."""
     import optuna
 
-    storage = optuna.storages.RDBStorage(url, skip_compatibility_check=True)
+    storage = optuna.storages.RDBStorage(
+        url, engine_kwargs=DRILL_ENGINE, skip_compatibility_check=True
+    )
     try:
         found = []
         for study in storage.get_all_studies():
@@ -234,12 +255,14 @@ def run_workers(
         "pids": str(work / "pids.json"), "cache": str(work / "cache"), "trial_seconds": 0.5,
     }  # fmt: skip
     (work / "spec.json").write_text(json.dumps(spec))
-    before, memory_before = commits(servers), available_mb()
+    before, opened_before, memory_before = commits(servers), sessions(servers), available_mb()
     start = time.perf_counter()
     log = open(work / "workers.log", "w")
     process = subprocess.Popen(
         [sys.executable, str(HERE / "scale_worker.py"), str(work / "spec.json")],
-        env={**env, "OMP_NUM_THREADS": "1"}, stdout=log, stderr=subprocess.STDOUT,
+        # TensorBoard's HParams of each trial go to the drill's folder, not the caller's.
+        env={**env, "OMP_NUM_THREADS": "1", "DET_LIGHTNING_TENSORBOARD_DIR": str(work / "tb")},
+        stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
     with ConnectionWatch(servers) as watch:
         while not (work / "pids.json").exists() and process.poll() is None:
@@ -266,6 +289,7 @@ def run_workers(
     return {
         "status": status, "seconds": seconds, "killed": killed, "peak": watch.peak,
         "commits": commits(servers) - before, "log": work / "workers.log",
+        "sessions": sessions(servers) - opened_before,
         "low_mb": watch.low_mb, "memory_before_mb": memory_before, "out_of_memory": watch.out_of_memory,
     }  # fmt: skip
 
@@ -277,13 +301,19 @@ def pool_costs(servers: Servers, operations: int = 200) -> Dict[str, float]:
     import optuna
     from sqlalchemy import pool
 
-    from det_lightning._runner.search._pool import OneConnectionPool
+    from det_lightning._runner.search._pool import LINGER_S, OneConnectionPool
 
     servers.server.execute("CREATE DATABASE costs")  # not the drill's: its trials are checked
     url = servers.server.url("costs")
     costs = {}
+    lingers = {"one connection per operation (OneConnectionPool, linger 0)": 0.0}
     kinds = {
-        "one connection per operation (OneConnectionPool)": {"poolclass": OneConnectionPool},
+        "one connection per operation (OneConnectionPool, linger 0)": {
+            "poolclass": OneConnectionPool,
+        },
+        f"OneConnectionPool, kept {LINGER_S:g} s after use (the default)": {
+            "poolclass": OneConnectionPool, "pool_pre_ping": True,
+        },
         # 1+1: with max_overflow=0 Optuna's RDBStorage cannot open (its schema check nests a
         # second checkout, which waits for the first forever).
         "one connection kept (QueuePool pool_size=1, max_overflow=1)": {
@@ -292,6 +322,8 @@ def pool_costs(servers: Servers, operations: int = 200) -> Dict[str, float]:
     }  # fmt: skip
     for name, kwargs in kinds.items():
         storage = optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
+        if name in lingers:
+            storage.engine.pool.linger = lingers[name]  # type: ignore[attr-defined]
         study_id = storage.create_new_study([optuna.study.StudyDirection.MINIMIZE], name)
         trial_id = storage.create_new_trial(study_id)
         start = time.perf_counter()
@@ -310,7 +342,9 @@ def final_trials(url: str) -> Dict[str, List[Any]]:
     """Every study's trials as the storage has them at the end."""
     import optuna
 
-    storage = optuna.storages.RDBStorage(url, skip_compatibility_check=True)
+    storage = optuna.storages.RDBStorage(
+        url, engine_kwargs=DRILL_ENGINE, skip_compatibility_check=True
+    )
     try:
         return {
             study.study_name: storage.get_all_trials(study._study_id, deepcopy=False)
@@ -399,7 +433,7 @@ def check_takeovers(
 ) -> Tuple[str, bool, str]:
     """Each killed worker's trial taken over within the lease's timeout plus one interval, and
     as many workers killed as asked (fewer: the workers ended before a trial could be)."""
-    from det_lightning._runner._lease import CONTINUES, LeaseSettings
+    from det_lightning._runner._lease import CONTINUES, LeaseSettings, trial_number
 
     leases = LeaseSettings(HEARTBEAT_TIMEOUT_S)
     bound = leases.timeout + leases.interval
@@ -418,17 +452,19 @@ def check_takeovers(
         delays.append(delay)
         late += delay > bound
     shown = ", ".join(f"{d:.1f}" for d in sorted(delays))
+    numbers = sorted(trial_number(trials[k["trial_id"]]) for k in killed)
     return (
         f"killed workers' trials taken over within {bound:.0f} s",
         not late and len(delays) + ended == len(killed) == kills,
-        f"{len(killed)} of {kills} killed; {len(delays)} taken over after [{shown}] s; {ended} had ended "
-        f"as the kill landed; {late} late or never",
+        f"{len(killed)} of {kills} killed (trials {numbers}); {len(delays)} taken over after "
+        f"[{shown}] s; {ended} had ended as the kill landed; {late} late or never",
     )
 
 
 def scale_section(workers: int, trials: int, kills: int) -> Tuple[List[str], bool]:
     """Runs the drill; its report's lines, and whether every check passed."""
     from det_lightning._runner._asha import make_brackets
+    from det_lightning._runner.search._pool import linger_seconds
 
     env = dict(os.environ)
     with tempfile.TemporaryDirectory(prefix="det-lightning-scale-") as tmp, servers(env) as srv:
@@ -473,7 +509,7 @@ def scale_section(workers: int, trials: int, kills: int) -> Tuple[List[str], boo
             f"peak {run['peak']} (max_connections {max_connections})",
         )
     )
-    per_trial = run["commits"] / trials
+    per_trial, opened_per_trial = run["commits"] / trials, run["sessions"] / trials
     lines = [
         f"## Scale drill: {workers} workers, {trials} trials, {kills} killed",
         "",
@@ -481,7 +517,8 @@ def scale_section(workers: int, trials: int, kills: int) -> Tuple[List[str], boo
         f"{[b.rung_units for b in brackets]}), stand-in trials of ~0.5 s, heartbeat timeout "
         f"{HEARTBEAT_TIMEOUT_S:.0f} s; load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} "
         f"at the start; {run['seconds']:.0f} s wall; {per_trial:.1f} transactions per trial "
-        f"({run['commits']} committed).",
+        f"({run['commits']} committed), {opened_per_trial:.1f} connections opened per trial "
+        f"({run['sessions']}; connections kept {linger_seconds():g} s after use).",
         "",
         "| check | passed | what was found |",
         "|---|---|---|",

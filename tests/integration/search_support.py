@@ -289,3 +289,11 @@ def wait_while_running(condition: Any, process: "subprocess.Popen[Any]", what: s
         assert process.poll() is None, f"the search ended first:\n{process.communicate()[0]}"
         assert time.monotonic() < deadline, f"waited 240 s for {what}"
         time.sleep(0.05)
+
+
+def eventually(condition: Any, what: str, timeout: float = 240) -> None:
+    """Polls ``condition`` until it holds; fails once ``timeout`` seconds pass."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"waited {timeout:.0f} s for {what}"
+        time.sleep(0.05)

@@ -2,10 +2,12 @@
 machines share one: the server is started by the tests (``tests/fixtures/postgres.py``), each
 test gets a new database."""
 
+import gc
+import os
 import pathlib
 import re
 import threading
-from typing import Any, List
+from typing import Any, List, Tuple
 
 import optuna
 import pytest
@@ -25,6 +27,7 @@ from tests.integration.search_support import (
     GRID_ORDER,
     barrier,
     check_search,
+    eventually,
     experiment_of,
     grid_points,
     number_of,
@@ -73,31 +76,95 @@ def test_workers_opening_a_new_database_at_once_all_get_the_storage(
             storage._backend.engine.dispose()
 
 
-def test_a_process_holds_one_connection_and_only_while_it_talks(
-    postgres_server: PostgresServer, postgres_url: str, tmp_path: pathlib.Path
-) -> None:
-    """A worker's two threads (its loop and its lease keeper) writing at once hold one
-    connection between them; idle, the process holds none (pg_stat_activity)."""
-    storage = open_storage(postgres_url, tmp_path)
-    study = optuna.create_study(study_name="s", storage=storage)
-    trial_id = study.ask()._trial_id
+def _storage_and_trial(url: str, tmp: pathlib.Path, linger: float) -> Tuple[Any, int]:
+    """A storage whose pool keeps a connection ``linger`` seconds, a trial in it, and no
+    connection open."""
+    storage = open_storage(url, tmp)
+    storage._backend.engine.pool.linger = linger
+    trial_id = optuna.create_study(study_name="s", storage=storage).ask()._trial_id
+    storage._backend.engine.pool.close_idle()  # what opening and asking left open
+    return storage, trial_id
+
+
+def _write_from_two_threads(storage: Any, trial_id: int, writes: int) -> None:
+    """A worker's two threads (its loop and its lease keeper) writing at once."""
     together = threading.Barrier(2)
 
     def write(key: str) -> None:
         together.wait()
-        for i in range(20):
+        for i in range(writes):
             storage.set_trial_user_attr(trial_id, key, i)
 
-    with ConnectionCounter(storage._backend.engine) as count:
-        threads = [threading.Thread(target=write, args=(key,)) for key in ("loop", "lease")]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+    threads = [threading.Thread(target=write, args=(key,)) for key in ("loop", "lease")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
+def test_a_process_holds_one_connection_kept_a_moment_after_use(
+    postgres_server: PostgresServer, postgres_url: str, tmp_path: pathlib.Path
+) -> None:
+    """A worker's two threads writing at once hold one connection between them, and reuse it
+    while it lingers after each use: 40 writes, one connection opened (before 2026-11-28: 40).
+    Once the linger passes it closes by itself: idle, the process holds none
+    (pg_stat_activity)."""
     database = postgres_url.rsplit("/", 1)[1]
-    assert count.peak == 1 and count.live == 0
-    assert postgres_server.connections(database) == 0
-    assert storage.get_trial(trial_id).user_attrs["lease"] == 19
+    storage, trial_id = _storage_and_trial(postgres_url, tmp_path, linger=3600.0)
+    with ConnectionCounter(storage._backend.engine) as count:
+        _write_from_two_threads(storage, trial_id, 20)
+        assert count.peak == 1 and count.opened == 1 and count.live == 1
+        assert postgres_server.connections(database) == 1
+        storage._backend.engine.pool.linger = 0.2  # the next use starts a short linger
+        assert storage.get_trial(trial_id).user_attrs["lease"] == 19
+        eventually(
+            lambda: postgres_server.connections(database) == 0, "the idle connection's close"
+        )
+        assert count.live == 0 and count.opened == 1
+
+
+def test_with_no_linger_a_connection_is_closed_as_soon_as_it_is_used(
+    postgres_server: PostgresServer, postgres_url: str, tmp_path: pathlib.Path
+) -> None:
+    """``DET_LIGHTNING_DB_LINGER_S=0``: the pool before 2026-11-28, a connection per
+    operation, closed at once; still one at a time."""
+    storage, trial_id = _storage_and_trial(postgres_url, tmp_path, linger=0.0)
+    with ConnectionCounter(storage._backend.engine) as count:
+        _write_from_two_threads(storage, trial_id, 5)
+    assert count.peak == 1 and count.opened == 10 and count.live == 0
+    assert postgres_server.connections(postgres_url.rsplit("/", 1)[1]) == 0
+
+
+def test_a_forked_child_never_ends_its_parents_connection(
+    postgres_server: PostgresServer, postgres_url: str, tmp_path: pathlib.Path
+) -> None:
+    """A child forked while the parent's connection lingers (a DataLoader's worker forked by a
+    trial between two reports) closes its pools as a process does at exit: the parent's
+    session lives on, and the parent's next operation reuses it. Without the child's socket
+    pointed at /dev/null, the child's close would end the parent's session (its next
+    operation would open a new connection)."""
+    from det_lightning._runner.search._pool import close_idle_connections
+
+    storage, trial_id = _storage_and_trial(postgres_url, tmp_path, linger=3600.0)
+    with ConnectionCounter(storage._backend.engine) as count:
+        storage.set_trial_user_attr(trial_id, "rungs", 1)
+        child = os.fork()
+        if child == 0:  # pragma: no cover (the child's own coverage is not collected)
+            status = 0
+            try:
+                close_idle_connections()
+                gc.collect()
+            except BaseException:
+                status = 1
+            os._exit(status)
+        _, status = os.waitpid(child, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        storage.set_trial_user_attr(trial_id, "rungs", 2)
+        assert storage.get_trial(trial_id).user_attrs["rungs"] == 2
+        assert count.opened == 1
+    assert postgres_server.connections(postgres_url.rsplit("/", 1)[1]) == 1
+    storage._backend.engine.dispose()  # closes it now
+    assert postgres_server.connections(postgres_url.rsplit("/", 1)[1]) == 0
 
 
 def test_a_server_at_its_connection_limit_stops_the_search_with_the_fixes_named(
@@ -248,6 +315,7 @@ def test_workers_reach_the_database_through_optunas_grpc_proxy(
         assert [
             t.value for t in open_storage(postgres_url, tmp_path).get_all_trials(study._study_id)
         ] == [0.5]
-        assert postgres_server.connections(postgres_url.rsplit("/", 1)[1]) == 0
+        database = postgres_url.rsplit("/", 1)[1]  # idle, after the linger: none open
+        eventually(lambda: postgres_server.connections(database) == 0, "the connections' close")
     finally:
         server.stop(None)

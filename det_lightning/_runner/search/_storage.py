@@ -20,8 +20,9 @@ logger = logging.getLogger("det_lightning")
 
 JOURNAL_NAME = "search.journal"
 GRPC_SCHEME = "grpc://"  # Optuna's gRPC storage proxy, in front of a database
-# A database storage's engine: one connection per process, open only while in use.
-ENGINE_KWARGS = {"poolclass": OneConnectionPool}
+# A database storage's engine: one connection per process, open only around its use (a
+# connection reused after its linger is checked first).
+ENGINE_KWARGS = {"poolclass": OneConnectionPool, "pool_pre_ping": True}
 
 
 def open_storage(
@@ -83,7 +84,7 @@ def _check_writable(path: pathlib.Path, given: bool) -> None:
 
 def _open_database(url: str, attempts: int = 5) -> Any:
     """Optuna's RDB storage for ``url``, one for all the studies of this process, holding at
-    most one connection at a time, only while in use (``_pool``).
+    most one connection at a time, only while in use and a moment after (``_pool``).
 
     Opening it creates Optuna's tables in a new database. Workers starting together on an empty
     database all try to: PostgreSQL makes the others wait for the first one's transaction, then
