@@ -187,13 +187,16 @@ def trial_number(trial: Union[optuna.Trial, optuna.trial.FrozenTrial]) -> int:
     return int(number) if number is not None else int(trial_id(trial)) + 1
 
 
-def number_new_trial(study: optuna.Study, trial: optuna.Trial) -> int:
+def number_new_trial(study: optuna.Study, trial: optuna.Trial, *, serialized: bool = False) -> int:
     """Gives ``trial``, just asked for and no continuation, the experiment's next trial number
     and returns it: one more than the highest of the trials asked for before it in this
     search's studies (its brackets), surplus ones aside. Continuations keep their trial's
     number, so numbers run 1, 2, 3, ... with no gap after a takeover, as Determined's do;
     a trial asked for but not yet numbered counts with its fallback (its id + 1), so a race
-    may leave a gap but never gives two trials that run one number."""
+    may leave a gap. ``serialized`` (no other process numbers a trial meanwhile:
+    ``_serial.numbering``): trials asked for after it count too once numbered, as on a
+    database one of them can have numbered itself before this trial's creation was visible
+    to it; that race would otherwise give two trials one number."""
     storage = storage_of(study)
     bracket = study.study_name.rpartition(BRACKET)[0]
     numbers = [0]
@@ -203,7 +206,8 @@ def number_new_trial(study: optuna.Study, trial: optuna.Trial) -> int:
             numbers += [
                 trial_number(t)
                 for t in storage.get_all_trials(study_id(sibling), deepcopy=False)
-                if trial_id(t) < trial_id(trial) and not t.user_attrs.get(SURPLUS)
+                if not t.user_attrs.get(SURPLUS)
+                and (trial_id(t) < trial_id(trial) or (serialized and TRIAL_NUMBER in t.user_attrs))
             ]
     number = max(numbers) + 1
     trial.set_user_attr(TRIAL_NUMBER, number)

@@ -178,7 +178,7 @@ def test_a_decision_holds_one_connection_for_its_lock_reads_and_writes(
 ) -> None:
     """The lock, the rung's read and the result's write share the process's one connection
     (the budget stays one per process), opened once per decision (or the one the process had
-    just used) and closed after it."""
+    just used), and left to linger after it, the lock released."""
     url = request.getfixturevalue("postgres_url")
     server = request.getfixturevalue("postgres_server")
     storage = open_storage(url, tmp_path)
@@ -193,7 +193,66 @@ def test_a_decision_holds_one_connection_for_its_lock_reads_and_writes(
             trial.set_user_attr("rung", 0)
             assert server.connections(url.rsplit("/", 1)[1]) == 1
         assert count.opened == 1 and count.peak == 1, (count.opened, count.peak)
-        assert server.connections(url.rsplit("/", 1)[1]) == 0
+        assert server.connections(url.rsplit("/", 1)[1]) == 1  # lingering, for the next use
         assert _advisory_locks(storage) == []
     finally:
         storage._backend.engine.dispose()
+
+
+def test_a_trial_created_late_never_takes_the_number_of_one_created_after_it(
+    request: pytest.FixtureRequest, tmp_path: pathlib.Path
+) -> None:
+    """On a database a trial's id comes from a sequence when its creation starts, and the
+    creation may commit after a trial with a higher id has numbered itself: unless numbering
+    counts that trial, both take one number (seen once in the 16-worker scale drill, two
+    trials writing to one trial-5 folder). Here trial A's id is drawn first and its row
+    committed after B numbered itself. Numbering under the search's lock (``numbering``:
+    PostgreSQL's advisory lock, held meanwhile) gives A the next number; without it A took
+    B's."""
+    from sqlalchemy import text
+
+    from det_lightning._runner._lease import TRIAL_NUMBER, number_new_trial
+
+    url = request.getfixturevalue("postgres_url")
+    storage = open_storage(url, tmp_path)
+    try:
+        study = optuna.create_study(study_name="search-bracket-0", storage=storage)
+        first = study.ask()
+        with _serial.numbering(study, "search") as locked:
+            assert locked and (_serial.NUMBERING, _crc_key("search")) in _advisory_locks(storage)
+            assert number_new_trial(study, first, serialized=locked) == 1
+        assert _advisory_locks(storage) == []
+        engine = storage._backend.engine
+        with engine.connect() as connection:  # A's creation starts: its id is drawn
+            late_id = connection.execute(
+                text("SELECT nextval(pg_get_serial_sequence('trials', 'trial_id'))")
+            ).scalar_one()
+            connection.commit()
+        b = study.ask()  # B is created after A's id was drawn, and numbers itself first
+        assert b._trial_id > late_id
+        with _serial.numbering(study, "search") as locked:
+            assert number_new_trial(study, b, serialized=locked) == 2
+        with engine.connect() as connection:  # A's creation commits now
+            connection.execute(
+                text(
+                    "INSERT INTO trials (trial_id, number, study_id, state, datetime_start) "
+                    "VALUES (:id, 99, :study, 'RUNNING', now())"
+                ),
+                {"id": late_id, "study": study._study_id},
+            )
+            connection.commit()
+        a = optuna.Trial(study, late_id)
+        assert number_new_trial(study, a) == 2  # the unserialized rule: B's number again
+        with _serial.numbering(study, "search") as locked:
+            assert number_new_trial(study, a, serialized=locked) == 3
+        numbers = [t.user_attrs[TRIAL_NUMBER] for t in study.get_trials(deepcopy=False)]
+        assert sorted(numbers) == [1, 2, 3]
+    finally:
+        storage._backend.engine.dispose()
+
+
+def _crc_key(search: str) -> int:
+    import zlib
+
+    key = zlib.crc32(search.encode())
+    return key - (1 << 32) if key >= 1 << 31 else key

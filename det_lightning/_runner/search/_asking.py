@@ -13,6 +13,7 @@ from optuna.exceptions import UpdateFinishedTrialError
 
 from det_lightning._runner._asha import Bracket
 from det_lightning._runner._lease import (
+    BRACKET,
     SURPLUS,
     TRIAL_NUMBER,
     host_id,
@@ -26,6 +27,7 @@ from det_lightning._runner._trial_record import GRID_POINT, HOST, HPARAMS, PID, 
 from det_lightning._runner.search._grid import has_waiting_point, owns_point
 from det_lightning._runner.search._reporter import counted, trial_number
 from det_lightning._runner.search._sample import point_index, suggest, trial_draw
+from det_lightning._runner.search._serial import numbering
 
 logger = logging.getLogger("det_lightning")
 
@@ -120,7 +122,8 @@ def _admit(
         _suggest(trial, space)  # its own point again (fixed), so the study records it
         return trial
     if TRIAL_NUMBER not in trial.user_attrs:
-        number_new_trial(study, trial)
+        with numbering(study, study.study_name.rpartition(BRACKET)[0] or study.study_name) as one:
+            number_new_trial(study, trial, serialized=one)
     # The sampler is read when the trial draws (suggest), not when it is asked for.
     trials = study.get_trials(deepcopy=False)
     me = next(t for t in trials if trial_id(t) == trial_id(trial))

@@ -7,7 +7,8 @@ milliseconds apart (a trial asked for and admitted, a report and its rung decisi
 new PostgreSQL connection starts a server backend (3 to 18 ms on loopback, more across a
 network). After that the connection closes: a worker whose trial trains, or a trial between
 two validations, holds none. A trial deciding at a rung keeps its connection for the whole
-decision, the study's lock held on it (``_serial``, ``pinned``). So a search of N workers never
+decision, the study's lock held on it (``_serial``, ``pinned``), and lets it linger once the
+lock is released. So a search of N workers never
 holds more than 2N connections, and at a moment holds one per process then talking to the
 database or just done (``docs/notes/many-machines.md`` has the budget, and what to do above
 the server's ``max_connections``).
@@ -131,16 +132,20 @@ class OneConnectionPool(pool.NullPool):
 
     @contextlib.contextmanager
     def pinned(self) -> Iterator[None]:
-        """Inside the block this thread holds the pool, on one connection kept open."""
+        """Inside the block this thread holds the pool, on one connection kept open; after a
+        block that ended well (its session lock released) the connection lingers as after
+        any use, after one that raised it is closed (a lock it may hold goes with it)."""
         self._acquire()
         self._pinning = True
+        ended_well = False
         try:
             yield
+            ended_well = True
         finally:
             record, parked = self._pinned, self._parked
             self._pinning, self._pinned, self._parked = False, None, False
             try:
-                if record is not None and parked:
+                if record is not None and parked and not (ended_well and self._park(record)):
                     super()._do_return_conn(record)  # closes it
             finally:
                 self._release()
@@ -163,13 +168,19 @@ class OneConnectionPool(pool.NullPool):
         try:
             if self._pinning and self._pinned in (None, record):
                 self._pinned, self._parked = record, True  # kept open for the next checkout
-            elif self.linger > 0 and self._idle is None and record.dbapi_connection is not None:
-                self._idle, self._idle_until = record, time.monotonic() + self.linger
-                self._start_closer()
-            else:
+            elif not self._park(record):
                 super()._do_return_conn(record)
         finally:
             self._release()
+
+    def _park(self, record: Any) -> bool:
+        """Keeps ``record`` open for the linger, for the next checkout; False when it cannot
+        be kept (no linger, another one idle already, or the record was invalidated)."""
+        if self.linger <= 0 or self._idle is not None or record.dbapi_connection is None:
+            return False
+        self._idle, self._idle_until = record, time.monotonic() + self.linger
+        self._start_closer()
+        return True
 
     def _start_closer(self) -> None:
         with self._turn:
