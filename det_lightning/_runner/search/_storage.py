@@ -13,7 +13,7 @@ from det_lightning._runner._lease import BRACKET
 from det_lightning._runner._search_settings import SearchSettings
 from det_lightning._runner.plan import UsageError
 from det_lightning._runner.search._grid import enqueue_grid
-from det_lightning._runner.search._pool import OneConnectionPool
+from det_lightning._runner.search._pool import OneConnectionPool, close_idle_connections
 from det_lightning.pytorch._store import CheckpointStore
 
 logger = logging.getLogger("det_lightning")
@@ -99,6 +99,7 @@ def _open_database(url: str, attempts: int = 5) -> Any:
             storage = optuna.storages.RDBStorage(url, engine_kwargs=ENGINE_KWARGS)
             break
         except (exc.IntegrityError, exc.ProgrammingError, exc.OperationalError):
+            close_idle_connections()  # the failed try's: its engine went with it
             if attempt == attempts - 1:
                 raise
             logger.info("another worker is creating the search's tables; trying again")
