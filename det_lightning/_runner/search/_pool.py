@@ -104,7 +104,8 @@ class OneConnectionPool(pool.NullPool):
     Inside ``pinned()`` the thread keeps the block's first connection open between its
     checkouts, and every later checkout reuses it: a session-level lock taken on it (the
     study's rung lock, ``_serial``) holds across the operations of the block, on one
-    connection, and other threads wait until the block ends; the block's end closes it."""
+    connection, and other threads wait until the block ends. The block's end lets it linger
+    (closes it when the block raised: a lock it may hold goes with it)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -233,9 +234,11 @@ class OneConnectionPool(pool.NullPool):
         super().dispose()
 
     def _forget_in_child(self) -> None:
-        """In a child forked from this process: the parent's connection (idle, pinned or in
-        use) is the parent's; its socket here is pointed at ``/dev/null``, so that nothing the
-        child does (its garbage collector closing it) reaches the parent's session."""
+        """In a child forked from this process: the parent's idle or pinned connection is the
+        parent's; its socket here is pointed at ``/dev/null``, so that nothing the child does
+        (its garbage collector closing it) reaches the parent's session. One that another
+        thread was using is out of reach: that thread does not exist in the child, and the
+        objects its frames held are never freed there."""
         for record in (self._idle, self._pinned):
             connection = getattr(record, "dbapi_connection", None)
             fileno = getattr(connection, "fileno", None)
