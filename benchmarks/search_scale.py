@@ -304,7 +304,7 @@ def pool_costs(servers: Servers, operations: int = 200) -> Dict[str, float]:
     import optuna
     from sqlalchemy import pool
 
-    from det_lightning._runner.search._pool import LINGER_S, OneConnectionPool
+    from det_lightning._runner.search._pool import OneConnectionPool, linger_seconds
 
     servers.server.execute("CREATE DATABASE costs")  # not the drill's: its trials are checked
     url = servers.server.url("costs")
@@ -314,7 +314,7 @@ def pool_costs(servers: Servers, operations: int = 200) -> Dict[str, float]:
         "one connection per operation (OneConnectionPool, linger 0)": {
             "poolclass": OneConnectionPool,
         },
-        f"OneConnectionPool, kept {LINGER_S:g} s after use (the default)": {
+        f"OneConnectionPool, kept {linger_seconds():g} s after use (the default)": {
             "poolclass": OneConnectionPool, "pool_pre_ping": True,
         },
         # 1+1: with max_overflow=0 Optuna's RDBStorage cannot open (its schema check nests a

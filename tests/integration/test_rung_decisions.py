@@ -185,6 +185,7 @@ def test_a_decision_holds_one_connection_for_its_lock_reads_and_writes(
     try:
         study = optuna.create_study(study_name="bracket-0", storage=storage)
         trial = study.ask()
+        storage._backend.engine.pool.linger = 3600.0  # still open when counted, however slow
         storage._backend.engine.pool.close_idle()  # the one that asking left open
         with ConnectionCounter(storage._backend.engine) as count, _serial.deciding(study):
             assert _advisory_locks(storage) == [(_serial.NAMESPACE, study._study_id)]

@@ -140,9 +140,11 @@ def test_a_forked_child_never_ends_its_parents_connection(
 ) -> None:
     """A child forked while the parent's connection lingers (a DataLoader's worker forked by a
     trial between two reports) closes its pools as a process does at exit: the parent's
-    session lives on, and the parent's next operation reuses it. Without the child's socket
-    pointed at /dev/null, the child's close would end the parent's session (its next
-    operation would open a new connection)."""
+    session lives on, and the parent's next operation reuses it. Without the pool forgetting
+    the connection in the child, the child's close at exit ends the parent's session; without
+    the child's socket pointed at /dev/null, so does closing the child's copy of it (what a
+    driver that closes connections it garbage-collects does). The parent's next operation
+    would then open a new connection."""
     from det_lightning._runner.search._pool import close_idle_connections
 
     storage, trial_id = _storage_and_trial(postgres_url, tmp_path, linger=3600.0)
@@ -152,7 +154,10 @@ def test_a_forked_child_never_ends_its_parents_connection(
         if child == 0:  # pragma: no cover (the child's own coverage is not collected)
             status = 0
             try:
-                close_idle_connections()
+                close_idle_connections()  # as the child's exit does
+                for record in _pool._FORGOTTEN:  # as a driver closing what it collects does
+                    record.dbapi_connection.close()  # (psycopg 3 checks the pid; not all do)
+                _pool._FORGOTTEN.clear()
                 gc.collect()
             except BaseException:
                 status = 1
