@@ -179,6 +179,7 @@ def worker(index: int, spec: Dict[str, Any]) -> None:
     from det_lightning._runner._search_settings import search_key
     from det_lightning._runner.config import load_config
     from det_lightning._runner.plan import plan_experiment
+    from det_lightning._runner.search._experiment_seed import experiment_seed
     from det_lightning._runner.search._interrupt import SearchInterrupt
     from det_lightning._runner.search._storage import open_storage, open_studies
     from det_lightning._runner.search._worker import WorkerSetup, _loop
@@ -189,12 +190,19 @@ def worker(index: int, spec: Dict[str, Any]) -> None:
     plan = plan_experiment(load_config(spec["config"]), spec["project"], None, spec["checkpoints"])
     assert plan.search is not None
     storage = open_storage(spec["storage"], plan.checkpoint_root)
-    studies = open_studies(storage, search_key(plan.config.raw), plan.search)
+    seed = plan.config.reproducibility_config.experiment_seed
+    studies = open_studies(storage, search_key(plan.config.raw), plan.search, seed=seed)
     with SearchInterrupt() as interrupt:
         setup = WorkerSetup(
             plan, plan.search, spec["storage"], functools.partial(fork_trial, spec, interrupt)
         )
-        _loop(setup, studies, interrupt, LeaseSettings(spec["heartbeat_timeout"]))
+        _loop(
+            setup,
+            studies,
+            interrupt,
+            LeaseSettings(spec["heartbeat_timeout"]),
+            seed=experiment_seed(studies[0], seed),
+        )
 
 
 def main(argv: List[str]) -> int:

@@ -41,21 +41,39 @@ def records(root: pathlib.Path) -> List[Dict[str, Any]]:
     return sorted(found, key=lambda r: str(r.get("created")))
 
 
-def trials_of(
-    root: pathlib.Path, record: Dict[str, Any], storage: Optional[str]
-) -> List[TrialResult]:
-    """The experiment's trials as its summary shows them (from its search storage)."""
+def _plan_of(root: pathlib.Path, record: Dict[str, Any]) -> Any:
+    """The plan of the experiment ``record`` describes (its model dir, if it still exists)."""
     from det_lightning._runner.config import load_config
     from det_lightning._runner.plan import plan_experiment
-    from det_lightning._runner.search._worker import search_summary
 
     model_dir = pathlib.Path(record.get("model_dir") or root)
-    plan = plan_experiment(
+    return plan_experiment(
         load_config(record["config"]),
         model_dir if model_dir.is_dir() else root,
         checkpoint_dir=str(root),
     )
-    return search_summary(plan, storage)
+
+
+def trials_of(
+    root: pathlib.Path, record: Dict[str, Any], storage: Optional[str]
+) -> List[TrialResult]:
+    """The experiment's trials as its summary shows them (from its search storage)."""
+    from det_lightning._runner.search._worker import search_summary
+
+    return search_summary(_plan_of(root, record), storage)
+
+
+def seed_of(root: pathlib.Path, record: Dict[str, Any], storage: Optional[str]) -> str:
+    """The experiment seed its trials' seeds and points come from, as ``describe`` shows it:
+    the config's, else the one drawn when the search began."""
+    from det_lightning._runner.search._worker import search_seed
+
+    plan = _plan_of(root, record)
+    seed = search_seed(plan, storage)
+    if seed is None:
+        return "none recorded (each trial drew its own)"
+    configured = plan.config.reproducibility_config.experiment_seed is not None
+    return f"{seed}" if configured else f"{seed} (drawn)"
 
 
 def state(trials: List[TrialResult], max_trials: Optional[int]) -> str:
@@ -153,7 +171,8 @@ def _describe(root: pathlib.Path, experiment_id: str, storage: Optional[str]) ->
     trials = trials_of(root, record, storage)
     total = 1 if searcher.name == "single" else None
     print(f"experiment {record['id']} ({record.get('name')}): {state(trials, total)}")
-    print(f"searcher {searcher.name}; created {record.get('created')}")
+    seed = seed_of(root, record, storage)
+    print(f"searcher {searcher.name}; experiment seed {seed}; created {record.get('created')}")
     print(f"model dir {record.get('model_dir')}; files in {root / record['id']}")
     summary = format_summary(trials, searcher.metric, searcher.smaller_is_better)
     print(summary)

@@ -101,7 +101,12 @@ def test_a_trial_killed_between_ask_and_lease_is_not_left_running_forever(
         optuna.storages.journal.JournalFileBackend(str(journal))
     )
     settings = SearchSettings.from_upfront(config.searcher, config.raw["hyperparameters"])
-    (study,) = open_studies(storage, experiment_id(config.as_given), settings)
+    (study,) = open_studies(
+        storage,
+        experiment_id(config.as_given),
+        settings,
+        seed=config.reproducibility_config.experiment_seed,
+    )
     orphan = study.ask()  # what a worker killed at that moment leaves behind
     rerun = start_search(isolated_run, slow_project, *HEARTBEAT, env={HOST_ID_ENV: "machine-b"})
     out = rerun.communicate(timeout=400)[0]

@@ -67,13 +67,16 @@ def test_a_trial_ending_after_a_takeover_ends_with_lease_lost_and_leaves_the_new
     plan = plan_experiment(load_config(yaml.safe_load(CONFIG)), PROJECT)
     settings = plan.search
     assert settings is not None
-    (study_a,) = open_studies(open_storage(url, plan.checkpoint_root), plan.experiment_id, settings)
+    seed = plan.config.reproducibility_config.experiment_seed
+    (study_a,) = open_studies(
+        open_storage(url, plan.checkpoint_root), plan.experiment_id, settings, seed=seed
+    )
     trial = _ask(
         study_a,
         settings,
         0,
         plan.config.hyperparameters,
-        seed=plan.config.reproducibility_config.experiment_seed,
+        seed=seed,
     )
     assert trial is not None
     study_b = optuna.load_study(  # worker B's own view of the search

@@ -7,6 +7,7 @@ The expected seed of a ``single`` experiment is the one the real master gave: it
 ``experiment_seed: 1673293593``, whose trial got seed 556896495."""
 
 import json
+import os
 import pathlib
 import re
 from typing import Any, Dict, List
@@ -93,6 +94,7 @@ def _run(
         "experiment", str(config), str(project), cwd=tmp, env={"TEST_RECORDS": str(records)}
     )
     assert result.returncode == 0, output(result)
+    (tmp / "stderr.log").write_text(result.stderr)
     seen = [json.loads(p.read_text()) for p in records.glob("*.json")]
     for record in seen:  # the log line that starts each trial names its seed
         assert re.search(
@@ -137,12 +139,22 @@ def test_random_trials_get_the_masters_points_and_seeds(isolated_run: pathlib.Pa
     assert all(_seeded_with_its_own(r) for r in seen), seen
 
 
-def test_without_an_experiment_seed_each_trial_is_seeded_with_its_own(
+def test_without_an_experiment_seed_one_is_drawn_recorded_and_shown(
     isolated_run: pathlib.Path,
 ) -> None:
-    """Determined's master picks a time-based experiment seed when none is given, so every
-    trial on a cluster is seeded and ``get_trial_seed()`` works; here each trial draws one."""
+    """Determined's master picks an experiment seed when none is given and keeps it in the
+    experiment's config. Here the search draws one when it begins, logs it, records it
+    (``experiment describe`` shows it), and its trials get the master's points and seeds
+    for it: setting it in the config repeats them."""
     searcher = "  name: random\n  max_trials: 2\n"
     seen = _run(isolated_run, "python3 seed_train.py", SPACE, searcher, "")
-    assert len(seen) == 2 and seen[0]["trial_seed"] != seen[1]["trial_seed"]
+    log = (isolated_run / "stderr.log").read_text()
+    (drawn,) = {int(s) for s in re.findall(r"experiment seed (\d+), drawn for this", log)}
+    made = created_trials(SPACE, 2, drawn)
+    assert [r["trial_seed"] for r in seen] == [m.trial_seed for m in made]
+    assert [r["hparams"] for r in seen] == [m.hparams for m in made]
     assert all(_seeded_with_its_own(r) for r in seen), seen
+    (record,) = pathlib.Path(os.environ["DET_LIGHTNING_CHECKPOINT_DIR"]).glob("*/experiment.json")
+    described = run_cli("experiment", "describe", record.parent.name, cwd=isolated_run)
+    assert described.returncode == 0, output(described)
+    assert f"; experiment seed {drawn} (drawn); " in described.stdout, described.stdout

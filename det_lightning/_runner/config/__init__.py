@@ -15,10 +15,10 @@ key names, types and defaults, and sorts keys into three groups:
 
 Differences from Determined, on purpose:
 
-* ``reproducibility.experiment_seed`` defaults to ``None``. Determined picks a time-based seed
-  when the key is absent; here each trial of a search then draws a seed of its own (set the
-  key to make runs repeatable). With the key, trials get the master's seeds
-  (``_master_random``).
+* ``reproducibility.experiment_seed`` defaults to ``None``. Determined's master then picks a
+  seed from the clock; here a search draws a random one when it begins and records it in its
+  storage (``search._experiment_seed``), and the config is left as given. Either way trials get
+  the master's seeds for it (``_master_random``).
 * ``searcher.max_length`` is optional (Determined 0.38 deprecated it for most searchers).
 * ``checkpoint_storage`` of type ``s3``, ``gcs`` or ``azure`` sends checkpoints to that
   bucket through fsspec (``det_lightning.pytorch._buckets``; the extras ``s3``, ``gcs``,

@@ -56,7 +56,12 @@ def start_dashboard(plan: Plan) -> Optional["subprocess.Popen[bytes]"]:
     if command is None:
         print(missing_message(ref), file=sys.stderr, flush=True)
         return None
-    open_studies(open_storage(plan.storage, plan.checkpoint_root), plan.experiment_id, plan.search)
+    open_studies(
+        open_storage(plan.storage, plan.checkpoint_root),
+        plan.experiment_id,
+        plan.search,
+        seed=plan.config.reproducibility_config.experiment_seed,
+    )
     print(
         f"det-lightning: {shlex.join(command)} (http://127.0.0.1:8080 by default)",
         file=sys.stderr,

@@ -102,8 +102,9 @@ def trial_draw(  # noqa: PLR0917  the trial's place: searcher, bracket, draw, gr
     Determined's master gives its k-th (``config.created_trials``: the same values and seed);
     ``adaptive_asha``, whose master creates trials in an order that depends on their timing,
     draws from a stream of (seed, bracket, index), so a seed gives the same points and seeds
-    whatever the workers' timing, and no two trials share a stream. Without one, a fresh
-    random sampler and seed (each trial still seeded, as on a cluster).
+    whatever the workers' timing, and no two trials share a stream. Without one (a search
+    begun before seeds were recorded, ``_experiment_seed``), a fresh random sampler and seed
+    (each trial still seeded, as on a cluster).
 
     >>> def draw(*args):
     ...     made = trial_draw(*args)

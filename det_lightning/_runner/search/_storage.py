@@ -12,6 +12,7 @@ import optuna
 from det_lightning._runner._lease import BRACKET
 from det_lightning._runner._search_settings import SearchSettings
 from det_lightning._runner.plan import UsageError
+from det_lightning._runner.search._experiment_seed import record_experiment_seed
 from det_lightning._runner.search._grid import enqueue_grid
 from det_lightning._runner.search._pool import OneConnectionPool, close_idle_connections
 from det_lightning.pytorch._store import CheckpointStore
@@ -127,24 +128,29 @@ def storage_ref(url: Optional[str], checkpoint_root: CheckpointStore) -> str:
     return str(url or checkpoint_root.staging() / JOURNAL_NAME)
 
 
-def open_studies(storage: Any, key: str, settings: SearchSettings) -> List[optuna.Study]:
+def open_studies(
+    storage: Any, key: str, settings: SearchSettings, *, seed: Optional[int]
+) -> List[optuna.Study]:
     """One study per bracket, named for the experiment id ``key`` (a grid's with its points
-    enqueued)."""
+    enqueued). The worker that creates the first records the experiment seed on it: ``seed``
+    (the config's ``reproducibility.experiment_seed``), else one drawn now
+    (``_experiment_seed``)."""
     direction = (
         optuna.study.StudyDirection.MINIMIZE
         if settings.smaller_is_better
         else optuna.study.StudyDirection.MAXIMIZE
     )
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    studies = [
-        optuna.create_study(
-            study_name=f"{key}{BRACKET}{i}",
-            storage=storage,
-            direction=direction,
-            load_if_exists=True,
-        )
-        for i in range(len(settings.brackets))
-    ]
+    studies = []
+    for i in range(len(settings.brackets)):
+        name = f"{key}{BRACKET}{i}"
+        try:  # exactly one worker creates each study
+            study = optuna.create_study(study_name=name, storage=storage, direction=direction)
+            if i == 0:
+                record_experiment_seed(study, seed)
+        except optuna.exceptions.DuplicatedStudyError:
+            study = optuna.load_study(study_name=name, storage=storage)
+        studies.append(study)
     if settings.grid:
         enqueue_grid(studies[0], settings.grid)
     return studies

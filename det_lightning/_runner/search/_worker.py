@@ -73,6 +73,7 @@ from det_lightning._runner.config import ExperimentConfig
 from det_lightning._runner.plan import Plan
 from det_lightning._runner.search._asking import _admit, _ask, next_bracket
 from det_lightning._runner.search._child import search_environment
+from det_lightning._runner.search._experiment_seed import drawn_seed_note, experiment_seed
 from det_lightning._runner.search._failure import log_failure
 from det_lightning._runner.search._interrupt import SearchInterrupt, search_advice
 from det_lightning._runner.search._jobs import run_legacy_process, run_trial
@@ -160,20 +161,37 @@ class TrialRun:
 def search_summary(plan: Plan, storage_url: Optional[str] = None) -> List[TrialResult]:
     """Every trial of the plan's search as it stands, training nothing."""
     storage = open_storage(storage_url, plan.checkpoint_root)
-    studies = open_studies(storage, plan.experiment_id, plan.search)
+    studies = open_studies(storage, plan.experiment_id, plan.search, seed=configured_seed(plan))
     return summarize(studies, plan, plan.search)
+
+
+def search_seed(plan: Plan, storage_url: Optional[str] = None) -> Optional[int]:
+    """The experiment seed the plan's search runs with (``_experiment_seed``): the config's,
+    else the one drawn when it began (None: begun before seeds were recorded)."""
+    storage = open_storage(storage_url, plan.checkpoint_root)
+    configured = configured_seed(plan)
+    studies = open_studies(storage, plan.experiment_id, plan.search, seed=configured)
+    return experiment_seed(studies[0], configured)
+
+
+def configured_seed(plan: Plan) -> Optional[int]:
+    """``reproducibility.experiment_seed``, if the config sets it."""
+    return plan.config.reproducibility_config.experiment_seed
 
 
 def run_search(plan: Plan, storage_url: Optional[str] = None) -> SearchOutcome:
     """Runs (or continues) the plan's search until no trial is left to start, or a signal
     stops it (``_interrupt``)."""
-    settings = plan.search
+    settings, configured = plan.search, configured_seed(plan)
     storage = open_storage(storage_url, plan.checkpoint_root)
-    studies = open_studies(storage, plan.experiment_id, settings)
+    studies = open_studies(storage, plan.experiment_id, settings, seed=configured)
+    seed = experiment_seed(studies[0], configured)
+    if configured is None and seed is not None:
+        logger.info(drawn_seed_note(seed))
     os.environ[RESUME_ADVICE_ENV] = search_advice(sys.argv[1:])  # a trial's, after a signal
     with SearchInterrupt() as interrupt:
         reference = storage_ref(storage_url, plan.checkpoint_root)
-        stopped = _work(plan, settings, studies, reference, interrupt=interrupt)
+        stopped = _work(plan, settings, studies, reference, seed=seed, interrupt=interrupt)
     interrupted = frozenset() if stopped is None else frozenset({stopped})
     return SearchOutcome(summarize(studies, plan, settings, interrupted), interrupt.received)
 
@@ -184,15 +202,17 @@ def _work(
     studies: Sequence[optuna.Study],
     reference: str,
     *,
+    seed: Optional[int],
     interrupt: SearchInterrupt,
 ) -> Optional[int]:
     """Trains one trial after another until none is left to start or to take over, or a
-    signal arrived; returns the number of the trial a signal stopped, if one did."""
+    signal arrived; returns the number of the trial a signal stopped, if one did (``seed``: the
+    experiment seed, ``_experiment_seed``)."""
     leases = LeaseSettings(plan.heartbeat_timeout)
     with TrialStarter() as starter:  # each trial in its own process, forked from a warm one
         launch = functools.partial(run_trial, starter, interrupt)
         worker = WorkerSetup(plan, settings, reference, launch)
-        return _loop(worker, studies, interrupt, leases)
+        return _loop(worker, studies, interrupt, leases, seed=seed)
 
 
 def _loop(
@@ -200,9 +220,10 @@ def _loop(
     studies: Sequence[optuna.Study],
     interrupt: SearchInterrupt,
     leases: LeaseSettings,
+    *,
+    seed: Optional[int],
 ) -> Optional[int]:
     settings, config = worker.settings, worker.plan.config
-    seed = config.reproducibility_config.experiment_seed
     waited_for: List[str] = []
     while interrupt.received is None:
         found = expired_trial(studies, leases)
