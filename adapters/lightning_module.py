@@ -45,7 +45,7 @@ from det_lightning.adapters.trial_checks import build_callbacks, check_trial
 from det_lightning.adapters.trial_state import TrialProgress
 from det_lightning.core import DistributedContext
 from det_lightning.pytorch import _checkpoint as ckpt
-from det_lightning.pytorch._config_sections import ReproducibilityConfig
+from det_lightning.pytorch._config_sections import trial_settings
 from det_lightning.pytorch._context import PyTorchTrialContext
 from det_lightning.pytorch._data import DataLoader
 from det_lightning.pytorch._dispatch import Dispatcher
@@ -67,7 +67,9 @@ class LightningTrial(TrialModule):
         trial_class: the ``PyTorchTrial`` subclass; built in ``setup()`` with the context.
         hparams: the trial's hyperparameters (``context.get_hparams()``).
         exp_conf: the experiment configuration (``reproducibility.experiment_seed`` seeds
-            ``random``, numpy and torch before the trial is built, as ``init()`` does).
+            ``random``, numpy and torch before the trial is built, as ``init()`` does). In a
+            trial of a ``det-lightning experiment`` search, as with ``init()``: the trial's
+            config and seed, and its hyperparameters unless ``hparams`` is given.
         aggregation_frequency: step the optimizers every this many batches.
 
     Raises:
@@ -90,8 +92,8 @@ class LightningTrial(TrialModule):
         pl.LightningModule.__init__(self)
         self.automatic_optimization = False
         self.trial_class = trial_class
-        self.trial_hparams = dict(hparams or {})
-        self.exp_conf = exp_conf
+        given, self.exp_conf, self.trial_seed = trial_settings(hparams, exp_conf)
+        self.trial_hparams = dict(given or {})
         self.aggregation_frequency = aggregation_frequency
         self.bridge = PyTorchCallbackBridge(self)
         self.trial_hooks = TrialHooks(self, determined_logging=False)
@@ -115,7 +117,7 @@ class LightningTrial(TrialModule):
 
     def _build_context(self) -> PyTorchTrialContext:
         trainer = self.trainer
-        seed = ReproducibilityConfig.from_exp_conf(self.exp_conf).experiment_seed
+        seed = self.trial_seed
         if seed is not None:
             seed_all(seed)
         distributed = DistributedContext(

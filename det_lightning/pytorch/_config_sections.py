@@ -18,9 +18,10 @@ None), the runner from its validated config (whose ``searcher`` it types in full
 """
 
 import dataclasses
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 from det_lightning import errors
+from det_lightning._info import get_cluster_info
 from det_lightning.pytorch._seeds import MAX_EXPERIMENT_SEED
 
 SAVE_COUNTS = ("save_trial_best", "save_trial_latest", "save_experiment_best")
@@ -201,10 +202,37 @@ _EXAMPLES = {
     "checkpoint_storage": "{'save_trial_best': 1}",
 }
 
+
+def trial_settings(
+    hparams: Optional[Dict[str, Any]], exp_conf: Optional[Dict[str, Any]]
+) -> Tuple[Optional[Dict[str, Any]], Optional[Dict[str, Any]], Optional[int]]:
+    """The hyperparameters, config and seed a trial runs with: as given, seeded with
+    ``reproducibility.experiment_seed`` (None: not seeded, as Determined's local mode).
+
+    In one trial of a ``det-lightning experiment`` search (``det.get_cluster_info()`` set), as
+    Determined's ``init()`` on a cluster: the trial's config whatever ``exp_conf`` says, its
+    hyperparameters where none are given, and the seed the search drew for the trial, which
+    seeds a script's trial (``entrypoint: python3 train.py``) as it does a model_def trial.
+
+    Raises:
+        ValueError: the seed is not an int from 0 to 4294967295.
+    """
+    info = get_cluster_info()
+    if info is not None and info.task_type == "TRIAL":
+        if hparams is None:
+            hparams = info.trial.hparams
+        exp_conf = info.trial.config
+        if info.trial.trial_seed is not None:
+            ReproducibilityConfig.from_exp_conf(exp_conf)  # the config's checks, all the same
+            return hparams, exp_conf, info.trial.trial_seed
+    return hparams, exp_conf, ReproducibilityConfig.from_exp_conf(exp_conf).experiment_seed
+
+
 __all__ = [
     "CheckpointStorageConfig",
     "DebugConfig",
     "ReproducibilityConfig",
     "SAVE_COUNTS",
     "SearcherMetricConfig",
+    "trial_settings",
 ]

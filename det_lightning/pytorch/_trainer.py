@@ -21,6 +21,7 @@ from det_lightning.pytorch._config_sections import (
     CheckpointStorageConfig,
     ReproducibilityConfig,
     SearcherMetricConfig,
+    trial_settings,
 )
 from det_lightning.pytorch._context import PyTorchTrialContext
 from det_lightning.pytorch._determinism import apply_deterministic, wants_deterministic
@@ -75,20 +76,8 @@ def init(
             starts CUDA (ours; default: ``$DET_LIGHTNING_DETERMINISTIC``, else the config's
             ``reproducibility.deterministic``, else off).
     """
-    info = get_cluster_info()
-    trial_seed: Optional[int] = None
-    if info is not None and info.task_type == "TRIAL":
-        # One trial of a `det-lightning experiment` search. As Determined's init() on a
-        # cluster: the trial's config whatever exp_conf says, and the seed the search drew
-        # for the trial, which seeds every trial, a script's (`entrypoint: python3
-        # train.py`) as a model_def trial's; the trial's hyperparameters where the script
-        # passes none.
-        exp_conf = info.trial.config
-        if hparams is None:
-            hparams = info.trial.hparams
-        trial_seed = info.trial.trial_seed
+    hparams, exp_conf, seed = trial_settings(hparams, exp_conf)
     reproducibility = ReproducibilityConfig.from_exp_conf(exp_conf)
-    seed = reproducibility.experiment_seed if trial_seed is None else trial_seed
     wanted = wants_deterministic(deterministic, reproducibility, os.environ)
     if wanted:
         apply_deterministic()

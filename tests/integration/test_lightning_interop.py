@@ -171,6 +171,32 @@ def test_validate_without_fit_builds_the_trial() -> None:
     assert results == [{"validation_loss": pytest.approx(validation_loss(0.0))}]
 
 
+def test_in_a_search_trial_lightning_trial_takes_the_trials_seed_config_and_hparams(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A script trial of ``det-lightning experiment`` that drives its own Trainer: as
+    ``init()`` there, the seed the search drew for the trial seeds it (not the config's
+    experiment seed), and the trial's hyperparameters are used where none are given."""
+    from det_lightning._env import TRIAL_INFO_ENV
+    from det_lightning._info import ClusterInfo, TrialInfo
+
+    config = {"reproducibility": {"experiment_seed": 1673293593}, "name": "x"}
+    hparams = {"lr": 0.5, "batch_size": 4}
+    info = ClusterInfo(TrialInfo(1, 0, hparams, config, trial_seed=556896495))
+    monkeypatch.setenv(TRIAL_INFO_ENV, info.to_environment())
+    for given in ({}, {"hparams": dict(hparams), "exp_conf": {"name": "y"}}):
+        torch.manual_seed(999)
+        module = LightningTrial(TRIALS["OneVarTrial"], **given)  # type: ignore[arg-type]
+        plain_trainer().validate(module)
+        assert module.context.get_trial_seed() == 556896495 == torch.initial_seed()
+        assert module.context.get_hparams() == hparams
+        assert module.context.get_experiment_config() == config
+    monkeypatch.delenv(TRIAL_INFO_ENV)
+    module = LightningTrial(TRIALS["OneVarTrial"], hparams={}, exp_conf=config)
+    plain_trainer().validate(module)  # outside a search: the config's seed, as before
+    assert module.context.get_trial_seed() == 1673293593 == torch.initial_seed()
+
+
 @pytest.mark.filterwarnings("ignore:Be aware that when using `ckpt_path`")  # no new checkpoints
 def test_resume_from_a_lightning_checkpoint_continues_exactly() -> None:
     first = LightningTrial(OneVarWithEvents, hparams={"lr": 0.5, "batch_size": 4})
