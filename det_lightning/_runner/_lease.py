@@ -152,9 +152,9 @@ def take_over(study: optuna.Study, frozen: optuna.trial.FrozenTrial) -> Optional
     except UpdateFinishedTrialError:
         return None  # finished already: by another worker's takeover, or by its own worker
     attrs = {k: v for k, v in frozen.user_attrs.items() if k not in _WORKER_ATTRS}
-    attrs.update(
-        {CONTINUES: trial_id(frozen), TRIAL_NUMBER: trial_number(frozen), ORIGIN: origin(frozen)}
-    )
+    # A trial its worker never numbered (killed right after asking for it) is numbered when
+    # its continuation is admitted: its fallback number may be another trial's.
+    attrs.update({CONTINUES: trial_id(frozen), ORIGIN: origin(frozen)})
     study.enqueue_trial(dict(frozen.params), user_attrs=attrs, skip_if_exists=False)
     for waiting in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)):
         if waiting.user_attrs.get(CONTINUES) == trial_id(frozen):
@@ -187,16 +187,26 @@ def trial_number(trial: Union[optuna.Trial, optuna.trial.FrozenTrial]) -> int:
     return int(number) if number is not None else int(trial_id(trial)) + 1
 
 
+def search_name(study: optuna.Study) -> str:
+    """The name the search's studies (its brackets) share (``_serial.creating`` locks it).
+
+    >>> search_name(optuna.create_study(study_name="mnist-3f2a9c01de-bracket-1"))
+    'mnist-3f2a9c01de'
+    """
+    return study.study_name.rpartition(BRACKET)[0] or study.study_name
+
+
 def number_new_trial(study: optuna.Study, trial: optuna.Trial, *, serialized: bool = False) -> int:
-    """Gives ``trial``, just asked for and no continuation, the experiment's next trial number
-    and returns it: one more than the highest of the trials asked for before it in this
-    search's studies (its brackets), surplus ones aside. Continuations keep their trial's
-    number, so numbers run 1, 2, 3, ... with no gap after a takeover, as Determined's do;
-    a trial asked for but not yet numbered counts with its fallback (its id + 1), so a race
-    may leave a gap. ``serialized`` (no other process numbers a trial meanwhile:
-    ``_serial.numbering``): trials asked for after it count too once numbered, as on a
-    database one of them can have numbered itself before this trial's creation was visible
-    to it; that race would otherwise give two trials one number."""
+    """Gives ``trial``, just asked for (or the continuation of a trial that was never
+    numbered), the experiment's next trial number and returns it. Continuations keep their
+    trial's number, so numbers run 1, 2, 3, ... with no gap after a takeover, as Determined's
+    do. Surplus trials never count.
+
+    ``serialized`` (trials are created and numbered one at a time: ``_serial.creating``): one
+    more than the highest number given in the search's studies (its brackets). Otherwise
+    (a journal, whose trials' ids follow its records): one more than the highest of the trials
+    asked for before it, one not yet numbered counting with its fallback (its id + 1), so a
+    race may leave a gap."""
     storage = storage_of(study)
     bracket = study.study_name.rpartition(BRACKET)[0]
     numbers = [0]
@@ -207,7 +217,8 @@ def number_new_trial(study: optuna.Study, trial: optuna.Trial, *, serialized: bo
                 trial_number(t)
                 for t in storage.get_all_trials(study_id(sibling), deepcopy=False)
                 if not t.user_attrs.get(SURPLUS)
-                and (trial_id(t) < trial_id(trial) or (serialized and TRIAL_NUMBER in t.user_attrs))
+                and trial_id(t) != trial_id(trial)
+                and (TRIAL_NUMBER in t.user_attrs if serialized else trial_id(t) < trial_id(trial))
             ]
     number = max(numbers) + 1
     trial.set_user_attr(TRIAL_NUMBER, number)

@@ -207,7 +207,7 @@ def test_a_trial_created_late_never_takes_the_number_of_one_created_after_it(
     creation may commit after a trial with a higher id has numbered itself: unless numbering
     counts that trial, both take one number (seen once in the 16-worker scale drill, two
     trials writing to one trial-5 folder). Here trial A's id is drawn first and its row
-    committed after B numbered itself. Numbering under the search's lock (``numbering``:
+    committed after B numbered itself. Numbering under the search's lock (``creating``:
     PostgreSQL's advisory lock, held meanwhile) gives A the next number; without it A took
     B's."""
     from sqlalchemy import text
@@ -219,7 +219,7 @@ def test_a_trial_created_late_never_takes_the_number_of_one_created_after_it(
     try:
         study = optuna.create_study(study_name="search-bracket-0", storage=storage)
         first = study.ask()
-        with _serial.numbering(study, "search") as locked:
+        with _serial.creating(study, "search") as locked:
             assert locked and (_serial.NUMBERING, _crc_key("search")) in _advisory_locks(storage)
             assert number_new_trial(study, first, serialized=locked) == 1
         assert _advisory_locks(storage) == []
@@ -231,7 +231,7 @@ def test_a_trial_created_late_never_takes_the_number_of_one_created_after_it(
             connection.commit()
         b = study.ask()  # B is created after A's id was drawn, and numbers itself first
         assert b._trial_id > late_id
-        with _serial.numbering(study, "search") as locked:
+        with _serial.creating(study, "search") as locked:
             assert number_new_trial(study, b, serialized=locked) == 2
         with engine.connect() as connection:  # A's creation commits now
             connection.execute(
@@ -244,10 +244,44 @@ def test_a_trial_created_late_never_takes_the_number_of_one_created_after_it(
             connection.commit()
         a = optuna.Trial(study, late_id)
         assert number_new_trial(study, a) == 2  # the unserialized rule: B's number again
-        with _serial.numbering(study, "search") as locked:
+        with _serial.creating(study, "search") as locked:
             assert number_new_trial(study, a, serialized=locked) == 3
         numbers = [t.user_attrs[TRIAL_NUMBER] for t in study.get_trials(deepcopy=False)]
         assert sorted(numbers) == [1, 2, 3]
+    finally:
+        storage._backend.engine.dispose()
+
+
+def test_trials_are_numbered_1_to_n_when_a_worker_died_before_numbering_its_trial(
+    request: pytest.FixtureRequest, tmp_path: pathlib.Path
+) -> None:
+    """A worker killed right after asking for a trial leaves it without a number; another
+    worker takes it over. Its fallback number (id + 1) was neither counted by the others nor
+    carried by its continuation: the continuation is numbered when admitted, so numbers run
+    1..n with no gap and no repeat. (Before, counting the fallback left gaps, and carrying it
+    gave one number to two trials: nine in the 64-worker drill of 2026-11-28.)"""
+    from det_lightning._runner._lease import take_over, trial_number
+    from det_lightning._runner.search._asking import _admit, _ask
+
+    url = request.getfixturevalue("postgres_url")
+    storage = open_storage(url, tmp_path)
+    settings = SearchSettings.from_upfront(
+        {"name": "random", "metric": "loss", "max_trials": 8, "max_length": {"batches": 4}},
+        {"lr": {"type": "double", "minval": 0.1, "maxval": 1.0}},
+    )
+    space = {"lr": {"type": "double", "minval": 0.1, "maxval": 1.0}}
+    try:
+        study = optuna.create_study(study_name="search-bracket-0", storage=storage)
+        with _serial.creating(study, "search"):
+            orphan = study.ask()  # its worker is killed here, inside the lock
+        others = [_ask(study, settings, 0, space, seed=3) for _ in range(3)]
+        assert [trial_number(t) for t in others if t is not None] == [1, 2, 3]
+        frozen = study._storage.get_trial(orphan._trial_id)
+        continuation = take_over(study, frozen)
+        assert continuation is not None and TRIAL_NUMBER not in continuation.user_attrs
+        admitted = _admit(study, settings, 0, continuation, space=space, seed=3)
+        assert admitted is not None and trial_number(admitted) == 4
+        assert trial_number(_ask(study, settings, 0, space, seed=3)) == 5  # type: ignore[arg-type]
     finally:
         storage._backend.engine.dispose()
 

@@ -13,12 +13,12 @@ from optuna.exceptions import UpdateFinishedTrialError
 
 from det_lightning._runner._asha import Bracket
 from det_lightning._runner._lease import (
-    BRACKET,
     SURPLUS,
     TRIAL_NUMBER,
     host_id,
     number_new_trial,
     origin,
+    search_name,
     superseded_now,
 )
 from det_lightning._runner._optuna import trial_id
@@ -27,7 +27,7 @@ from det_lightning._runner._trial_record import GRID_POINT, HOST, HPARAMS, PID, 
 from det_lightning._runner.search._grid import has_waiting_point, owns_point
 from det_lightning._runner.search._reporter import counted, trial_number
 from det_lightning._runner.search._sample import point_index, suggest, trial_draw
-from det_lightning._runner.search._serial import numbering
+from det_lightning._runner.search._serial import creating
 
 logger = logging.getLogger("det_lightning")
 
@@ -83,8 +83,13 @@ def _ask(
 ) -> Optional[optuna.Trial]:
     """A new trial of ``study`` with its hyperparameters, or None when another worker filled
     the budget first (the trial asked for is then dropped unrun); or the continuation of a
-    trial another worker took over, if one was waiting."""
-    return _admit(study, settings, index, study.ask(), space=space, seed=seed)
+    trial another worker took over, if one was waiting. Created and numbered one process at a
+    time (``_serial.creating``)."""
+    with creating(study, search_name(study)) as serialized:
+        trial = study.ask()
+        if TRIAL_NUMBER not in trial.user_attrs:
+            number_new_trial(study, trial, serialized=serialized)
+    return _admit(study, settings, index, trial, space=space, seed=seed)
 
 
 def _unless_taken_over(admit: Callable[..., Optional[optuna.Trial]]) -> Any:
@@ -121,9 +126,9 @@ def _admit(
     if HPARAMS in trial.user_attrs:  # a continuation
         _suggest(trial, space)  # its own point again (fixed), so the study records it
         return trial
-    if TRIAL_NUMBER not in trial.user_attrs:
-        with numbering(study, study.study_name.rpartition(BRACKET)[0] or study.study_name) as one:
-            number_new_trial(study, trial, serialized=one)
+    if TRIAL_NUMBER not in trial.user_attrs:  # the continuation of a trial never numbered
+        with creating(study, search_name(study)) as serialized:
+            number_new_trial(study, trial, serialized=serialized)
     # The sampler is read when the trial draws (suggest), not when it is asked for.
     trials = study.get_trials(deepcopy=False)
     me = next(t for t in trials if trial_id(t) == trial_id(trial))

@@ -16,12 +16,16 @@ rung, swapped). So the read and the write happen inside ``deciding(study)``::
 
 Each study is one ASHA bracket and ranks its own trials, so brackets decide in parallel.
 
-``numbering(study)`` likewise gives a new trial its number one process at a time on
-PostgreSQL (``pg_advisory_lock(NUMBERING, <the search's key>)``, one lock for all its
-brackets): a database's trial ids come from a sequence, so a trial whose creation commits late
-can be invisible to a trial with a higher id that numbers itself meanwhile, and both would take
-one number (seen once in the 16-worker drill). A journal file needs no lock there: its trials
-get their ids in the order the journal records them.
+``creating(study, search)`` likewise creates and numbers a search's new trials (``study.ask()``
+and the new trial's numbering; a grid's points) one process at a time on PostgreSQL
+(``pg_advisory_lock(NUMBERING, <the search's key>)``, one lock for all its brackets). A
+database's trial ids come from one sequence for all studies, and Optuna serialises creations
+only within a study (it locks the study's row), so a trial of one bracket whose creation
+committed late was invisible to a trial of another with a higher id numbering itself
+meanwhile, and both took one number (seen once in the 16-worker drill). A trial is created
+only once the lock is held, so a worker waiting for it has no trial that sits unnumbered
+meanwhile, for another worker to take over as abandoned. A journal file needs no lock: its
+trials get their ids in the order the journal records them.
 """
 
 import contextlib
@@ -73,9 +77,10 @@ def deciding(study: optuna.Study) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def numbering(study: optuna.Study, search: str) -> Iterator[bool]:
-    """Inside the block, no other process numbers a trial of the search ``search`` (its
-    studies' common name); yields whether that holds (PostgreSQL), else nothing is locked."""
+def creating(study: optuna.Study, search: str) -> Iterator[bool]:
+    """Inside the block, no other process creates or numbers a trial of the search ``search``
+    (its studies' common name); yields whether that holds (PostgreSQL), else nothing is
+    locked."""
     engine = _postgresql(storage_of(study))
     if engine is None:
         yield False
@@ -113,4 +118,4 @@ def _file_lock(path: str) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-__all__ = ["LOCK_SUFFIX", "NAMESPACE", "NUMBERING", "deciding", "kind", "numbering"]
+__all__ = ["LOCK_SUFFIX", "NAMESPACE", "NUMBERING", "creating", "deciding", "kind"]

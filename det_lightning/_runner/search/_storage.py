@@ -9,12 +9,13 @@ from typing import Any, List, Optional
 
 import optuna
 
-from det_lightning._runner._lease import BRACKET
+from det_lightning._runner._lease import BRACKET, search_name
 from det_lightning._runner._search_settings import SearchSettings
 from det_lightning._runner.plan import UsageError
 from det_lightning._runner.search._experiment_seed import record_experiment_seed
 from det_lightning._runner.search._grid import enqueue_grid
 from det_lightning._runner.search._pool import OneConnectionPool, close_idle_connections
+from det_lightning._runner.search._serial import creating
 from det_lightning.pytorch._store import CheckpointStore
 
 logger = logging.getLogger("det_lightning")
@@ -151,6 +152,7 @@ def open_studies(
         except optuna.exceptions.DuplicatedStudyError:
             study = optuna.load_study(study_name=name, storage=storage)
         studies.append(study)
-    if settings.grid:
-        enqueue_grid(studies[0], settings.grid)
+    if settings.grid:  # every worker enqueues what is missing, one at a time (``_serial``)
+        with creating(studies[0], search_name(studies[0])):
+            enqueue_grid(studies[0], settings.grid)
     return studies
