@@ -71,7 +71,7 @@ def seed_of(root: pathlib.Path, record: Dict[str, Any], storage: Optional[str]) 
     plan = _plan_of(root, record)
     seed = search_seed(plan, storage)
     if seed is None:
-        return "none recorded (each trial drew its own)"
+        return "none recorded (a search begun before seeds were: each trial drew its own)"
     configured = plan.config.reproducibility_config.experiment_seed is not None
     return f"{seed}" if configured else f"{seed} (drawn)"
 

@@ -112,3 +112,40 @@ def test_a_creator_killed_before_recording_leaves_the_waiter_to_record_one(
     assert recorded_experiment_seed(study) == seed
     assert f"recorded {seed}" in caplog.text
     assert experiment_seed(study, None) == seed  # the next worker reads it, waiting for nothing
+
+
+def test_describing_a_search_reads_its_seed_and_writes_none(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``experiment describe`` (``search_seed``) neither waits for a seed nor records one: an
+    old search without one stays without one."""
+    from det_lightning._runner.config import load_config
+    from det_lightning._runner.plan import plan_experiment
+    from det_lightning._runner.search._worker import search_seed
+
+    def no_waiting(seconds: float) -> None:
+        raise AssertionError("describing a search waited for its seed")
+
+    monkeypatch.setattr(_experiment_seed.time, "sleep", no_waiting)
+    config = {"name": "old", "entrypoint": "python3 train.py", "searcher": RANDOM}
+    config["hyperparameters"] = SPACE
+    plan = plan_experiment(load_config(config), tmp_path, checkpoint_dir=str(tmp_path / "ckpt"))
+    journal = str(tmp_path / "search.journal")
+    study = optuna.create_study(
+        study_name=f"{plan.experiment_id}-bracket-0", storage=open_storage(journal)
+    )
+    assert search_seed(plan, journal) is None  # created by a worker of an older version
+    study.ask().set_user_attr(HPARAMS, {"lr": 0.5})
+    assert search_seed(plan, journal) is None
+    assert (
+        recorded_experiment_seed(
+            optuna.load_study(study_name=study.study_name, storage=open_storage(journal))
+        )
+        is None
+    )
+    study.set_user_attr(EXPERIMENT_SEED, 17)
+    assert search_seed(plan, journal) == 17
+    seeded = plan_experiment(
+        load_config({**config, "reproducibility": {"experiment_seed": 5}}), tmp_path
+    )
+    assert search_seed(seeded, journal) == 5

@@ -73,7 +73,11 @@ from det_lightning._runner.config import ExperimentConfig
 from det_lightning._runner.plan import Plan
 from det_lightning._runner.search._asking import _admit, _ask, next_bracket
 from det_lightning._runner.search._child import search_environment
-from det_lightning._runner.search._experiment_seed import drawn_seed_note, experiment_seed
+from det_lightning._runner.search._experiment_seed import (
+    drawn_seed_note,
+    experiment_seed,
+    recorded_experiment_seed,
+)
 from det_lightning._runner.search._failure import log_failure
 from det_lightning._runner.search._interrupt import SearchInterrupt, search_advice
 from det_lightning._runner.search._jobs import run_legacy_process, run_trial
@@ -167,11 +171,14 @@ def search_summary(plan: Plan, storage_url: Optional[str] = None) -> List[TrialR
 
 def search_seed(plan: Plan, storage_url: Optional[str] = None) -> Optional[int]:
     """The experiment seed the plan's search runs with (``_experiment_seed``): the config's,
-    else the one drawn when it began (None: begun before seeds were recorded)."""
-    storage = open_storage(storage_url, plan.checkpoint_root)
+    else the one drawn when it began (None: none recorded yet, or begun before seeds were).
+    Reads only: it neither waits for a seed nor records one."""
     configured = configured_seed(plan)
-    studies = open_studies(storage, plan.experiment_id, plan.search, seed=configured)
-    return experiment_seed(studies[0], configured)
+    if configured is not None:
+        return configured
+    storage = open_storage(storage_url, plan.checkpoint_root)
+    studies = open_studies(storage, plan.experiment_id, plan.search, seed=None)
+    return recorded_experiment_seed(studies[0])
 
 
 def configured_seed(plan: Plan) -> Optional[int]:
