@@ -39,6 +39,7 @@ import optuna
 from optuna.exceptions import UpdateFinishedTrialError
 
 from det_lightning._runner._optuna import live_trial, storage_of, study_id, trial_id
+from det_lightning._runner._serial import creating
 from det_lightning._runner._trial_record import (
     CLAIM,
     CONTINUES,
@@ -148,13 +149,12 @@ def take_over(study: optuna.Study, frozen: optuna.trial.FrozenTrial) -> Optional
     storage = storage_of(study)
     try:
         storage.set_trial_user_attr(trial_id(frozen), SUPERSEDED, True)
+        number = _numbered(study, frozen)
         storage.set_trial_state_values(trial_id(frozen), optuna.trial.TrialState.FAIL)
     except UpdateFinishedTrialError:
         return None  # finished already: by another worker's takeover, or by its own worker
     attrs = {k: v for k, v in frozen.user_attrs.items() if k not in _WORKER_ATTRS}
-    # A trial its worker never numbered (killed right after asking for it) is numbered when
-    # its continuation is admitted: its fallback number may be another trial's.
-    attrs.update({CONTINUES: trial_id(frozen), ORIGIN: origin(frozen)})
+    attrs.update({CONTINUES: trial_id(frozen), TRIAL_NUMBER: number, ORIGIN: origin(frozen)})
     study.enqueue_trial(dict(frozen.params), user_attrs=attrs, skip_if_exists=False)
     for waiting in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)):
         if waiting.user_attrs.get(CONTINUES) == trial_id(frozen):
@@ -167,6 +167,26 @@ def take_over(study: optuna.Study, frozen: optuna.trial.FrozenTrial) -> Optional
             except UpdateFinishedTrialError:
                 return None  # popped by another worker and ended since this one listed it
     return None  # another worker's study.ask() popped it first: that worker resumes it
+
+
+def _numbered(study: optuna.Study, frozen: optuna.trial.FrozenTrial) -> int:
+    """The trial's number. A trial its worker never numbered (killed between asking for it
+    and numbering it) is numbered now, under the lock (``_serial.creating``) and before it
+    ends, so that it and its continuation share one number, as a numbered trial and its
+    continuation do: its fallback (id + 1) may be the number of a trial asked for since on a
+    storage without the lock, and the budget counts trials by number.
+
+    Raises:
+        UpdateFinishedTrialError: the trial ended meanwhile.
+    """
+    if TRIAL_NUMBER in frozen.user_attrs:
+        return int(frozen.user_attrs[TRIAL_NUMBER])
+    storage = storage_of(study)
+    with creating(study, search_name(study)) as serialized:
+        current = storage.get_trial(trial_id(frozen)).user_attrs
+        if TRIAL_NUMBER in current:  # numbered by another taker meanwhile
+            return int(current[TRIAL_NUMBER])
+        return number_new_trial(study, live_trial(study, frozen), serialized=serialized)
 
 
 def _carry_values(storage: Any, frozen: optuna.trial.FrozenTrial, trial_id: int) -> None:
@@ -202,11 +222,13 @@ def number_new_trial(study: optuna.Study, trial: optuna.Trial, *, serialized: bo
     trial's number, so numbers run 1, 2, 3, ... with no gap after a takeover, as Determined's
     do. Surplus trials never count.
 
-    ``serialized`` (trials are created and numbered one at a time: ``_serial.creating``): one
-    more than the highest number given in the search's studies (its brackets). Otherwise
-    (a journal, whose trials' ids follow its records): one more than the highest of the trials
-    asked for before it, one not yet numbered counting with its fallback (its id + 1), so a
-    race may leave a gap."""
+    A trial not numbered counts with its fallback (its id + 1), the number it shows: no trial
+    may take that number while it stands (a grid's point waiting to be asked for aside: it is
+    numbered when asked for). ``serialized`` (trials are created and numbered one
+    at a time: ``_serial.creating``): one more than the highest of every trial in the search's
+    studies (its brackets); a trial is then unnumbered only when its worker died between
+    asking for it and numbering it, and its fallback leaves a gap. Otherwise (MySQL, SQLite,
+    the gRPC proxy): of the trials asked for before it, so a race may leave a gap."""
     storage = storage_of(study)
     bracket = study.study_name.rpartition(BRACKET)[0]
     numbers = [0]
@@ -218,7 +240,8 @@ def number_new_trial(study: optuna.Study, trial: optuna.Trial, *, serialized: bo
                 for t in storage.get_all_trials(study_id(sibling), deepcopy=False)
                 if not t.user_attrs.get(SURPLUS)
                 and trial_id(t) != trial_id(trial)
-                and (TRIAL_NUMBER in t.user_attrs if serialized else trial_id(t) < trial_id(trial))
+                and (serialized or trial_id(t) < trial_id(trial))
+                and (TRIAL_NUMBER in t.user_attrs or t.state != optuna.trial.TrialState.WAITING)
             ]
     number = max(numbers) + 1
     trial.set_user_attr(TRIAL_NUMBER, number)

@@ -1,4 +1,4 @@
-"""Rung decisions one at a time in a study, across processes (``search/_serial.py``).
+"""Rung decisions one at a time in a study, across processes (``_runner/_serial.py``).
 
 The scale drill's finding at its smallest: two trials reach a rung together; each reads the
 rung, then writes its result. Here trial A, having read, waits for B to read too: without the
@@ -16,10 +16,11 @@ from typing import Any, Callable, List, Tuple
 import optuna
 import pytest
 
+from det_lightning._runner import _serial
 from det_lightning._runner._asha import Bracket
 from det_lightning._runner._lease import TRIAL_NUMBER
 from det_lightning._runner._search_settings import SearchSettings
-from det_lightning._runner.search import _reporter, _serial
+from det_lightning._runner.search import _reporter
 from det_lightning._runner.search._storage import open_storage
 from tests.fixtures.postgres import ConnectionCounter
 
@@ -252,38 +253,44 @@ def test_a_trial_created_late_never_takes_the_number_of_one_created_after_it(
         storage._backend.engine.dispose()
 
 
-def test_trials_are_numbered_1_to_n_when_a_worker_died_before_numbering_its_trial(
-    request: pytest.FixtureRequest, tmp_path: pathlib.Path
+@pytest.mark.parametrize("kind", ["postgresql", "journal"])
+def test_a_trial_never_numbered_and_its_continuation_share_a_number_no_other_trial_has(
+    request: pytest.FixtureRequest, tmp_path: pathlib.Path, kind: str
 ) -> None:
-    """A worker killed right after asking for a trial leaves it without a number; another
-    worker takes it over. Its fallback number (id + 1) was neither counted by the others nor
-    carried by its continuation: the continuation is numbered when admitted, so numbers run
-    1..n with no gap and no repeat. (Before, counting the fallback left gaps, and carrying it
-    gave one number to two trials: nine in the 64-worker drill of 2026-11-28.)"""
+    """A worker killed right after asking for a trial leaves it without a number (it shows
+    its fallback, id + 1); another worker takes it over. Its fallback stays out of the others'
+    numbers, and the worker taking it over numbers it first, so it and its continuation share a
+    new number: the budget counts trials by number. (Before, the continuation carried the
+    fallback, which a trial asked for since could have taken: nine numbers went to two trials
+    each in the 64-worker drill of 2026-11-28.) On a journal the lock is a file lock."""
     from det_lightning._runner._lease import take_over, trial_number
-    from det_lightning._runner.search._asking import _admit, _ask
+    from det_lightning._runner.search._asking import _admit, _ask, next_bracket
 
-    url = request.getfixturevalue("postgres_url")
-    storage = open_storage(url, tmp_path)
-    settings = SearchSettings.from_upfront(
-        {"name": "random", "metric": "loss", "max_trials": 8, "max_length": {"batches": 4}},
-        {"lr": {"type": "double", "minval": 0.1, "maxval": 1.0}},
-    )
+    storage = _storages(request, tmp_path, kind)[0]
     space = {"lr": {"type": "double", "minval": 0.1, "maxval": 1.0}}
-    try:
-        study = optuna.create_study(study_name="search-bracket-0", storage=storage)
-        with _serial.creating(study, "search"):
-            orphan = study.ask()  # its worker is killed here, inside the lock
-        others = [_ask(study, settings, 0, space, seed=3) for _ in range(3)]
-        assert [trial_number(t) for t in others if t is not None] == [1, 2, 3]
-        frozen = study._storage.get_trial(orphan._trial_id)
-        continuation = take_over(study, frozen)
-        assert continuation is not None and TRIAL_NUMBER not in continuation.user_attrs
-        admitted = _admit(study, settings, 0, continuation, space=space, seed=3)
-        assert admitted is not None and trial_number(admitted) == 4
-        assert trial_number(_ask(study, settings, 0, space, seed=3)) == 5  # type: ignore[arg-type]
-    finally:
-        storage._backend.engine.dispose()
+    settings = SearchSettings.from_upfront(
+        {"name": "random", "metric": "loss", "max_trials": 5, "max_length": {"batches": 4}},
+        space,
+    )
+    study = optuna.create_study(study_name="search-bracket-0", storage=storage)
+    with _serial.creating(study, "search") as locked:
+        assert locked
+        orphan = study.ask()  # its worker is killed here, inside the lock
+    fallback = trial_number(orphan)
+    others = [_ask(study, settings, 0, space, seed=3) for _ in range(3)]
+    numbers = [trial_number(t) for t in others if t is not None]
+    assert numbers == [fallback + 1, fallback + 2, fallback + 3]
+    frozen = study._storage.get_trial(orphan._trial_id)
+    continuation = take_over(study, frozen)
+    assert continuation is not None
+    assert trial_number(continuation) == fallback + 4
+    superseded = study._storage.get_trial(orphan._trial_id)
+    assert superseded.user_attrs[TRIAL_NUMBER] == fallback + 4  # one trial, one number
+    assert _admit(study, settings, 0, continuation, space=space, seed=3) is not None
+    assert next_bracket([study], settings) == 0  # 4 trials of 5 started: one more
+    last = _ask(study, settings, 0, space, seed=3)
+    assert last is not None and trial_number(last) == fallback + 5
+    assert next_bracket([study], settings) is None  # the budget is spent
 
 
 def _crc_key(search: str) -> int:

@@ -27,7 +27,6 @@ def _running_trial(journal: pathlib.Path) -> optuna.trial.FrozenTrial:
     trial.set_user_attr("hparams", {"x": trial.params["x"]})
     trial.set_user_attr("rungs", {"0": 0.5})
     trial.set_user_attr("host", "dead-machine")
-    trial.set_user_attr(_lease.TRIAL_NUMBER, 1)  # numbered when asked for, as a worker does
     return study.get_trials(deepcopy=False)[0]
 
 
@@ -55,7 +54,9 @@ def test_of_workers_racing_to_take_a_trial_over_exactly_one_wins(tmp_path: pathl
     assert _lease.is_superseded(trials[0]) and trials[0].state == optuna.trial.TrialState.FAIL
     assert continuation.user_attrs["hparams"] == frozen.user_attrs["hparams"]
     assert continuation.user_attrs["rungs"] == {"0": 0.5}  # its rung results carry over
-    assert continuation.user_attrs[_lease.TRIAL_NUMBER] == 1  # its trial's number, kept
+    # Never numbered (its worker died first): numbered once by the takers, shared by both.
+    assert continuation.user_attrs[_lease.TRIAL_NUMBER] == 1
+    assert trials[0].user_attrs[_lease.TRIAL_NUMBER] == 1
     assert "host" not in continuation.user_attrs  # the dead worker's, not the trial's
     if winners:
         assert continuation.state == optuna.trial.TrialState.RUNNING

@@ -23,11 +23,11 @@ from det_lightning._runner._lease import (
 )
 from det_lightning._runner._optuna import trial_id
 from det_lightning._runner._search_settings import SearchSettings
+from det_lightning._runner._serial import creating
 from det_lightning._runner._trial_record import GRID_POINT, HOST, HPARAMS, PID, TRIAL_SEED
 from det_lightning._runner.search._grid import has_waiting_point, owns_point
 from det_lightning._runner.search._reporter import counted, trial_number
 from det_lightning._runner.search._sample import point_index, suggest, trial_draw
-from det_lightning._runner.search._serial import creating
 
 logger = logging.getLogger("det_lightning")
 
@@ -126,7 +126,7 @@ def _admit(
     if HPARAMS in trial.user_attrs:  # a continuation
         _suggest(trial, space)  # its own point again (fixed), so the study records it
         return trial
-    if TRIAL_NUMBER not in trial.user_attrs:  # the continuation of a trial never numbered
+    if TRIAL_NUMBER not in trial.user_attrs:  # a continuation from an older version
         with creating(study, search_name(study)) as serialized:
             number_new_trial(study, trial, serialized=serialized)
     # The sampler is read when the trial draws (suggest), not when it is asked for.

@@ -17,8 +17,8 @@ from det_lightning._runner._lease import (
     trial_number,
 )
 from det_lightning._runner._search_settings import SearchSettings
+from det_lightning._runner._serial import deciding
 from det_lightning._runner._trial_record import INVALID_HP, RUNG, RUNGS, STOPPED, TrialRecord
-from det_lightning._runner.search._serial import deciding
 from det_lightning.pytorch import Epoch, PyTorchCallback, TrainUnit
 
 if TYPE_CHECKING:

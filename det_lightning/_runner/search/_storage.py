@@ -11,11 +11,11 @@ import optuna
 
 from det_lightning._runner._lease import BRACKET, search_name
 from det_lightning._runner._search_settings import SearchSettings
+from det_lightning._runner._serial import creating
 from det_lightning._runner.plan import UsageError
 from det_lightning._runner.search._experiment_seed import record_experiment_seed
 from det_lightning._runner.search._grid import enqueue_grid
 from det_lightning._runner.search._pool import OneConnectionPool, close_idle_connections
-from det_lightning._runner.search._serial import creating
 from det_lightning.pytorch._store import CheckpointStore
 
 logger = logging.getLogger("det_lightning")

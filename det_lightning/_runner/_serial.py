@@ -24,8 +24,11 @@ only within a study (it locks the study's row), so a trial of one bracket whose 
 committed late was invisible to a trial of another with a higher id numbering itself
 meanwhile, and both took one number (seen once in the 16-worker drill). A trial is created
 only once the lock is held, so a worker waiting for it has no trial that sits unnumbered
-meanwhile, for another worker to take over as abandoned. A journal file needs no lock: its
-trials get their ids in the order the journal records them.
+meanwhile, for another worker to take over as abandoned (one killed in between is numbered by
+the worker that takes it over, ``_lease.take_over``). On a journal file the lock is
+``fcntl.flock`` on ``<journal>.create.lock``: its trials get their ids in the order the journal
+records them, but a trial numbered by ids alone had to count those not numbered yet by a
+stand-in (their id + 1), which left gaps; under the lock numbers run 1..n there too.
 """
 
 import contextlib
@@ -45,6 +48,7 @@ logger = logging.getLogger("det_lightning")
 NAMESPACE = 0x646C
 NUMBERING = 0x6E6D  # "nm": the lock that numbers a search's new trials
 LOCK_SUFFIX = ".decide.lock"
+CREATE_LOCK_SUFFIX = ".create.lock"
 
 
 def _postgresql(storage: Any) -> Optional[Any]:
@@ -79,15 +83,19 @@ def deciding(study: optuna.Study) -> Iterator[None]:
 @contextlib.contextmanager
 def creating(study: optuna.Study, search: str) -> Iterator[bool]:
     """Inside the block, no other process creates or numbers a trial of the search ``search``
-    (its studies' common name); yields whether that holds (PostgreSQL), else nothing is
-    locked."""
-    engine = _postgresql(storage_of(study))
-    if engine is None:
+    (its studies' common name); yields whether that holds (PostgreSQL, a journal file), else
+    nothing is locked."""
+    storage = storage_of(study)
+    engine, journal = _postgresql(storage), journal_file_of(storage)
+    if engine is not None:
+        key = zlib.crc32(search.encode())
+        with _advisory_lock(engine, NUMBERING, key - (1 << 32) if key >= 1 << 31 else key):
+            yield True
+    elif journal is not None:
+        with _file_lock(journal + CREATE_LOCK_SUFFIX):
+            yield True
+    else:
         yield False
-        return
-    key = zlib.crc32(search.encode())
-    with _advisory_lock(engine, NUMBERING, key - (1 << 32) if key >= 1 << 31 else key):
-        yield True
 
 
 @contextlib.contextmanager
@@ -118,4 +126,12 @@ def _file_lock(path: str) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-__all__ = ["LOCK_SUFFIX", "NAMESPACE", "NUMBERING", "creating", "deciding", "kind"]
+__all__ = [
+    "CREATE_LOCK_SUFFIX",
+    "LOCK_SUFFIX",
+    "NAMESPACE",
+    "NUMBERING",
+    "creating",
+    "deciding",
+    "kind",
+]
