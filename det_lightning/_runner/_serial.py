@@ -28,7 +28,8 @@ meanwhile, for another worker to take over as abandoned (one killed in between i
 the worker that takes it over, ``_lease.take_over``). On a journal file the lock is
 ``fcntl.flock`` on ``<journal>.create.lock``: its trials get their ids in the order the journal
 records them, but a trial numbered by ids alone had to count those not numbered yet by a
-stand-in (their id + 1), which left gaps; under the lock numbers run 1..n there too.
+stand-in (their id + 1), which left gaps; under the lock numbers run 1..n there too, but for
+the gap a worker killed inside the lock leaves.
 """
 
 import contextlib
