@@ -63,12 +63,11 @@ def trials_of(
     return search_summary(_plan_of(root, record), storage)
 
 
-def seed_of(root: pathlib.Path, record: Dict[str, Any], storage: Optional[str]) -> str:
+def seed_of(plan: Any, storage: Optional[str]) -> str:
     """The experiment seed its trials' seeds and points come from, as ``describe`` shows it:
     the config's, else the one drawn when the search began."""
     from det_lightning._runner.search._worker import search_seed
 
-    plan = _plan_of(root, record)
     seed = search_seed(plan, storage)
     if seed is None:
         return "none recorded (a search begun before seeds were: each trial drew its own)"
@@ -168,10 +167,13 @@ def _describe(root: pathlib.Path, experiment_id: str, storage: Optional[str]) ->
         print(f"det-lightning experiment describe: no experiment {experiment_id!r} under {root}.")
         return 1
     searcher = SearcherConfig.from_experiment(record["config"])
-    trials = trials_of(root, record, storage)
+    from det_lightning._runner.search._worker import search_summary
+
+    plan = _plan_of(root, record)
+    trials = search_summary(plan, storage)
     total = 1 if searcher.name == "single" else None
     print(f"experiment {record['id']} ({record.get('name')}): {state(trials, total)}")
-    seed = seed_of(root, record, storage)
+    seed = seed_of(plan, storage)
     print(f"searcher {searcher.name}; experiment seed {seed}; created {record.get('created')}")
     print(f"model dir {record.get('model_dir')}; files in {root / record['id']}")
     summary = format_summary(trials, searcher.metric, searcher.smaller_is_better)

@@ -36,7 +36,7 @@ import contextlib
 import fcntl
 import logging
 import zlib
-from typing import Any, Iterator, Optional
+from typing import Any, ContextManager, Iterator, Optional
 
 import optuna
 
@@ -66,34 +66,32 @@ def kind(storage: Any) -> str:
     return "postgresql" if _postgresql(storage) is not None else "none"
 
 
-@contextlib.contextmanager
-def deciding(study: optuna.Study) -> Iterator[None]:
+def deciding(study: optuna.Study) -> ContextManager[bool]:
     """Inside the block, no other process decides in ``study``."""
-    storage = storage_of(study)
-    engine, journal = _postgresql(storage), journal_file_of(storage)
-    if engine is not None:
-        with _advisory_lock(engine, NAMESPACE, study_id(study)):
-            yield
-    elif journal is not None:
-        with _file_lock(journal + LOCK_SUFFIX):
-            yield
-    else:
-        yield
+    return _serialized(study, NAMESPACE, study_id(study), LOCK_SUFFIX)
 
 
-@contextlib.contextmanager
-def creating(study: optuna.Study, search: str) -> Iterator[bool]:
+def creating(study: optuna.Study, search: str) -> ContextManager[bool]:
     """Inside the block, no other process creates or numbers a trial of the search ``search``
     (its studies' common name); yields whether that holds (PostgreSQL, a journal file), else
     nothing is locked."""
+    key = zlib.crc32(search.encode())
+    return _serialized(
+        study, NUMBERING, key - (1 << 32) if key >= 1 << 31 else key, CREATE_LOCK_SUFFIX
+    )
+
+
+@contextlib.contextmanager
+def _serialized(study: optuna.Study, namespace: int, key: int, suffix: str) -> Iterator[bool]:
+    """The lock (``namespace``, ``key``) on PostgreSQL, the file lock ``<journal><suffix>`` on a
+    journal (yields True), else nothing (False)."""
     storage = storage_of(study)
     engine, journal = _postgresql(storage), journal_file_of(storage)
     if engine is not None:
-        key = zlib.crc32(search.encode())
-        with _advisory_lock(engine, NUMBERING, key - (1 << 32) if key >= 1 << 31 else key):
+        with _advisory_lock(engine, namespace, key):
             yield True
     elif journal is not None:
-        with _file_lock(journal + CREATE_LOCK_SUFFIX):
+        with _file_lock(journal + suffix):
             yield True
     else:
         yield False
