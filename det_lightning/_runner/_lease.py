@@ -171,7 +171,8 @@ def take_over(study: optuna.Study, frozen: optuna.trial.FrozenTrial) -> Optional
 
 def _numbered(study: optuna.Study, frozen: optuna.trial.FrozenTrial) -> int:
     """The trial's number. A trial its worker never numbered (killed between asking for it
-    and numbering it) is numbered now, under the lock (``_serial.creating``) and before it
+    and numbering it), and no worker creating a trial since numbered, is numbered now, under
+    the lock (``_serial.creating``) and before it
     ends, so that it and its continuation share one number, as a numbered trial and its
     continuation do: its fallback (id + 1) may be the number of a trial asked for since on a
     storage without the lock, and the budget counts trials by number.
@@ -222,28 +223,52 @@ def number_new_trial(study: optuna.Study, trial: optuna.Trial, *, serialized: bo
     trial's number, so numbers run 1, 2, 3, ... with no gap after a takeover, as Determined's
     do. Surplus trials never count.
 
-    A trial not numbered counts with its fallback (its id + 1), the number it shows: no trial
-    may take that number while it stands (a grid's point waiting to be asked for aside: it is
-    numbered when asked for). ``serialized`` (trials are created and numbered one
-    at a time: ``_serial.creating``): one more than the highest of every trial in the search's
-    studies (its brackets); a trial is then unnumbered only when its worker died between
-    asking for it and numbering it, and its fallback leaves a gap. Otherwise (MySQL, SQLite,
-    the gRPC proxy): of the trials asked for before it, so a race may leave a gap."""
+    ``serialized`` (trials are created and numbered one at a time: ``_serial.creating``): one
+    more than the highest of every trial in the search's studies (its brackets). A running
+    trial without a number is then one whose worker died inside the lock, between asking for
+    it and numbering it: it is numbered first, in the order trials were asked for, so it takes
+    the number it would have had and none is skipped (with ids from a database shared by many
+    experiments its fallback, id + 1, could lie far ahead). Otherwise (MySQL, SQLite, the gRPC
+    proxy): of the trials asked for before it, a trial not numbered counting with its
+    fallback, the number it shows, so a race may leave a gap. A grid's point waiting to be
+    asked for never counts: it is numbered when asked for."""
     storage = storage_of(study)
     bracket = study.study_name.rpartition(BRACKET)[0]
-    numbers = [0]
-    for sibling in storage.get_all_studies():
-        name = sibling.study_name
-        if name == study.study_name or (bracket and name.rpartition(BRACKET)[0] == bracket):
-            numbers += [
-                trial_number(t)
-                for t in storage.get_all_trials(study_id(sibling), deepcopy=False)
-                if not t.user_attrs.get(SURPLUS)
-                and trial_id(t) != trial_id(trial)
-                and (serialized or trial_id(t) < trial_id(trial))
-                and (TRIAL_NUMBER in t.user_attrs or t.state != optuna.trial.TrialState.WAITING)
-            ]
-    number = max(numbers) + 1
+    trials = [
+        t
+        for sibling in storage.get_all_studies()
+        if sibling.study_name == study.study_name
+        or (bracket and sibling.study_name.rpartition(BRACKET)[0] == bracket)
+        for t in storage.get_all_trials(study_id(sibling), deepcopy=False)
+        if not t.user_attrs.get(SURPLUS) and trial_id(t) != trial_id(trial)
+    ]
+    orphans = {
+        trial_id(t): t
+        for t in trials
+        if serialized
+        and TRIAL_NUMBER not in t.user_attrs
+        and t.state == optuna.trial.TrialState.RUNNING
+    }
+    numbers = [0] + [
+        trial_number(t)
+        for t in trials
+        if (serialized or trial_id(t) < trial_id(trial))
+        and (TRIAL_NUMBER in t.user_attrs or t.state != optuna.trial.TrialState.WAITING)
+        and trial_id(t) not in orphans
+    ]
+    number = max(numbers)
+    for _, orphan in sorted(orphans.items()):
+        try:
+            storage.set_trial_user_attr(trial_id(orphan), TRIAL_NUMBER, number + 1)
+        except UpdateFinishedTrialError:  # ended unnumbered (by an older version): its fallback
+            number = max(number, trial_number(orphan))
+            continue
+        number += 1
+        logger.info(
+            "trial %d (asked for by a worker that died before numbering it) is numbered now",
+            number,
+        )
+    number += 1
     trial.set_user_attr(TRIAL_NUMBER, number)
     return number
 

@@ -25,11 +25,11 @@ committed late was invisible to a trial of another with a higher id numbering it
 meanwhile, and both took one number (seen once in the 16-worker drill). A trial is created
 only once the lock is held, so a worker waiting for it has no trial that sits unnumbered
 meanwhile, for another worker to take over as abandoned (one killed in between is numbered by
-the worker that takes it over, ``_lease.take_over``). On a journal file the lock is
+the next worker to hold the lock, ``_lease.number_new_trial``, with the number it would have
+had). On a journal file the lock is
 ``fcntl.flock`` on ``<journal>.create.lock``: its trials get their ids in the order the journal
 records them, but a trial numbered by ids alone had to count those not numbered yet by a
-stand-in (their id + 1), which left gaps; under the lock numbers run 1..n there too, but for
-the gap a worker killed inside the lock leaves.
+stand-in (their id + 1), which left gaps; under the lock numbers run 1..n there too.
 """
 
 import contextlib

@@ -254,15 +254,17 @@ def test_a_trial_created_late_never_takes_the_number_of_one_created_after_it(
 
 
 @pytest.mark.parametrize("kind", ["postgresql", "journal"])
-def test_a_trial_never_numbered_and_its_continuation_share_a_number_no_other_trial_has(
+def test_a_trial_never_numbered_takes_its_place_and_shares_it_with_its_continuation(
     request: pytest.FixtureRequest, tmp_path: pathlib.Path, kind: str
 ) -> None:
-    """A worker killed right after asking for a trial leaves it without a number (it shows
-    its fallback, id + 1); another worker takes it over. Its fallback stays out of the others'
-    numbers, and the worker taking it over numbers it first, so it and its continuation share a
-    new number: the budget counts trials by number. (Before, the continuation carried the
-    fallback, which a trial asked for since could have taken: nine numbers went to two trials
-    each in the 64-worker drill of 2026-11-28.) On a journal the lock is a file lock."""
+    """A worker killed right after asking for a trial, inside the lock, leaves it without a
+    number (it shows its fallback, id + 1). The next worker to create a trial numbers it first,
+    with the number it would have had, so numbers run 1..n with no gap (a database shared by
+    many experiments gives ids far ahead of a search's numbers); the worker that takes it over
+    finds it numbered, and it and its continuation share that number: the budget counts
+    trials by number. (Before 2026-11-28 the continuation carried the fallback, which a trial
+    asked for since could have taken: nine numbers went to two trials each in the 64-worker
+    drill; then the fallback left a gap.) On a journal the lock is a file lock."""
     from det_lightning._runner._lease import take_over, trial_number
     from det_lightning._runner.search._asking import _admit, _ask, next_bracket
 
@@ -272,25 +274,52 @@ def test_a_trial_never_numbered_and_its_continuation_share_a_number_no_other_tri
         {"name": "random", "metric": "loss", "max_trials": 5, "max_length": {"batches": 4}},
         space,
     )
+    other = optuna.create_study(study_name="other-bracket-0", storage=storage)
+    for _ in range(3):  # another experiment's trials in the same database: ids run ahead
+        other.ask()
     study = optuna.create_study(study_name="search-bracket-0", storage=storage)
     with _serial.creating(study, "search") as locked:
         assert locked
         orphan = study.ask()  # its worker is killed here, inside the lock
-    fallback = trial_number(orphan)
+    assert trial_number(orphan) == orphan._trial_id + 1 > 1  # its fallback, shown meanwhile
     others = [_ask(study, settings, 0, space, seed=3) for _ in range(3)]
-    numbers = [trial_number(t) for t in others if t is not None]
-    assert numbers == [fallback + 1, fallback + 2, fallback + 3]
+    assert [trial_number(t) for t in others if t is not None] == [2, 3, 4]
     frozen = study._storage.get_trial(orphan._trial_id)
+    assert frozen.user_attrs[TRIAL_NUMBER] == 1  # numbered by the first worker after it
     continuation = take_over(study, frozen)
     assert continuation is not None
-    assert trial_number(continuation) == fallback + 4
-    superseded = study._storage.get_trial(orphan._trial_id)
-    assert superseded.user_attrs[TRIAL_NUMBER] == fallback + 4  # one trial, one number
+    assert trial_number(continuation) == 1  # one trial, one number
     assert _admit(study, settings, 0, continuation, space=space, seed=3) is not None
     assert next_bracket([study], settings) == 0  # 4 trials of 5 started: one more
     last = _ask(study, settings, 0, space, seed=3)
-    assert last is not None and trial_number(last) == fallback + 5
+    assert last is not None and trial_number(last) == 5
     assert next_bracket([study], settings) is None  # the budget is spent
+
+
+@pytest.mark.parametrize("kind", ["postgresql", "journal"])
+def test_a_trial_never_numbered_and_taken_over_first_is_numbered_by_its_taker(
+    request: pytest.FixtureRequest, tmp_path: pathlib.Path, kind: str
+) -> None:
+    """The orphan is taken over before any other trial is created: the taker numbers it
+    under the lock, and the next trial follows it."""
+    from det_lightning._runner._lease import take_over, trial_number
+    from det_lightning._runner.search._asking import _ask
+
+    storage = _storages(request, tmp_path, kind)[0]
+    space = {"lr": {"type": "double", "minval": 0.1, "maxval": 1.0}}
+    settings = SearchSettings.from_upfront(
+        {"name": "random", "metric": "loss", "max_trials": 3, "max_length": {"batches": 4}},
+        space,
+    )
+    study = optuna.create_study(study_name="search-bracket-0", storage=storage)
+    first = _ask(study, settings, 0, space, seed=3)
+    assert first is not None and trial_number(first) == 1
+    with _serial.creating(study, "search"):
+        orphan = study.ask()  # its worker is killed here, inside the lock
+    continuation = take_over(study, study._storage.get_trial(orphan._trial_id))
+    assert continuation is not None and trial_number(continuation) == 2
+    last = _ask(study, settings, 0, space, seed=3)
+    assert last is not None and trial_number(last) == 3
 
 
 def _crc_key(search: str) -> int:
