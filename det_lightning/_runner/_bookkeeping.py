@@ -138,8 +138,17 @@ def _find(root: pathlib.Path, experiment_id: str) -> Optional[Dict[str, Any]]:
 def _list(root: pathlib.Path, storage: Optional[str]) -> int:
     rows = [["id", "name", "searcher", "state", "trials", "best", "created"]]
     for record in records(root):
-        trials = trials_of(root, record, storage)
-        searcher = SearcherConfig.from_experiment(record["config"])
+        try:
+            trials = trials_of(root, record, storage)
+            searcher = SearcherConfig.from_experiment(record["config"])
+        except (ValueError, OSError) as e:  # one unreadable record must not hide the others
+            print(
+                f"det-lightning experiment list: cannot read {root / str(record.get('id'))}: {e}",
+                file=sys.stderr,
+            )
+            rows.append([str(record.get("id")), str(record.get("name")), "-", "UNREADABLE"])
+            rows[-1] += ["-", "-", str(record.get("created"))]
+            continue
         metric, smaller = searcher.metric, searcher.smaller_is_better
         best = [t.best_metric for t in trials if t.best_metric is not None]
         shown = f"{metric}={(min if smaller else max)(best):.4g}" if best else "-"

@@ -458,3 +458,37 @@ def test_pre_012_keys_say_what_replaced_them(config: Any, path: str, replacement
     assert message.startswith(f"{path}: ")
     assert "before 0.12" in message and replacement in message and "unknown key" not in message
     assert "wrap_model" in message  # the trial of that era needs the newer API too
+
+
+_REPO = pathlib.Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        *sorted(str(p.relative_to(_REPO)) for p in _REPO.glob("examples/**/*.yaml")),
+        *sorted(str(p.relative_to(_REPO)) for p in _REPO.glob("tests/fixtures/**/*.yaml")),
+        "time_metric",
+        "unnamed",
+    ],
+)
+def test_a_config_read_back_from_its_record_is_the_same(config: str) -> None:
+    """``experiment.json`` keeps the config with its defaults filled in (``max_length: null``
+    where a search gives ``time_metric``/``max_time``); ``experiment list`` and ``describe``
+    load it again, which must give the same config, not an error (it once raised
+    "searcher.max_length: expected integer or mapping, got null")."""
+    import yaml
+
+    if config == "time_metric":
+        raw = _searcher(
+            name="adaptive_asha", max_trials=4, max_length=None, time_metric="batches", max_time=8
+        )
+        del raw["searcher"]["max_length"]
+    elif config == "unnamed":
+        raw = _base()
+    else:
+        raw = yaml.safe_load((_REPO / config).read_text())
+    first = _config.load_config(raw)
+    again = _config.load_config(copy.deepcopy(first.as_given))
+    assert again.as_given == first.as_given
+    assert again.lengths == first.lengths

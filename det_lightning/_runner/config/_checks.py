@@ -26,11 +26,15 @@ from det_lightning._runner.config._nodes import (
 _UNITS = ("batches", "epochs", "records")
 
 
-def _length_check(minimum: int, allow_int: bool) -> _Custom:
-    """A check for a training length: ``{batches|epochs|records: N}`` (or a bare int)."""
+def _length_check(minimum: int, allow_int: bool, nullable: bool = False) -> _Custom:
+    """A check for a training length: ``{batches|epochs|records: N}`` (or a bare int);
+    ``nullable``: an explicit null is the key's default, none (as a config read back from
+    ``experiment.json``, its defaults filled in, has it)."""
 
     def check(value: Any, path: str, ctx: _Context) -> Any:
         """Validate one length value; return it normalized."""
+        if value is None and nullable:
+            return None
         example = f"e.g. {path.rsplit('.', 1)[-1]}: {{batches: 1000}}"
         if allow_int and _KIND_CHECKS["integer"](value):
             return _check_length_number(value, path, minimum)

@@ -32,7 +32,7 @@ def _length(default: Any, minimum: int, allow_int: bool = False) -> _Value:
     return _Value(
         ("any",) if allow_int else ("mapping",),
         default=default,
-        custom=_length_check(minimum, allow_int),
+        custom=_length_check(minimum, allow_int, nullable=default is None),
         hint=f"Use exactly one of {', '.join(_UNITS)}, e.g. {{batches: 1000}}.",
     )
 
