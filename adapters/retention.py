@@ -80,6 +80,28 @@ def run_entries(
     return [entry for _, _, entry in sorted(found, key=lambda t: t[:2])]
 
 
+def newest_run_entries(directory: CheckpointStore, metric: str) -> Optional[List[Entry]]:
+    """``run_entries`` of the trial run that wrote ``directory``'s newest checkpoint, or None
+    when that checkpoint names no run (none written by a trial's ``fit()``)."""
+    listed = directory.complete()
+    newest = max(listed, key=lambda c: (_steps(c.metadata), c.mtime), default=None)
+    run_id = newest.metadata.get(RUN_KEY) if newest is not None else None
+    return run_entries(directory, run_id, metric, listed) if isinstance(run_id, str) else None
+
+
+def best_checkpoint(
+    directory: CheckpointStore, metric: str, smaller_is_better: bool
+) -> Optional[CheckpointStore]:
+    """The checkpoint of a trial to report as its best: the one whose validation gave the best
+    ``metric`` (the older on ties), as Determined names a trial's best checkpoint by the
+    searcher metric; else (none validated) the newest; None when there is none."""
+    validated = [e for e in newest_run_entries(directory, metric) or [] if e.value is not None]
+    if not validated:
+        return directory.latest()
+    pick = min if smaller_is_better else max
+    return directory.child(pick(validated, key=lambda e: e.value).uuid)  # type: ignore
+
+
 def retain_experiment_best(
     trial_dirs: List[CheckpointStore],
     retention: CheckpointStorageConfig,
@@ -94,11 +116,9 @@ def retain_experiment_best(
     """
     per_trial: Dict[CheckpointStore, List[Entry]] = {}
     for directory in trial_dirs:
-        listed = directory.complete()
-        newest = max(listed, key=lambda c: (_steps(c.metadata), c.mtime), default=None)
-        run_id = newest.metadata.get(RUN_KEY) if newest is not None else None
-        if isinstance(run_id, str):
-            per_trial[directory] = run_entries(directory, run_id, metric, listed)
+        entries = newest_run_entries(directory, metric)
+        if entries is not None:
+            per_trial[directory] = entries
     ranked = [(d, e) for d, entries in per_trial.items() for e in entries if e.value is not None]
     ranked.sort(key=lambda de: de[1].value if smaller_is_better else -de[1].value)  # type: ignore
     experiment_best = {(d, e.uuid) for d, e in ranked[: retention.save_experiment_best]}

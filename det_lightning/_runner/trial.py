@@ -203,7 +203,11 @@ def run_command_trial(
     status = "COMPLETED" if code == 0 else "ERROR"
     if code != 0:
         logger.error(f"trial {number}: the command exited with status {code}")
-    return TrialResult(number, hparams, status, None, directory.latest())
+    from det_lightning.adapters.retention import best_checkpoint
+
+    searcher = plan.config.searcher_config
+    checkpoint = best_checkpoint(directory, searcher.metric, searcher.smaller_is_better)
+    return TrialResult(number, hparams, status, None, checkpoint)
 
 
 def _wait_unless_lost(

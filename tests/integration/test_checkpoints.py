@@ -499,6 +499,37 @@ def test_save_experiment_best_spans_the_trials_of_an_experiment(tmp_path: pathli
     ]
 
 
+def test_a_trials_best_checkpoint_is_its_best_validations(tmp_path: pathlib.Path) -> None:
+    """The checkpoint the summary names as a trial's best (a command trial's, read from its
+    folder): the one whose validation gave the best searcher metric, not the newest (a
+    new-user audit found the newest named after a resume); the newest when none recorded
+    the metric."""
+    from det_lightning.adapters.retention import best_checkpoint
+
+    exp_conf = {"searcher": {"metric": "score", "smaller_is_better": True}}
+    directory = tmp_path / "trial-1"
+    fit(
+        ScriptedMetricTrial,
+        {"lr": 0.1, "scores": SCORES},
+        exp_conf=exp_conf,
+        trainer_kwargs={"checkpoint_dir": str(directory)},
+        max_length=pytorch.Batch(10),
+        validation_period=pytorch.Batch(2),
+        checkpoint_policy="all",
+    )
+    steps = {path.name: batches for batches, path in by_steps(directory).items()}
+    store = LocalStore(directory)
+
+    def best(metric: str, smaller: bool) -> int:
+        found = best_checkpoint(store, metric, smaller)
+        assert found is not None
+        return steps[found.name]
+
+    assert (best("score", True), best("score", False)) == (8, 4)  # 0.5 at 8, 3.0 at 4
+    assert best("accuracy", True) == 10  # not recorded: the newest
+    assert best_checkpoint(LocalStore(tmp_path / "none"), "score", True) is None
+
+
 def test_a_bad_retention_count_is_a_clear_error(checkpoint_dir: pathlib.Path) -> None:
     exp_conf = {"checkpoint_storage": {"save_trial_best": -1}}
     with pytest.raises(errors.InvalidExperimentException, match="save_trial_best.*>= 0"):

@@ -10,6 +10,7 @@ import re
 import sys
 
 import pytest
+import yaml
 
 from det_lightning import compat, errors
 from det_lightning._runner import cli as _cli
@@ -176,6 +177,39 @@ def test_command_entrypoint_runs_the_script_in_the_model_dir(
     trial_dir = experiment_dir(checkpoint_dir, PROJECT / "script.yaml") / "trial-1"
     assert row and _shows(row.group(1), trial_dir), output(result)
     assert project_files() == before
+
+
+@pytest.mark.slow
+@pytest.mark.new_interpreters
+def test_a_command_trials_summary_names_its_best_checkpoint_not_its_newest(
+    isolated_run: pathlib.Path, checkpoint_dir: pathlib.Path
+) -> None:
+    """script.yaml at learning rate 2.0 diverges: batch 4 validates far better than batch 6.
+    The summary's checkpoint for the trial, and its "best:" line, name batch 4's checkpoint
+    (Determined's best checkpoint is the searcher metric's), not the newest."""
+    config = yaml.safe_load((PROJECT / "script.yaml").read_text())
+    config["hyperparameters"]["learning_rate"] = 2.0
+    path = isolated_run / "diverging.yaml"
+    path.write_text(yaml.safe_dump(config))
+    log = isolated_run / "validations.jsonl"
+    result = run_cli(
+        "experiment", str(path), str(PROJECT), cwd=isolated_run, env={VALIDATION_LOG_ENV: str(log)}
+    )
+    assert result.returncode == 0, output(result)
+    first, second = read_validation_log(log)
+    assert first["validation_loss"] < second["validation_loss"], (first, second)
+    trial_dir = experiment_dir(checkpoint_dir, path) / "trial-1"
+    steps = {
+        p.name: json.loads((p / "metadata.json").read_text())["steps_completed"]
+        for p in trial_dir.iterdir()
+    }
+    assert sorted(steps.values()) == [4, 6]  # the best and the latest
+    row = re.search(r"^1\s+COMPLETED\s.*\s(\S+)$", result.stdout, re.M)
+    best_line = re.search(r"^best: trial 1 .*checkpoint (\S+)$", result.stdout, re.M)
+    assert row and best_line, output(result)
+    for cell in (row.group(1), best_line.group(1)):
+        [named] = [n for n in steps if cell == f"trial-1/{n}" or n.startswith(cell)]
+        assert steps[named] == 4, (cell, steps)
 
 
 # ----- configuration errors: before any training, naming the key -----------------------------
