@@ -6,8 +6,9 @@ Determined copies the working directory. We copy the top-level package of the tr
 names (as Determined honours it, see ``_detignore``), hidden entries, caches, virtual
 environments, files over 1 MiB (with one warning), and run output wherever it lies: this run's
 checkpoint and log directories, any other checkpoint directory (``metadata.json`` beside
-``state_dict.pth`` or ``load_data.json``: earlier runs, other trials, their own ``code/``) and
-any TensorBoard run (a directory holding ``events.out.tfevents.*`` files).
+``state_dict.pth`` or ``load_data.json``: earlier runs, other trials, their own ``code/``),
+any TensorBoard run (a directory holding ``events.out.tfevents.*`` files), any experiment's
+folder (``experiment.json``, its search journal and locks); folders left empty are removed.
 """
 
 import logging
@@ -111,7 +112,20 @@ def copy_code(
             )
         elif source.is_file():
             shutil.copy2(source, target)
+    _remove_empty_folders(dest)
     _warn_large(large)
+
+
+def _remove_empty_folders(dest: pathlib.Path) -> None:
+    """Folders left with no file (``checkpoints/`` once its runs are left out, a TensorBoard
+    root before its first event): no import needs them."""
+    for folder in sorted(
+        (p for p in dest.rglob("*") if p.is_dir() and not p.is_symlink()),
+        key=lambda p: len(p.parts),
+        reverse=True,
+    ):
+        if not any(folder.iterdir()):
+            folder.rmdir()
 
 
 def _skip_entry(path: pathlib.Path, skip: Set[pathlib.Path]) -> bool:
@@ -124,11 +138,17 @@ def _skip_entry(path: pathlib.Path, skip: Set[pathlib.Path]) -> bool:
 
 
 def _is_run_output(path: pathlib.Path) -> bool:
-    """A checkpoint directory or a TensorBoard run, of this run or any other."""
+    """A checkpoint directory, a TensorBoard run, or an experiment's folder (its
+    ``experiment.json`` beside its search journal or trial folders), of this run or any
+    other."""
     if not path.is_dir() or path.is_symlink():
         return False
     if (path / "metadata.json").is_file() and (
         (path / "state_dict.pth").exists() or (path / "load_data.json").exists()
+    ):
+        return True
+    if (path / "experiment.json").is_file() and (
+        (path / "search.journal").exists() or any(path.glob("trial-*"))
     ):
         return True
     return any(path.glob("events.out.tfevents.*"))

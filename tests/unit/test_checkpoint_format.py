@@ -181,6 +181,29 @@ def test_code_holds_the_package_without_checkpoints_or_large_files(
     assert "weights.bin" in caplog.text and "Not copied" in caplog.text
 
 
+def test_code_leaves_out_experiments_and_empty_folders_in_the_model_dir(
+    tmp_path: pathlib.Path,
+) -> None:
+    """``det-lightning experiment const.yaml .`` keeps its experiments under
+    ``./checkpoints/<id>/`` (``experiment.json``, ``search.journal``, its locks) and
+    TensorBoard runs under ``./tensorboard/<id>/trial-<n>/``, empty until the first event:
+    none of it is code (a new-user audit found both in every checkpoint's ``code/``)."""
+    project = tmp_path / "project"
+    experiment = project / "checkpoints" / "mnist-0123456789"
+    (experiment / "trial-1").mkdir(parents=True)
+    (experiment / "experiment.json").write_text("{}")
+    (experiment / "search.journal").write_text("")
+    (experiment / "search.journal.create.lock").write_text("")
+    (project / "tensorboard" / "mnist-0123456789" / "trial-1").mkdir(parents=True)
+    (project / "configs").mkdir()
+    (project / "configs" / "experiment.json").write_text("{}")  # a user's file of that name
+    (project / "model_def.py").write_text("X = 1\n")
+    dest = tmp_path / "code"
+    copy_code([(project, "")], dest, [])
+    copied = sorted(str(p.relative_to(dest)) for p in dest.rglob("*"))
+    assert copied == ["configs", "configs/experiment.json", "model_def.py"]
+
+
 def test_code_sources_are_the_top_level_package_or_the_module_directory(
     tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
