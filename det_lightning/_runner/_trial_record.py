@@ -16,6 +16,8 @@ checks that nothing in ``_runner`` names a user attribute by a string literal::
     STOPPED       ranked out at a rung (the worker tells the study PRUNED)
     CHECKPOINT    its latest checkpoint when it ended; BATCHES: batches it trained
     INVALID_HP    it raised InvalidHP (the message); not counted by the search
+    UNRANKED      it ended well without a validation of the searcher metric: told FAIL (Optuna
+                  completes only a trial with a value), shown COMPLETED, as Determined does
     SURPLUS       asked for past the budget (two workers at once): told FAIL, never run
     SUPERSEDED    taken over by another worker (then FAIL); CONTINUES: on the continuation,
                   the Optuna trial id it carries on; ORIGIN: the study number first asked for
@@ -42,6 +44,7 @@ STOPPED = "stopped"
 CHECKPOINT = "checkpoint"
 BATCHES = "batches"
 INVALID_HP = "invalid_hp"
+UNRANKED = "unranked"
 SURPLUS = "surplus"
 SUPERSEDED = "superseded"
 CONTINUES = "continues"
@@ -76,6 +79,7 @@ class TrialRecord:
     continues: Optional[int] = None
     grid_point: Optional[int] = None
     trial_seed: Optional[int] = None
+    unranked: bool = False
 
     @property
     def counted(self) -> bool:
@@ -103,6 +107,7 @@ class TrialRecord:
             continues=attrs.get(CONTINUES),
             grid_point=attrs.get(GRID_POINT),
             trial_seed=attrs.get(TRIAL_SEED),
+            unranked=bool(attrs.get(UNRANKED)),
         )
 
 
@@ -126,4 +131,5 @@ __all__ = [
     "TRIAL_NUMBER",
     "TRIAL_SEED",
     "TrialRecord",
+    "UNRANKED",
 ]

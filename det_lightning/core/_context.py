@@ -22,7 +22,7 @@ import types
 from typing import Any, Dict, Optional, Type, Union
 
 from det_lightning import errors
-from det_lightning._env import CHECKPOINT_DIR_ENV, default_tensorboard_dir
+from det_lightning._env import CHECKPOINT_DIR_ENV, SEARCH_ENV, default_tensorboard_dir
 from det_lightning._refused_attributes import RefusedAttribute
 from det_lightning.core._checkpoint import CheckpointContext
 from det_lightning.core._distributed import DistributedContext, DummyDistributedContext
@@ -111,6 +111,14 @@ def init(
     if distributed is None:
         distributed, owns_group = _distributed_from_env()
     base_path = _storage_path(checkpoint_storage)
+    if os.environ.get(SEARCH_ENV) and distributed.rank == 0:
+        logger.warning(
+            "core.init() in a search's trial: the Core API runs in Determined's local mode "
+            "here, so report_validation_metrics reaches the log and TensorBoard, not the search. "
+            "The search cannot rank this trial (adaptive_asha stops it at no rung), and "
+            "searcher.operations() gives one operation of length 1. Searches rank "
+            "pytorch.Trainer's validations (docs/notes/core-api.md)."
+        )
     if checkpoint_storage is None:
         logger.info(f"no storage_manager provided; storing checkpoints in {base_path}")
     context = Context(

@@ -212,6 +212,43 @@ def test_a_command_trials_summary_names_its_best_checkpoint_not_its_newest(
         assert steps[named] == 4, (cell, steps)
 
 
+@pytest.mark.slow
+@pytest.mark.new_interpreters
+@pytest.mark.parametrize("searcher", ["single", "random"])
+def test_a_trial_that_ends_well_without_the_searcher_metric_is_completed_unranked(
+    isolated_run: pathlib.Path, checkpoint_dir: pathlib.Path, searcher: str
+) -> None:
+    """A Core API script (Determined's core_api tutorials) reports its validations to the log
+    only, so the search never sees searcher.metric. Determined completes such a trial; it was
+    shown ERROR with no word why, and the experiment exited 1 (a new-user audit). Now it is
+    COMPLETED, unranked, and the log says why, once at core.init() and once at its end."""
+    project = isolated_run / "project"
+    project.mkdir()
+    (project / "train.py").write_text(
+        "from det_lightning import core\n"
+        "with core.init() as core_context:\n"
+        "    core_context.train.report_validation_metrics(1, {'test_loss': 0.5})\n"
+    )
+    config = {
+        "name": "core-api",
+        "entrypoint": "python3 train.py",
+        "hyperparameters": {"lr": 0.1 if searcher == "single" else {"type": "const", "val": 0.1}},
+        "searcher": {"name": searcher, "metric": "validation_loss", "max_length": {"batches": 1}}
+        | ({"max_trials": 2} if searcher == "random" else {}),
+        "max_restarts": 0,
+    }
+    path = isolated_run / "core.yaml"
+    path.write_text(yaml.safe_dump(config))
+    result = run_cli("experiment", str(path), str(project), cwd=isolated_run)
+    assert result.returncode == 0, output(result)
+    rows = re.findall(r"^(\d+)\s+(COMPLETED|ERROR)\s", result.stdout, re.M)
+    assert rows == [(str(n), "COMPLETED") for n in range(1, len(rows) + 1)], output(result)
+    assert len(rows) == (1 if searcher == "single" else 2)
+    log = result.stdout + result.stderr
+    assert "completed without a validation of searcher.metric 'validation_loss'" in log
+    assert "core.init() in a search's trial" in log
+
+
 # ----- configuration errors: before any training, naming the key -----------------------------
 
 

@@ -28,6 +28,7 @@ STORED = {
     "CHECKPOINT": "checkpoint",
     "BATCHES": "batches",
     "INVALID_HP": "invalid_hp",
+    "UNRANKED": "unranked",
     "SURPLUS": "surplus",
     "SUPERSEDED": "superseded",
     "CONTINUES": "continues",

@@ -9,7 +9,7 @@ import optuna
 
 from det_lightning._runner._lease import expired, host_id, is_superseded
 from det_lightning._runner._search_settings import SearchSettings
-from det_lightning._runner._trial_record import RUNG, TrialRecord
+from det_lightning._runner._trial_record import RUNG, UNRANKED, TrialRecord
 from det_lightning._runner.plan import Plan
 from det_lightning._runner.search._reporter import trial_number
 from det_lightning._runner.trial import TrialResult
@@ -35,6 +35,8 @@ def _status(frozen: optuna.trial.FrozenTrial, interrupted: AbstractSet[int], tim
             frozen.user_attrs, frozen.datetime_start, time.time(), timeout, host=host_id()
         )
         return "INTERRUPTED" if gone or trial_number(frozen) in interrupted else "RUNNING"
+    if frozen.state == states.FAIL and frozen.user_attrs.get(UNRANKED):
+        return "COMPLETED"  # it ended well, without the searcher metric
     return {states.COMPLETE: "COMPLETED", states.PRUNED: "STOPPED_EARLY", states.FAIL: "ERROR"}.get(
         frozen.state, frozen.state.name
     )

@@ -68,6 +68,7 @@ from det_lightning._runner._trial_record import (
     RUNGS,
     STOPPED,
     TRIAL_SEED,
+    UNRANKED,
 )
 from det_lightning._runner.config import ExperimentConfig
 from det_lightning._runner.plan import Plan
@@ -424,7 +425,21 @@ def _train_and_tell(run: TrialRun) -> None:
     elif values:
         study.tell(trial, values[max(values)])
     else:
-        study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        logger.warning(unranked_note(number, settings.metric))
+        trial.set_user_attr(UNRANKED, True)
+        study.tell(trial, state=optuna.trial.TrialState.FAIL)  # Optuna completes with a value
+
+
+def unranked_note(number: int, metric: str) -> str:
+    """What the log says of a trial that ended well without a validation of the searcher
+    metric: Determined completes it too, unranked."""
+    return (
+        f"trial {number}: completed without a validation of searcher.metric {metric!r}, so "
+        "the search cannot rank it (adaptive_asha stops it at no rung). Searches read the "
+        "metric from pytorch.Trainer's validations (evaluate_batch or evaluate_full_dataset); "
+        "a script on det_lightning.core reports its metrics to the log and TensorBoard only "
+        "(docs/notes/core-api.md)."
+    )
 
 
 def _frozen(study: optuna.Study, trial: optuna.Trial) -> optuna.trial.FrozenTrial:
