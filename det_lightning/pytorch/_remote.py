@@ -37,16 +37,19 @@ import uuid as uuid_lib
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 from det_lightning import errors
+from det_lightning.pytorch import _buckets
 from det_lightning.pytorch import _checkpoint as ckpt
 from det_lightning.pytorch._buckets import (
     SCHEMES,
     URL,
     Options,
+    bounded,
     cache_dir,
     credentials_note,
     environment,
     filesystem,
     modified,
+    probe_filesystem,
     refused,
     storage_options,
 )
@@ -360,7 +363,7 @@ class ObjectStore(CheckpointStore):
 
     def _bucket_problem(self) -> Optional[str]:
         try:
-            fs = self.filesystem()
+            fs = probe_filesystem(self.scheme, self.options, str(self))
         except errors.CheckpointStorageError as e:
             return str(e)
         unreachable = refused(self.scheme, self.options)
@@ -372,8 +375,8 @@ class ObjectStore(CheckpointStore):
             )
         probe_key = f"{self.key}/.det_lightning_probe_{uuid_lib.uuid4().hex}"
         try:
-            fs.pipe_file(probe_key, b"probe")
-            fs.rm_file(probe_key)
+            bounded(fs, "pipe_file", probe_key, b"probe")
+            bounded(fs, "rm_file", probe_key)
         except FileNotFoundError as e:
             return (
                 f"Cannot write checkpoints to {self}: the bucket {self.bucket!r} does not exist "
@@ -381,11 +384,31 @@ class ObjectStore(CheckpointStore):
                 f"bucket / the checkpoint URL. {credentials_note(self.scheme, self.options)}"
             )
         except Exception as e:
+            if _timed_out(e):
+                return (
+                    f"Cannot write checkpoints to {self}: the endpoint accepted a connection, "
+                    "but writing and removing a small probe object did not finish within "
+                    f"{_buckets.PROBE_TIMEOUT_S:g} s ({type(e).__name__}). Nothing was trained. "
+                    "Check that checkpoint_storage's endpoint_url (or AWS_ENDPOINT_URL_S3) "
+                    "names an S3 server, and that it is up. "
+                    f"{credentials_note(self.scheme, self.options)}"
+                )
             return (
                 f"Cannot write checkpoints to {self}: {type(e).__name__}: {e}. Nothing was "
                 f"trained. {credentials_note(self.scheme, self.options)}"
             )
         return None
+
+
+def _timed_out(error: BaseException) -> bool:
+    """Whether ``error`` (or what caused it) is a timeout: botocore's ``ReadTimeoutError`` or
+    ``ConnectTimeoutError``, a socket's or asyncio's."""
+    seen: Optional[BaseException] = error
+    while seen is not None:
+        if isinstance(seen, TimeoutError) or type(seen).__name__.endswith("TimeoutError"):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def checkpoint_location(

@@ -1,5 +1,6 @@
 """An S3 endpoint that cannot be reached at all is said at once (``_buckets.refused``); what
-may pass is left to boto's and s3fs's retries. The refused connection itself runs for real in
+may pass is left to boto's and s3fs's retries, but for the probe's bound on an endpoint that never
+answers. The refused connection itself runs for real in
 ``tests/integration/test_object_store.py`` (and the doctest); here, a listening socket and the
 resolver's answers."""
 
@@ -54,3 +55,45 @@ def test_the_environments_endpoint_counts_and_aws_own_is_left_alone(
     monkeypatch.delenv("AWS_ENDPOINT_URL_S3")
     monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
     assert refused("s3", ()) is None  # AWS's own endpoint: never probed here
+
+
+def test_an_endpoint_that_accepts_but_never_answers_is_said_within_the_probes_bound(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """A listening socket that accepts connections and never answers: botocore's PUT waits
+    for "100 Continue", which no read timeout bounds, within s3fs's and botocore's retries (the
+    start once hung for over 13 minutes). The probe gives up after its bound and says so."""
+    import threading
+    import time
+
+    from det_lightning.pytorch import _buckets
+    from det_lightning.pytorch._remote import ObjectStore
+
+    monkeypatch.setattr(_buckets, "PROBE_TIMEOUT_S", 2.0)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
+    monkeypatch.setenv("DET_LIGHTNING_CACHE_DIR", str(tmp_path))
+    accepted: list = []
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(16)
+        port = server.getsockname()[1]
+
+        def accept() -> None:
+            try:
+                while True:
+                    accepted.append(server.accept()[0])  # kept open, never answered
+            except OSError:
+                return
+
+        threading.Thread(target=accept, daemon=True).start()
+        store = ObjectStore("s3://bucket/run", (("endpoint_url", f"http://127.0.0.1:{port}"),))
+        started = time.monotonic()
+        said = store.problem()
+        waited = time.monotonic() - started
+    for connection in accepted:
+        connection.close()
+    assert said is not None and "did not finish within 2 s" in said, said
+    assert f"http://127.0.0.1:{port}" in said and "Nothing was trained" in said, said
+    assert accepted, "the endpoint was never reached"
+    assert waited < 60, waited  # the bound, not botocore's minutes (generous: a loaded machine)
