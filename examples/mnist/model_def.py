@@ -1,7 +1,13 @@
-"""The Determined MNIST tutorial's trial, unchanged except for one import line.
+"""The trial of Determined's MNIST tutorial in its ``model_def.py`` form (releases before
+0.26.4: ``entrypoint: model_def:MNistTrial``, hyperparameters read with
+``context.get_hparam``), with a learning-rate scheduler and a shuffled training loader added so
+that the example exercises them, and one import line changed: with Determined this file starts
+``from determined import pytorch``; here it is ``from det_lightning import pytorch``.
 
-With Determined this file starts ``from determined import pytorch``; here it is
-``from det_lightning import pytorch``.
+Determined 0.38.1's tutorial moved the trial into ``train.py`` as ``MNistTrial(context,
+hparams)`` with the model in ``model.py``; det_lightning runs that form unchanged too (its
+``load_trial_from_checkpoint_path`` then needs ``trial_kwargs={"hparams": ...}``, as
+Determined's does).
 """
 
 from typing import Any, Dict
