@@ -146,9 +146,10 @@ class SignalWatcher:
             f"To continue, run again with the same checkpoint directory ({root}) and "
             f"Trainer.fit(..., latest_checkpoint='latest'), or set {LATEST_CHECKPOINT_ENV}=latest."
         )
+        # The advice last: it may end with a command, to copy without a full stop after it.
         message = (
-            f"Stopped by {name}. {saved} {advice} Exiting with status "
-            f"{errors.TrialPreempted.EXIT_CODE}."
+            f"Stopped by {name}. {saved} Exiting with status "
+            f"{errors.TrialPreempted.EXIT_CODE}. {advice}"
         )
         if self.distributed.rank == 0:
             logger.warning(message)  # the job's one line about it (the chief's)

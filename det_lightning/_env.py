@@ -25,6 +25,9 @@ TRIAL_INFO_ENV = "DET_LIGHTNING_TRIAL_INFO"
 TEST_MODE_ENV = "DET_LIGHTNING_TEST_MODE"
 # How a trial of `det-lightning experiment` stopped by a signal continues (printed after it).
 RESUME_ADVICE_ENV = "DET_LIGHTNING_RESUME_ADVICE"
+# A search's command trial: the file its process appends the traceback it ends with to (the
+# trial's error.log), so the log the search points at holds the script's error.
+ERROR_LOG_ENV = "DET_LIGHTNING_ERROR_LOG"
 # A trial of `det-lightning experiment`: its experiment id and trial number (JSON), recorded in
 # each checkpoint's metadata so that `latest` never resumes another experiment's checkpoint.
 RUN_IDENTITY_ENV = "DET_LIGHTNING_RUN_IDENTITY"

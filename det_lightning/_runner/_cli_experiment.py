@@ -45,7 +45,9 @@ def cmd_experiment(args: argparse.Namespace) -> int:
         with dashboard_beside(plan, wanted):
             return _run_plan(plan, args)
     except (errors.InvalidConfigException, NotImplementedError, UsageError) as e:
-        print_error("experiment", f"{args.config}: {e}")
+        # An override's error names its --config flag; the file's, the file.
+        where = "" if str(e).startswith("--config ") else f"{args.config}: "
+        print_error("experiment", f"{where}{e}")
         return EXIT_USAGE
 
 

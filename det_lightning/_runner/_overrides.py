@@ -149,7 +149,31 @@ def load_with_overrides(
     raw = _read_yaml(path)
     if not isinstance(raw, dict):
         return load_config(raw, announce=announce)  # the schema's own error
-    return load_config(apply_overrides(raw, overrides), announce=announce)
+    try:
+        return load_config(apply_overrides(raw, overrides), announce=announce)
+    except InvalidConfigException as e:
+        culprit = _override_at(str(e).split(":", 1)[0], overrides)
+        if culprit is None:
+            raise
+        raise InvalidConfigException(f"--config {culprit!r}: {e}") from None
+
+
+def _override_at(path: str, overrides: Sequence[str]) -> Optional[str]:
+    """The last of ``overrides`` that set the key ``path`` names, a key under it, or a section
+    above it; None when the file's own keys are at fault.
+
+    >>> _override_at("searcher.max_lenght", ["hyperparameters.lr=0.1", "searcher.max_lenght=5"])
+    'searcher.max_lenght=5'
+    >>> _override_at("searcher.max_length.batches", ["searcher.max_length={batches: 0}"])
+    'searcher.max_length={batches: 0}'
+    >>> _override_at("entrypoint", ["searcher.max_length.batches=5"]) is None
+    True
+    """
+    for override in reversed(overrides):
+        key = ".".join(part.strip() for part in override.partition("=")[0].strip().split("."))
+        if path == key or path.startswith(key + ".") or key.startswith(path + "."):
+            return override
+    return None
 
 
 __all__ = ["HELP", "apply_overrides", "load_with_overrides", "parse_value"]

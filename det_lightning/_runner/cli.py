@@ -32,6 +32,7 @@ the same command, which prints its summary first, the interrupted trial INTERRUP
 import argparse
 import contextlib
 import os
+import pathlib
 import runpy
 import shlex
 import subprocess
@@ -40,6 +41,7 @@ from typing import Any, Callable, ContextManager, List, Mapping, Optional, Seque
 
 from det_lightning import compat, errors
 from det_lightning._env import (
+    ERROR_LOG_ENV,
     LATEST_CHECKPOINT_ENV,
     RESUME_ADVICE_ENV,
     SEARCH_ENV,
@@ -185,6 +187,24 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print(f"{PROG} run: InvalidHP: {e.msg}", file=sys.stderr, flush=True)
         report_invalid_hp(e.msg)
         return 0
+    except Exception as e:
+        _log_error(e)
+        raise
+
+
+def _log_error(error: Exception) -> None:
+    """A search's command trial (``$DET_LIGHTNING_ERROR_LOG``): appends the script's traceback
+    to the trial's error.log, which the search's failure line points at."""
+    path = os.environ.get(ERROR_LOG_ENV)
+    if not path:
+        return
+    from det_lightning._runner._failure import append_traceback
+
+    rank = os.environ.get("RANK", "0")
+    try:
+        append_traceback(pathlib.Path(path), f"the trial's process (rank {rank}) raised", error)
+    except OSError:
+        pass  # the traceback still reaches the console, as it propagates
 
 
 def _positive_seconds(text: str) -> float:
@@ -241,7 +261,7 @@ def build_parser() -> argparse.ArgumentParser:
         "-m",
         dest="module",
         action="store_true",
-        help="TARGET is a module to run, as with python -m",
+        help="SCRIPT is a module to run, as with python -m",
     )
     run.add_argument("target", metavar="SCRIPT", help="the script (or module, with -m)")
     script_args = run.add_argument(
@@ -276,7 +296,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="grid, random, adaptive_asha: the Optuna storage every worker "
         "of the search "
         "shares (a database URL, or a journal file path; default: "
-        "<checkpoint dir>/search.journal). Rerun to continue a search.",
+        "<checkpoint dir>/<experiment id>/search.journal). Rerun to continue a search.",
     )
     experiment.add_argument(
         "--heartbeat-timeout",
@@ -317,13 +337,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     checkpoint = commands.add_parser(
         "checkpoint",
-        help="Lightning .ckpt files to Determined checkpoints (export), and back (convert)",
+        help="list an experiment's checkpoints; Lightning .ckpt files to Determined "
+        "checkpoints (export), and back (convert)",
         description="list [ID] [--checkpoint-dir DIR]: the experiments' checkpoints; "
         "export FILE.ckpt [--checkpoint-dir DIR] [--code DIR] [--trust]; "
         "convert CHECKPOINT_DIR FILE.ckpt [--trust]. `det-lightning checkpoint export --help` "
         "for more.",
     )
-    checkpoint.add_argument("action", choices=("export", "convert"))
+    # `list` is answered before this parser (main): it is named here for the usage line.
+    checkpoint.add_argument("action", choices=("list", "export", "convert"))
     checkpoint.add_argument("rest", metavar="ARGS", nargs=argparse.REMAINDER)
     checkpoint.set_defaults(handler=_cmd_checkpoint)
     _check.add_parser(commands)

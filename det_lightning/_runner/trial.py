@@ -24,8 +24,9 @@ import threading
 from typing import Any, Callable, Dict, Iterator, List, Optional
 
 from det_lightning import errors, pytorch
-from det_lightning._env import CHECKPOINT_DIR_ENV, TENSORBOARD_DIR_ENV
+from det_lightning._env import CHECKPOINT_DIR_ENV, ERROR_LOG_ENV, TENSORBOARD_DIR_ENV
 from det_lightning._import import import_from_path
+from det_lightning._runner import _failure
 from det_lightning._runner._template import TrialRequest
 from det_lightning._runner.harness import load_trial_class
 from det_lightning._runner.plan import Plan
@@ -61,6 +62,7 @@ class TrialResult:
     checkpoint: Optional[CheckpointStore] = None  # a directory, or a URL (s3://...)
     batches: Optional[int] = None
     rung: Optional[int] = None
+    error: Optional[str] = None  # a failed command trial's error, its script's last line
 
     def state(self) -> str:
         """The status as the summary shows it.
@@ -180,6 +182,9 @@ def run_command_trial(
     env.update(directory.environment())  # a bucket's: checkpoint_storage's endpoint and keys
     env[TENSORBOARD_DIR_ENV] = str(plan.tensorboard_root / f"trial-{number}")
     env.update(extra_env or {})
+    error_log = _failure.error_log(plan.checkpoint_root, number)
+    env[ERROR_LOG_ENV] = str(error_log)
+    logged_before = error_log.stat().st_size if error_log.exists() else 0
     logger.info(f"trial {number}: det-lightning {shlex.join(argv)} in {plan.model_dir}")
     if launch is not None:
         code = launch(
@@ -201,13 +206,15 @@ def run_command_trial(
         # The trial's process said how it stopped.
         raise errors.TrialPreempted(f"trial {number} was stopped by a signal.", reported=True)
     status = "COMPLETED" if code == 0 else "ERROR"
+    error = None
     if code != 0:
+        error = _failure.last_error(error_log, logged_before)
         logger.error(f"trial {number}: the command exited with status {code}")
     from det_lightning.adapters.retention import best_checkpoint
 
     searcher = plan.config.searcher_config
     checkpoint = best_checkpoint(directory, searcher.metric, searcher.smaller_is_better)
-    return TrialResult(number, hparams, status, None, checkpoint)
+    return TrialResult(number, hparams, status, None, checkpoint, error=error)
 
 
 def _wait_unless_lost(

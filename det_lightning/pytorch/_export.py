@@ -278,6 +278,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         argv: the arguments after ``checkpoint`` (default: ``sys.argv[1:]``).
     """
     args = _parser().parse_args(argv)
+    given = args.ckpt_file if args.command == "export" else args.checkpoint_path
+    if not os.path.exists(given):  # a usage error (status 2), as a missing script for `run`
+        print(f"det-lightning checkpoint {args.command}: {given}: no such file.", file=sys.stderr)
+        return 2
     try:
         out = _run(args)
     except (errors.InvalidCheckpointException, FileExistsError) as e:

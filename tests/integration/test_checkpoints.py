@@ -1082,8 +1082,8 @@ def test_checkpoint_command_exports_and_converts(
     exported = pathlib.Path(capsys.readouterr().out.strip())
     assert exported.parent == tmp_path / "dir"
     assert_same(ckpt.read_state_dict(exported), ckpt.read_state_dict(trained[4]))
-    assert _export.main(["export", str(tmp_path / "none.ckpt")]) == 1
-    assert "does not exist" in capsys.readouterr().err
+    assert _export.main(["export", str(tmp_path / "none.ckpt")]) == 2  # a usage error
+    assert "none.ckpt: no such file." in capsys.readouterr().err
     (tmp_path / "bad.ckpt").write_bytes(b"not a checkpoint")
     assert _export.main(["export", str(tmp_path / "bad.ckpt")]) == 1
     assert "truncated or damaged" in capsys.readouterr().err

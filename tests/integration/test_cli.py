@@ -124,9 +124,11 @@ def test_run_missing_script_is_a_usage_error(
 def test_checkpoint_dispatches_to_export(
     isolated_run: pathlib.Path, capsys: pytest.CaptureFixture
 ) -> None:
-    assert _cli.main(["checkpoint", "convert", str(isolated_run / "missing"), "out.ckpt"]) == 1
+    # A missing input is a usage error (2), as a missing script for `run`.
+    assert _cli.main(["checkpoint", "convert", str(isolated_run / "missing"), "out.ckpt"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("det-lightning checkpoint convert: "), err
+    assert "missing: no such file." in err, err
     assert not (isolated_run / "out.ckpt").exists()
 
 

@@ -249,6 +249,44 @@ def test_a_trial_that_ends_well_without_the_searcher_metric_is_completed_unranke
     assert "core.init() in a search's trial" in log
 
 
+@pytest.mark.slow
+@pytest.mark.new_interpreters
+def test_a_failing_command_trials_log_holds_the_scripts_traceback(
+    isolated_run: pathlib.Path, checkpoint_dir: pathlib.Path
+) -> None:
+    """The failure line names the script's error and points at the trial's error.log, which
+    holds the script's traceback, not det_lightning's own "its command failed" (a new-user
+    audit found only that there). Each attempt adds its traceback."""
+    project = isolated_run / "project"
+    project.mkdir()
+    (project / "train.py").write_text(
+        "def step():\n    raise ValueError('boom in the script')\n\nstep()\n"
+    )
+    config = {
+        "name": "failing",
+        "entrypoint": "python3 train.py",
+        "hyperparameters": {"lr": 0.1},
+        "searcher": {"name": "single", "metric": "validation_loss", "max_length": {"batches": 1}},
+        "max_restarts": 1,
+    }
+    path = isolated_run / "failing.yaml"
+    path.write_text(yaml.safe_dump(config))
+    result = run_cli("experiment", str(path), str(project), cwd=isolated_run)
+    assert result.returncode == 1, output(result)
+    log_path = experiment_dir(checkpoint_dir, path) / "trial-1" / "error.log"
+    lines = [line for line in result.stderr.splitlines() if "trial 1 failed: " in line]
+    assert [line.split("trial 1 failed: ", 1)[1] for line in lines] == [
+        "its command failed: ValueError: boom in the script; restart 1 of 1 from its latest "
+        f"checkpoint (traceback in {log_path})",
+        "its command failed: ValueError: boom in the script; no restarts left without it "
+        f"(traceback in {log_path})",
+    ], output(result)
+    log = log_path.read_text()
+    assert log.count("the trial's process (rank 0) raised") == 2, log
+    assert log.count('train.py", line 2, in step') == 2, log
+    assert "its command failed" not in log and "CommandFailed" not in log, log
+
+
 # ----- configuration errors: before any training, naming the key -----------------------------
 
 

@@ -84,7 +84,9 @@ def test_a_search_killed_mid_trial_continues_when_rerun(
     rerun = start_search(isolated_run, slow_project)
     out = rerun.communicate(timeout=240)[0]
     assert rerun.returncode == 0, out
-    assert "trial 1 (bracket 0, rungs at [2, 4, 8] batches) resumed (its worker's lease" in out, out
+    assert (
+        "trial 1 (bracket 0, rungs at [2, 4, 8] batches) resumed from its latest checkpoint" in out
+    ), out
     assert "resuming from" in out  # from trial 3's checkpoint, not from batch 0
     check_search(checkpoint_dir, read_trials(journal))
 
@@ -307,7 +309,10 @@ def test_a_random_search_killed_mid_trial_resumes_it_and_runs_each_trial_once(
     rerun = start_search(isolated_run, slow_project)
     out = rerun.communicate(timeout=240)[0]
     assert rerun.returncode == 0, out
-    assert f"trial 1 (random) resumed (its worker's lease expired): {drawn}" in out, out
+    assert (
+        f"trial 1 (random) resumed from its latest checkpoint (its earlier run was interrupted, or its worker died): {drawn}"
+        in out
+    ), out
     assert "resuming from" in out
     trials = read_trials(journal)
     assert len(trials) == 3 and all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)

@@ -137,9 +137,10 @@ def test_a_script_with_its_own_length_is_warned_and_its_trials_complete(
     )
     assert result.stderr.count(warning) == 3, output(result)
     assert "stopped at rung" not in result.stderr, output(result)
-    assert "completed: it trained its full length, Batch(value=6), reaching rung 0" in (
-        result.stderr
-    ), output(result)
+    assert (
+        "completed: it trained the full length its script asked for, 6 batches, and stops at "
+        "rung 0 of [6, 12] batches"
+    ) in result.stderr, output(result)
     rows = _rows(result.stdout)
     assert len(rows) == 3 and all(" COMPLETED " in row for row in rows), output(result)
 

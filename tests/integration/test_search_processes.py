@@ -274,7 +274,7 @@ def test_a_lost_lease_kills_the_trials_process_at_once(
             os.killpg(process.pid, signal.SIGKILL)
     assert process.returncode == 0, out
     assert "another worker took it over" in out, out
-    assert "resumed (its worker's lease expired)" in out, out  # the continuation ran here
+    assert "resumed from its latest checkpoint" in out, out  # the continuation ran here
 
 
 def test_sigterm_to_the_worker_alone_reaches_its_trial_once(

@@ -148,8 +148,17 @@ def test_an_override_merges_into_a_mapping_and_leaves_the_file_alone() -> None:
 @pytest.mark.parametrize(
     "override, message",
     [
-        ("searcher.max_lenght.batches=1", "searcher.max_lenght: unknown key. Did you mean"),
-        ("resources.slots_per_trial=two", "resources.slots_per_trial: expected integer"),
+        # An override's error names its flag, not the file it was laid over.
+        (
+            "searcher.max_lenght.batches=1",
+            "error: --config 'searcher.max_lenght.batches=1': searcher.max_lenght: unknown key. "
+            "Did you mean",
+        ),
+        (
+            "resources.slots_per_trial=two",
+            "error: --config 'resources.slots_per_trial=two': resources.slots_per_trial: "
+            "expected integer",
+        ),
         ("searcher", "--config 'searcher': expected KEY=VALUE"),
         ("hyperparameters.lr=[1, 2", "--config 'hyperparameters.lr=[1, 2': VALUE is not YAML"),
     ],
@@ -157,7 +166,8 @@ def test_an_override_merges_into_a_mapping_and_leaves_the_file_alone() -> None:
 def test_a_bad_override_is_the_schemas_error(
     override: str, message: str, capsys: pytest.CaptureFixture
 ) -> None:
-    with pytest.raises(errors.InvalidConfigException, match=message.replace("[", r"\[")):
+    expected = message.removeprefix("error: ")
+    with pytest.raises(errors.InvalidConfigException, match=expected.replace("[", r"\[")):
         _overrides.load_with_overrides(CONST / "const.yaml", [override], announce=False)
     argv = ["experiment", "--config", override, str(CONST / "const.yaml"), str(CONST)]
     assert _cli.main(argv) == 2

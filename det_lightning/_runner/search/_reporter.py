@@ -119,9 +119,10 @@ class SearchReporter(PyTorchCallback):
         last = len(self.bracket.rung_units) - 1
         if decision.stop and decision.rung < last and self._trained_full_length():
             logger.info(
-                f"trial {trial_number(self.trial)}: completed: it trained its full "
-                f"length, {self.max_length}, reaching rung {decision.rung} of "
-                f"{list(self.bracket.rung_units)} {self.settings.time_metric}"
+                f"trial {trial_number(self.trial)}: completed: it trained the full length "
+                f"its script asked for, {describe_length(self.max_length)}, and stops at "
+                f"rung {decision.rung} of {list(self.bracket.rung_units)} "
+                f"{self.settings.time_metric}"
             )
         elif decision.stop and decision.rung < last and not self.stopped:
             # The last rung is the full length: the trial ends there by itself.
@@ -132,6 +133,20 @@ class SearchReporter(PyTorchCallback):
                 f"({name}={value:.6g} is not in the top of that rung)"
             )
             self.context.set_stop_requested(True)
+
+
+def describe_length(length: Optional[TrainUnit]) -> str:
+    """``Batch(64)`` as "64 batches", ``Epoch(1)`` as "1 epoch".
+
+    >>> from det_lightning.pytorch import Batch, Epoch
+    >>> describe_length(Batch(64)), describe_length(Epoch(1)), describe_length(Epoch(3))
+    ('64 batches', '1 epoch', '3 epochs')
+    """
+    if length is None:
+        return "its length"
+    unit = "epoch" if isinstance(length, Epoch) else "batch"
+    plural = "" if length.value == 1 else ("es" if unit == "batch" else "s")
+    return f"{length.value} {unit}{plural}"
 
 
 def rung_metrics(study: optuna.Study, rungs: int, exclude: int = -1) -> List[List[float]]:

@@ -49,6 +49,7 @@ from det_lightning._env import (
     TRIAL_INFO_ENV,
 )
 from det_lightning._runner._asha import EXITED_METRIC, Bracket
+from det_lightning._runner._failure import log_failure
 from det_lightning._runner._lease import (
     CONTINUES,
     LeaseKeeper,
@@ -79,7 +80,6 @@ from det_lightning._runner.search._experiment_seed import (
     experiment_seed,
     recorded_experiment_seed,
 )
-from det_lightning._runner.search._failure import log_failure
 from det_lightning._runner.search._interrupt import SearchInterrupt, search_advice
 from det_lightning._runner.search._jobs import run_legacy_process, run_trial
 from det_lightning._runner.search._reporter import INVALID_HP, trial_number
@@ -270,7 +270,12 @@ def _loop(
             if bracket.rung_units
             else settings.searcher
         )
-        taken = " resumed (its worker's lease expired)" if resume else ""
+        taken = (
+            " resumed from its latest checkpoint (its earlier run was interrupted, or its "
+            "worker died)"
+            if resume
+            else ""
+        )
         logger.info(f"trial {number} ({where}){taken}: {hparams}, seed {trial_seed}")
         with LeaseKeeper(study, trial_id(trial), leases) as keeper:
             try:
@@ -377,7 +382,7 @@ def _train_and_tell(run: TrialRun) -> None:
         if invalid:  # the script raised InvalidHP (_child.report_invalid_hp)
             raise errors.InvalidHP(str(invalid))
         if result.status != "COMPLETED":
-            raise RuntimeError(f"trial {number}: its command failed")
+            raise CommandFailed(number, result.error)
         return result
 
     attempts = 0
@@ -405,7 +410,8 @@ def _train_and_tell(run: TrialRun) -> None:
                 then = f"restart {attempts} of {max_restarts} from its latest checkpoint"
                 log_failure(plan.checkpoint_root, number, e, then)
                 continue
-            log_failure(plan.checkpoint_root, number, e, "the search goes on without it")
+            gone = "no restarts left" if settings.searcher == "single" else "the search goes on"
+            log_failure(plan.checkpoint_root, number, e, f"{gone} without it")
             if bracket.rung_units:  # ASHA: it counts as the worst at its rung
                 attrs = _current_attrs(study, trial)
                 rungs = dict(attrs.get(RUNGS, {}))
@@ -440,6 +446,16 @@ def unranked_note(number: int, metric: str) -> str:
         "a script on det_lightning.core reports its metrics to the log and TensorBoard only "
         "(docs/notes/core-api.md)."
     )
+
+
+class CommandFailed(RuntimeError):
+    """A command trial's process failed; ``error``: the script's error (its traceback is in the
+    trial's error.log already, written by that process), None if it wrote none."""
+
+    def __init__(self, number: int, error: Optional[str]) -> None:
+        said = f": {error}" if error else " (its output above says why)"
+        super().__init__(f"trial {number}: its command failed{said}")
+        self.traceback_logged = error is not None
 
 
 def _frozen(study: optuna.Study, trial: optuna.Trial) -> optuna.trial.FrozenTrial:
