@@ -297,7 +297,7 @@ def _watch(
 def takeover_seconds() -> Dict[str, float]:
     """Worker A is killed while it holds a trial; the seconds until worker B takes it over
     and until it trains it."""
-    started, resumed = "('bench'): ", "resumed (its worker's lease expired)"
+    started, resumed = "('bench'): ", "resumed from its latest checkpoint"
     with tempfile.TemporaryDirectory() as tmp:
         work = pathlib.Path(tmp)
         marker = work / "held"

@@ -40,7 +40,12 @@ from det_lightning._env import (
 )
 from det_lightning._import import import_from_path
 from det_lightning._info import ClusterInfo, TrialInfo
-from det_lightning._runner._check_scan import SKIPPED_DIRS, missing_packages, refused_names
+from det_lightning._runner._check_scan import (
+    SKIPPED_DIRS,
+    entry_files,
+    missing_packages,
+    refused_names,
+)
 from det_lightning._runner.config import ExperimentConfig, load_config, random_points
 from det_lightning._runner.config._yaml import load_yaml12
 from det_lightning._runner.harness import load_trial_class
@@ -93,10 +98,17 @@ def check_config(path: pathlib.Path, scratch: pathlib.Path, smoke: bool) -> Repo
         report.problems.append(f"config: {e}")
         return report
     report.ignored = list(config.ignored_keys)
-    report.refused = refused_names(model_dir)
-    report.missing = missing_packages(model_dir)
     try:
         plan = plan_experiment(config, model_dir, {"devices": 1}, str(scratch / "checkpoints"))
+    except Exception as e:
+        report.problems.append(f"import: {_one_line(e)}")
+        return report
+    # What the entrypoint reaches, not every file of the folder: another config's script may
+    # import what this one never needs.
+    files = entry_files(plan.model_dir, plan.trial_class, plan.command)
+    report.refused = refused_names(model_dir, files)
+    report.missing = missing_packages(model_dir, files)
+    try:
         plan.tensorboard_root = scratch / "tensorboard"
         if plan.trial_class is not None:
             compat.install()  # model_def.py imports determined

@@ -2,7 +2,9 @@
 names it uses that det_lightning refuses (``_refused.REFUSED``, with what to use instead), and
 the packages it imports that this environment lacks.
 
-Both come from the syntax tree of every ``.py`` file under the model directory::
+Both come from the syntax tree of the ``.py`` files an experiment's entrypoint reaches
+(``entry_files``: its module or script and, transitively, the project's modules they import;
+every file under the model directory when the entrypoint names none of them)::
 
     import determined as det            det -> determined
     from determined import pytorch      pytorch -> determined.pytorch
@@ -110,9 +112,90 @@ def _dotted(node: ast.AST) -> Optional[str]:
     return ".".join([node.id, *reversed(parts)])
 
 
-def _read(model_dir: pathlib.Path) -> Iterator[_Reader]:
-    for path in python_files(model_dir):
-        reader = _Reader(str(path.relative_to(model_dir)))
+def entry_files(
+    model_dir: pathlib.Path, trial_class: Optional[str], command: Optional[List[str]]
+) -> Optional[List[pathlib.Path]]:
+    """The project's ``.py`` files the entrypoint reaches: the module of ``trial_class``
+    (``pkg.model_def:Trial``) or the script of ``command`` (``python3 train.py``, ``-m
+    pkg.train``), and the project's modules they import, transitively (a module that imports
+    another only inside a function counts too). None when the entrypoint names no file of the
+    project: then every file is read."""
+    start: List[pathlib.Path] = []
+    if trial_class is not None:
+        start = _module_files(model_dir, trial_class.partition(":")[0])
+    elif command:
+        script = next((w for w in command if w.endswith(".py")), None)
+        if script is not None and (model_dir / script).is_file():
+            start = [model_dir / script]
+        elif "-m" in command[:-1]:
+            start = _module_files(model_dir, command[command.index("-m") + 1])
+    if not start:
+        return None
+    seen: Dict[pathlib.Path, None] = {}
+    pending = [p.resolve() for p in start]
+    while pending:
+        path = pending.pop()
+        if path in seen:
+            continue
+        seen[path] = None
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+            continue
+        for module in _imported_modules(tree, path, model_dir):
+            pending += [p.resolve() for p in _module_files(model_dir, module)]
+    return sorted(seen)
+
+
+def _imported_modules(tree: ast.AST, path: pathlib.Path, model_dir: pathlib.Path) -> List[str]:
+    """The dotted names ``path`` imports (``from . import x`` made absolute under
+    ``model_dir``), each also as ``module.name`` for a ``from module import name``."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                package = path.parent
+                for _ in range(node.level - 1):
+                    package = package.parent
+                try:
+                    parts = list(package.resolve().relative_to(model_dir.resolve()).parts)
+                except ValueError:
+                    continue
+                base = ".".join([*parts, *([base] if base else [])])
+            found += [base] if base else []
+            found += [f"{base}.{alias.name}" if base else alias.name for alias in node.names]
+    return found
+
+
+def _module_files(model_dir: pathlib.Path, module: str) -> List[pathlib.Path]:
+    """The project's files that importing ``module`` runs: each package on its dotted path
+    (``__init__.py``) and the module itself; none for a module from elsewhere."""
+    files: List[pathlib.Path] = []
+    folder = model_dir
+    for part in module.split("."):
+        if not part:
+            return files
+        if (folder / f"{part}.py").is_file():
+            files.append(folder / f"{part}.py")
+            return files
+        if not (folder / part / "__init__.py").is_file() and not (folder / part).is_dir():
+            return files
+        folder = folder / part
+        if (folder / "__init__.py").is_file():
+            files.append(folder / "__init__.py")
+    return files
+
+
+def _read(model_dir: pathlib.Path, files: Optional[List[pathlib.Path]] = None) -> Iterator[_Reader]:
+    for path in python_files(model_dir) if files is None else files:
+        try:
+            shown = str(path.resolve().relative_to(model_dir.resolve()))
+        except ValueError:
+            shown = str(path)
+        reader = _Reader(shown)
         try:
             tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
         except (SyntaxError, UnicodeDecodeError, ValueError):
@@ -121,11 +204,11 @@ def _read(model_dir: pathlib.Path) -> Iterator[_Reader]:
         yield reader
 
 
-def refused_names(model_dir: pathlib.Path) -> List[str]:
+def refused_names(model_dir: pathlib.Path, files: Optional[List[pathlib.Path]] = None) -> List[str]:
     """``name (file.py:line): what to use instead`` for each refused Determined name the code
-    under ``model_dir`` uses (the first use of each)."""
+    under ``model_dir`` uses (the first use of each); ``files``: only those (``entry_files``)."""
     found: Dict[str, str] = {}
-    for reader in _read(model_dir):
+    for reader in _read(model_dir, files):
         for use in reader.determined:
             refused = _refused_prefix(use.name)
             if refused is not None and refused not in found:
@@ -144,14 +227,16 @@ def _refused_prefix(name: str) -> Optional[str]:
     return None
 
 
-def missing_packages(model_dir: pathlib.Path) -> List[str]:
+def missing_packages(
+    model_dir: pathlib.Path, files: Optional[List[pathlib.Path]] = None
+) -> List[str]:
     """``module (file.py:line)`` for each module the code imports that no installed package,
-    nor the project itself, provides."""
+    nor the project itself, provides; ``files``: only those (``entry_files``)."""
     local = {p.stem for p in model_dir.glob("*.py")} | {
         p.name for p in model_dir.iterdir() if p.is_dir()
     }
     missing: Dict[str, str] = {}
-    for reader in _read(model_dir):
+    for reader in _read(model_dir, files):
         for module, line in reader.imports:
             if module in missing or module in local or module == "determined":
                 continue
@@ -168,4 +253,4 @@ def _installed(module: str) -> bool:
         return False
 
 
-__all__ = ["missing_packages", "python_files", "refused_names"]
+__all__ = ["entry_files", "missing_packages", "python_files", "refused_names"]

@@ -149,7 +149,9 @@ def test_without_an_experiment_seed_one_is_drawn_recorded_and_shown(
     searcher = "  name: random\n  max_trials: 2\n"
     seen = _run(isolated_run, "python3 seed_train.py", SPACE, searcher, "")
     log = (isolated_run / "stderr.log").read_text()
-    (drawn,) = {int(s) for s in re.findall(r"experiment seed (\d+), drawn for this", log)}
+    (drawn,) = {
+        int(s) for s in re.findall(r"experiment seed (\d+), drawn when the experiment began", log)
+    }
     made = created_trials(SPACE, 2, drawn)
     assert [r["trial_seed"] for r in seen] == [m.trial_seed for m in made]
     assert [r["hparams"] for r in seen] == [m.hparams for m in made]

@@ -106,3 +106,44 @@ def test_a_bad_config_fails_its_project_and_the_table_says_why(
 
 def test_nothing_to_check_is_a_usage_error(tmp_path: pathlib.Path, capsys: object) -> None:
     assert _check.run_check([str(tmp_path)], smoke=False) == 2
+
+
+def test_a_config_is_checked_for_what_its_entrypoint_reaches(tmp_path: pathlib.Path) -> None:
+    """Determined's core_api_pytorch_mnist holds several scripts; only model_def.py imports
+    torchvision. A config whose entrypoint is another script that imports none of it is not
+    failed for torchvision (a new-user audit found every config failed). What the entrypoint
+    imports from the project, packages and relative imports included, still counts."""
+    (tmp_path / "model_def.py").write_text("import torchvision_missing_xyz\n")
+    (tmp_path / "model_def_adaptive.py").write_text(
+        "import helpers\nfrom pkg import layers\n\ndef main():\n    import lazy\n"
+    )
+    (tmp_path / "helpers.py").write_text("import helpers_dep_missing_xyz\n")
+    (tmp_path / "lazy.py").write_text("import lazy_dep_missing_xyz\n")
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "layers.py").write_text("from . import blocks\n")
+    (tmp_path / "pkg" / "blocks.py").write_text("import blocks_dep_missing_xyz\n")
+    for name, entrypoint in [
+        ("const.yaml", "python3 model_def.py --epochs 1"),
+        ("adaptive.yaml", "python3 model_def_adaptive.py --epochs 1"),
+    ]:
+        (tmp_path / name).write_text(
+            f"entrypoint: {entrypoint}\n"
+            "hyperparameters: {global_batch_size: 8}\n"
+            "searcher: {name: single, metric: loss, max_length: {batches: 1}}\n"
+        )
+    reports = {
+        r.config.name: sorted(m.split(" ")[0] for m in r.missing)
+        for r in (
+            _check.check_config(tmp_path / name, tmp_path / "scratch", smoke=False)
+            for name in ("const.yaml", "adaptive.yaml")
+        )
+    }
+    assert reports == {
+        "const.yaml": ["torchvision_missing_xyz"],
+        "adaptive.yaml": [
+            "blocks_dep_missing_xyz",
+            "helpers_dep_missing_xyz",
+            "lazy_dep_missing_xyz",
+        ],
+    }

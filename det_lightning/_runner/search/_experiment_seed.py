@@ -94,7 +94,7 @@ def experiment_seed(
 def drawn_seed_note(seed: int) -> str:
     """The log line that names a drawn seed and how to repeat the search with it."""
     return (
-        f"experiment seed {seed}, drawn for this experiment (reproducibility.experiment_seed "
+        f"experiment seed {seed}, drawn when the experiment began (reproducibility.experiment_seed "
         "is not set; set it to this value to repeat these trials' seeds and points)"
     )
 

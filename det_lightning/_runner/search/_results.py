@@ -3,7 +3,7 @@ holds its lease), best metric, batches, rung, checkpoint."""
 
 import logging
 import time
-from typing import AbstractSet, List, Optional, Sequence
+from typing import AbstractSet, List, Optional, Sequence, Tuple
 
 import optuna
 
@@ -19,12 +19,21 @@ from det_lightning.pytorch._store import CheckpointStore
 logger = logging.getLogger("det_lightning")
 
 
-def _unfinished_checkpoint(plan: Plan, number: int, status: str) -> Optional[CheckpointStore]:
+def _unfinished_checkpoint(
+    plan: Plan, number: int, status: str
+) -> Tuple[Optional[CheckpointStore], Optional[int]]:
     """The latest checkpoint of a trial that did not finish (interrupted, running elsewhere,
-    failed), which records none: what resuming it starts from."""
+    failed), which records none: what resuming it starts from; and the batches it holds, which
+    the summary shows as the trial's so far."""
     if status not in ("INTERRUPTED", "RUNNING", "ERROR"):
-        return None
-    return (plan.checkpoint_root / f"trial-{number}").latest()
+        return None, None
+    trial_dir = plan.checkpoint_root / f"trial-{number}"
+    latest = trial_dir.latest()
+    if latest is None:
+        return None, None
+    metadata = next((c.metadata for c in trial_dir.complete() if c.name == latest.name), {})
+    steps = metadata.get("steps_completed")
+    return latest, steps if isinstance(steps, int) else None
 
 
 def _status(frozen: optuna.trial.FrozenTrial, interrupted: AbstractSet[int], timeout: float) -> str:
@@ -68,7 +77,11 @@ def summarize(
             status = (
                 "INVALID_HP" if invalid else _status(frozen, interrupted, plan.heartbeat_timeout)
             )
-            checkpoint = record.checkpoint
+            checkpoint, batches = (
+                (checkpoint_location(record.checkpoint), record.batches)
+                if record.checkpoint
+                else _unfinished_checkpoint(plan, record.number, status)
+            )
             stopped_at = status == "STOPPED_EARLY" and RUNG in frozen.user_attrs
             results.append(
                 TrialResult(
@@ -76,10 +89,8 @@ def summarize(
                     record.hparams,
                     status,
                     best,
-                    checkpoint_location(checkpoint)
-                    if checkpoint
-                    else _unfinished_checkpoint(plan, record.number, status),
-                    batches=record.batches,
+                    checkpoint,
+                    batches=record.batches if record.batches is not None else batches,
                     rung=record.rung if stopped_at else None,
                 )
             )
