@@ -108,7 +108,8 @@ def stand_in_trial(events: pathlib.Path, seconds: float) -> int:
 def _report(reporter: Any, context: StandInContext, *, number: int, events: pathlib.Path) -> None:
     """One validation through the reporter, and its decision written to ``events``."""
     value = _value(reporter.trial.user_attrs["hparams"], context.batches)
-    rung, before = reporter.rung, dict(reporter.rungs)
+    recorder = reporter.recorder  # the rungs it keeps (``_reporter.RungRecorder``)
+    rung, before = recorder.rung, dict(recorder.rungs)
     read = time.time()
     reporter.on_validation_end({"loss": value})
     line = {
@@ -118,8 +119,8 @@ def _report(reporter: Any, context: StandInContext, *, number: int, events: path
         "batches": context.batches,
         "value": value,
         "rung_before": rung,
-        "entered": sorted(set(reporter.rungs) - set(before)),
-        "rung": reporter.rung,
+        "entered": sorted(set(recorder.rungs) - set(before)),
+        "rung": recorder.rung,
         "stop": context.stop,
         "read": read,
         "written": reporter.decided_at,  # inside the study's lock: the decisions' order

@@ -213,8 +213,22 @@ def run_command_trial(
     from det_lightning.adapters.retention import best_checkpoint
 
     searcher = plan.config.searcher_config
-    checkpoint = best_checkpoint(directory, searcher.metric, searcher.smaller_is_better)
+    checkpoint = best_checkpoint(
+        directory, searcher.metric, searcher.smaller_is_better
+    ) or newest_checkpoint(directory)
     return TrialResult(number, hparams, status, None, checkpoint, error=error)
+
+
+def newest_checkpoint(directory: CheckpointStore) -> Optional[CheckpointStore]:
+    """A trial's newest checkpoint: a ``Trainer``'s (``latest``), else one a Core API loop
+    stored (``core_context.checkpoint.store_path``: its own files and ``metadata.json``)."""
+    latest = directory.latest()
+    if latest is not None or "://" in str(directory):  # the Core API refuses buckets
+        return latest
+    from det_lightning.core._checkpoint import newest_stored
+
+    stored = newest_stored(pathlib.Path(str(directory)))
+    return None if stored is None else directory / stored
 
 
 def _wait_unless_lost(

@@ -158,4 +158,22 @@ def _copy_selected(source: pathlib.Path, target: pathlib.Path, selector: Selecto
 
 DummyCheckpointContext = CheckpointContext
 
-__all__ = ["CheckpointContext", "DummyCheckpointContext"]
+
+def newest_stored(base_path: pathlib.Path) -> Optional[str]:
+    """The ``storage_id`` of the newest checkpoint ``store_path``/``upload`` finished under
+    ``base_path`` (the most ``steps_completed`` in its metadata, else the latest written), or
+    None: what a search gives a Core API trial it resumes as ``info.latest_checkpoint``."""
+    found = []
+    for path in base_path.iterdir() if base_path.is_dir() else []:
+        if path.name.startswith(".") or not (path / METADATA_FILE).is_file():
+            continue
+        try:
+            steps = json.loads((path / METADATA_FILE).read_text()).get("steps_completed")
+        except (OSError, ValueError, AttributeError):
+            steps = None
+        rank = steps if isinstance(steps, int) and not isinstance(steps, bool) else -1
+        found.append((rank, path.stat().st_mtime, path.name))
+    return max(found)[2] if found else None
+
+
+__all__ = ["CheckpointContext", "DummyCheckpointContext", "newest_stored"]

@@ -27,6 +27,7 @@ from det_lightning._refused_attributes import RefusedAttribute
 from det_lightning.core._checkpoint import CheckpointContext
 from det_lightning.core._distributed import DistributedContext, DummyDistributedContext
 from det_lightning.core._modes import PreemptMode, TensorboardMode
+from det_lightning.core._search_hooks import search_hook
 from det_lightning.core._searcher import PreemptContext, SearcherContext
 from det_lightning.core._train import TrainContext
 
@@ -111,22 +112,28 @@ def init(
     if distributed is None:
         distributed, owns_group = _distributed_from_env()
     base_path = _storage_path(checkpoint_storage)
-    if os.environ.get(SEARCH_ENV) and distributed.rank == 0:
+    hook = search_hook() if distributed.rank == 0 else None
+    if os.environ.get(SEARCH_ENV) and distributed.rank == 0 and hook is None:
         logger.warning(
-            "core.init() in a search's trial: the Core API runs in Determined's local mode "
-            "here, so report_validation_metrics reaches the log and TensorBoard, not the search. "
-            "The search cannot rank this trial (adaptive_asha stops it at no rung), and "
-            "searcher.operations() gives one operation of length 1. Searches rank "
-            "pytorch.Trainer's validations (docs/notes/core-api.md)."
+            "core.init() in a search's trial started outside det-lightning run: its "
+            "validations reach the log and TensorBoard, not the search, which cannot rank it "
+            "(docs/notes/core-api.md)."
         )
     if checkpoint_storage is None:
         logger.info(f"no storage_manager provided; storing checkpoints in {base_path}")
     context = Context(
         checkpoint=CheckpointContext(distributed, base_path),
         distributed=distributed,
-        preempt=PreemptContext(distributed, preempt_mode),
-        train=TrainContext(distributed, default_tensorboard_dir(), tensorboard_mode),
-        searcher=SearcherContext(distributed),
+        preempt=PreemptContext(
+            distributed, preempt_mode, stop_requested=hook.stop_requested if hook else None
+        ),
+        train=TrainContext(
+            distributed,
+            default_tensorboard_dir(),
+            tensorboard_mode,
+            on_validation=hook.validation if hook else None,
+        ),
+        searcher=SearcherContext(distributed, (hook.length if hook else None) or 1),
     )
     context._owns_process_group = owns_group
     return context

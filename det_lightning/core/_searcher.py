@@ -1,10 +1,11 @@
 """``core.SearcherContext`` and ``core.PreemptContext`` in local mode, as Determined's: one
-searcher operation of length 1, and preemption that never comes. Both keep Determined's
+searcher operation of length 1, and preemption that never comes (in a search's trial: the
+searcher's length, and a stop once ASHA ranks the trial out, ``_search_hooks``). Both keep Determined's
 synchronization (the chief broadcasts), so code that runs under torchrun behaves the same."""
 
 import logging
 import warnings
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 from det_lightning.core._distributed import DistributedContext
 from det_lightning.core._modes import PreemptMode, SearcherMode, Unit
@@ -90,11 +91,17 @@ class PreemptContext:
     """``should_preempt()`` is always False (nothing preempts a local run)."""
 
     def __init__(
-        self, dist: DistributedContext, preempt_mode: PreemptMode = PreemptMode.WorkersAskChief
+        self,
+        dist: DistributedContext,
+        preempt_mode: PreemptMode = PreemptMode.WorkersAskChief,
+        *,
+        stop_requested: Optional[Callable[[], bool]] = None,
     ) -> None:
         self._dist = dist
         self._preempt_mode = PreemptMode(preempt_mode)
         self._started = False
+        # A search's trial: the chief is told to stop once ASHA ranks the trial out.
+        self._stop_requested = stop_requested
 
     def start(self) -> "PreemptContext":
         if self._started:
@@ -118,15 +125,17 @@ class PreemptContext:
             )
         ask_chief = self._preempt_mode == PreemptMode.WorkersAskChief
         if self._dist.rank == 0:
+            stop = bool(self._stop_requested and self._stop_requested())
             if ask_chief:
-                self._dist.broadcast(False)
+                self._dist.broadcast(stop)
+            return stop
         elif self._preempt_mode == PreemptMode.ChiefOnly:
             raise RuntimeError(
                 "PreemptContext was configured with preempt_mode=ChiefOnly but .should_preempt() "
                 f"was called from non-chief worker of rank={self._dist.rank}"
             )
         elif ask_chief:
-            self._dist.broadcast(None)
+            return bool(self._dist.broadcast(None))  # the chief's answer
         return False
 
     def acknowledge_preemption_signal(self) -> None:

@@ -31,8 +31,11 @@ class TrainContext:
         dist: DistributedContext,
         tensorboard_path: pathlib.Path,
         tensorboard_mode: TensorboardMode = TensorboardMode.AUTO,
+        *,
+        on_validation: Optional[Callable[[int, Dict[str, Any]], None]] = None,
     ) -> None:
         self._dist = dist
+        self._on_validation = on_validation  # a search's trial: the chief reports to it
         self._tensorboard_path = tensorboard_path
         self._tensorboard_mode = TensorboardMode(tensorboard_mode)
         self._writer: Any = None
@@ -56,6 +59,8 @@ class TrainContext:
             f"report_validation_metrics(steps_completed={steps_completed}, metrics={metrics})"
         )
         self._write("val_", steps_completed, metrics)
+        if self._on_validation is not None:
+            self._on_validation(steps_completed, metrics)
 
     def report_metrics(self, group: str, steps_completed: int, metrics: Dict[str, Any]) -> None:
         logger.info(
@@ -63,6 +68,8 @@ class TrainContext:
         )
         prefix = {"training": "", "validation": "val_"}.get(group, f"{group}_")
         self._write(prefix, steps_completed, metrics)
+        if group == "validation" and self._on_validation is not None:
+            self._on_validation(steps_completed, metrics)
 
     def _write(self, prefix: str, step: int, metrics: Dict[str, Any]) -> None:
         if self._tensorboard_mode is not TensorboardMode.AUTO or self._dist.rank != 0:

@@ -218,16 +218,17 @@ def test_a_command_trials_summary_names_its_best_checkpoint_not_its_newest(
 def test_a_trial_that_ends_well_without_the_searcher_metric_is_completed_unranked(
     isolated_run: pathlib.Path, checkpoint_dir: pathlib.Path, searcher: str
 ) -> None:
-    """A Core API script (Determined's core_api tutorials) reports its validations to the log
-    only, so the search never sees searcher.metric. Determined completes such a trial; it was
-    shown ERROR with no word why, and the experiment exited 1 (a new-user audit). Now it is
-    COMPLETED, unranked, and the log says why, once at core.init() and once at its end."""
+    """A trial that reports no validation of searcher.metric (here a Core API loop reporting
+    another metric; a Trainer trial stopped before its first validation alike). Determined
+    completes such a trial; it was shown ERROR with no word why, and the experiment exited 1
+    (a new-user audit). Now it is COMPLETED, unranked, and the log says why."""
     project = isolated_run / "project"
     project.mkdir()
     (project / "train.py").write_text(
         "from det_lightning import core\n"
         "with core.init() as core_context:\n"
         "    core_context.train.report_validation_metrics(1, {'test_loss': 0.5})\n"
+        "    assert not core_context.preempt.should_preempt()\n"
     )
     config = {
         "name": "core-api",
@@ -246,7 +247,7 @@ def test_a_trial_that_ends_well_without_the_searcher_metric_is_completed_unranke
     assert len(rows) == (1 if searcher == "single" else 2)
     log = result.stdout + result.stderr
     assert "completed without a validation of searcher.metric 'validation_loss'" in log
-    assert "core.init() in a search's trial" in log
+    assert "a validation without searcher.metric 'validation_loss'" in log  # said at once
 
 
 @pytest.mark.slow
@@ -285,6 +286,88 @@ def test_a_failing_command_trials_log_holds_the_scripts_traceback(
     assert log.count("the trial's process (rank 0) raised") == 2, log
     assert log.count('train.py", line 2, in step') == 2, log
     assert "its command failed" not in log and "CommandFailed" not in log, log
+
+
+CORE_ASHA_SCRIPT = """
+import json
+import os
+
+import determined as det
+
+info = det.get_cluster_info()
+lr = info.trial.hparams["lr"]
+with det.core.init() as core_context:
+    epochs = 0
+    if info.latest_checkpoint is not None:
+        with core_context.checkpoint.restore_path(info.latest_checkpoint) as path:
+            epochs = json.loads((path / "state.json").read_text())["epochs"]
+    while epochs < 4:
+        epochs += 1
+        loss = lr / epochs  # the smaller the learning rate, the better at every rung
+        core_context.train.report_validation_metrics(
+            steps_completed=epochs * 10, metrics={"test_loss": loss, "epochs": epochs}
+        )
+        with core_context.checkpoint.store_path({"steps_completed": epochs * 10}) as (path, _):
+            (path / "state.json").write_text(json.dumps({"epochs": epochs}))
+        if core_context.preempt.should_preempt():
+            break
+    with open(os.environ["TRAINED_LOG"], "a") as log:
+        log.write(json.dumps({"lr": lr, "epochs": epochs}) + "\\n")
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.new_interpreters
+def test_a_core_api_loop_is_ranked_and_stopped_by_adaptive_asha(
+    isolated_run: pathlib.Path, checkpoint_dir: pathlib.Path
+) -> None:
+    """Determined's core_api_pytorch_mnist adaptive search, in small: the loop reports
+    ``{"test_loss": ..., "epochs": ...}`` and checks ``should_preempt()`` each epoch. The search
+    ranks its validations at the rungs (by the reported epochs) and stops the trials it ranks
+    out through ``should_preempt()``; they end STOPPED EARLY, as under Determined's master."""
+    project = isolated_run / "project"
+    project.mkdir()
+    (project / "model_def.py").write_text(CORE_ASHA_SCRIPT)
+    config = {
+        "name": "core-asha",
+        "entrypoint": "python3 model_def.py",
+        "hyperparameters": {"lr": {"type": "double", "minval": 0.1, "maxval": 1.0}},
+        "searcher": {
+            "name": "adaptive_asha",
+            "metric": "test_loss",
+            "time_metric": "epochs",
+            "max_time": 4,
+            "max_trials": 6,
+            "max_rungs": 2,
+            "divisor": 2,
+            "max_concurrent_trials": 1,
+        },
+        "reproducibility": {"experiment_seed": 7},
+        "max_restarts": 0,
+    }
+    path = isolated_run / "core-asha.yaml"
+    path.write_text(yaml.safe_dump(config))
+    log = isolated_run / "trained.jsonl"
+    result = run_cli(
+        "experiment", str(path), str(project), cwd=isolated_run, env={"TRAINED_LOG": str(log)}
+    )
+    assert result.returncode == 0, output(result)
+    trained = [json.loads(line) for line in log.read_text().splitlines()]
+    rows = re.findall(r"^(\d+)\s+(COMPLETED|STOPPED EARLY at rung \d|ERROR)\s", result.stdout, re.M)
+    states = [state for _, state in rows]
+    assert len(trained) == len(rows) == 6, output(result)
+    assert "ERROR" not in states and "core.init() in a search's trial" not in result.stderr
+    # A trial ranked out at the first rung (2 epochs of 4) trained 2 epochs and stopped there.
+    stopped = [t for t in trained if t["epochs"] < 4]
+    assert stopped and all(t["epochs"] == 2 for t in stopped), (trained, output(result))
+    assert states.count("STOPPED EARLY at rung 0") == len(stopped), output(result)
+    assert states.count("COMPLETED") == 6 - len(stopped), output(result)
+    # Every promoted trial beat the trials ranked out before it: a smaller learning rate.
+    assert min(t["lr"] for t in trained) == min(t["lr"] for t in trained if t["epochs"] == 4)
+    best = min(t["lr"] for t in trained) / 4
+    assert re.search(rf"^best: trial \d+ \(test_loss={best:.4g}\)", result.stdout, re.M), output(
+        result
+    )
 
 
 # ----- configuration errors: before any training, naming the key -----------------------------

@@ -93,3 +93,32 @@ def test_invalid_hp_exits_with_status_zero(tmp_path: pathlib.Path) -> None:
         with core.init(checkpoint_storage=str(tmp_path)):
             raise errors.InvalidHP("lr too large")
     assert info.value.code == 0
+
+
+def test_a_search_resumes_a_core_api_trial_from_its_newest_stored_checkpoint(
+    tmp_path: pathlib.Path,
+) -> None:
+    """What a search gives a Core API trial it resumes as ``info.latest_checkpoint``: the
+    newest checkpoint ``store_path`` finished (most ``steps_completed``), which a Trainer's
+    ``latest`` never lists (it lacks a Trainer's files); ``restore_path`` reads it back."""
+    from det_lightning import core
+    from det_lightning._runner.trial import newest_checkpoint
+    from det_lightning.pytorch._local_store import LocalStore
+
+    trial_dir = tmp_path / "trial-1"
+    with core.init(checkpoint_storage=str(trial_dir)) as context:
+        for steps in (20, 10):  # written out of order: the most steps wins, not the newest
+            with context.checkpoint.store_path({"steps_completed": steps}) as (path, _):
+                (path / "state.txt").write_text(str(steps))
+        with pytest.raises(RuntimeError, match="killed mid-write"):
+            with context.checkpoint.store_path({"steps_completed": 99}) as (path, _):
+                (path / "state.txt").write_text("partial")
+                raise RuntimeError("killed mid-write")  # abandoned: nothing that counts
+    store = LocalStore(trial_dir)
+    assert store.latest() is None  # not a Trainer's checkpoint
+    found = newest_checkpoint(store)
+    assert found is not None
+    with core.init(checkpoint_storage=str(trial_dir)) as context:
+        with context.checkpoint.restore_path(str(found)) as path:
+            assert (path / "state.txt").read_text() == "20"
+    assert newest_checkpoint(LocalStore(tmp_path / "none")) is None

@@ -3,7 +3,8 @@
 ``det-lightning experiment`` starts a command entrypoint (``python3 train.py``) as a child
 process, ``det-lightning run``, with ``$DET_LIGHTNING_SEARCH`` naming the storage, the study, the
 trial and its bracket; ``run`` runs the script inside ``reporting_to_search()``, so each
-``pytorch.Trainer.fit`` adds the ``SearchReporter``. A model_def trial's process
+``pytorch.Trainer.fit`` adds the ``SearchReporter``, and a Core API loop's ``core.init()``
+reports to the ``CoreReporter``. A model_def trial's process
 (``_jobs.legacy_job``) is given the same variable and reports the same way.
 A script that raises ``det.InvalidHP`` records it on its trial (``report_invalid_hp``) and
 exits 0, as Determined's harness reports the early exit to the master: the search then drops
@@ -15,7 +16,7 @@ import functools
 import json
 import logging
 import os
-from typing import Any, Dict, Iterator, Tuple
+from typing import Any, Dict, Iterator, Optional, Tuple
 
 import optuna
 
@@ -27,8 +28,9 @@ from det_lightning._runner._lease import raise_if_taken_over
 from det_lightning._runner._optuna import live_trial
 from det_lightning._runner._search_settings import SearchSettings, length_mismatch
 from det_lightning._runner.config import Lengths
-from det_lightning._runner.search._reporter import INVALID_HP, SearchReporter
+from det_lightning._runner.search._reporter import INVALID_HP, RungRecorder, SearchReporter
 from det_lightning._runner.search._storage import open_storage
+from det_lightning.core._search_hooks import core_search
 from det_lightning.pytorch import Epoch, PyTorchCallback, TrainUnit
 from det_lightning.pytorch._context import PyTorchTrialContext
 from det_lightning.pytorch._store import publish_check
@@ -163,6 +165,58 @@ def reporter_callbacks(
     }
 
 
+class CoreReporter:
+    """A Core API loop's link to the search (``core._search_hooks.SearchHook``), on the chief:
+    each validation that holds the searcher metric is recorded as a ``pytorch.Trainer``
+    trial's is, its progress being the validation's ``time_metric`` value (Determined 0.38's
+    rule: the Core API tutorial reports ``{"test_loss": ..., "epochs": ...}``), else
+    ``steps_completed``; ``should_preempt()`` turns True once ASHA ranks the trial out."""
+
+    def __init__(self, spec: Dict[str, Any]) -> None:
+        settings, bracket = _settings(spec)
+        live = _search_trial()
+        self.recorder = RungRecorder(live.study, live, settings, bracket)
+        self.settings = settings
+        self.length: Optional[int] = settings.max_time
+        self._said: set = set()
+
+    def validation(self, steps_completed: int, metrics: Dict[str, Any]) -> None:
+        metric, unit = self.settings.metric, self.settings.time_metric
+        if metric not in metrics:
+            self._once(
+                f"a validation without searcher.metric {metric!r} (it reported "
+                f"{sorted(metrics)}): the search ranks the trial by the validations that have it"
+            )
+            return
+        at = metrics.get(unit) if unit else None
+        if not isinstance(at, (int, float)) or isinstance(at, bool):
+            if unit not in (None, "batches"):
+                self._once(
+                    f"the validation metrics hold no {unit!r} (searcher.time_metric): the "
+                    f"search takes steps_completed ({steps_completed}) as the trial's progress; "
+                    f"report {{{metric!r}: ..., {unit!r}: ...}} as Determined's Core API "
+                    "tutorial does"
+                )
+            at = steps_completed
+        value = float(metrics[metric])
+        decision = self.recorder.record(value, int(at))
+        if self.recorder.ranked_out(decision) and not self.recorder.stopped:
+            self.recorder.stop(value)
+
+    def stop_requested(self) -> bool:
+        return self.recorder.stopped
+
+    def _once(self, message: str) -> None:
+        if message not in self._said:
+            self._said.add(message)
+            trainer_logger.warning(message)
+
+
+def core_reporter() -> Optional[CoreReporter]:
+    """The chief's ``CoreReporter`` for a Core API loop in this search's trial."""
+    return CoreReporter(json.loads(os.environ[SEARCH_ENV]))
+
+
 def _still_leased() -> None:
     """The search's publish check for this process (``_store.publish_check``): raises
     ``LeaseLost`` once another worker took the trial over. It asks the storage the reporter
@@ -180,5 +234,6 @@ def reporting_to_search() -> Iterator[None]:
     if not os.environ.get(SEARCH_ENV):
         yield
         return
-    with fit_callbacks(reporter_callbacks), publish_check(_still_leased):
-        yield
+    with fit_callbacks(reporter_callbacks), core_search(core_reporter):
+        with publish_check(_still_leased):
+            yield

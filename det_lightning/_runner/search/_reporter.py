@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional
 import optuna
 
 from det_lightning import errors
-from det_lightning._runner._asha import Bracket, decide
+from det_lightning._runner._asha import Bracket, Decision, decide
 from det_lightning._runner._lease import (
     SURPLUS,
     is_superseded,
@@ -27,6 +27,79 @@ if TYPE_CHECKING:
 logger = logging.getLogger("det_lightning")
 
 
+class RungRecorder:
+    """Records a trial's validations on its Optuna trial and applies Determined's ASHA rule at
+    the rungs: what ``SearchReporter`` (a ``pytorch.Trainer``'s trial) and ``CoreReporter`` (a
+    Core API loop's) share."""
+
+    def __init__(
+        self, study: optuna.Study, trial: optuna.Trial, settings: SearchSettings, bracket: Bracket
+    ) -> None:
+        self.study, self.trial, self.settings, self.bracket = study, trial, settings, bracket
+        attrs = trial.user_attrs
+        self.rungs: Dict[str, float] = dict(attrs.get(RUNGS, {}))
+        self.rung = int(attrs.get(RUNG, 0))
+        self.stopped = False
+        self.last_value: Optional[float] = None
+        self.decided_at: Optional[float] = None
+
+    def searcher_value(self, metrics: Dict[str, Any]) -> float:
+        """The searcher metric among a validation's ``metrics``.
+
+        Raises:
+            InvalidExperimentException: it is not among them.
+        """
+        name = self.settings.metric
+        if name not in metrics:
+            raise errors.InvalidExperimentException(
+                f"searcher.metric {name!r} is not among the validation metrics "
+                f"{sorted(metrics)}: the search cannot rank this trial. Return it from "
+                "evaluate_batch (or evaluate_full_dataset), or change searcher.metric."
+            )
+        return float(metrics[name])
+
+    def record(self, value: float, at: int) -> Decision:
+        """Records the searcher metric ``value`` reached at ``at`` (the time metric's units)
+        and returns ASHA's decision: one decision at a time in the study (``_serial``)."""
+        signed = value if self.settings.smaller_is_better else -value
+        raise_if_taken_over(self.trial)
+        with deciding(self.study):
+            others = rung_metrics(
+                self.study, len(self.bracket.rung_units), exclude=trial_number(self.trial)
+            )
+            decision = decide(
+                self.bracket.rung_units,
+                others,
+                self.rung,
+                at,
+                metric=signed,
+                divisor=self.settings.divisor,
+            )
+            for index, recorded in decision.entered:
+                self.rungs[str(index)] = recorded
+            self.rung = decision.rung
+            self.trial.set_user_attr(RUNGS, dict(self.rungs))
+            self.trial.set_user_attr(RUNG, self.rung)
+            self.decided_at = time.time()  # the decisions' order, for a replay (the drill)
+        self.trial.report(value, step=at)
+        self.last_value = value
+        return decision
+
+    def ranked_out(self, decision: Decision) -> bool:
+        """Whether ``decision`` stops the trial before the last rung (the full length, where
+        it ends by itself)."""
+        return decision.stop and decision.rung < len(self.bracket.rung_units) - 1
+
+    def stop(self, value: float) -> None:
+        """Marks the trial stopped at its rung (a resumed worker must not train it on)."""
+        self.stopped = True
+        self.trial.set_user_attr(STOPPED, True)
+        logger.info(
+            f"trial {trial_number(self.trial)}: stopped at rung {self.rung} "
+            f"({self.settings.metric}={value:.6g} is not in the top of that rung)"
+        )
+
+
 class SearchReporter(PyTorchCallback):
     """Reports each validation to the study and stops the trial where ASHA ranks it out."""
 
@@ -40,15 +113,18 @@ class SearchReporter(PyTorchCallback):
         context: "PyTorchTrialContext",
         max_length: Optional[TrainUnit] = None,
     ) -> None:
+        self.recorder = RungRecorder(study, trial, settings, bracket)
         self.study, self.trial, self.settings = study, trial, settings
         self.bracket, self.context = bracket, context
         self.max_length = max_length  # fit()'s: the trial ends there whatever ASHA decides
-        attrs = trial.user_attrs
-        self.rungs: Dict[str, float] = dict(attrs.get(RUNGS, {}))
-        self.rung = int(attrs.get(RUNG, 0))
-        self.stopped = False
-        self.last_value: Optional[float] = None
-        self.decided_at: Optional[float] = None
+
+    @property
+    def last_value(self) -> Optional[float]:
+        return self.recorder.last_value
+
+    @property
+    def decided_at(self) -> Optional[float]:
+        return self.recorder.decided_at
 
     def raise_if_lost(self) -> None:
         """Raises ``LeaseLost`` once another worker has taken this trial over: before a
@@ -86,52 +162,18 @@ class SearchReporter(PyTorchCallback):
     def on_validation_end(self, metrics: Dict[str, Any]) -> None:
         if self.context.distributed.rank != 0:
             return
-        name = self.settings.metric
-        if name not in metrics:
-            raise errors.InvalidExperimentException(
-                f"searcher.metric {name!r} is not among the validation metrics "
-                f"{sorted(metrics)}: the search cannot rank this trial. Return it from "
-                "evaluate_batch (or evaluate_full_dataset), or change searcher.metric."
-            )
-        value = float(metrics[name])
-        signed = value if self.settings.smaller_is_better else -value
-        self.raise_if_lost()
-        with deciding(self.study):  # one decision at a time in the study (_serial)
-            others = rung_metrics(
-                self.study, len(self.bracket.rung_units), exclude=trial_number(self.trial)
-            )
-            decision = decide(
-                self.bracket.rung_units,
-                others,
-                self.rung,
-                self._time(),
-                metric=signed,
-                divisor=self.settings.divisor,
-            )
-            for index, recorded in decision.entered:
-                self.rungs[str(index)] = recorded
-            self.rung = decision.rung
-            self.trial.set_user_attr(RUNGS, dict(self.rungs))
-            self.trial.set_user_attr(RUNG, self.rung)
-            self.decided_at = time.time()  # the decisions' order, for a replay (the drill)
-        self.trial.report(value, step=self._time())
-        self.last_value = value
-        last = len(self.bracket.rung_units) - 1
-        if decision.stop and decision.rung < last and self._trained_full_length():
+        recorder = self.recorder
+        value = recorder.searcher_value(metrics)
+        decision = recorder.record(value, self._time())
+        if recorder.ranked_out(decision) and self._trained_full_length():
             logger.info(
                 f"trial {trial_number(self.trial)}: completed: it trained the full length "
                 f"its script asked for, {describe_length(self.max_length)}, and stops at "
                 f"rung {decision.rung} of {list(self.bracket.rung_units)} "
                 f"{self.settings.time_metric}"
             )
-        elif decision.stop and decision.rung < last and not self.stopped:
-            # The last rung is the full length: the trial ends there by itself.
-            self.stopped = True
-            self.trial.set_user_attr(STOPPED, True)  # a resumed worker must not train it on
-            logger.info(
-                f"trial {trial_number(self.trial)}: stopped at rung {decision.rung} "
-                f"({name}={value:.6g} is not in the top of that rung)"
-            )
+        elif recorder.ranked_out(decision) and not recorder.stopped:
+            recorder.stop(value)
             self.context.set_stop_requested(True)
 
 

@@ -92,7 +92,13 @@ from det_lightning._runner.search._waiting import (
     until_an_expiry,
     wait_a_while,
 )
-from det_lightning._runner.trial import Launch, TrialResult, run_command_trial, write_trial_hparams
+from det_lightning._runner.trial import (
+    Launch,
+    TrialResult,
+    newest_checkpoint,
+    run_command_trial,
+    write_trial_hparams,
+)
 from det_lightning.pytorch import Batch, Epoch
 from det_lightning.pytorch._units import AnyOf
 
@@ -442,9 +448,8 @@ def unranked_note(number: int, metric: str) -> str:
     return (
         f"trial {number}: completed without a validation of searcher.metric {metric!r}, so "
         "the search cannot rank it (adaptive_asha stops it at no rung). Searches read the "
-        "metric from pytorch.Trainer's validations (evaluate_batch or evaluate_full_dataset); "
-        "a script on det_lightning.core reports its metrics to the log and TensorBoard only "
-        "(docs/notes/core-api.md)."
+        "metric from pytorch.Trainer's validations (evaluate_batch or evaluate_full_dataset) "
+        "or from core_context.train.report_validation_metrics."
     )
 
 
@@ -492,7 +497,7 @@ def _child_environment(run: TrialRun) -> Dict[str, str]:
             bracket=run.bracket,
         ),
     }
-    latest = (plan.checkpoint_root / f"trial-{number}").latest()
+    latest = newest_checkpoint(plan.checkpoint_root / f"trial-{number}")
     info = ClusterInfo(
         TrialInfo(number, 0, run.hparams, plan.config.raw, trial_seed=run.trial_seed),
         latest_checkpoint=str(latest) if latest else None,
