@@ -171,11 +171,11 @@ def take_over(study: optuna.Study, frozen: optuna.trial.FrozenTrial) -> Optional
 
 def _numbered(study: optuna.Study, frozen: optuna.trial.FrozenTrial) -> int:
     """The trial's number. A trial its worker never numbered (killed between asking for it
-    and numbering it), and no worker creating a trial since numbered, is numbered now, under
-    the lock (``_serial.creating``) and before it
-    ends, so that it and its continuation share one number, as a numbered trial and its
-    continuation do: its fallback (id + 1) may be the number of a trial asked for since on a
-    storage without the lock, and the budget counts trials by number.
+    and numbering it), and that no worker creating a trial since has numbered, is numbered
+    now, under the lock (``_serial.creating``) and before it ends, so that it and its
+    continuation share one number, as a numbered trial and its continuation do: its fallback
+    (id + 1) may be the number of a trial asked for since on a storage without the lock, and
+    the budget counts trials by number.
 
     Raises:
         UpdateFinishedTrialError: the trial ended meanwhile.

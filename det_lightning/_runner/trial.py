@@ -213,10 +213,26 @@ def run_command_trial(
     from det_lightning.adapters.retention import best_checkpoint
 
     searcher = plan.config.searcher_config
-    checkpoint = best_checkpoint(
-        directory, searcher.metric, searcher.smaller_is_better
-    ) or newest_checkpoint(directory)
-    return TrialResult(number, hparams, status, None, checkpoint, error=error)
+    newest = newest_checkpoint(directory)
+    checkpoint = best_checkpoint(directory, searcher.metric, searcher.smaller_is_better) or newest
+    # What it trained: its newest checkpoint's steps (a script's validations may count epochs).
+    batches = steps_of(newest)
+    return TrialResult(number, hparams, status, None, checkpoint, batches=batches, error=error)
+
+
+def steps_of(checkpoint: Optional[CheckpointStore]) -> Optional[int]:
+    """``steps_completed`` in the metadata of ``checkpoint`` (None when unknown)."""
+    if checkpoint is None:
+        return None
+    metadata = next(
+        (e.metadata for e in checkpoint.parent.complete() if e.name == checkpoint.name), None
+    )
+    if metadata is None and "://" not in str(checkpoint):  # one a Core API loop stored
+        from det_lightning.pytorch._checkpoint import read_metadata
+
+        metadata = read_metadata(pathlib.Path(str(checkpoint)))
+    steps = (metadata or {}).get("steps_completed")
+    return steps if isinstance(steps, int) and not isinstance(steps, bool) else None
 
 
 def newest_checkpoint(directory: CheckpointStore) -> Optional[CheckpointStore]:

@@ -27,7 +27,6 @@ from det_lightning._refused_attributes import RefusedAttribute
 from det_lightning.core._checkpoint import CheckpointContext
 from det_lightning.core._distributed import DistributedContext, DummyDistributedContext
 from det_lightning.core._modes import PreemptMode, TensorboardMode
-from det_lightning.core._search_hooks import search_hook
 from det_lightning.core._searcher import PreemptContext, SearcherContext
 from det_lightning.core._train import TrainContext
 
@@ -112,6 +111,8 @@ def init(
     if distributed is None:
         distributed, owns_group = _distributed_from_env()
     base_path = _storage_path(checkpoint_storage)
+    from det_lightning.core._search_hooks import search_hook  # only when a loop starts
+
     hook = search_hook() if distributed.rank == 0 else None
     if os.environ.get(SEARCH_ENV) and distributed.rank == 0 and hook is None:
         logger.warning(

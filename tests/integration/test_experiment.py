@@ -362,6 +362,14 @@ def test_a_core_api_loop_is_ranked_and_stopped_by_adaptive_asha(
     assert stopped and all(t["epochs"] == 2 for t in stopped), (trained, output(result))
     assert states.count("STOPPED EARLY at rung 0") == len(stopped), output(result)
     assert states.count("COMPLETED") == 6 - len(stopped), output(result)
+    # The batches column: what each trial's newest checkpoint holds (10 steps an epoch), not
+    # the epochs its validations counted.
+    shown = re.findall(
+        r"^\d+\s+(?:COMPLETED|STOPPED EARLY at rung \d)\s+\S+\s+(\d+)\s", result.stdout, re.M
+    )
+    assert sorted(int(b) for b in shown) == sorted(t["epochs"] * 10 for t in trained), output(
+        result
+    )
     # Every promoted trial beat the trials ranked out before it: a smaller learning rate.
     assert min(t["lr"] for t in trained) == min(t["lr"] for t in trained if t["epochs"] == 4)
     best = min(t["lr"] for t in trained) / 4

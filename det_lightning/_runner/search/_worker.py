@@ -430,7 +430,9 @@ def _train_and_tell(run: TrialRun) -> None:
     values = _current_values(study, trial)
     trial.set_user_attr(
         BATCHES,
-        result.batches if result.batches is not None else (max(values) if values else None),
+        result.batches
+        if result.batches is not None
+        else (max(values) if values and settings.time_metric == "batches" else None),
     )
     if attrs.get(STOPPED):
         study.tell(trial, state=optuna.trial.TrialState.PRUNED)
