@@ -80,24 +80,34 @@ def run_entries(
     return [entry for _, _, entry in sorted(found, key=lambda t: t[:2])]
 
 
-def newest_run_entries(directory: CheckpointStore, metric: str) -> Optional[List[Entry]]:
+def newest_run_entries(
+    directory: CheckpointStore, metric: str, listed: Optional[List[ckpt.Listed]] = None
+) -> Optional[List[Entry]]:
     """``run_entries`` of the trial run that wrote ``directory``'s newest checkpoint, or None
-    when that checkpoint names no run (none written by a trial's ``fit()``)."""
-    listed = directory.complete()
+    when that checkpoint names no run (none written by a trial's ``fit()``); ``listed``:
+    ``directory.complete()``, when already read."""
+    listed = directory.complete() if listed is None else listed
     newest = max(listed, key=lambda c: (_steps(c.metadata), c.mtime), default=None)
     run_id = newest.metadata.get(RUN_KEY) if newest is not None else None
     return run_entries(directory, run_id, metric, listed) if isinstance(run_id, str) else None
 
 
 def best_checkpoint(
-    directory: CheckpointStore, metric: str, smaller_is_better: bool
+    directory: CheckpointStore,
+    metric: str,
+    smaller_is_better: bool,
+    listed: Optional[List[ckpt.Listed]] = None,
 ) -> Optional[CheckpointStore]:
     """The checkpoint of a trial to report as its best: the one whose validation gave the best
     ``metric`` (the older on ties), as Determined names a trial's best checkpoint by the
-    searcher metric; else (none validated) the newest; None when there is none."""
-    validated = [e for e in newest_run_entries(directory, metric) or [] if e.value is not None]
+    searcher metric; else (none validated) the newest; None when there is none. ``listed``:
+    ``directory.complete()``, when already read (one listing of a bucket, not several)."""
+    listed = directory.complete() if listed is None else listed
+    entries = newest_run_entries(directory, metric, listed)
+    validated = [e for e in entries or [] if e.value is not None]
     if not validated:
-        return directory.latest()
+        newest = ckpt.newest(listed)
+        return None if newest is None else directory.child(newest)
     pick = min if smaller_is_better else max
     return directory.child(pick(validated, key=lambda e: e.value).uuid)  # type: ignore
 

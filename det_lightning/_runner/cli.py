@@ -196,7 +196,7 @@ def _log_error(error: Exception) -> None:
     """A search's command trial (``$DET_LIGHTNING_ERROR_LOG``): appends the script's traceback
     to the trial's error.log, which the search's failure line points at."""
     path = os.environ.get(ERROR_LOG_ENV)
-    if not path:
+    if not path or type(error).__name__ == "LeaseLost":  # not the trial's error: its takeover
         return
     from det_lightning._runner._failure import append_traceback
 

@@ -21,7 +21,7 @@ import shlex
 import subprocess
 import sys
 import threading
-from typing import Any, Callable, Dict, Iterator, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from det_lightning import errors, pytorch
 from det_lightning._env import CHECKPOINT_DIR_ENV, ERROR_LOG_ENV, TENSORBOARD_DIR_ENV
@@ -213,38 +213,42 @@ def run_command_trial(
     from det_lightning.adapters.retention import best_checkpoint
 
     searcher = plan.config.searcher_config
-    newest = newest_checkpoint(directory)
-    checkpoint = best_checkpoint(directory, searcher.metric, searcher.smaller_is_better) or newest
-    # What it trained: its newest checkpoint's steps (a script's validations may count epochs).
-    batches = steps_of(newest)
+    listed = directory.complete()  # one listing (of a bucket: one request)
+    newest, batches = _newest(directory, listed)
+    checkpoint = (
+        best_checkpoint(directory, searcher.metric, searcher.smaller_is_better, listed) or newest
+    )
+    # batches: what it trained, its newest checkpoint's steps (validations may count epochs)
     return TrialResult(number, hparams, status, None, checkpoint, batches=batches, error=error)
 
 
-def steps_of(checkpoint: Optional[CheckpointStore]) -> Optional[int]:
-    """``steps_completed`` in the metadata of ``checkpoint`` (None when unknown)."""
-    if checkpoint is None:
-        return None
-    metadata = next(
-        (e.metadata for e in checkpoint.parent.complete() if e.name == checkpoint.name), None
-    )
-    if metadata is None and "://" not in str(checkpoint):  # one a Core API loop stored
-        from det_lightning.pytorch._checkpoint import read_metadata
+def _newest(
+    directory: CheckpointStore, listed: List[Any]
+) -> Tuple[Optional[CheckpointStore], Optional[int]]:
+    """A trial's newest checkpoint and its ``steps_completed``: a ``Trainer``'s (``listed``,
+    ``directory.complete()``), else one a Core API loop stored (``store_path``: its own files
+    and ``metadata.json``, which ``complete`` never lists)."""
+    from det_lightning.pytorch import _checkpoint as ckpt
 
-        metadata = read_metadata(pathlib.Path(str(checkpoint)))
-    steps = (metadata or {}).get("steps_completed")
-    return steps if isinstance(steps, int) and not isinstance(steps, bool) else None
+    name = ckpt.newest(listed)
+    metadata: Dict[str, Any] = {}
+    if name is not None:
+        metadata = next(e.metadata for e in listed if e.name == name)
+    elif "://" not in str(directory):  # the Core API refuses buckets
+        from det_lightning.core._checkpoint import newest_stored
+
+        name = newest_stored(pathlib.Path(str(directory)))
+        if name is not None:
+            metadata = ckpt.read_metadata(pathlib.Path(str(directory)) / name)
+    steps = metadata.get("steps_completed")
+    steps = steps if isinstance(steps, int) and not isinstance(steps, bool) else None
+    return (None if name is None else directory / name), steps
 
 
 def newest_checkpoint(directory: CheckpointStore) -> Optional[CheckpointStore]:
     """A trial's newest checkpoint: a ``Trainer``'s (``latest``), else one a Core API loop
-    stored (``core_context.checkpoint.store_path``: its own files and ``metadata.json``)."""
-    latest = directory.latest()
-    if latest is not None or "://" in str(directory):  # the Core API refuses buckets
-        return latest
-    from det_lightning.core._checkpoint import newest_stored
-
-    stored = newest_stored(pathlib.Path(str(directory)))
-    return None if stored is None else directory / stored
+    stored (``core_context.checkpoint.store_path``)."""
+    return _newest(directory, directory.complete())[0]
 
 
 def _wait_unless_lost(

@@ -122,32 +122,9 @@ def filesystem(scheme: str, options: Options, url: str) -> Any:
 # endpoint that accepts connections but never answers held the start for over 13 minutes
 # without a word: botocore sends a PUT's body only after the server's "100 Continue", a wait
 # that no read timeout bounds (aiohttp), within s3fs's 5 retries of botocore's 5 attempts.
+# The probe runs on the process's one filesystem (``filesystem``): a second botocore client
+# per trial would cost each trial's start its construction.
 PROBE_TIMEOUT_S = 30.0
-PROBE_CONNECT_TIMEOUT_S = 10.0
-
-
-def probe_filesystem(scheme: str, options: Options, url: str) -> Any:
-    """A filesystem for the probe before training: for S3, a new one whose requests give up
-    after ``PROBE_*_TIMEOUT_S`` and two attempts; for other schemes, ``filesystem``'s. Call
-    it through ``bounded``: no read timeout covers a PUT's wait for "100 Continue"."""
-    if scheme != "s3":
-        return filesystem(scheme, options, url)
-    filesystem(scheme, options, url)  # the package's error, if it is missing
-    import fsspec
-
-    fs = fsspec.filesystem(
-        "s3",
-        skip_instance_cache=True,
-        use_listings_cache=False,
-        config_kwargs={
-            "connect_timeout": PROBE_CONNECT_TIMEOUT_S,
-            "read_timeout": PROBE_TIMEOUT_S,
-            "retries": {"max_attempts": 2, "mode": "standard"},
-        },
-        **dict(effective_options(scheme, options)),
-    )
-    fs.retries = 1  # s3fs's own retries, around botocore's
-    return fs
 
 
 def bounded(fs: Any, method: str, *args: Any) -> Any:

@@ -49,7 +49,6 @@ from det_lightning.pytorch._buckets import (
     environment,
     filesystem,
     modified,
-    probe_filesystem,
     refused,
     storage_options,
 )
@@ -363,7 +362,7 @@ class ObjectStore(CheckpointStore):
 
     def _bucket_problem(self) -> Optional[str]:
         try:
-            fs = probe_filesystem(self.scheme, self.options, str(self))
+            fs = self.filesystem()
         except errors.CheckpointStorageError as e:
             return str(e)
         unreachable = refused(self.scheme, self.options)
