@@ -53,14 +53,6 @@ from det_lightning.adapters import stateful
 from det_lightning.adapters.checkpoint_io import DeterminedSave
 from det_lightning.adapters.module import TrialModule
 from det_lightning.adapters.resume import ResumePlan, identity_of
-from det_lightning.adapters.retention import (
-    RUN_KEY,
-    VALIDATION_KEY,
-    Entry,
-    choose_kept,
-    run_entries,
-    steps_from_metadata,
-)
 from det_lightning.adapters.storage import raise_if_storage_error
 from det_lightning.pytorch import _checkpoint as ckpt
 from det_lightning.pytorch._background import BackgroundWriter, snapshot
@@ -72,6 +64,14 @@ from det_lightning.pytorch._config_sections import CheckpointStorageConfig
 from det_lightning.pytorch._data_position import DataPosition
 from det_lightning.pytorch._identity import IDENTITY_KEY
 from det_lightning.pytorch._local_store import abandon_partial, begin_atomically
+from det_lightning.pytorch._retention import (
+    RUN_KEY,
+    VALIDATION_KEY,
+    Entry,
+    choose_kept,
+    run_entries,
+    steps_from_metadata,
+)
 from det_lightning.pytorch._store import CheckpointStore
 
 logger = logging.getLogger("det_lightning.pytorch")

@@ -36,13 +36,13 @@ from det_lightning import errors
 from det_lightning._env import ALLOW_WARM_START_ENV, LATEST_CHECKPOINT_ENV
 from det_lightning.adapters import stateful
 from det_lightning.adapters.module import TrialModule
-from det_lightning.adapters.retention import steps_from_metadata
 from det_lightning.pytorch import _checkpoint as ckpt
 from det_lightning.pytorch._checkpoint_write import trial_class_spec
 from det_lightning.pytorch._data_position import DataPosition
 from det_lightning.pytorch._identity import RunIdentity, saved_identity
 from det_lightning.pytorch._local_store import remove_partials
 from det_lightning.pytorch._remote import checkpoint_location, is_url
+from det_lightning.pytorch._retention import steps_from_metadata
 from det_lightning.pytorch._store import CheckpointStore
 
 logger = logging.getLogger("det_lightning.pytorch")

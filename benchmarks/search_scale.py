@@ -555,6 +555,7 @@ def scale_section(workers: int, trials: int, kills: int) -> Tuple[List[str], boo
         log_tail = run["log"].read_text()[-3000:]
         if os.environ.get("DET_LIGHTNING_SCALE_LOG"):  # the whole workers' log, for debugging
             shutil.copy(run["log"], os.environ["DET_LIGHTNING_SCALE_LOG"])
+        kept = _keep(work, run["log"], studies, run["killed"])
     brackets = make_brackets(max_time=MAX_TIME, max_trials=trials, divisor=4.0, mode="standard")
     units = {name: brackets[int(name.rsplit("-", 1)[1])].rung_units for name in studies}
     lost = lost_decisions(run["killed"], studies, events, units)
@@ -607,5 +608,35 @@ def scale_section(workers: int, trials: int, kills: int) -> Tuple[List[str], boo
     lines += ["|---|---|"] + [f"| {name} | {ms:.1f} |" for name, ms in costs.items()]
     passed = all(ok for _, ok, _ in checks)
     if not passed:
-        lines += ["", "Workers' log (its end):", "", "```", log_tail, "```"]
+        lines += ["", f"The drill's events, trials and log are kept in {kept}.", ""]
+        lines += ["Workers' log (its end):", "", "```", log_tail, "```"]
+    else:
+        shutil.rmtree(kept, ignore_errors=True)
     return lines, passed
+
+
+def _keep(
+    work: pathlib.Path, log: pathlib.Path, studies: Dict[str, List[Any]], killed: List[Any]
+) -> pathlib.Path:
+    """A copy of what a failed check is read from, outside the drill's folder (removed when
+    the drill ends): the reports (``events.jsonl``), the workers' log, and every trial as the
+    storage had it at the end with the kills (``trials.json``), for ``replay`` by hand."""
+    kept = pathlib.Path(tempfile.mkdtemp(prefix="det-lightning-scale-kept-"))
+    shutil.copy(work / "events.jsonl", kept / "events.jsonl")
+    shutil.copy(log, kept / "workers.log")
+    trials = {
+        name: [
+            {
+                "id": t._trial_id,
+                "state": t.state.name,
+                "start": t.datetime_start.timestamp() if t.datetime_start else None,
+                "user_attrs": t.user_attrs,
+                "intermediate_values": t.intermediate_values,
+            }
+            for t in found
+        ]
+        for name, found in studies.items()
+    }
+    text = json.dumps({"studies": trials, "killed": killed}, default=str)
+    (kept / "trials.json").write_text(text)
+    return kept

@@ -42,7 +42,7 @@ def _retain_experiment_best(plan: Plan, results: Sequence[TrialResult]) -> None:
     """Determined's end-of-experiment garbage collection: each trial keeps its
     ``save_trial_best``/``save_trial_latest`` checkpoints, and the ``save_experiment_best`` best
     of all trials are kept wherever they are."""
-    from det_lightning.adapters.retention import retain_experiment_best
+    from det_lightning.pytorch._retention import retain_experiment_best
 
     trial_dirs = [plan.checkpoint_root / f"trial-{r.number}" for r in results]
     searcher = plan.config.searcher_config

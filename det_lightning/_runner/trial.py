@@ -210,11 +210,11 @@ def run_command_trial(
     if code != 0:
         error = _failure.last_error(error_log, logged_before)
         logger.error(f"trial {number}: the command exited with status {code}")
-    from det_lightning.adapters.retention import best_checkpoint
+    from det_lightning.pytorch._retention import best_checkpoint
 
     searcher = plan.config.searcher_config
     listed = directory.complete()  # one listing (of a bucket: one request)
-    newest, batches = _newest(directory, listed)
+    newest, batches = newest_with_steps(directory, listed)
     checkpoint = (
         best_checkpoint(directory, searcher.metric, searcher.smaller_is_better, listed) or newest
     )
@@ -222,14 +222,16 @@ def run_command_trial(
     return TrialResult(number, hparams, status, None, checkpoint, batches=batches, error=error)
 
 
-def _newest(
-    directory: CheckpointStore, listed: List[Any]
+def newest_with_steps(
+    directory: CheckpointStore, listed: Optional[List[Any]] = None
 ) -> Tuple[Optional[CheckpointStore], Optional[int]]:
-    """A trial's newest checkpoint and its ``steps_completed``: a ``Trainer``'s (``listed``,
-    ``directory.complete()``), else one a Core API loop stored (``store_path``: its own files
-    and ``metadata.json``, which ``complete`` never lists)."""
+    """A trial's newest checkpoint and its ``steps_completed``: a ``Trainer``'s (from
+    ``listed``, ``directory.complete()``: one listing, given when the caller has it), else one
+    a Core API loop stored (``store_path``: its own files and ``metadata.json``, which
+    ``complete`` never lists)."""
     from det_lightning.pytorch import _checkpoint as ckpt
 
+    listed = directory.complete() if listed is None else listed
     name = ckpt.newest(listed)
     metadata: Dict[str, Any] = {}
     if name is not None:
@@ -248,7 +250,7 @@ def _newest(
 def newest_checkpoint(directory: CheckpointStore) -> Optional[CheckpointStore]:
     """A trial's newest checkpoint: a ``Trainer``'s (``latest``), else one a Core API loop
     stored (``core_context.checkpoint.store_path``)."""
-    return _newest(directory, directory.complete())[0]
+    return newest_with_steps(directory)[0]
 
 
 def _wait_unless_lost(

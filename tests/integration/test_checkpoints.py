@@ -461,8 +461,8 @@ def test_checkpoint_storage_retention_is_honoured(
 def test_save_experiment_best_spans_the_trials_of_an_experiment(tmp_path: pathlib.Path) -> None:
     """Each trial keeps its share of the experiment's 3 best while it runs; after the
     experiment each keeps its best and latest plus the experiment's 3 best (0.5, 0.6, 0.7)."""
-    from det_lightning.adapters.retention import retain_experiment_best
     from det_lightning.pytorch._config_sections import CheckpointStorageConfig
+    from det_lightning.pytorch._retention import retain_experiment_best
 
     exp_conf = {
         "searcher": {"metric": "score", "smaller_is_better": True},
@@ -504,7 +504,7 @@ def test_a_trials_best_checkpoint_is_its_best_validations(tmp_path: pathlib.Path
     folder): the one whose validation gave the best searcher metric, not the newest (a
     new-user audit found the newest named after a resume); the newest when none recorded
     the metric."""
-    from det_lightning.adapters.retention import best_checkpoint
+    from det_lightning.pytorch._retention import best_checkpoint
 
     exp_conf = {"searcher": {"metric": "score", "smaller_is_better": True}}
     directory = tmp_path / "trial-1"

@@ -17,10 +17,10 @@ import pytest
 import torch
 
 from det_lightning import errors, pytorch
-from det_lightning.adapters.retention import VALIDATION_KEY, retain_experiment_best
 from det_lightning.pytorch import _checkpoint as ckpt
 from det_lightning.pytorch._config_sections import CheckpointStorageConfig
 from det_lightning.pytorch._remote import MARKER, ObjectStore
+from det_lightning.pytorch._retention import VALIDATION_KEY, retain_experiment_best
 from tests.fixtures.object_store import S3
 from tests.integration.cli_support import PROJECT, REPO_ROOT, experiment_dir, output, run_cli
 from tests.integration.test_checkpoints import ScriptedMetricTrial

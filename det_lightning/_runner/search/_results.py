@@ -12,7 +12,7 @@ from det_lightning._runner._search_settings import SearchSettings
 from det_lightning._runner._trial_record import RUNG, UNRANKED, TrialRecord
 from det_lightning._runner.plan import Plan
 from det_lightning._runner.search._reporter import trial_number
-from det_lightning._runner.trial import TrialResult
+from det_lightning._runner.trial import TrialResult, newest_with_steps
 from det_lightning.pytorch._remote import checkpoint_location
 from det_lightning.pytorch._store import CheckpointStore
 
@@ -27,13 +27,7 @@ def _unfinished_checkpoint(
     the summary shows as the trial's so far."""
     if status not in ("INTERRUPTED", "RUNNING", "ERROR"):
         return None, None
-    trial_dir = plan.checkpoint_root / f"trial-{number}"
-    latest = trial_dir.latest()
-    if latest is None:
-        return None, None
-    metadata = next((c.metadata for c in trial_dir.complete() if c.name == latest.name), {})
-    steps = metadata.get("steps_completed")
-    return latest, steps if isinstance(steps, int) else None
+    return newest_with_steps(plan.checkpoint_root / f"trial-{number}")
 
 
 def _status(frozen: optuna.trial.FrozenTrial, interrupted: AbstractSet[int], timeout: float) -> str:
