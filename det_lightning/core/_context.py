@@ -9,7 +9,8 @@ As Determined 0.38.1 does without a cluster, ``init()`` builds a ``Context`` of 
         core_context.train          report_training_metrics/report_validation_metrics: the log
                                     and TensorBoard
         core_context.searcher       operations(): one operation of length 1
-        core_context.preempt        should_preempt(): always False
+        core_context.preempt        should_preempt(): True after SIGTERM/SIGINT (Determined's
+                                    local mode: never); leaving the block then exits 75
         core_context.info           None (no cluster)
 
 ``docs/notes/core-api.md`` lists what differs from Determined's local mode.
@@ -22,7 +23,12 @@ import types
 from typing import Any, Dict, Optional, Type, Union
 
 from det_lightning import errors
-from det_lightning._env import CHECKPOINT_DIR_ENV, SEARCH_ENV, default_tensorboard_dir
+from det_lightning._env import (
+    CHECKPOINT_DIR_ENV,
+    RESUME_ADVICE_ENV,
+    SEARCH_ENV,
+    default_tensorboard_dir,
+)
 from det_lightning._refused_attributes import RefusedAttribute
 from det_lightning.core._checkpoint import CheckpointContext
 from det_lightning.core._distributed import DistributedContext, DummyDistributedContext
@@ -84,6 +90,31 @@ class Context:
         if isinstance(exc_val, errors.InvalidHP):
             logger.info("InvalidHP detected during Trial init, converting InvalidHP to exit(0)")
             raise errors.InvalidHPExit(exc_val.msg) from exc_val
+        if exc_val is None and self.preempt.preempted_by is not None:
+            raise self._preempted(self.preempt.preempted_by)
+
+    def _preempted(self, name: str) -> errors.TrialPreempted:
+        """The loop returned after ``should_preempt()`` said a signal came: exit status 75
+        (``errors.TrialPreempted``), naming the newest checkpoint and how to continue."""
+        from det_lightning.core._checkpoint import newest_stored
+
+        base = self.checkpoint._base_path
+        newest = newest_stored(base) if self.distributed.rank == 0 else None
+        where = str(base / newest) if newest else None
+        saved = f"The last checkpoint is {where}." if where else "No checkpoint exists."
+        # A search's advice (rerun it: the trial resumes, info.latest_checkpoint); outside
+        # one, nothing hands the loop its checkpoint (get_cluster_info() is None).
+        advice = (os.environ.get(RESUME_ADVICE_ENV) if os.environ.get(SEARCH_ENV) else None) or (
+            "To continue, restore it when the loop starts again "
+            "(core_context.checkpoint.restore_path)."
+        )
+        message = (
+            f"Stopped by {name}: the loop returned at should_preempt(). {saved} Exiting with "
+            f"status {errors.TrialPreempted.EXIT_CODE}. {advice}"
+        )
+        if self.distributed.rank == 0:
+            logger.warning(message)  # the job's one line about it (the chief's)
+        return errors.TrialPreempted(message, checkpoint=where, reported=True)
 
 
 def init(
