@@ -90,10 +90,20 @@ def state(trials: List[TrialResult], max_trials: Optional[int]) -> str:
 
 
 def checkpoint_rows(root: pathlib.Path, experiment_id: str) -> List[List[str]]:
-    """``[experiment, trial, uuid, batches, validation metric, path]`` per checkpoint."""
+    """``[experiment, trial, uuid, batches, validation metric, path]`` per checkpoint: a
+    Trainer's complete ones and those a Core API loop stored (``store_path``: its own files,
+    ``steps_completed`` from the metadata it gave)."""
+    from det_lightning.pytorch._local_store import LocalStore
+
     rows = []
     for trial_dir in sorted((root / experiment_id).glob("trial-*")):
-        for entry in sorted(ckpt.list_local(trial_dir), key=lambda e: e.mtime):
+        complete = {e.name for e in ckpt.list_local(trial_dir)}
+        listed = [
+            e
+            for e in LocalStore(trial_dir).published()
+            if e.name in complete or ckpt.WRITER_KEY not in e.metadata  # not a damaged one
+        ]
+        for entry in sorted(listed, key=lambda e: e.mtime):
             validation = entry.metadata.get("det_lightning_validation") or {}
             metric = f"{validation['metric']}={validation['value']:.4g}" if validation else "-"
             rows.append(

@@ -236,12 +236,15 @@ def newest_with_steps(
     metadata: Dict[str, Any] = {}
     if name is not None:
         metadata = next(e.metadata for e in listed if e.name == name)
-    elif "://" not in str(directory):  # the Core API refuses buckets
+    else:
         from det_lightning.core._checkpoint import newest_stored
 
-        name = newest_stored(pathlib.Path(str(directory)))
-        if name is not None:
-            metadata = ckpt.read_metadata(pathlib.Path(str(directory)) / name)
+        # Never a Trainer's checkpoint that lacks files (``complete`` left it out).
+        stored = newest_stored(
+            directory, [e for e in directory.published() if ckpt.WRITER_KEY not in e.metadata]
+        )
+        if stored is not None:
+            name, metadata = stored.name, stored.metadata
     steps = metadata.get("steps_completed")
     steps = steps if isinstance(steps, int) and not isinstance(steps, bool) else None
     return (None if name is None else directory / name), steps

@@ -1,11 +1,19 @@
-"""``core.CheckpointContext`` in local mode: checkpoints in a directory, written atomically.
+"""``core.CheckpointContext`` in local mode: checkpoints in a directory or a bucket, written
+atomically.
 
-The layout is Determined's local (shared_fs) one: ``<storage>/<storage_id>/`` holds the files
-the loop wrote plus ``metadata.json`` (the metadata given, as Determined writes it). Unlike
-Determined's shared_fs storage, which writes straight into ``<storage_id>/``, a checkpoint is
-written into a hidden ``.<storage_id>.partial`` directory and renamed when complete
-(``pytorch/_local_store.py``), so a crash never leaves a directory that looks whole, and a
-deletion takes the name away in one rename.
+The layout is Determined's: ``<storage>/<storage_id>/`` holds the files the loop wrote plus
+``metadata.json`` (the metadata given, as Determined writes it), in a directory (its shared_fs
+storage) or under a bucket's prefix (its s3/gcs/azure storage). It is written through the
+trainer's ``CheckpointStore``, so a checkpoint appears whole or not at all:
+
+    directory   written into a hidden ``.<storage_id>.partial`` directory, renamed when complete
+                (Determined's shared_fs storage writes straight into ``<storage_id>/``: a crash
+                leaves a directory that looks whole); deleted by one rename
+    bucket      written locally, uploaded, then its marker object ``<storage_id>/.complete`` LAST
+                (a checkpoint without it is never listed); deleted marker first
+
+Reading a bucket's checkpoint (``restore_path``, ``download``, ``get_metadata``) downloads it
+into a temporary directory, removed after, as Determined's cloud storage managers do.
 """
 
 import contextlib
@@ -15,14 +23,15 @@ import os
 import pathlib
 import shutil
 import uuid
-from typing import Any, Callable, Dict, Iterator, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
 from det_lightning import errors
 from det_lightning.core._distributed import DistributedContext
 from det_lightning.core._modes import DownloadMode
 from det_lightning.pytorch import _checkpoint_write as write
 from det_lightning.pytorch import _local_store as atomic
-from det_lightning.pytorch._checkpoint import METADATA_FILE
+from det_lightning.pytorch._checkpoint import METADATA_FILE, Listed
+from det_lightning.pytorch._store import CheckpointStore
 
 logger = logging.getLogger("det_lightning.core")
 
@@ -30,16 +39,26 @@ Selector = Optional[Callable[[str], bool]]
 
 
 class CheckpointContext:
-    """Stores and restores checkpoints under ``base_path``.
+    """Stores and restores checkpoints in ``store``.
 
     Args:
         dist: this process's rank information.
-        base_path: the checkpoint storage directory.
+        store: where checkpoints live: a directory (a path) or a bucket's prefix (a
+            ``CheckpointStore``, ``pytorch._remote.checkpoint_location``).
     """
 
-    def __init__(self, dist: DistributedContext, base_path: pathlib.Path) -> None:
+    def __init__(
+        self, dist: DistributedContext, store: Union[pathlib.Path, str, CheckpointStore]
+    ) -> None:
+        from det_lightning.pytorch._remote import checkpoint_location
+
         self._dist = dist
-        self._base_path = pathlib.Path(base_path)
+        self._store = checkpoint_location(store)
+
+    @property
+    def store(self) -> CheckpointStore:
+        """Where this context's checkpoints live."""
+        return self._store
 
     def _require_chief(self, call: str) -> None:
         if self._dist.rank != 0:
@@ -65,18 +84,19 @@ class CheckpointContext:
         self._check_shard("store_path", shard)
         self._require_chief("store_path")
         storage_id = str(uuid.uuid4())
-        partial = atomic.begin_atomically(self._base_path, storage_id)
+        partial = atomic.begin_atomically(self._store.staging(), storage_id)
         try:
             yield partial, storage_id
         except BaseException:
             atomic.abandon_partial(partial)
             raise
-        atomic.finish_atomically(
-            self._base_path,
-            storage_id,
-            partial,
-            lambda path: write.write_json(path / METADATA_FILE, metadata or {}),
+        local = self._store.stage(
+            storage_id, partial, lambda path: write.write_json(path / METADATA_FILE, metadata or {})
         )
+        try:
+            self._store.publish(storage_id, local)
+        finally:
+            self._store.drop_staged(storage_id)  # a bucket's local copy, uploaded or not
         logger.info(f"saved checkpoint {storage_id}")
 
     def upload(
@@ -103,11 +123,29 @@ class CheckpointContext:
             _copy_selected(source, path, selector)
         return storage_id
 
-    def _existing(self, storage_id: str) -> pathlib.Path:
-        path = self._base_path / storage_id
-        if not path.is_dir():
-            raise errors.CheckpointNotFound(f"Did not find checkpoint {path} in local storage")
-        return path
+    def _located(self, storage_id: str) -> Tuple[CheckpointStore, str]:
+        """The store holding checkpoint ``storage_id`` and its name there: this context's, or,
+        for a path or URL (what a search gives as ``info.latest_checkpoint``), its parent.
+
+        Raises:
+            errors.CheckpointNotFound: no checkpoint of that name is published there.
+        """
+        store, name = self._store, storage_id
+        if "/" in storage_id:
+            from det_lightning.pytorch._remote import checkpoint_location
+
+            located = checkpoint_location(storage_id, beside=self._store)
+            store, name = located.parent, located.name
+        if not name or not store.exists(name):
+            where = " in local storage" if store.is_local else ""
+            raise errors.CheckpointNotFound(f"Did not find checkpoint {store / name}{where}")
+        return store, name
+
+    @contextlib.contextmanager
+    def _files(self, storage_id: str, selector: Selector = None) -> Iterator[pathlib.Path]:
+        store, name = self._located(storage_id)
+        with store.files_of(name, selector) as path:
+            yield path
 
     def download(
         self,
@@ -119,7 +157,8 @@ class CheckpointContext:
     ) -> None:
         """Copies checkpoint ``storage_id`` (the paths ``selector`` accepts) into ``ckpt_dir``."""
         DownloadMode(download_mode)
-        _copy_selected(self._existing(storage_id), pathlib.Path(ckpt_dir), selector)
+        with self._files(storage_id, selector) as path:
+            _copy_selected(path, pathlib.Path(ckpt_dir), selector)
 
     @contextlib.contextmanager
     def restore_path(
@@ -129,19 +168,61 @@ class CheckpointContext:
         *,
         selector: Selector = None,
     ) -> Iterator[pathlib.Path]:
-        """Yields the checkpoint's directory (local storage: nothing is downloaded)."""
-        DownloadMode(download_mode)
-        yield self._existing(storage_id)
+        """Yields the checkpoint's directory: a directory's own (nothing is copied), or a
+        bucket's checkpoint downloaded (the files ``selector`` accepts) into a temporary
+        directory, removed when the block ends.
+
+        With several processes and ``LocalWorkersShareDownload`` (the default), every rank
+        must call it, as in Determined: a bucket's checkpoint is downloaded once per node, by
+        its local chief, holding every file some rank's ``selector`` accepts, and removed once
+        every rank of the node has left the block."""
+        mode = DownloadMode(download_mode)
+        store, name = self._located(storage_id)
+        shared = mode == DownloadMode.LocalWorkersShareDownload and self._dist.size > 1
+        if not shared or store.is_local:
+            with store.files_of(name, selector) as path:
+                yield path
+            return
+        # Determined's protocol (core/_checkpoint.py, 0.38.1): the local chief offers each
+        # file's name to the node's ranks when any has a selector, and downloads it if any
+        # rank's selector accepts it.
+        want_filter = any(self._dist.allgather(selector is not None))
+        if self._dist.local_rank == 0:
+
+            def accepted(path: str) -> bool:
+                if not want_filter:
+                    return True
+                self._dist.broadcast_local(path)
+                answers = self._dist.gather_local(selector(path) if selector else True)
+                return any(answers or [])
+
+            with store.files_of(name, accepted) as path:
+                self._dist.broadcast_local(None)  # downloaded
+                self._dist.broadcast_local(str(path))
+                try:
+                    yield path
+                finally:
+                    self._dist.gather_local(None)  # every rank of the node is done with it
+        else:
+            while (offered := self._dist.broadcast_local(None)) is not None:
+                self._dist.gather_local(selector(offered) if selector else True)
+            path = pathlib.Path(self._dist.broadcast_local(None))
+            try:
+                yield path
+            finally:
+                self._dist.gather_local(None)
 
     def get_metadata(self, storage_id: str) -> Dict[str, Any]:
         """The checkpoint's ``metadata.json`` (Determined's local mode raises
         NotImplementedError here; its cluster mode returns the metadata)."""
-        return dict(json.loads((self._existing(storage_id) / METADATA_FILE).read_text()))
+        with self._files(storage_id, lambda name: name == METADATA_FILE) as path:
+            return dict(json.loads((path / METADATA_FILE).read_text()))
 
     def delete(self, storage_id: str) -> None:
-        """Deletes checkpoint ``storage_id``; its name goes in one rename."""
-        self._existing(storage_id)
-        if not atomic.delete_atomically(self._base_path, storage_id):
+        """Deletes checkpoint ``storage_id``; its name goes at once (a directory's in one
+        rename, a bucket's marker first)."""
+        store, name = self._located(storage_id)
+        if not store.delete(name):
             raise errors.CheckpointStorageError(f"could not delete checkpoint {storage_id}")
         logger.info(f"deleted checkpoint {storage_id}")
 
@@ -159,21 +240,19 @@ def _copy_selected(source: pathlib.Path, target: pathlib.Path, selector: Selecto
 DummyCheckpointContext = CheckpointContext
 
 
-def newest_stored(base_path: pathlib.Path) -> Optional[str]:
-    """The ``storage_id`` of the newest checkpoint ``store_path``/``upload`` finished under
-    ``base_path`` (the most ``steps_completed`` in its metadata, else the latest written), or
-    None: what a search gives a Core API trial it resumes as ``info.latest_checkpoint``."""
+def newest_stored(
+    store: CheckpointStore, published: Optional[List[Listed]] = None
+) -> Optional[Listed]:
+    """The newest checkpoint ``store_path``/``upload`` finished in ``store`` (the most
+    ``steps_completed`` in its metadata, else the latest written), or None: what a search gives
+    a Core API trial it resumes as ``info.latest_checkpoint``. ``published``: the entries of
+    ``store.published()`` to choose among (default: all)."""
     found = []
-    for path in base_path.iterdir() if base_path.is_dir() else []:
-        if path.name.startswith(".") or not (path / METADATA_FILE).is_file():
-            continue
-        try:
-            steps = json.loads((path / METADATA_FILE).read_text()).get("steps_completed")
-        except (OSError, ValueError, AttributeError):
-            steps = None
+    for entry in store.published() if published is None else published:
+        steps = entry.metadata.get("steps_completed")
         rank = steps if isinstance(steps, int) and not isinstance(steps, bool) else -1
-        found.append((rank, path.stat().st_mtime, path.name))
-    return max(found)[2] if found else None
+        found.append((rank, entry.mtime, entry.name, entry))
+    return max(found)[3] if found else None
 
 
 __all__ = ["CheckpointContext", "DummyCheckpointContext", "newest_stored"]

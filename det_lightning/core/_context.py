@@ -5,7 +5,8 @@ As Determined 0.38.1 does without a cluster, ``init()`` builds a ``Context`` of 
     with core.init() as core_context:                  # (torchrun: the process group too)
         core_context.distributed    rank, size, collectives (torchrun's env, or one process)
         core_context.checkpoint     store_path/restore_path/upload/download/get_metadata/delete
-                                    under checkpoint_storage, written atomically
+                                    in checkpoint_storage (a directory or a bucket), written
+                                    atomically
         core_context.train          report_training_metrics/report_validation_metrics: the log
                                     and TensorBoard
         core_context.searcher       operations(): one operation of length 1
@@ -20,7 +21,7 @@ import logging
 import os
 import pathlib
 import types
-from typing import Any, Dict, Optional, Type, Union
+from typing import TYPE_CHECKING, Any, Dict, Optional, Type, Union
 
 from det_lightning import errors
 from det_lightning._env import (
@@ -35,6 +36,9 @@ from det_lightning.core._distributed import DistributedContext, DummyDistributed
 from det_lightning.core._modes import PreemptMode, TensorboardMode
 from det_lightning.core._searcher import PreemptContext, SearcherContext
 from det_lightning.core._train import TrainContext
+
+if TYPE_CHECKING:
+    from det_lightning.pytorch._store import CheckpointStore
 
 logger = logging.getLogger("det_lightning.core")
 
@@ -98,9 +102,9 @@ class Context:
         (``errors.TrialPreempted``), naming the newest checkpoint and how to continue."""
         from det_lightning.core._checkpoint import newest_stored
 
-        base = self.checkpoint._base_path
-        newest = newest_stored(base) if self.distributed.rank == 0 else None
-        where = str(base / newest) if newest else None
+        store = self.checkpoint.store
+        newest = newest_stored(store) if self.distributed.rank == 0 else None
+        where = str(store / newest.name) if newest else None
         saved = f"The last checkpoint is {where}." if where else "No checkpoint exists."
         # A search's advice (rerun it: the trial resumes, info.latest_checkpoint); outside
         # one, nothing hands the loop its checkpoint (get_cluster_info() is None).
@@ -129,19 +133,28 @@ def init(
     Args:
         distributed: this process's ranks; default: torchrun's environment when ``WORLD_SIZE``
             is above 1 (the gloo process group is started if none is), else one process.
-        checkpoint_storage: the checkpoint directory (a path or ``file://`` URI); default
-            ``$DET_LIGHTNING_CHECKPOINT_DIR``, else ``./checkpoints``.
+        checkpoint_storage: a directory (a path or ``file://`` URI), a bucket
+            (``s3://bucket/prefix``, ``gs://...``, ``az://...``), or a dict shaped like an
+            experiment config's ``checkpoint_storage`` (``type: s3`` with ``bucket``,
+            ``prefix``, ``endpoint_url``, ``access_key``, ``secret_key``; ``gcs``; ``azure``;
+            ``directory``); default ``$DET_LIGHTNING_CHECKPOINT_DIR``, else ``./checkpoints``.
         preempt_mode: who calls ``preempt.should_preempt()``.
         tensorboard_mode: ``AUTO`` writes reported metrics to TensorBoard.
 
     Raises:
-        NotImplementedError: cloud storage (``s3://``, ``gs://``, a storage dict).
-        ValueError: a ``shared_fs`` storage dict (as Determined).
+        ValueError: a ``shared_fs`` storage dict (as Determined), or a dict naming no place.
+        errors.CheckpointStorageError: a URI of a scheme no store here supports.
     """
     owns_group = False
     if distributed is None:
         distributed, owns_group = _distributed_from_env()
-    base_path = _storage_path(checkpoint_storage)
+    if distributed.cross_size > 1 and distributed._node_group is None and _group_started():
+        # allgather_local()/gather_local()/broadcast_local() need a group per node (every
+        # rank calls init(): it is collective).
+        from det_lightning.core._distributed import init_local_groups
+
+        init_local_groups(distributed)
+    store = _storage(checkpoint_storage)
     from det_lightning.core._search_hooks import search_hook  # only when a loop starts
 
     hook = search_hook() if distributed.rank == 0 else None
@@ -152,9 +165,9 @@ def init(
             "(docs/notes/core-api.md)."
         )
     if checkpoint_storage is None:
-        logger.info(f"no storage_manager provided; storing checkpoints in {base_path}")
+        logger.info(f"no storage_manager provided; storing checkpoints in {store}")
     context = Context(
-        checkpoint=CheckpointContext(distributed, base_path),
+        checkpoint=CheckpointContext(distributed, store),
         distributed=distributed,
         preempt=PreemptContext(
             distributed, preempt_mode, stop_requested=hook.stop_requested if hook else None
@@ -171,6 +184,12 @@ def init(
     return context
 
 
+def _group_started() -> bool:
+    import torch.distributed as dist
+
+    return bool(dist.is_available() and dist.is_initialized())
+
+
 def _distributed_from_env() -> "tuple[DistributedContext, bool]":
     """torchrun's ranks (and a gloo group if none was started), or one process."""
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
@@ -183,31 +202,43 @@ def _distributed_from_env() -> "tuple[DistributedContext, bool]":
     return DistributedContext.from_torch_distributed(), started
 
 
-def _storage_path(checkpoint_storage: Optional[Union[str, Dict[str, Any]]]) -> pathlib.Path:
+def _storage(checkpoint_storage: Optional[Union[str, Dict[str, Any]]]) -> "CheckpointStore":
+    """Where ``core.init(checkpoint_storage=...)`` stores checkpoints, as Determined reads it:
+    a directory path, a ``file://``, ``s3://``, ``gs://`` or ``az://`` URI, or a dict shaped
+    like an experiment config's ``checkpoint_storage`` (not ``shared_fs``); None: the
+    checkpoint directory (``$DET_LIGHTNING_CHECKPOINT_DIR``, else ``./checkpoints``)."""
+    from det_lightning.pytorch._buckets import storage_url
+    from det_lightning.pytorch._config_sections import CheckpointStorageConfig
+    from det_lightning.pytorch._remote import checkpoint_location
+
     if checkpoint_storage is None:
-        return pathlib.Path(os.environ.get(CHECKPOINT_DIR_ENV) or "checkpoints").absolute()
+        return checkpoint_location(os.environ.get(CHECKPOINT_DIR_ENV) or "checkpoints")
     if isinstance(checkpoint_storage, dict):
-        if checkpoint_storage.get("type") == "shared_fs":
+        kind = checkpoint_storage.get("type")
+        if kind == "shared_fs":
             raise ValueError(
                 "Cannot configure a shared_fs checkpoint storage with a dictionary. Use a string "
                 "or a configuration file."
             )
-        raise NotImplementedError(_CLOUD)
+        config = CheckpointStorageConfig.from_exp_conf({"checkpoint_storage": checkpoint_storage})
+        if kind == "directory" and config.container_path:
+            return checkpoint_location(config.container_path)
+        place = config.container if kind == "azure" else config.bucket
+        url = storage_url(config) if kind in ("s3", "gcs", "azure") and place else None
+        if url is None:
+            given = ", ".join(sorted(checkpoint_storage))  # names only: never a secret
+            raise ValueError(
+                f"checkpoint_storage (type {kind!r}; keys {given}) names no place: give type "
+                "s3 or gcs with a bucket, azure with a container, or directory with a "
+                "container_path (or pass a path or URI string)."
+            )
+        return checkpoint_location(url, config)
     if not isinstance(checkpoint_storage, str):
         raise TypeError("checkpoint_storage must be a string, dictionary, or None")
     scheme, sep, rest = checkpoint_storage.partition("://")
-    if not sep:
-        return pathlib.Path(checkpoint_storage).absolute()
-    if scheme.lower() == "file":
-        return pathlib.Path(rest).absolute()
-    raise NotImplementedError(_CLOUD)
+    if sep and scheme.lower() == "file":
+        return checkpoint_location(rest)
+    return checkpoint_location(checkpoint_storage)
 
-
-_CLOUD = (
-    "core.init(checkpoint_storage=...) takes a local directory in det_lightning: cloud "
-    "storage (s3://, gs://, a storage dict) is not provided by its local Core API. Pass a "
-    "directory (or file:// URI) and copy it to the bucket afterwards, or use pytorch.Trainer, "
-    "whose checkpoint_dir accepts s3:// URIs."
-)
 
 __all__ = ["Context", "init"]

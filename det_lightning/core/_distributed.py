@@ -179,8 +179,8 @@ class DistributedContext:
             raise RuntimeError(
                 f"{self!r} has no per-node process group for allgather_local()/gather_local()/"
                 "broadcast_local(). Pass the context to det_lightning.pytorch.init("
-                "distributed=...), which creates it on every rank (and "
-                "torch.distributed.destroy_process_group() ends it)."
+                "distributed=...) or det_lightning.core.init(distributed=...), which create it "
+                "on every rank (and torch.distributed.destroy_process_group() ends it)."
             )
         return group
 
@@ -217,7 +217,7 @@ def init_local_groups(distributed: DistributedContext) -> None:
     """Creates one process group per node for ``distributed``'s ``*_local`` collectives.
 
     Collective: every rank must call it (``torch.distributed.new_group`` is), right after
-    the process group is set up. ``det_lightning.pytorch.init()`` does.
+    the process group is set up. ``det_lightning.pytorch.init()`` and ``core.init()`` do.
     """
     if distributed.size < 2 or distributed.cross_size < 2 or not distributed._group_ready():
         return

@@ -41,6 +41,7 @@ LEGACY_TRIAL_STATE_FILE = "workload_sequencer.pkl"  # Determined <= 0.20
 LOCAL_TRIAL_ID = 0  # the trial id Determined gives a trial outside a cluster
 LOAD_DATA_FILE = "load_data.json"
 METADATA_FILE = "metadata.json"
+WRITER_KEY = "det_lightning_version"  # metadata.json of a checkpoint a Trainer wrote here
 CODE_DIR = "code"
 # Lightning callbacks' state (EarlyStopping's counters, ...), kept out of state_dict.pth so that
 # file never needs more than weights_only loading.
@@ -248,7 +249,7 @@ def lacking(names: Collection[str], metadata: Optional[Dict[str, Any]]) -> List[
         missing.append(METADATA_FILE)
     elif not isinstance((metadata or {}).get("steps_completed"), int):
         missing.append(f"{METADATA_FILE}'s steps_completed")
-    written_here = "det_lightning_version" in (metadata or {})
+    written_here = WRITER_KEY in (metadata or {})
     if written_here and not {TRIAL_STATE_FILE, LEGACY_TRIAL_STATE_FILE} & set(names):
         missing.append(TRIAL_STATE_FILE)
     return missing

@@ -25,6 +25,7 @@ from det_lightning.pytorch._checkpoint import (
     METADATA_FILE,
     STATE_DICT_FILE,
     TRIAL_STATE_FILE,
+    WRITER_KEY,
 )
 from det_lightning.pytorch._code import copy_code, main_module_name
 
@@ -65,7 +66,7 @@ def make_metadata(steps_completed: int) -> Dict[str, Any]:
 
     return {
         "determined_version": DETERMINED_VERSION,
-        "det_lightning_version": __version__,
+        WRITER_KEY: __version__,
         "steps_completed": int(steps_completed),
         "framework": f"torch-{torch.__version__}",
         "format": "pickle",

@@ -22,6 +22,7 @@ run in the directory deletes it (``CheckpointStore.sweep``). An object store (``
 stages its checkpoints with the same functions in its cache directory.
 """
 
+import contextlib
 import dataclasses
 import errno
 import functools
@@ -30,7 +31,7 @@ import os
 import pathlib
 import shutil
 import tempfile
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from det_lightning.pytorch import _checkpoint as ckpt
 from det_lightning.pytorch._checkpoint import DELETING_SUFFIX, PARTIAL_SUFFIX, UNKEPT_SUFFIX
@@ -84,6 +85,28 @@ class LocalStore(CheckpointStore):
 
     def local_copy(self) -> pathlib.Path:
         return self.path
+
+    def published(self) -> List[ckpt.Listed]:
+        found = []
+        for path in sorted(self.path.iterdir()) if self.path.is_dir() else []:
+            if path.name.startswith(".") or not (path / ckpt.METADATA_FILE).is_file():
+                continue
+            found.append(ckpt.Listed(path.name, ckpt.read_metadata(path), path.stat().st_mtime))
+        return found
+
+    @contextlib.contextmanager
+    def files_of(
+        self, uuid: str, selector: Optional[Callable[[str], bool]] = None
+    ) -> Iterator[pathlib.Path]:
+        """The checkpoint's own directory (``selector`` is not needed: nothing is copied)."""
+        yield self.path / uuid
+
+    def drop_staged(self, uuid: str) -> None:
+        """Nothing: the staged directory is the checkpoint."""
+
+    @property
+    def is_local(self) -> bool:
+        return True
 
     # ----- writing --------------------------------------------------------------------------
     def staging(self) -> pathlib.Path:

@@ -25,6 +25,7 @@ The local copies live in the cache directory (``_buckets.cache_dir()``) under
 """
 
 import asyncio
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -34,7 +35,7 @@ import pathlib
 import shutil
 import tempfile
 import uuid as uuid_lib
-from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
 from det_lightning import errors
 from det_lightning.pytorch import _buckets
@@ -229,7 +230,43 @@ class ObjectStore(CheckpointStore):
             shutil.rmtree(download, ignore_errors=True)
         return local
 
+    def published(self) -> List[ckpt.Listed]:
+        """The checkpoints with their marker (whose content is their ``metadata.json``)."""
+        return [listed for listed, _ in self._marked()]
+
+    @contextlib.contextmanager
+    def files_of(
+        self, uuid: str, selector: Optional[Callable[[str], bool]] = None
+    ) -> Iterator[pathlib.Path]:
+        """Checkpoint ``uuid``'s objects that ``selector`` accepts (all when None; never the
+        marker), downloaded into a temporary directory beside the local copies
+        (``staging()``), removed after the block, as Determined's cloud storage managers'
+        ``restore_path`` does."""
+        fs, target = self.filesystem(), self.child(uuid)
+        base = target.key + "/"
+        names = [
+            key[len(base) :]
+            for key in fs.find(target.key)
+            if key.startswith(base) and key[len(base) :] != MARKER
+        ]
+        wanted = [name for name in names if selector is None or selector(name)]
+        cache = self.staging()
+        cache.mkdir(parents=True, exist_ok=True)
+        local = pathlib.Path(tempfile.mkdtemp(prefix=f".{uuid}.", suffix=DOWNLOADING, dir=cache))
+        try:
+            for name in wanted:
+                (local / name).parent.mkdir(parents=True, exist_ok=True)
+            _transfer(fs, "get_file", [(base + name, str(local / name)) for name in wanted])
+            yield local
+        finally:
+            shutil.rmtree(local, ignore_errors=True)
+
     # ----- writing and deleting -----------------------------------------------------------
+    def drop_staged(self, uuid: str) -> None:
+        """The local copy ``stage`` wrote into the cache (the bucket holds the checkpoint)."""
+        if (self.staging() / uuid).exists():
+            delete_atomically(self.staging(), uuid)
+
     def stage(
         self, uuid: str, partial: pathlib.Path, write: Callable[[pathlib.Path], None]
     ) -> pathlib.Path:

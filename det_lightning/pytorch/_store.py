@@ -12,6 +12,8 @@ a path or URL. Callers never ask which kind they hold::
     store.complete(), store.latest()   # published checkpoints only, never a half-written one
     store.damaged()                    # published, with files deleted since
     store.fetch(uuid)                  # a local directory with its files
+    store.published()                  # every published checkpoint, a Core API loop's too
+    store.files_of(uuid, selector)     # its files for a block (a bucket's: a temporary download)
     store.delete(uuid)                 # marked (.<uuid>.unkept), removed, unmarked
     store.sweep(spare)                 # what killed writes and failed deletions left
     store / "trial-3"                  # a namespace: a store of its own under this one
@@ -35,7 +37,7 @@ before the takeover.
 import abc
 import contextlib
 import pathlib
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, ContextManager, Dict, Iterator, List, Optional, Tuple
 
 from det_lightning.pytorch import _checkpoint as ckpt
 from det_lightning.pytorch._identity import IDENTITY_KEY, RunIdentity, saved_identity
@@ -131,6 +133,30 @@ class CheckpointStore(abc.ABC):
     def fetch(self, uuid: str) -> pathlib.Path:
         """Checkpoint ``uuid``'s files on this machine (see ``local_copy``)."""
         return self.child(uuid).local_copy()
+
+    @abc.abstractmethod
+    def published(self) -> List[ckpt.Listed]:
+        """Every published checkpoint directly under this store that has its
+        ``metadata.json``, whatever its other files: a Core API loop's too, which ``complete``
+        never lists (it holds no trial's files)."""
+
+    @abc.abstractmethod
+    def files_of(
+        self, uuid: str, selector: Optional[Callable[[str], bool]] = None
+    ) -> ContextManager[pathlib.Path]:
+        """A local directory with published checkpoint ``uuid``'s files for the ``with`` block:
+        the directory itself, or a download of the files ``selector`` accepts (by path within
+        the checkpoint; all when None) into a temporary directory removed after the block."""
+
+    @abc.abstractmethod
+    def drop_staged(self, uuid: str) -> None:
+        """Removes the local copy ``stage`` left of published checkpoint ``uuid`` where the
+        store keeps its files elsewhere (a bucket's cache); nothing for a directory."""
+
+    @property
+    def is_local(self) -> bool:
+        """Whether this store is a directory on this machine."""
+        return False
 
     def latest(self) -> Optional["CheckpointStore"]:
         """The complete checkpoint with the most batches trained (newest on ties), or None."""

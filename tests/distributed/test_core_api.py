@@ -7,6 +7,7 @@ import pathlib
 import pytest
 
 from tests.distributed import jobs
+from tests.fixtures.object_store import S3
 
 pytestmark = [pytest.mark.distributed, pytest.mark.slow]
 
@@ -39,3 +40,44 @@ def test_sigterm_to_the_chief_stops_every_rank_after_the_same_step(tmp_path: pat
     assert job.output.count("Stopped by SIGTERM: the loop returned at should_preempt()") == 1
     newest = max(job.checkpoints(), key=lambda p: int((p / "step.txt").read_text()))
     assert (newest / "step.txt").read_text() == "3"
+
+
+def test_ranks_of_a_node_share_one_download_of_a_bucket_checkpoint(
+    tmp_path: pathlib.Path, s3_server: S3
+) -> None:
+    """Determined's ``LocalWorkersShareDownload``: the local chief downloads the files some
+    rank's selector accepts (here rank 0 wants a.txt, rank 1 b.txt), once for the node."""
+    script = pathlib.Path(__file__).parent / "scripts" / "core_bucket_share.py"
+    job = jobs.run([*jobs.TORCHRUN, str(script)], tmp_path, env={"CORE_BUCKET": s3_server.url("c")})
+    chief, worker = job.ranks(2)
+    assert chief["path"] == worker["path"], (chief, worker)
+    for seen in (chief, worker):
+        assert seen["files"] == ["a.txt", "b.txt"], seen
+        assert seen["downloads"] == 1 and seen["removed"], seen
+
+
+def test_node_local_collectives_of_a_core_api_loop_on_two_nodes(tmp_path: pathlib.Path) -> None:
+    """torchrun on two "nodes" of two processes each: core.init() makes the per-node groups
+    that allgather_local()/broadcast_local() need."""
+    script = str(pathlib.Path(__file__).parent / "scripts" / "core_nodes.py")
+    port = str(jobs.free_port())
+    workdir = tmp_path / "nodes"
+    started = jobs.time.monotonic()
+    procs = [
+        jobs.start(
+            [
+                *["-m", "torch.distributed.run", "--nnodes", "2", "--node_rank", str(node)],
+                *["--nproc_per_node", "2", "--master_addr", "127.0.0.1", "--master_port", port],
+                script,
+            ],
+            workdir,
+            log_name=f"node{node}.txt",
+        )
+        for node in (0, 1)
+    ]
+    job = jobs.finish(procs, workdir, started, 300, log_names=("node0.txt", "node1.txt"))
+    assert not job.hung and job.returncode == 0, job.output[-6000:]
+    seen = job.ranks(4)
+    assert [s["local"] for s in seen] == [[0, 1], [0, 1], [2, 3], [2, 3]], seen
+    assert [s["chief"] for s in seen] == ["chief 0", "chief 0", "chief 2", "chief 2"], seen
+    assert all(s["everyone"] == [0, 1, 2, 3] for s in seen), seen

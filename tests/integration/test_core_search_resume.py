@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from tests.fixtures import warm
+from tests.fixtures.object_store import S3
 
 pytestmark = [pytest.mark.slow]
 
@@ -61,9 +62,11 @@ with det.core.init() as core_context:
 """
 
 
-def _start(work: pathlib.Path, config: pathlib.Path, project: pathlib.Path, **env: str) -> Any:
+def _start(
+    work: pathlib.Path, config: pathlib.Path, project: pathlib.Path, *extra: str, **env: str
+) -> Any:
     return warm.Popen(
-        [sys.executable, "-m", "det_lightning", "experiment", str(config), str(project)],
+        [sys.executable, "-m", "det_lightning", "experiment", *extra, str(config), str(project)],
         cwd=work,
         env=dict(os.environ, OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1", **env),
         stdout=subprocess.PIPE,
@@ -99,9 +102,30 @@ def _events(path: pathlib.Path) -> List[Dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
+@pytest.mark.parametrize("kind", ["directory", "s3"])
 def test_a_core_api_trial_resumes_after_sigterm_and_after_sigkill(
-    isolated_run: pathlib.Path, checkpoint_dir: pathlib.Path
+    isolated_run: pathlib.Path,
+    checkpoint_dir: pathlib.Path,
+    request: pytest.FixtureRequest,
+    kind: str,
 ) -> None:
+    """In a directory, and in a bucket (moto's S3 server), as a search across machines keeps
+    its checkpoints."""
+    extra: List[str] = []
+    if kind == "s3":
+        s3: S3 = request.getfixturevalue("s3_server")
+        extra = ["--checkpoint-dir", s3.url("search")]
+
+    def stored() -> Dict[str, int]:
+        """The epochs each of trial 1's checkpoints holds, by storage id."""
+        if kind == "directory":
+            trial_dir = next(checkpoint_dir.glob("*/trial-1"))
+            files = {p.parent.name: p.read_text() for p in trial_dir.glob("*/state.json")}
+        else:
+            keys = [k for k in s3.keys("search") if re.search(r"/trial-1/[^/]+/state\.json$", k)]
+            files = {k.split("/")[-2]: s3.fs.cat(f"{s3.bucket}/search/{k}").decode() for k in keys}
+        return {name: json.loads(text)["epochs"] for name, text in files.items()}
+
     project = isolated_run / "project"
     project.mkdir()
     (project / "model_def.py").write_text(SCRIPT)
@@ -124,26 +148,21 @@ def test_a_core_api_trial_resumes_after_sigterm_and_after_sigkill(
 
     # 1. SIGTERM while the trial waits after epoch 2: the loop returns, the search says
     #    INTERRUPTED, shows epoch 2's checkpoint (20 batches) and exits 75.
-    first = _start(isolated_run, config, project, EVENTS=str(events), HOLD_AT="2")
+    first = _start(isolated_run, config, project, *extra, EVENTS=str(events), HOLD_AT="2")
     shown = _signal_when_held(first, isolated_run / "held-2", signal.SIGTERM)
     assert first.returncode == 75, shown
     assert "Stopped by SIGTERM: the loop returned at should_preempt()" in shown, shown
     assert "resumes this trial from its latest checkpoint" in shown, shown
     row = _row(shown)
     assert row is not None and row["status"] == "INTERRUPTED" and row["batches"] == "20", shown
-    trial_dir = next(checkpoint_dir.glob("*/trial-1"))
-    stored = {
-        p.name: json.loads((p / "state.json").read_text())["epochs"]
-        for p in trial_dir.iterdir()
-        if (p / "state.json").is_file() and not p.name.startswith(".")
-    }
-    (epoch_two,) = [name for name, epochs in stored.items() if epochs == 2]
-    assert epoch_two.startswith(row["checkpoint"]), (row, stored)  # the row names it
+    found = stored()
+    (epoch_two,) = [name for name, epochs in found.items() if epochs == 2]
+    assert epoch_two in row["checkpoint"], (row, found)  # the row names it
     assert _events(events)[-2:] == [{"preempted_at": 2}, {"returned_at": 2}]
 
     # 2. The same command again: the trial resumes at epoch 2; SIGKILL to the whole search
     #    while it waits after epoch 3. Nothing runs after a SIGKILL.
-    second = _start(isolated_run, config, project, EVENTS=str(events), HOLD_AT="3")
+    second = _start(isolated_run, config, project, *extra, EVENTS=str(events), HOLD_AT="3")
     shown = _signal_when_held(second, isolated_run / "held-3", signal.SIGKILL)
     assert second.returncode == -signal.SIGKILL, shown
     started = [e["started_at"] for e in _events(events) if "started_at" in e]
@@ -151,7 +170,7 @@ def test_a_core_api_trial_resumes_after_sigterm_and_after_sigkill(
 
     # 3. Again: the killed worker's lease is gone (its process is), so the trial resumes at
     #    epoch 3, finishes its fourth epoch and completes.
-    third = _start(isolated_run, config, project, EVENTS=str(events))
+    third = _start(isolated_run, config, project, *extra, EVENTS=str(events))
     out, err = third.communicate(timeout=240)
     shown = f"exit status {third.returncode}\nstdout:\n{out}\nstderr:\n{err}"
     assert third.returncode == 0, shown
@@ -162,3 +181,16 @@ def test_a_core_api_trial_resumes_after_sigterm_and_after_sigkill(
     row = _row(out)
     assert row is not None and row["status"] == "COMPLETED" and row["batches"] == "40", shown
     assert re.search(r"^best: trial 1 \(test_loss=0\.25\)", out, re.M), shown
+    if kind == "directory":  # checkpoint list reads the files (a directory's)
+        experiment = next(checkpoint_dir.glob("*/trial-1")).parent.name
+        listed = subprocess.run(
+            [sys.executable, "-m", "det_lightning", "checkpoint", "list", experiment],
+            capture_output=True,
+            text=True,
+            cwd=isolated_run,
+            timeout=120,
+        )
+        assert listed.returncode == 0, listed.stderr
+        rows = [line.split() for line in listed.stdout.splitlines()[1:]]
+        assert sorted(int(row[3]) for row in rows) == [10, 20, 30, 40], listed.stdout
+        assert {row[2] for row in rows} == set(stored()), listed.stdout

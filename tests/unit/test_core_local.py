@@ -3,6 +3,7 @@ counterpart to compare with (atomic checkpoints, TensorBoard, refusals)."""
 
 import logging
 import pathlib
+import re
 
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -60,10 +61,34 @@ def test_manual_tensorboard_mode_writes_nothing(
     assert not (tmp_path / "tb").exists()
 
 
-@pytest.mark.parametrize("storage", ["s3://bucket/prefix", {"type": "s3", "bucket": "b"}])
-def test_cloud_storage_is_refused_naming_the_alternative(storage: object) -> None:
-    with pytest.raises(NotImplementedError, match="takes a local directory"):
+@pytest.mark.parametrize(
+    "storage, error, words",
+    [
+        ({"type": "s3", "secret_key": "hush"}, ValueError, "(type 's3'; keys secret_key, type)"),
+        ({"type": "nfs", "path": "/x"}, ValueError, "give type s3 or gcs with a bucket"),
+        ({"type": "directory"}, ValueError, "directory with a container_path"),
+        ("ftp://host/ckpts", errors.CheckpointStorageError, "the scheme ftp:// is not supported"),
+        (3, TypeError, "checkpoint_storage must be a string, dictionary, or None"),
+    ],
+)
+def test_storage_naming_no_place_is_refused_naming_what_to_give(
+    storage: object, error: type, words: str
+) -> None:
+    with pytest.raises(error, match=re.escape(words)) as info:
         core.init(checkpoint_storage=storage)  # type: ignore[arg-type]
+    assert "hush" not in str(info.value)  # a secret given is never repeated
+
+
+def test_a_directory_dict_and_a_file_uri_store_in_that_directory(tmp_path: pathlib.Path) -> None:
+    for storage, directory in (
+        ({"type": "directory", "container_path": str(tmp_path / "a")}, tmp_path / "a"),
+        (f"file://{tmp_path / 'b'}", tmp_path / "b"),
+    ):
+        with core.init(checkpoint_storage=storage) as ctx:  # type: ignore[arg-type]
+            with ctx.checkpoint.store_path({"steps_completed": 1}) as (path, storage_id):
+                (path / "x.txt").write_text("x")
+        assert [p.name for p in directory.iterdir()] == [storage_id]
+        assert (directory / storage_id / "x.txt").read_text() == "x"
 
 
 def test_a_shared_fs_dict_is_refused_as_determined_does() -> None:
