@@ -6,56 +6,70 @@ list/describe`` and ``det checkpoint list``::
     <checkpoint dir>/<id>/search.journal      the trials' states and metrics (the summary's)
     <checkpoint dir>/<id>/trial-<n>/<uuid>/   each checkpoint's metadata.json
 
-A local checkpoint directory only (``--checkpoint-dir``, else ``$DET_LIGHTNING_CHECKPOINT_DIR``,
-else ``./checkpoints``); an experiment run with ``--storage URL`` is read from that storage
-when given the same ``--storage``.
+The checkpoint directory is ``--checkpoint-dir``, else ``$DET_LIGHTNING_CHECKPOINT_DIR``,
+else ``./checkpoints``: a directory, or a bucket's prefix (``s3://bucket/prefix``), read through
+the ``CheckpointStore`` interface either way. An experiment run with ``--storage URL`` is read
+from that storage when given the same ``--storage`` (else from the journal beside the
+checkpoints, or for a bucket beside this machine's local copies of them).
 """
 
 import argparse
 import json
 import os
 import pathlib
+import re
 import sys
 from typing import Any, Dict, List, Optional
 
+from det_lightning import errors
 from det_lightning._env import CHECKPOINT_DIR_ENV
 from det_lightning._runner._record import RECORD_NAME
 from det_lightning._runner.config._searcher import SearcherConfig
 from det_lightning._runner.trial import FINISHED, INVALID_HP, TrialResult
 from det_lightning.pytorch import _checkpoint as ckpt
+from det_lightning.pytorch._store import CheckpointStore
 
 
-def checkpoint_root(given: Optional[str]) -> pathlib.Path:
-    """Where the experiments are: ``given``, else the environment's, else ``./checkpoints``."""
-    return pathlib.Path(given or os.environ.get(CHECKPOINT_DIR_ENV) or "checkpoints")
+def checkpoint_root(given: Optional[str]) -> CheckpointStore:
+    """Where the experiments are: ``given``, else the environment's, else ``./checkpoints``.
+
+    Raises:
+        errors.CheckpointStorageError: a URL of a scheme no store supports.
+    """
+    from det_lightning.pytorch._remote import checkpoint_location
+
+    return checkpoint_location(given or os.environ.get(CHECKPOINT_DIR_ENV) or "checkpoints")
 
 
-def records(root: pathlib.Path) -> List[Dict[str, Any]]:
+def records(root: CheckpointStore) -> List[Dict[str, Any]]:
     """Every experiment's ``experiment.json`` under ``root``, oldest first."""
     found = []
-    for path in sorted(root.glob(f"*/{RECORD_NAME}")):
+    for name in root.folders():
         try:
-            found.append(json.loads(path.read_text()))
+            data = (root / name).read_once(RECORD_NAME)
+            if data is not None:
+                found.append(json.loads(data))
         except (OSError, ValueError):
             continue
     return sorted(found, key=lambda r: str(r.get("created")))
 
 
-def _plan_of(root: pathlib.Path, record: Dict[str, Any]) -> Any:
+def _plan_of(root: CheckpointStore, record: Dict[str, Any]) -> Any:
     """The plan of the experiment ``record`` describes (its model dir, if it still exists)."""
     from det_lightning._runner.config import load_config
     from det_lightning._runner.plan import plan_experiment
 
-    model_dir = pathlib.Path(record.get("model_dir") or root)
+    model_dir = pathlib.Path(record.get("model_dir") or ".")
+    fallback = pathlib.Path(str(root)) if root.is_local else pathlib.Path(".")
     return plan_experiment(
         load_config(record["config"]),
-        model_dir if model_dir.is_dir() else root,
+        model_dir if model_dir.is_dir() else fallback,
         checkpoint_dir=str(root),
     )
 
 
 def trials_of(
-    root: pathlib.Path, record: Dict[str, Any], storage: Optional[str]
+    root: CheckpointStore, record: Dict[str, Any], storage: Optional[str]
 ) -> List[TrialResult]:
     """The experiment's trials as its summary shows them (from its search storage)."""
     from det_lightning._runner.search._worker import search_summary
@@ -89,18 +103,19 @@ def state(trials: List[TrialResult], max_trials: Optional[int]) -> str:
     return "COMPLETED" if trials and done else "PAUSED"
 
 
-def checkpoint_rows(root: pathlib.Path, experiment_id: str) -> List[List[str]]:
+def checkpoint_rows(root: CheckpointStore, experiment_id: str) -> List[List[str]]:
     """``[experiment, trial, uuid, batches, validation metric, path]`` per checkpoint: a
     Trainer's complete ones and those a Core API loop stored (``store_path``: its own files,
     ``steps_completed`` from the metadata it gave)."""
-    from det_lightning.pytorch._local_store import LocalStore
-
     rows = []
-    for trial_dir in sorted((root / experiment_id).glob("trial-*")):
-        complete = {e.name for e in ckpt.list_local(trial_dir)}
+    experiment = root / experiment_id
+    trials = [n for n in experiment.folders() if re.fullmatch(r"trial-\d+", n)]
+    for name in sorted(trials, key=lambda n: int(n.split("-")[1])):  # trial 2 before 10
+        trial = experiment / name
+        complete = {e.name for e in trial.complete()}
         listed = [
             e
-            for e in LocalStore(trial_dir).published()
+            for e in trial.published()
             if e.name in complete or ckpt.WRITER_KEY not in e.metadata  # not a damaged one
         ]
         for entry in sorted(listed, key=lambda e: e.mtime):
@@ -109,11 +124,11 @@ def checkpoint_rows(root: pathlib.Path, experiment_id: str) -> List[List[str]]:
             rows.append(
                 [
                     experiment_id,
-                    trial_dir.name.split("-", 1)[1],
+                    name.split("-", 1)[1],
                     entry.name,
                     str(entry.metadata.get("steps_completed", "-")),
                     metric,
-                    str(trial_dir / entry.name),
+                    str(trial / entry.name),
                 ]
             )
     return rows
@@ -141,11 +156,11 @@ def _parser(command: str) -> argparse.ArgumentParser:
     return parser
 
 
-def _find(root: pathlib.Path, experiment_id: str) -> Optional[Dict[str, Any]]:
+def _find(root: CheckpointStore, experiment_id: str) -> Optional[Dict[str, Any]]:
     return next((r for r in records(root) if r.get("id") == experiment_id), None)
 
 
-def _list(root: pathlib.Path, storage: Optional[str]) -> int:
+def _list(root: CheckpointStore, storage: Optional[str]) -> int:
     rows = [["id", "name", "searcher", "state", "trials", "best", "created"]]
     for record in records(root):
         try:
@@ -178,7 +193,7 @@ def _list(root: pathlib.Path, storage: Optional[str]) -> int:
     return 0
 
 
-def _describe(root: pathlib.Path, experiment_id: str, storage: Optional[str]) -> int:
+def _describe(root: CheckpointStore, experiment_id: str, storage: Optional[str]) -> int:
     from det_lightning._runner.experiment import format_summary
 
     record = _find(root, experiment_id)
@@ -204,7 +219,12 @@ def main(command: str, argv: List[str]) -> int:
     """``det-lightning experiment list|describe ...`` and ``checkpoint list ...``
     (``command``: those two words; ``argv``: what follows)."""
     args = _parser(command).parse_args(argv)
-    root = checkpoint_root(args.checkpoint_dir)
+    try:
+        root = checkpoint_root(args.checkpoint_dir)
+        root.folders()  # a bucket that cannot be listed is said here, once
+    except errors.CheckpointStorageError as e:
+        print(f"det-lightning {command}: error: {e}", file=sys.stderr)
+        return 1
     if command == "experiment list":
         return _list(root, args.storage)
     if command == "experiment describe":

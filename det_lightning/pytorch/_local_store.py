@@ -86,6 +86,17 @@ class LocalStore(CheckpointStore):
     def local_copy(self) -> pathlib.Path:
         return self.path
 
+    def folders(self) -> List[str]:
+        if not self.path.is_dir():
+            return []
+        return sorted(p.name for p in self.path.iterdir() if p.is_dir() and p.name[0] != ".")
+
+    def read_once(self, name: str) -> Optional[bytes]:
+        try:
+            return (self.path / name).read_bytes()
+        except FileNotFoundError:
+            return None
+
     def published(self) -> List[ckpt.Listed]:
         found = []
         for path in sorted(self.path.iterdir()) if self.path.is_dir() else []:

@@ -230,6 +230,33 @@ class ObjectStore(CheckpointStore):
             shutil.rmtree(download, ignore_errors=True)
         return local
 
+    def folders(self) -> List[str]:
+        """The prefixes directly under this root (one listing, not recursive).
+
+        Raises:
+            CheckpointStorageError: the bucket cannot be listed (naming the endpoint and
+                credentials used).
+        """
+        try:
+            entries = self.filesystem().ls(self.key, detail=True)
+        except FileNotFoundError:
+            return []
+        except Exception as e:  # botocore's errors are no OSError
+            raise errors.CheckpointStorageError(
+                f"Cannot list {self}: {type(e).__name__}: {e}. "
+                f"{credentials_note(self.scheme, self.options)}"
+            ) from e
+        names = {
+            e["name"].rstrip("/").rsplit("/", 1)[-1] for e in entries if e["type"] == "directory"
+        }
+        return sorted(n for n in names if n and n[0] != ".")
+
+    def read_once(self, name: str) -> Optional[bytes]:
+        try:
+            return bytes(self.filesystem().cat_file(f"{self.key}/{name}"))
+        except FileNotFoundError:
+            return None
+
     def published(self) -> List[ckpt.Listed]:
         """The checkpoints with their marker (whose content is their ``metadata.json``)."""
         return [listed for listed, _ in self._marked()]

@@ -17,6 +17,7 @@ a path or URL. Callers never ask which kind they hold::
     store.delete(uuid)                 # marked (.<uuid>.unkept), removed, unmarked
     store.sweep(spare)                 # what killed writes and failed deletions left
     store / "trial-3"                  # a namespace: a store of its own under this one
+    store.folders(), store.read_once(name)   # its namespaces; a file write_once wrote
 
 A child (``store / name``) is a store at ``<store>/<name>``: a namespace (an experiment's
 ``<root>/<experiment id>/trial-<n>``) whose checkpoints its parent never lists, or one
@@ -133,6 +134,20 @@ class CheckpointStore(abc.ABC):
     def fetch(self, uuid: str) -> pathlib.Path:
         """Checkpoint ``uuid``'s files on this machine (see ``local_copy``)."""
         return self.child(uuid).local_copy()
+
+    @abc.abstractmethod
+    def folders(self) -> List[str]:
+        """The names of the folders directly under this store (namespaces, checkpoints),
+        sorted; hidden ones (``.name``) left out."""
+
+    @abc.abstractmethod
+    def read_once(self, name: str) -> Optional[bytes]:
+        """The file ``name`` directly in this store, as ``write_once`` wrote it; None when
+        there is none.
+
+        Raises:
+            OSError: the store cannot be read.
+        """
 
     @abc.abstractmethod
     def published(self) -> List[ckpt.Listed]:

@@ -130,3 +130,18 @@ def test_a_refused_upload_raises_naming_the_bucket_and_leaves_no_checkpoint(
         assert newest_stored(ctx.checkpoint.store) is None  # no marker: never listed
         assert ".complete" not in _keys(s3_server, "core", storage_id)
     assert _leftovers(tmp_path / "cache") == []  # nor a local copy left in the cache
+
+
+def test_bookkeeping_over_a_bucket_it_cannot_list_names_it_and_the_credentials(
+    s3_server: S3, capsys: pytest.CaptureFixture
+) -> None:
+    from det_lightning._runner import cli
+
+    with s3_server.refusing("GET", f"/{s3_server.bucket}") as refused:
+        assert cli.main(["experiment", "list", "--checkpoint-dir", s3_server.url("team")]) == 1
+    err = capsys.readouterr().err
+    assert refused, "the server refused nothing"
+    assert err.startswith(
+        f"det-lightning experiment list: error: Cannot list {s3_server.url('team')}"
+    )
+    assert f"Endpoint: {s3_server.endpoint}" in err and "Traceback" not in err

@@ -110,6 +110,7 @@ def test_an_experiment_never_resumes_another_ones_checkpoint(
         assert {k.split("/")[0] for k in s3.keys("team")} == {
             str(experiment_dir(pathlib.Path(), c)) for c in (a, b)
         }
+        _bookkeeping_reads_the_bucket(s3, str(experiment_dir(pathlib.Path(), a)), capsys)
 
 
 def _bookkeeping_lists_both(
@@ -134,6 +135,30 @@ def _bookkeeping_lists_both(
     checkpoints = capsys.readouterr().out.splitlines()[1:]
     assert {line.split()[-1] for line in checkpoints} == {str(p) for p in own.iterdir()}
     assert all(line.split()[1] == "1" for line in checkpoints)
+
+
+def _bookkeeping_reads_the_bucket(s3: S3, own: str, capsys: pytest.CaptureFixture) -> None:
+    """``experiment list``, ``describe`` and ``checkpoint list`` with ``--checkpoint-dir
+    s3://...``: the experiments' records and checkpoints read from the bucket, as the team
+    that shares it would ask."""
+    from det_lightning._runner import cli
+
+    root = s3.url("team")
+    capsys.readouterr()
+    assert cli.main(["experiment", "list", "--checkpoint-dir", root]) == 0
+    listed = capsys.readouterr().out
+    rows = {line.split()[0]: line.split() for line in listed.splitlines()[1:]}
+    assert len(rows) == 2 and rows[own][1:5] == ["a", "single", "COMPLETED", "1"], listed
+    assert cli.main(["experiment", "describe", own, "--checkpoint-dir", root]) == 0
+    described = capsys.readouterr().out
+    assert f"experiment {own} (a): COMPLETED" in described, described
+    assert f"files in {root}/{own}\n" in described, described
+    assert re.search(r"^1\s+COMPLETED\s+-\s+4\s", described, re.M), described
+    assert cli.main(["checkpoint", "list", own, "--checkpoint-dir", root]) == 0
+    checkpoints = [line.split() for line in capsys.readouterr().out.splitlines()[1:]]
+    marked = {k.split("/")[-2] for k in s3.keys(f"team/{own}/trial-1") if k.endswith(".complete")}
+    assert marked and {row[2] for row in checkpoints} == marked, checkpoints
+    assert all(row[-1] == f"{root}/{own}/trial-1/{row[2]}" for row in checkpoints), checkpoints
 
 
 def test_a_single_experiment_continues_when_rerun(

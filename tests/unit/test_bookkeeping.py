@@ -72,3 +72,13 @@ def test_list_shows_every_experiment_when_one_record_cannot_be_read(
     assert rows[2].split()[:3] == ["asha-0123456789", "asha", "adaptive_asha"], out
     assert f"cannot read {tmp_path / 'broken-0123456789'}" in err
     assert "searcher.metric" in err  # what is wrong with it
+
+
+def test_an_unsupported_checkpoint_dir_is_said_without_a_traceback(
+    capsys: pytest.CaptureFixture,
+) -> None:
+    for command in (["experiment", "list"], ["checkpoint", "list"]):
+        assert cli.main([*command, "--checkpoint-dir", "ftp://host/ckpts"]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith(f"det-lightning {' '.join(command)}: error: Checkpoint location ")
+        assert "the scheme ftp:// is not supported" in err and "Traceback" not in err
