@@ -439,19 +439,32 @@ def _train_and_tell(run: TrialRun) -> None:
     elif values:
         study.tell(trial, values[max(values)])
     else:
-        logger.warning(unranked_note(number, settings.metric))
+        # One trial (single) needs no ranking: a note. In a search it drops out of it.
+        log = logger.info if settings.searcher == "single" else logger.warning
+        log(unranked_note(number, settings.metric, settings.searcher))
         trial.set_user_attr(UNRANKED, True)
         study.tell(trial, state=optuna.trial.TrialState.FAIL)  # Optuna completes with a value
 
 
-def unranked_note(number: int, metric: str) -> str:
+def unranked_note(number: int, metric: str, searcher: str) -> str:
     """What the log says of a trial that ended well without a validation of the searcher
-    metric: Determined completes it too, unranked."""
+    metric: Determined completes it too, unranked.
+
+    >>> unranked_note(1, "x", "single")
+    "trial 1: completed without a validation of searcher.metric 'x': no best metric to show."
+    """
+    said = f"trial {number}: completed without a validation of searcher.metric {metric!r}"
+    if searcher == "single":
+        return f"{said}: no best metric to show."
+    why = (
+        "the search cannot rank it (adaptive_asha stops it at no rung)"
+        if searcher == "adaptive_asha"
+        else "it is not among the trials ranked for the best"
+    )
     return (
-        f"trial {number}: completed without a validation of searcher.metric {metric!r}, so "
-        "the search cannot rank it (adaptive_asha stops it at no rung). Searches read the "
-        "metric from pytorch.Trainer's validations (evaluate_batch or evaluate_full_dataset) "
-        "or from core_context.train.report_validation_metrics."
+        f"{said}, so {why}. Searches read the metric from pytorch.Trainer's validations "
+        "(evaluate_batch or evaluate_full_dataset) or from "
+        "core_context.train.report_validation_metrics."
     )
 
 
