@@ -13,6 +13,7 @@ import os
 from typing import Any, Dict, Optional
 
 from det_lightning._env import TRIAL_INFO_ENV
+from det_lightning._refused_attributes import RefusedAttribute
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,6 +36,24 @@ class ClusterInfo:
     task_type: str = "TRIAL"
     cluster_id: str = "det-lightning"
     master_url: str = ""
+
+    # Determined's cluster-only parts: reading one raises, naming what to use (a script
+    # that starts its own worker per slot reads them; here the processes are det_lightning's).
+    agent_id = RefusedAttribute("ClusterInfo")
+    slot_ids = RefusedAttribute("ClusterInfo")
+    container_addrs = RefusedAttribute("ClusterInfo")
+    container_slot_counts = RefusedAttribute("ClusterInfo")
+    container_rank = RefusedAttribute("ClusterInfo")
+    gpu_uuids = RefusedAttribute("ClusterInfo")
+    task_id = RefusedAttribute("ClusterInfo")
+    allocation_id = RefusedAttribute("ClusterInfo")
+    session_token = RefusedAttribute("ClusterInfo")
+
+    @property
+    def user_data(self) -> Dict[str, Any]:
+        """The experiment config's ``data`` section, as Determined's."""
+        data = self.trial.config.get("data")
+        return data if isinstance(data, dict) else {}
 
     def to_environment(self) -> str:
         """The value of ``$DET_LIGHTNING_TRIAL_INFO`` that stands for this info."""

@@ -3,7 +3,7 @@
 Trials read some of Determined's private attributes (``context._epoch_len``,
 ``context._current_batch_idx``), so det_lightning keeps those with Determined's meaning; the
 rest of what Determined's ``PyTorchTrialContext``, ``PyTorchTrial``, ``DataLoader`` and
-reducers set is listed here: reading one raises :class:`errors.NotProvidedAttributeError` (an
+reducers set, and the cluster-only parts of its ``ClusterInfo``, is listed here: reading one raises :class:`errors.NotProvidedAttributeError` (an
 ``AttributeError``, so ``hasattr()`` is False) naming the replacement.
 ``tests/compat/test_context_attributes_parity.py`` reads Determined's source and fails on an
 attribute neither provided nor listed here.
@@ -45,6 +45,29 @@ REFUSED_ATTRIBUTES: Dict[str, str] = {
     "Context.experimental": (
         "its checkpoint deduplication talks to a master: use core_context.checkpoint"
     ),
+    **{
+        f"ClusterInfo.{name}": (
+            "det_lightning starts a trial's processes itself, one per slot "
+            "(resources.slots_per_trial, --devices N), with torchrun's environment: read the "
+            "ranks from core_context.distributed (DistributedContext.from_torch_distributed()) "
+            "or context.distributed. A script that starts its own worker per slot (Determined's "
+            "core_api/4_distributed.py) runs its worker part directly instead"
+        )
+        for name in (
+            "slot_ids",
+            "container_addrs",
+            "container_slot_counts",
+            "container_rank",
+            "gpu_uuids",
+        )
+    },
+    **{
+        f"ClusterInfo.{name}": (
+            "there is no master, agent or allocation: info.trial.trial_id and "
+            "info.trial.experiment_id name the trial"
+        )
+        for name in ("agent_id", "task_id", "allocation_id", "session_token")
+    },
     "PyTorchTrial.trial_controller_class": (
         "det_lightning runs a trial with pytorch.Trainer(trial, context).fit()"
     ),
