@@ -9,8 +9,9 @@ object, ``<uuid>/.complete`` (a copy of ``metadata.json``), exists::
     store.publish(uuid, local copy)    # every file, then <uuid>/.complete LAST
                                        #   (after the publish checks: ``_store``)
     store.complete()                   # checkpoints with a marker, nothing else
-    store.fetch(uuid)                  # into the cache (via .<uuid>.*.downloading);
-                                       #   reused when already there
+    store.fetch(uuid)                  # into the cache (via .<uuid>.<host>.<pid>.*.downloading,
+                                       #   which the next download removes if that process
+                                       #   died); reused when already there
     store.delete(uuid)                 # marked, the marker FIRST, then the other objects
     store.sweep()                      # <uuid>/ prefixes without a marker: what a killed
                                        #   upload or deletion left; marked checkpoints
@@ -33,6 +34,7 @@ import logging
 import os
 import pathlib
 import shutil
+import socket
 import tempfile
 import uuid as uuid_lib
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
@@ -72,7 +74,8 @@ logger = logging.getLogger("det_lightning.pytorch")
 # gcsfs, adlfs): a checkpoint's code/ holds hundreds of small files, each a request of its own.
 TRANSFER_CONCURRENCY = 16
 MARKER = ".complete"  # <uuid>/.complete: written last; a checkpoint without it does not exist
-DOWNLOADING = ".downloading"  # .<uuid>.<random>.downloading: a download in progress
+# .<uuid>.<host>.<pid>.<random>.downloading: a download in progress (``_download_folder``)
+DOWNLOADING = ".downloading"
 _UUID = ckpt.UUID_PATTERN
 
 
@@ -214,9 +217,7 @@ class ObjectStore(CheckpointStore):
         cache.mkdir(parents=True, exist_ok=True)
         # A directory of this process's own, renamed when complete: several ranks of one
         # machine may download the same checkpoint at once, and the first rename wins.
-        download = pathlib.Path(
-            tempfile.mkdtemp(prefix=f".{self.name}.", suffix=DOWNLOADING, dir=cache)
-        )
+        download = _download_folder(cache, self.name)
         try:
             targets = [download / key[len(self.key) + 1 :] for key in keys]
             for target in targets:
@@ -277,9 +278,7 @@ class ObjectStore(CheckpointStore):
             if key.startswith(base) and key[len(base) :] != MARKER
         ]
         wanted = [name for name in names if selector is None or selector(name)]
-        cache = self.staging()
-        cache.mkdir(parents=True, exist_ok=True)
-        local = pathlib.Path(tempfile.mkdtemp(prefix=f".{uuid}.", suffix=DOWNLOADING, dir=cache))
+        local = _download_folder(self.staging(), uuid)
         try:
             for name in wanted:
                 (local / name).parent.mkdir(parents=True, exist_ok=True)
@@ -416,6 +415,7 @@ class ObjectStore(CheckpointStore):
                 removed.append(str(self / child))
         remove_partials(self.staging())
         remove_deletions(self.staging())
+        remove_stale_downloads(self.staging())
         return removed
 
     # ----- checks -------------------------------------------------------------------------
@@ -515,6 +515,44 @@ def checkpoint_location(
     if not options and beside is not None:
         options = beside.options_for(scheme)
     return ObjectStore(f"{scheme}://{rest}", options)
+
+
+def _download_folder(cache: pathlib.Path, name: str) -> pathlib.Path:
+    """A new folder in ``cache`` to download checkpoint ``name`` into, named after this
+    machine and process (``.<name>.<host>.<pid>.<random>.downloading``) so that a later
+    download finds it if this process dies mid-way (``remove_stale_downloads``)."""
+    cache.mkdir(parents=True, exist_ok=True)
+    remove_stale_downloads(cache)
+    prefix = f".{name}.{socket.gethostname()}.{os.getpid()}."
+    return pathlib.Path(tempfile.mkdtemp(prefix=prefix, suffix=DOWNLOADING, dir=cache))
+
+
+def remove_stale_downloads(cache: pathlib.Path) -> List[pathlib.Path]:
+    """Removes the download folders in ``cache`` whose process, on this machine, is gone
+    (killed mid-download: they can be the size of a checkpoint); returns them. Another
+    machine's (a cache on a shared disk), a live process's, and an unnamed one stay."""
+    removed = []
+    host = socket.gethostname()
+    for entry in cache.iterdir() if cache.is_dir() else []:
+        name = entry.name
+        if not (name.startswith(".") and name.endswith(DOWNLOADING)):
+            continue
+        head, pid, _ = (name[1 : -len(DOWNLOADING)].rsplit(".", 2) + ["", ""])[:3]
+        if head.partition(".")[2] != host or not pid.isdigit() or _alive(int(pid)):
+            continue
+        shutil.rmtree(entry, ignore_errors=True)
+        removed.append(entry)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's
+    return True
 
 
 def _transfer(fs: Any, method: str, pairs: List[Tuple[str, str]]) -> None:
