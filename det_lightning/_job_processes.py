@@ -69,4 +69,22 @@ def oversubscribed(*, processes: Any, asked: str, on_gpu: bool, cpus: int, gpus:
     )
 
 
-__all__ = ["JOB_LOGGERS", "cpu_count", "is_chief", "oversubscribed", "quiet_unless_chief"]
+def pid_alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists on this machine (another user's counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+__all__ = [
+    "JOB_LOGGERS",
+    "cpu_count",
+    "is_chief",
+    "oversubscribed",
+    "pid_alive",
+    "quiet_unless_chief",
+]

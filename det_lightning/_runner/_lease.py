@@ -38,6 +38,7 @@ from typing import Any, Callable, Dict, Optional, Union
 import optuna
 from optuna.exceptions import UpdateFinishedTrialError
 
+from det_lightning._job_processes import pid_alive
 from det_lightning._runner._optuna import live_trial, storage_of, study_id, trial_id
 from det_lightning._runner._serial import creating
 from det_lightning._runner._trial_record import (
@@ -80,17 +81,6 @@ class LeaseSettings:
         (10.0, 2.0)
         """
         return min(10.0, self.timeout / 4)
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether a process ``pid`` exists on this machine."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def expired(

@@ -40,6 +40,7 @@ import uuid as uuid_lib
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
 from det_lightning import errors
+from det_lightning._job_processes import pid_alive
 from det_lightning.pytorch import _buckets
 from det_lightning.pytorch import _checkpoint as ckpt
 from det_lightning.pytorch._buckets import (
@@ -538,21 +539,11 @@ def remove_stale_downloads(cache: pathlib.Path) -> List[pathlib.Path]:
         if not (name.startswith(".") and name.endswith(DOWNLOADING)):
             continue
         head, pid, _ = (name[1 : -len(DOWNLOADING)].rsplit(".", 2) + ["", ""])[:3]
-        if head.partition(".")[2] != host or not pid.isdigit() or _alive(int(pid)):
+        if head.partition(".")[2] != host or not pid.isdigit() or pid_alive(int(pid)):
             continue
         shutil.rmtree(entry, ignore_errors=True)
         removed.append(entry)
     return removed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # another user's
-    return True
 
 
 def _transfer(fs: Any, method: str, pairs: List[Tuple[str, str]]) -> None:
