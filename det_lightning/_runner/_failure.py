@@ -40,6 +40,7 @@ def log_failure(
     process wrote its error there already (a command trial's, ``CommandFailed``)."""
     path = error_log(checkpoint_root, number)
     first = (str(error).strip().splitlines() or [""])[0].removeprefix(f"trial {number}: ")
+    first = first.rstrip(".")  # "...: <error>; <then>" with no ".;" between
     if not getattr(error, "traceback_logged", False):
         try:
             append_traceback(path, f"trial {number} failed", error)
