@@ -177,6 +177,7 @@ def init(
             default_tensorboard_dir(),
             tensorboard_mode,
             on_validation=hook.validation if hook else None,
+            best_validation=hook.best_validation if hook else None,
         ),
         searcher=SearcherContext(distributed, (hook.length if hook else None) or 1),
     )

@@ -5,6 +5,7 @@ asks it for the chief's ``SearchHook``::
 
     core_context.train.report_validation_metrics(steps, metrics)   -> hook.validation(...)
     core_context.preempt.should_preempt()                          -> hook.stop_requested()
+    core_context.train.get_experiment_best_validation()            -> hook.best_validation()
     core_context.searcher.operations()                             one op of hook.length
 
 As Determined 0.38's master does for a Core API trial: the searcher metric of each validation
@@ -26,6 +27,9 @@ class SearchHook(Protocol):
 
     def stop_requested(self) -> bool:
         """Whether the search stopped the trial (ASHA ranked it out at a rung)."""
+
+    def best_validation(self) -> Optional[float]:
+        """The best searcher metric the experiment's trials reported so far, or None."""
 
 
 MakeHook = Callable[[], Optional[SearchHook]]

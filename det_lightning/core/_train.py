@@ -33,9 +33,11 @@ class TrainContext:
         tensorboard_mode: TensorboardMode = TensorboardMode.AUTO,
         *,
         on_validation: Optional[Callable[[int, Dict[str, Any]], None]] = None,
+        best_validation: Optional[Callable[[], Optional[float]]] = None,
     ) -> None:
         self._dist = dist
         self._on_validation = on_validation  # a search's trial: the chief reports to it
+        self._best_validation = best_validation  # and asks it for the experiment's best
         self._tensorboard_path = tensorboard_path
         self._tensorboard_mode = TensorboardMode(tensorboard_mode)
         self._writer: Any = None
@@ -102,7 +104,10 @@ class TrainContext:
         logger.info(f"report_progress with progress={progress}")
 
     def get_experiment_best_validation(self) -> Optional[float]:
-        return None  # no other trials to compare with
+        """The best ``searcher.metric`` value any trial of the experiment reported so far, as
+        Determined's master answers; None outside a search (no other trials, as in
+        Determined's local mode), before any validation, and on a rank other than the chief."""
+        return self._best_validation() if self._best_validation is not None else None
 
     def close(self) -> None:
         if self._writer is not None:

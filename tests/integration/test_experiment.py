@@ -312,18 +312,21 @@ with det.core.init() as core_context:
     if info.latest_checkpoint is not None:
         with core_context.checkpoint.restore_path(info.latest_checkpoint) as path:
             epochs = json.loads((path / "state.json").read_text())["epochs"]
+    losses, bests = [], []
     while epochs < 4:
         epochs += 1
         loss = lr / epochs  # the smaller the learning rate, the better at every rung
         core_context.train.report_validation_metrics(
             steps_completed=epochs * 10, metrics={"test_loss": loss, "epochs": epochs}
         )
+        losses.append(loss)
+        bests.append(core_context.train.get_experiment_best_validation())
         with core_context.checkpoint.store_path({"steps_completed": epochs * 10}) as (path, _):
             (path / "state.json").write_text(json.dumps({"epochs": epochs}))
         if core_context.preempt.should_preempt():
             break
     with open(os.environ["TRAINED_LOG"], "a") as log:
-        log.write(json.dumps({"lr": lr, "epochs": epochs}) + "\\n")
+        log.write(json.dumps({"lr": lr, "epochs": epochs, "losses": losses, "bests": bests}) + "\\n")
 """
 
 
@@ -381,6 +384,13 @@ def test_a_core_api_loop_is_ranked_and_stopped_by_adaptive_asha(
     assert sorted(int(b) for b in shown) == sorted(t["epochs"] * 10 for t in trained), output(
         result
     )
+    # get_experiment_best_validation(): the best test_loss any trial reported so far (the
+    # trials ran one at a time, in the log's order), as Determined's master answers it.
+    reported: list = []
+    for t in trained:
+        for loss, best in zip(t["losses"], t["bests"]):
+            reported.append(loss)
+            assert best == min(reported), (t, reported)
     # Every promoted trial beat the trials ranked out before it: a smaller learning rate.
     assert min(t["lr"] for t in trained) == min(t["lr"] for t in trained if t["epochs"] == 4)
     best = min(t["lr"] for t in trained) / 4

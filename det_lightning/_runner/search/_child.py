@@ -16,7 +16,7 @@ import functools
 import json
 import logging
 import os
-from typing import Any, Dict, Iterator, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import optuna
 
@@ -24,7 +24,7 @@ from det_lightning import errors
 from det_lightning._env import SEARCH_ENV
 from det_lightning._info import get_cluster_info
 from det_lightning._runner._asha import Bracket
-from det_lightning._runner._lease import raise_if_taken_over
+from det_lightning._runner._lease import BRACKET, raise_if_taken_over, search_name
 from det_lightning._runner._optuna import live_trial
 from det_lightning._runner._search_settings import SearchSettings, length_mismatch
 from det_lightning._runner.config import Lengths
@@ -205,6 +205,22 @@ class CoreReporter:
 
     def stop_requested(self) -> bool:
         return self.recorder.stopped
+
+    def best_validation(self) -> Optional[float]:
+        """The best searcher-metric value any trial of the experiment reported so far, in
+        every bracket's study (what Determined's master answers
+        ``get_experiment_best_validation()`` with); None before any."""
+        study = self.recorder.study
+        storage = study._storage
+        prefix = search_name(study) + BRACKET
+        values: List[float] = []
+        for other in storage.get_all_studies():
+            if other.study_name.startswith(prefix):
+                for trial in storage.get_all_trials(other._study_id, deepcopy=False):
+                    values += trial.intermediate_values.values()
+        if not values:
+            return None
+        return min(values) if self.settings.smaller_is_better else max(values)
 
     def _once(self, message: str) -> None:
         if message not in self._said:
