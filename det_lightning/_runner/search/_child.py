@@ -25,7 +25,7 @@ from det_lightning._env import SEARCH_ENV
 from det_lightning._info import get_cluster_info
 from det_lightning._runner._asha import Bracket
 from det_lightning._runner._lease import BRACKET, raise_if_taken_over, search_name
-from det_lightning._runner._optuna import live_trial
+from det_lightning._runner._optuna import live_trial, storage_of
 from det_lightning._runner._search_settings import SearchSettings, length_mismatch
 from det_lightning._runner.config import Lengths
 from det_lightning._runner.search._reporter import INVALID_HP, RungRecorder, SearchReporter
@@ -211,12 +211,13 @@ class CoreReporter:
         every bracket's study (what Determined's master answers
         ``get_experiment_best_validation()`` with); None before any."""
         study = self.recorder.study
-        storage = study._storage
+        storage = storage_of(study)
         prefix = search_name(study) + BRACKET
         values: List[float] = []
-        for other in storage.get_all_studies():
-            if other.study_name.startswith(prefix):
-                for trial in storage.get_all_trials(other._study_id, deepcopy=False):
+        for name in optuna.get_all_study_names(storage):
+            if name.startswith(prefix):
+                study_id = storage.get_study_id_from_name(name)
+                for trial in storage.get_all_trials(study_id, deepcopy=False):
                     values += trial.intermediate_values.values()
         if not values:
             return None
