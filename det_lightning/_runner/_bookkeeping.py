@@ -27,6 +27,7 @@ from det_lightning._runner._record import RECORD_NAME
 from det_lightning._runner.config._searcher import SearcherConfig
 from det_lightning._runner.trial import FINISHED, INVALID_HP, TrialResult
 from det_lightning.pytorch import _checkpoint as ckpt
+from det_lightning.pytorch._retention import VALIDATION_KEY
 from det_lightning.pytorch._store import CheckpointStore
 
 
@@ -119,7 +120,7 @@ def checkpoint_rows(root: CheckpointStore, experiment_id: str) -> List[List[str]
             if e.name in complete or ckpt.WRITER_KEY not in e.metadata  # not a damaged one
         ]
         for entry in sorted(listed, key=lambda e: e.mtime):
-            validation = entry.metadata.get("det_lightning_validation") or {}
+            validation = entry.metadata.get(VALIDATION_KEY) or {}
             metric = f"{validation['metric']}={validation['value']:.4g}" if validation else "-"
             rows.append(
                 [
@@ -220,11 +221,14 @@ def main(command: str, argv: List[str]) -> int:
     (``command``: those two words; ``argv``: what follows)."""
     args = _parser(command).parse_args(argv)
     try:
-        root = checkpoint_root(args.checkpoint_dir)
-        root.folders()  # a bucket that cannot be listed is said here, once
-    except errors.CheckpointStorageError as e:
+        return _dispatch(command, args)
+    except errors.CheckpointStorageError as e:  # a bucket that cannot be listed, a bad URL
         print(f"det-lightning {command}: error: {e}", file=sys.stderr)
         return 1
+
+
+def _dispatch(command: str, args: argparse.Namespace) -> int:
+    root = checkpoint_root(args.checkpoint_dir)
     if command == "experiment list":
         return _list(root, args.storage)
     if command == "experiment describe":

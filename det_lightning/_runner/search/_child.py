@@ -229,7 +229,7 @@ class CoreReporter:
             trainer_logger.warning(message)
 
 
-def core_reporter() -> Optional[CoreReporter]:
+def core_reporter() -> CoreReporter:
     """The chief's ``CoreReporter`` for a Core API loop in this search's trial."""
     return CoreReporter(json.loads(os.environ[SEARCH_ENV]))
 
