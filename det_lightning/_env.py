@@ -34,6 +34,15 @@ RUN_IDENTITY_ENV = "DET_LIGHTNING_RUN_IDENTITY"
 # "1": a checkpoint named explicitly whose trial class or hyperparameters differ from the run's
 # is a warm start (its weights, from batch 0) instead of an error.
 ALLOW_WARM_START_ENV = "DET_LIGHTNING_ALLOW_WARM_START"
+# A command trial's slots on this machine: ClusterInfo.slot_ids, container_slot_counts.
+NODE_SLOTS_ENV = "DET_LIGHTNING_NODE_SLOTS"
+# "1": a command trial whose entrypoint has no launcher runs once per node, as Determined runs
+# it; `run` then leaves starting a process per slot to the first pytorch.init()/core.init().
+ONCE_PER_NODE_ENV = "DET_LIGHTNING_ONCE_PER_NODE"
+# Set by `run` for that first init(): the process allowed to start them, and how (JSON).
+RELAUNCH_ENV = "DET_LIGHTNING_RELAUNCH"
+# The port of the chief's rendezvous for DistributedContext(chief_ip=...) in such a trial.
+CHIEF_PORT_ENV = "DET_LIGHTNING_CHIEF_PORT"
 
 
 def default_tensorboard_dir() -> pathlib.Path:

@@ -10,10 +10,11 @@ script as one trial of a search, it passes the trial's hyperparameters, id and c
 import dataclasses
 import json
 import os
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
-from det_lightning._env import TRIAL_INFO_ENV
+from det_lightning._env import NODE_SLOTS_ENV, TRIAL_INFO_ENV
 from det_lightning._refused_attributes import RefusedAttribute
+from det_lightning.errors import NotProvidedAttributeError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,17 +38,36 @@ class ClusterInfo:
     cluster_id: str = "det-lightning"
     master_url: str = ""
 
-    # Determined's cluster-only parts: reading one raises, naming what to use (a script
-    # that starts its own worker per slot reads them; here the processes are det_lightning's).
+    # Determined's cluster-only parts: reading one raises, naming what to use.
     agent_id = RefusedAttribute("ClusterInfo")
-    slot_ids = RefusedAttribute("ClusterInfo")
-    container_addrs = RefusedAttribute("ClusterInfo")
-    container_slot_counts = RefusedAttribute("ClusterInfo")
-    container_rank = RefusedAttribute("ClusterInfo")
     gpu_uuids = RefusedAttribute("ClusterInfo")
     task_id = RefusedAttribute("ClusterInfo")
     allocation_id = RefusedAttribute("ClusterInfo")
     session_token = RefusedAttribute("ClusterInfo")
+
+    # The trial's layout on this machine, which a launcher-style script reads to start a
+    # worker per slot (core_api/4_distributed.py): one container, the machine.
+    @property
+    def slot_ids(self) -> List[int]:
+        """``[0, ..., slots_per_trial - 1]``, the trial's slots on this machine."""
+        return list(range(_node_slots("slot_ids")))
+
+    @property
+    def container_addrs(self) -> List[str]:
+        """``["127.0.0.1"]``, the one container (this machine), where the chief runs."""
+        _node_slots("container_addrs")
+        return ["127.0.0.1"]
+
+    @property
+    def container_slot_counts(self) -> List[int]:
+        """``[slots_per_trial]``, the one container's slots."""
+        return [_node_slots("container_slot_counts")]
+
+    @property
+    def container_rank(self) -> int:
+        """0, the one container's index."""
+        _node_slots("container_rank")
+        return 0
 
     @property
     def user_data(self) -> Dict[str, Any]:
@@ -58,6 +78,25 @@ class ClusterInfo:
     def to_environment(self) -> str:
         """The value of ``$DET_LIGHTNING_TRIAL_INFO`` that stands for this info."""
         return json.dumps(dataclasses.asdict(self), default=str)
+
+
+def _node_slots(name: str) -> int:
+    """The trial's slots on this machine (``$DET_LIGHTNING_NODE_SLOTS``, which a
+    ``det-lightning experiment`` command trial on one machine has).
+
+    Raises:
+        errors.NotProvidedAttributeError: a trial on several machines, or no such trial.
+    """
+    slots = os.environ.get(NODE_SLOTS_ENV, "")
+    if slots.isdigit():
+        return int(slots)
+    raise NotProvidedAttributeError(
+        f"ClusterInfo.{name} is not provided by det_lightning here: it describes the trial's "
+        "machine, known in a `det-lightning experiment` trial on one machine (not one of "
+        "several nodes). Read the ranks from core_context.distributed "
+        "(DistributedContext.from_torch_distributed()) or context.distributed.",
+        name=name,
+    )
 
 
 def get_cluster_info() -> Optional[ClusterInfo]:

@@ -80,9 +80,27 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
+def has_children() -> bool:
+    """Whether this process has a child process running (Linux: ``/proc``'s children lists;
+    elsewhere False)."""
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return False
+    for task in tasks:
+        try:
+            with open(f"/proc/self/task/{task}/children") as listed:
+                if listed.read().split():
+                    return True
+        except OSError:
+            continue
+    return False
+
+
 __all__ = [
     "JOB_LOGGERS",
     "cpu_count",
+    "has_children",
     "is_chief",
     "oversubscribed",
     "pid_alive",

@@ -126,8 +126,15 @@ REFUSED: Dict[str, str] = {
         ["determined.launch.horovod", "determined.launch.tensorflow"],
     ),
     "determined.launch.deepspeed": _LAUNCHER,
-    "determined.launch.wrap_rank": (
-        f"{_CLUSTER}; Lightning prefixes nothing: log det.LOG_FORMAT's %(process)s"
+    **_same(
+        "wrap_rank's own helpers: run it as `python3 -m determined.launch.wrap_rank RANK -- "
+        "COMMAND`, or call its main()",
+        [
+            "determined.launch.wrap_rank.lineend",
+            "determined.launch.wrap_rank.read_newlines_or_carriage_returns",
+            "determined.launch.wrap_rank.forward_stream",
+            "determined.launch.wrap_rank.run_all",
+        ],
     ),
     **_same(
         f"{_CLUSTER} (the commands a cluster node runs); {_LAUNCHER}",

@@ -45,22 +45,10 @@ REFUSED_ATTRIBUTES: Dict[str, str] = {
     "Context.experimental": (
         "its checkpoint deduplication talks to a master: use core_context.checkpoint"
     ),
-    **{
-        f"ClusterInfo.{name}": (
-            "det_lightning starts a trial's processes itself, one per slot "
-            "(resources.slots_per_trial, --devices N), with torchrun's environment: read the "
-            "ranks from core_context.distributed (DistributedContext.from_torch_distributed()) "
-            "or context.distributed. A script that starts its own worker per slot (Determined's "
-            "core_api/4_distributed.py) runs its worker part directly instead"
-        )
-        for name in (
-            "slot_ids",
-            "container_addrs",
-            "container_slot_counts",
-            "container_rank",
-            "gpu_uuids",
-        )
-    },
+    "ClusterInfo.gpu_uuids": (
+        "a trial's devices are Lightning's: info.slot_ids numbers them, and "
+        "torch.cuda.get_device_properties(i).uuid names one"
+    ),
     **{
         f"ClusterInfo.{name}": (
             "there is no master, agent or allocation: info.trial.trial_id and "

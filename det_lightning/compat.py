@@ -173,6 +173,21 @@ class _DeterminedAliasFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader)
         spec.loader_state = module.__spec__
         return module
 
+    def get_code(self, fullname: str) -> Optional[types.CodeType]:
+        """The code of the det_lightning module ``fullname`` stands for: what ``runpy`` runs
+        as ``__main__`` for ``python -m determined.launch.wrap_rank`` (a launcher-style
+        script's command) in an interpreter where the alias is installed.
+
+        Raises:
+            ModuleNotFoundError: det_lightning has no such module.
+        """
+        target = _alias_to_target(fullname)
+        spec = importlib.util.find_spec(target)
+        if spec is None or spec.loader is None:
+            raise _missing_module_error(fullname)
+        get_code = getattr(spec.loader, "get_code", None)
+        return get_code(target) if get_code is not None else None
+
     def exec_module(self, module: types.ModuleType) -> None:
         """Restore the det_lightning module's own ``__spec__``; it is already executed.
 

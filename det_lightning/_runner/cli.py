@@ -35,14 +35,18 @@ import os
 import pathlib
 import runpy
 import shlex
+import socket
 import subprocess
 import sys
 from typing import Any, Callable, ContextManager, List, Mapping, Optional, Sequence
 
 from det_lightning import compat, errors
 from det_lightning._env import (
+    CHIEF_PORT_ENV,
     ERROR_LOG_ENV,
     LATEST_CHECKPOINT_ENV,
+    ONCE_PER_NODE_ENV,
+    RELAUNCH_ENV,
     RESUME_ADVICE_ENV,
     SEARCH_ENV,
 )
@@ -121,6 +125,24 @@ def _start_processes(
     return subprocess.call(command)
 
 
+def _defer_processes(options: Mapping[str, Any], argv: Sequence[str]) -> None:
+    """A command trial that runs once per node (``$DET_LIGHTNING_ONCE_PER_NODE``): the
+    script runs in this process, and the torchrun command that would have started it once per
+    device waits for its first ``init()`` (``_relaunch``); a worker the script starts itself
+    meets its chief at a free port (``DistributedContext(chief_ip=...)``)."""
+    from det_lightning import _relaunch
+
+    command = torchrun_command(options, os.environ, argv)
+    if command is None:
+        return
+    _launch_checks.warn_if_oversubscribed(options, f"--devices {options['devices']}")
+    os.environ[RELAUNCH_ENV] = _relaunch.plan(os.getpid(), options["devices"], command)
+    _relaunch.shield_from_first_signal()
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        os.environ[CHIEF_PORT_ENV] = str(probe.getsockname()[1])
+
+
 # ----- run -----------------------------------------------------------------------------------
 
 
@@ -162,7 +184,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     options = launch_options(args)
     try:
-        status = _start_processes(options, args.argv)
+        if os.environ.get(ONCE_PER_NODE_ENV) and not already_launched(os.environ):
+            _defer_processes(options, args.argv)
+            status = None
+        else:
+            status = _start_processes(options, args.argv)
     except UsageError as e:
         print_error("run", str(e))
         return EXIT_USAGE

@@ -85,6 +85,21 @@ def parse_command(entrypoint: Union[str, List[str]]) -> Union[str, List[str]]:
     )
 
 
+def runs_once_per_node(entrypoint: Union[str, List[str]]) -> bool:
+    """Whether Determined runs the command once per node: a Python command that no Determined
+    launcher (``-m determined.launch.X``) starts once per slot.
+
+    >>> runs_once_per_node("python3 4_distributed.py launcher")
+    True
+    >>> runs_once_per_node("python3 -u -m determined.launch.torch_distributed python3 t.py")
+    False
+    """
+    words = shlex.split(entrypoint) if isinstance(entrypoint, str) else list(entrypoint)
+    while words and (_is_python(words[0]) or words[0] in _INTERPRETER_FLAGS):
+        words = words[1:]
+    return not (words[:1] == ["-m"] and len(words) > 1 and words[1] in _DETERMINED_LAUNCHERS)
+
+
 def load_trial_class(spec: str) -> type:
     """Imports ``module:Qual.Name`` (from the model directory, already on ``sys.path``).
 
@@ -114,4 +129,4 @@ def load_trial_class(spec: str) -> type:
     return obj
 
 
-__all__ = ["load_trial_class", "parse_command"]
+__all__ = ["load_trial_class", "parse_command", "runs_once_per_node"]

@@ -26,7 +26,7 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 from det_lightning._env import CHECKPOINT_DIR_ENV, TENSORBOARD_DIR_ENV
 from det_lightning._runner._search_settings import SearchSettings, experiment_id
 from det_lightning._runner.config import ExperimentConfig, random_points
-from det_lightning._runner.harness import parse_command
+from det_lightning._runner.harness import parse_command, runs_once_per_node
 from det_lightning.pytorch._remote import checkpoint_location
 from det_lightning.pytorch._store import CheckpointStore
 
@@ -50,6 +50,8 @@ class Plan:
         trial_class: ``module:Class`` for a legacy entrypoint, else None.
         command: the ``det-lightning run`` arguments for a command entrypoint, else None.
         launch: Lightning launch options for ``init()`` (or ``run``'s flags).
+        once_per_node: the command has no Determined launcher, so it runs once per node as on
+            Determined, and its first ``init()`` starts a process per slot (``_relaunch``).
     """
 
     config: ExperimentConfig
@@ -64,6 +66,7 @@ class Plan:
     experiment_id: str  # _search_settings.experiment_id: the same for every rerun
     storage: Optional[str] = None  # a search's Optuna storage (None: a journal file)
     heartbeat_timeout: float = 120.0  # seconds a trial's lease lasts without renewal (_lease)
+    once_per_node: bool = False
 
 
 # ----- planning ------------------------------------------------------------------------------
@@ -181,4 +184,5 @@ def plan_experiment(
         launch=launch_options(config, launch or {}),
         search=search,
         experiment_id=identity,
+        once_per_node=command is not None and runs_once_per_node(config.entrypoint),
     )

@@ -24,7 +24,13 @@ import threading
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from det_lightning import errors, pytorch
-from det_lightning._env import CHECKPOINT_DIR_ENV, ERROR_LOG_ENV, TENSORBOARD_DIR_ENV
+from det_lightning._env import (
+    CHECKPOINT_DIR_ENV,
+    ERROR_LOG_ENV,
+    NODE_SLOTS_ENV,
+    ONCE_PER_NODE_ENV,
+    TENSORBOARD_DIR_ENV,
+)
 from det_lightning._import import import_from_path
 from det_lightning._runner import _failure
 from det_lightning._runner._template import TrialRequest
@@ -156,6 +162,42 @@ def launch_flags(options: Dict[str, Any]) -> List[str]:
     return flags
 
 
+def node_slots(launch: Dict[str, Any]) -> Optional[int]:
+    """A command trial's slots on this machine (``ClusterInfo.slot_ids``): None on several
+    machines, or for a device count Lightning settles (``auto``).
+
+    >>> node_slots({}), node_slots({"devices": 4}), node_slots({"devices": "0,2"})
+    (1, 4, 2)
+    >>> node_slots({"devices": 2, "num_nodes": 2}), node_slots({"devices": "auto"})
+    (None, None)
+    """
+    if (launch.get("num_nodes") or 1) > 1:
+        return None
+    devices = launch.get("devices", 1)
+    if isinstance(devices, int):
+        return max(devices, 1)
+    if isinstance(devices, (list, tuple)):
+        return len(devices)
+    if isinstance(devices, str) and "," in devices:
+        return len([d for d in devices.split(",") if d.strip()])
+    return None
+
+
+def command_environment(plan: Plan, environ: Dict[str, str]) -> Dict[str, str]:
+    """What a command trial's process learns of its machine, as in a Determined container:
+    its slots (``ClusterInfo``), whether it runs once per node (``_relaunch``), and
+    ``import determined`` in the Python processes it starts (``_stand_in``)."""
+    from det_lightning._runner._stand_in import child_environment
+
+    env = child_environment(environ)
+    slots = node_slots(plan.launch)
+    if slots is not None:
+        env[NODE_SLOTS_ENV] = str(slots)
+    if plan.once_per_node:
+        env[ONCE_PER_NODE_ENV] = "1"
+    return env
+
+
 def run_command_trial(
     plan: Plan,
     number: int,
@@ -181,6 +223,7 @@ def run_command_trial(
     env[CHECKPOINT_DIR_ENV] = str(directory)
     env.update(directory.environment())  # a bucket's: checkpoint_storage's endpoint and keys
     env[TENSORBOARD_DIR_ENV] = str(plan.tensorboard_root / f"trial-{number}")
+    env.update(command_environment(plan, env))
     env.update(extra_env or {})
     error_log = _failure.error_log(plan.checkpoint_root, number)
     env[ERROR_LOG_ENV] = str(error_log)

@@ -147,6 +147,9 @@ def init(
     """
     owns_group = False
     if distributed is None:
+        from det_lightning._relaunch import relaunch_if_first
+
+        relaunch_if_first("core.init()")
         distributed, owns_group = _distributed_from_env()
     if distributed.cross_size > 1 and distributed._node_group is None and _group_started():
         # allgather_local()/gather_local()/broadcast_local() need a group per node (every

@@ -1,12 +1,16 @@
 """``DistributedContext``: who this process is, and object collectives over ``torch.distributed``.
 
 Determined runs its own ZMQ sockets for these; we use the process group that Lightning's strategy
-(or the user) already set up, so there is one communication layer.
+(or the user) already set up, so there is one communication layer. A context built with a
+``chief_ip`` where no group exists (the workers of a launcher-style script) starts a gloo group
+meeting at the chief.
 """
 
 import os
 import weakref
 from typing import Any, List, Optional
+
+from det_lightning._env import CHIEF_PORT_ENV
 
 
 def _env_int(name: str, *fallbacks: str, default: Optional[int] = None) -> int:
@@ -32,8 +36,11 @@ class DistributedContext:
         local_size: processes on this node.
         cross_rank: index of this node.
         cross_size: number of nodes.
-        chief_ip: accepted for compatibility; the process group already knows its peers.
-        pub_port, pull_port, port_offset, force_tcp: accepted for compatibility, unused.
+        chief_ip: the chief's address. Without a ``torch.distributed`` process group (a
+            launcher-style script's workers), the first collective starts a gloo group that
+            meets there, at port ``$DET_LIGHTNING_CHIEF_PORT`` (set in a trial) else
+            ``pub_port + port_offset`` (Determined's ports); with a group, unused.
+        pull_port, force_tcp: accepted for compatibility, unused.
     """
 
     def __init__(
@@ -67,6 +74,8 @@ class DistributedContext:
         self.cross_rank = cross_rank
         self.cross_size = cross_size
         self._chief_ip = chief_ip
+        self._chief_port = pub_port + port_offset
+        self._owns_group = False
         # Weak: torch's registry owns the group, and destroy_process_group() must be able to end
         # it (a group kept alive past that runs gloo's threads into the interpreter's teardown).
         self._node_group: Optional["weakref.ref[Any]"] = None
@@ -75,7 +84,12 @@ class DistributedContext:
     @classmethod
     def from_torch_distributed(cls, chief_ip: Optional[str] = None) -> "DistributedContext":
         """From the variables torchrun (or Lightning's launcher) sets: RANK, WORLD_SIZE, LOCAL_RANK,
-        LOCAL_WORLD_SIZE, GROUP_RANK, GROUP_WORLD_SIZE."""
+        LOCAL_WORLD_SIZE, GROUP_RANK, GROUP_WORLD_SIZE. The first call in a multi-slot trial
+        that runs once per node starts the processes first (``_relaunch``)."""
+        if "RANK" not in os.environ:
+            from det_lightning._relaunch import relaunch_if_first
+
+            relaunch_if_first("DistributedContext.from_torch_distributed()")
         size = _env_int("WORLD_SIZE")
         local_size = _env_int("LOCAL_WORLD_SIZE", default=size)
         return cls(
@@ -123,7 +137,14 @@ class DistributedContext:
         return self.cross_size
 
     def close(self) -> None:
-        """Nothing to close: the process group belongs to Lightning's strategy or the user."""
+        """Ends the process group the collectives started (``chief_ip``); one that Lightning's
+        strategy or the user started is theirs to end."""
+        if self._owns_group:
+            import torch.distributed as dist
+
+            self._owns_group = False
+            if dist.is_initialized():
+                dist.destroy_process_group()
 
     # ----- collectives --------------------------------------------------------------------
     def _group_ready(self) -> bool:
@@ -131,6 +152,8 @@ class DistributedContext:
             return False
         import torch.distributed as dist
 
+        if dist.is_available() and not dist.is_initialized() and self._chief_ip:
+            self._meet_at_chief()
         if not (dist.is_available() and dist.is_initialized()):
             raise RuntimeError(
                 f"DistributedContext(size={self.size}) needs an initialized torch.distributed "
@@ -139,6 +162,23 @@ class DistributedContext:
                 "context yourself, call torch.distributed.init_process_group() first."
             )
         return True
+
+    def _meet_at_chief(self) -> None:
+        """A gloo group of ``size`` ranks meeting at ``chief_ip``, as Determined's contexts
+        connect to the chief's sockets; collective, like their first message."""
+        import datetime
+
+        import torch.distributed as dist
+
+        port = int(os.environ.get(CHIEF_PORT_ENV) or self._chief_port)
+        dist.init_process_group(
+            "gloo",
+            init_method=f"tcp://{self._chief_ip}:{port}",
+            rank=self.rank,
+            world_size=self.size,
+            timeout=datetime.timedelta(minutes=30),
+        )
+        self._owns_group = True
 
     def allgather(self, stuff: Any) -> List:
         """Every rank gets the list of every rank's ``stuff``, in rank order."""

@@ -76,6 +76,10 @@ def init(
             starts CUDA (ours; default: ``$DET_LIGHTNING_DETERMINISTIC``, else the config's
             ``reproducibility.deterministic``, else off).
     """
+    if distributed is None:
+        from det_lightning._relaunch import relaunch_if_first  # a leaf: no cost
+
+        relaunch_if_first("pytorch.init()")
     hparams, exp_conf, seed = trial_settings(hparams, exp_conf)
     reproducibility = ReproducibilityConfig.from_exp_conf(exp_conf)
     wanted = wants_deterministic(deterministic, reproducibility, os.environ)

@@ -17,7 +17,9 @@ def _modules() -> list:
     for root, prefix in ((PACKAGE, "det_lightning"), (ADAPTERS, "det_lightning.adapters")):
         for path in sorted(root.rglob("*.py")):
             parts = path.relative_to(root).with_suffix("").parts
-            if parts[-1] == "__main__":
+            # __main__ runs the CLI; _alias/determined is the stand-in package a trial's own
+            # processes import as `determined` (importing it here would alias this process).
+            if parts[-1] == "__main__" or parts[0] == "_alias":
                 continue
             names.append(".".join((prefix, *parts)).removesuffix(".__init__"))
     return names

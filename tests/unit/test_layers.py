@@ -51,6 +51,7 @@ LAYERS: Dict[str, Tuple[str, Tuple[str, ...]]] = {
             "det_lightning._info",
             "det_lightning._refused",
             "det_lightning._refused_attributes",
+            "det_lightning._relaunch",
         ),
     ),
     "leaves": (
