@@ -158,9 +158,9 @@ def init(
 
         init_local_groups(distributed)
     store = _storage(checkpoint_storage)
-    from det_lightning.core._search_hooks import search_hook  # only when a loop starts
+    from det_lightning.core._search_hooks import best_validation, search_hook
 
-    hook = search_hook() if distributed.rank == 0 else None
+    hook = search_hook() if distributed.rank == 0 else None  # only when a loop starts
     if os.environ.get(SEARCH_ENV) and distributed.rank == 0 and hook is None:
         logger.warning(
             "core.init() in a search's trial started outside det-lightning run: its "
@@ -180,7 +180,7 @@ def init(
             default_tensorboard_dir(),
             tensorboard_mode,
             on_validation=hook.validation if hook else None,
-            best_validation=hook.best_validation if hook else None,
+            best_validation=hook.best_validation if hook else best_validation(),
         ),
         searcher=SearcherContext(distributed, (hook.length if hook else None) or 1),
     )

@@ -6,6 +6,7 @@ asks it for the chief's ``SearchHook``::
     core_context.train.report_validation_metrics(steps, metrics)   -> hook.validation(...)
     core_context.preempt.should_preempt()                          -> hook.stop_requested()
     core_context.train.get_experiment_best_validation()            -> hook.best_validation()
+                                            (on another rank:          -> best())
     core_context.searcher.operations()                             one op of hook.length
 
 As Determined 0.38's master does for a Core API trial: the searcher metric of each validation
@@ -33,17 +34,23 @@ class SearchHook(Protocol):
 
 
 MakeHook = Callable[[], Optional[SearchHook]]
+BestValidation = Callable[[], Optional[float]]
 _MAKERS: List[MakeHook] = []
+_BEST: List[BestValidation] = []
 
 
 @contextlib.contextmanager
-def core_search(make: MakeHook) -> Iterator[None]:
-    """Inside the block, ``core.init()`` on the chief links its loop to ``make()``'s hook."""
+def core_search(make: MakeHook, best: BestValidation) -> Iterator[None]:
+    """Inside the block, ``core.init()`` on the chief links its loop to ``make()``'s hook, and
+    on the other ranks answers ``get_experiment_best_validation()`` with ``best()`` (Determined
+    asks its master from any rank)."""
     _MAKERS.append(make)
+    _BEST.append(best)
     try:
         yield
     finally:
         _MAKERS.remove(make)
+        _BEST.remove(best)
 
 
 def search_hook() -> Optional[SearchHook]:
@@ -51,4 +58,10 @@ def search_hook() -> Optional[SearchHook]:
     return _MAKERS[-1]() if _MAKERS else None
 
 
-__all__ = ["SearchHook", "core_search", "search_hook"]
+def best_validation() -> Optional[BestValidation]:
+    """A rank other than the chief's reader of the experiment's best validation, or None
+    outside any ``core_search`` block."""
+    return _BEST[-1] if _BEST else None
+
+
+__all__ = ["SearchHook", "best_validation", "core_search", "search_hook"]

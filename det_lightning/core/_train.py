@@ -106,7 +106,7 @@ class TrainContext:
     def get_experiment_best_validation(self) -> Optional[float]:
         """The best ``searcher.metric`` value any trial of the experiment reported so far, as
         Determined's master answers; None outside a search (no other trials, as in
-        Determined's local mode), before any validation, and on a rank other than the chief."""
+        Determined's local mode), and before any validation; on every rank."""
         return self._best_validation() if self._best_validation is not None else None
 
     def close(self) -> None:

@@ -99,6 +99,9 @@ def test_a_launcher_style_script_trains_on_its_own_workers(tmp_path: pathlib.Pat
     # x grows by both ranks' increment_by (3 + 3) a step: 60 after 10; the search ranked it.
     assert re.search(r"^1\s+COMPLETED\s+-\s+10\s+60\s", result.stdout, re.M), output(result)
     assert "best: trial 1 (x=60)" in result.stdout, output(result)
+    # get_experiment_best_validation() on both ranks, as Determined's master answers any rank.
+    assert "bests at step 2: [12.0, 12.0]" in result.stderr, output(result)
+    assert "bests at step 10: [60.0, 60.0]" in result.stderr, output(result)
     for rank in (0, 1):  # wrap_rank's prefix; the workers' python3 is this installation's
         line = re.search(
             rf"^\[rank={rank}\] .* worker {rank} of 2, python (\S+)$", result.stderr, re.M

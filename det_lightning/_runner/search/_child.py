@@ -207,26 +207,36 @@ class CoreReporter:
         return self.recorder.stopped
 
     def best_validation(self) -> Optional[float]:
-        """The best searcher-metric value any trial of the experiment reported so far, in
-        every bracket's study (what Determined's master answers
-        ``get_experiment_best_validation()`` with); None before any."""
-        study = self.recorder.study
-        storage = storage_of(study)
-        prefix = search_name(study) + BRACKET
-        values: List[float] = []
-        for name in optuna.get_all_study_names(storage):
-            if name.startswith(prefix):
-                study_id = storage.get_study_id_from_name(name)
-                for trial in storage.get_all_trials(study_id, deepcopy=False):
-                    values += trial.intermediate_values.values()
-        if not values:
-            return None
-        return min(values) if self.settings.smaller_is_better else max(values)
+        return experiment_best(self.recorder.study, self.settings.smaller_is_better)
 
     def _once(self, message: str) -> None:
         if message not in self._said:
             self._said.add(message)
             trainer_logger.warning(message)
+
+
+def experiment_best(study: optuna.Study, smaller_is_better: bool) -> Optional[float]:
+    """The best searcher-metric value any trial of ``study``'s experiment reported so far, in
+    every bracket's study (what Determined's master answers
+    ``get_experiment_best_validation()`` with); None before any."""
+    storage = storage_of(study)
+    prefix = search_name(study) + BRACKET
+    values: List[float] = []
+    for name in optuna.get_all_study_names(storage):
+        if name.startswith(prefix):
+            study_id = storage.get_study_id_from_name(name)
+            for trial in storage.get_all_trials(study_id, deepcopy=False):
+                values += trial.intermediate_values.values()
+    if not values:
+        return None
+    return min(values) if smaller_is_better else max(values)
+
+
+def any_rank_best() -> Optional[float]:
+    """``get_experiment_best_validation()`` on a rank other than the chief: the same answer,
+    read through this process's storage of the search (opened at the first call)."""
+    settings, _ = _settings(json.loads(os.environ[SEARCH_ENV]))
+    return experiment_best(_search_trial().study, settings.smaller_is_better)
 
 
 def core_reporter() -> CoreReporter:
@@ -251,6 +261,6 @@ def reporting_to_search() -> Iterator[None]:
     if not os.environ.get(SEARCH_ENV):
         yield
         return
-    with fit_callbacks(reporter_callbacks), core_search(core_reporter):
+    with fit_callbacks(reporter_callbacks), core_search(core_reporter, any_rank_best):
         with publish_check(_still_leased):
             yield

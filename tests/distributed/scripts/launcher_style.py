@@ -4,7 +4,8 @@ through ``python3 -m determined.launch.wrap_rank RANK -- python3 launcher_style.
 each worker builds its own ``DistributedContext(chief_ip=...)``.
 
 Each step adds the sum of every rank's ``increment_by`` (an allgather) to ``x``; the chief
-reports ``x`` and checkpoints it every 2 steps. From step ``hold`` on, the workers wait until
+reports ``x`` and checkpoints it every 2 steps, and then every rank asks for the experiment's
+best validation. From step ``hold`` on, the workers wait until
 ``$RELEASE`` exists (the chief decides, so both ranks make the same collective calls), asking
 ``should_preempt()`` as they wait.
 """
@@ -35,6 +36,12 @@ def train(core_context: "det.core.Context", hparams: dict, latest: str, trial_id
             core_context.train.report_validation_metrics(steps_completed=done, metrics={"x": x})
             with core_context.checkpoint.store_path({"steps_completed": done}) as (path, _):
                 (path / "state").write_text(f"{x},{done},{trial_id}")
+        if done % 2 == 0:  # every rank asks for the experiment's best, after the chief reported
+            core_context.distributed.broadcast(None)
+            best = core_context.train.get_experiment_best_validation()
+            bests = core_context.distributed.allgather(best)
+            if core_context.distributed.rank == 0:
+                logging.info(f"bests at step {done}: {bests}")
         while done >= hparams["hold"] and not core_context.distributed.broadcast(release.exists()):
             if core_context.preempt.should_preempt():
                 return
