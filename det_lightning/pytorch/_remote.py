@@ -77,6 +77,13 @@ TRANSFER_CONCURRENCY = 16
 MARKER = ".complete"  # <uuid>/.complete: written last; a checkpoint without it does not exist
 # .<uuid>.<host>.<pid>.<random>.downloading: a download in progress (``_download_folder``)
 DOWNLOADING = ".downloading"
+# Each file of an upload is given up after UPLOAD_GRACE_S plus its size at the rate below. An
+# endpoint that stalls held an upload, and so its trial, for ever: botocore sends a PUT's body
+# only after the server's "100 Continue", a wait no read timeout bounds (``_buckets``'
+# PROBE_TIMEOUT_S bounds the probe's). Reads need no bound of ours: botocore's read timeout and
+# retries end them.
+UPLOAD_GRACE_S = 120.0
+UPLOAD_MIN_RATE_ENV = "DET_LIGHTNING_UPLOAD_MIN_MBPS"  # MB/s; default 1
 _UUID = ckpt.UUID_PATTERN
 
 
@@ -314,7 +321,7 @@ class ObjectStore(CheckpointStore):
         files = sorted(p for p in local.rglob("*") if p.is_file())
         try:
             pairs = [(str(f), f"{target.key}/{f.relative_to(local).as_posix()}") for f in files]
-            _transfer(fs, "put_file", pairs)
+            _transfer(fs, "put_file", pairs, [upload_bound(f.stat().st_size) for f in files])
         except Exception as e:
             raise self._upload_failed(local, target, e) from e
         try:
@@ -324,7 +331,8 @@ class ObjectStore(CheckpointStore):
             self._withdraw(uuid)
             raise
         try:
-            fs.pipe_file(f"{target.key}/{MARKER}", (local / ckpt.METADATA_FILE).read_bytes())
+            marker = local / ckpt.METADATA_FILE
+            _transfer(fs, "put_file", [(str(marker), f"{target.key}/{MARKER}")], [UPLOAD_GRACE_S])
         except Exception as e:
             raise self._upload_failed(local, target, e) from e
         return target
@@ -546,28 +554,78 @@ def remove_stale_downloads(cache: pathlib.Path) -> List[pathlib.Path]:
     return removed
 
 
-def _transfer(fs: Any, method: str, pairs: List[Tuple[str, str]]) -> None:
+class UploadStalled(RuntimeError):
+    """A file of a checkpoint was not uploaded within its bound (``upload_bound``). Not a
+    ``TimeoutError``, which fsspec's ``sync`` would turn into a bare ``FSTimeoutError``."""
+
+
+def upload_bound(size: int, environ: Optional[Dict[str, str]] = None) -> float:
+    """Seconds an upload of ``size`` bytes may take: ``UPLOAD_GRACE_S`` plus the size at
+    ``$DET_LIGHTNING_UPLOAD_MIN_MBPS`` MB/s (default 1).
+
+    >>> upload_bound(0, {}), upload_bound(10**9, {}), upload_bound(10**9, {UPLOAD_MIN_RATE_ENV: "10"})
+    (120.0, 1120.0, 220.0)
+
+    Raises:
+        CheckpointStorageError: the variable is not a number above 0.
+    """
+    given = (os.environ if environ is None else environ).get(UPLOAD_MIN_RATE_ENV) or "1"
+    try:
+        rate = float(given)
+    except ValueError:
+        rate = 0.0
+    if not rate > 0:
+        raise errors.CheckpointStorageError(
+            f"${UPLOAD_MIN_RATE_ENV}={given!r} is not a number of MB/s above 0 (the slowest "
+            "upload rate before a checkpoint's upload is given up). Nothing was uploaded."
+        )
+    return UPLOAD_GRACE_S + size / (rate * 1e6)
+
+
+def _transfer(
+    fs: Any, method: str, pairs: List[Tuple[str, str]], bounds: Optional[List[float]] = None
+) -> None:
     """``fs.<method>(source, destination)`` for each pair (``put_file``, ``get_file``):
     ``TRANSFER_CONCURRENCY`` at once where ``fs`` is asynchronous (fsspec's ``_put_file`` on
     its own event loop), one after another elsewhere. The first failure cancels the transfers
-    in flight and is raised once they have stopped; transfers not yet begun never start."""
+    in flight and is raised once they have stopped; transfers not yet begun never start.
+    ``bounds``: seconds each may take (asynchronous filesystems), else ``UploadStalled``."""
     if not getattr(fs, "async_impl", False):
         for source, destination in pairs:
             getattr(fs, method)(source, destination)
         return
     from fsspec.asyn import sync
 
-    sync(fs.loop, _transfer_all, getattr(fs, f"_{method}"), pairs)
+    limits = bounds if bounds is not None else [None] * len(pairs)
+    sync(fs.loop, _transfer_all, getattr(fs, f"_{method}"), pairs, limits)
 
 
-async def _transfer_all(call: Callable[..., Any], pairs: List[Tuple[str, str]]) -> None:
+async def _transfer_all(
+    call: Callable[..., Any], pairs: List[Tuple[str, str]], bounds: List[Optional[float]]
+) -> None:
     slots = asyncio.Semaphore(TRANSFER_CONCURRENCY)
 
-    async def one(source: str, destination: str) -> None:
+    async def one(source: str, destination: str, bound: Optional[float]) -> None:
         async with slots:
-            await call(source, destination)
+            # Not wait_for: a timeout the transfer raises itself (a read's) stays its own.
+            transfer = asyncio.ensure_future(call(source, destination))
+            try:
+                done, _ = await asyncio.wait({transfer}, timeout=bound)
+            except asyncio.CancelledError:  # another file failed: this one stops too
+                transfer.cancel()
+                await asyncio.gather(transfer, return_exceptions=True)
+                raise
+            if not done:
+                transfer.cancel()
+                await asyncio.gather(transfer, return_exceptions=True)
+                raise UploadStalled(
+                    f"{source} was not uploaded to {destination} within {bound:.0f} s (the "
+                    f"endpoint stalled, or the link is slower than "
+                    f"${UPLOAD_MIN_RATE_ENV} MB/s, default 1; set it lower for a slow link)"
+                )
+            transfer.result()
 
-    tasks = [asyncio.ensure_future(one(source, destination)) for source, destination in pairs]
+    tasks = [asyncio.ensure_future(one(*pair, bound)) for pair, bound in zip(pairs, bounds)]
     try:
         await asyncio.gather(*tasks)
     except BaseException:

@@ -1,15 +1,40 @@
 """An S3 endpoint that cannot be reached at all is said at once (``_buckets.refused``); what
-may pass is left to boto's and s3fs's retries, but for the probe's bound on an endpoint that never
-answers. The refused connection itself runs for real in
+may pass is left to boto's and s3fs's retries, but for the bounds of the probe and of each
+upload on an endpoint that never answers. The refused connection itself runs for real in
 ``tests/integration/test_object_store.py`` (and the doctest); here, a listening socket and the
 resolver's answers."""
 
+import contextlib
 import socket
-from typing import Any
+import threading
+from typing import Any, Iterator, List
 
 import pytest
 
 from det_lightning.pytorch._buckets import refused
+
+
+@contextlib.contextmanager
+def _silent_endpoint(accepted: List[socket.socket]) -> Iterator[int]:
+    """A port on loopback that accepts connections (into ``accepted``) and never answers;
+    closed, with every connection, at the end."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(16)
+
+        def accept() -> None:
+            try:
+                while True:
+                    accepted.append(server.accept()[0])  # kept open, never answered
+            except OSError:
+                return
+
+        threading.Thread(target=accept, daemon=True).start()
+        try:
+            yield server.getsockname()[1]
+        finally:
+            for connection in accepted:
+                connection.close()
 
 
 def test_an_endpoint_that_accepts_connections_is_not_refused() -> None:
@@ -63,7 +88,6 @@ def test_an_endpoint_that_accepts_but_never_answers_is_said_within_the_probes_bo
     """A listening socket that accepts connections and never answers: botocore's PUT waits
     for "100 Continue", which no read timeout bounds, within s3fs's and botocore's retries (the
     start once hung for over 13 minutes). The probe gives up after its bound and says so."""
-    import threading
     import time
 
     from det_lightning.pytorch import _buckets
@@ -73,27 +97,65 @@ def test_an_endpoint_that_accepts_but_never_answers_is_said_within_the_probes_bo
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
     monkeypatch.setenv("DET_LIGHTNING_CACHE_DIR", str(tmp_path))
-    accepted: list = []
-    with socket.socket() as server:
-        server.bind(("127.0.0.1", 0))
-        server.listen(16)
-        port = server.getsockname()[1]
-
-        def accept() -> None:
-            try:
-                while True:
-                    accepted.append(server.accept()[0])  # kept open, never answered
-            except OSError:
-                return
-
-        threading.Thread(target=accept, daemon=True).start()
+    accepted: List[socket.socket] = []
+    with _silent_endpoint(accepted) as port:
         store = ObjectStore("s3://bucket/run", (("endpoint_url", f"http://127.0.0.1:{port}"),))
         started = time.monotonic()
         said = store.problem()
         waited = time.monotonic() - started
-    for connection in accepted:
-        connection.close()
     assert said is not None and "did not finish within 2 s" in said, said
     assert f"http://127.0.0.1:{port}" in said and "Nothing was trained" in said, said
     assert accepted, "the endpoint was never reached"
     assert waited < 60, waited  # the bound, not botocore's minutes (generous: a loaded machine)
+
+
+def test_an_upload_to_an_endpoint_that_stops_answering_is_given_up_within_its_bound(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """The same silent endpoint, met by a checkpoint's upload (after a probe that passed):
+    each file is given up after its bound (``upload_bound``), so the trial stops with an
+    error naming the checkpoint, instead of waiting for "100 Continue" for ever."""
+    from det_lightning import errors
+    from det_lightning.pytorch import _remote
+    from det_lightning.pytorch._remote import ObjectStore
+
+    monkeypatch.setattr(_remote, "UPLOAD_GRACE_S", 2.0)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
+    monkeypatch.setenv("DET_LIGHTNING_CACHE_DIR", str(tmp_path / "cache"))
+    local = tmp_path / "staged"
+    local.mkdir()
+    (local / "metadata.json").write_text("{}")
+    (local / "state_dict.pth").write_bytes(b"x" * 1000)
+    accepted: List[socket.socket] = []
+    raised: list = []
+    with _silent_endpoint(accepted) as port:
+        store = ObjectStore("s3://bucket/run", (("endpoint_url", f"http://127.0.0.1:{port}"),))
+        # botocore's client first (seconds on a loaded machine): the bound is the upload's.
+        store.filesystem().connect()
+
+        def publish() -> None:
+            try:
+                store.publish("0" * 8 + "-0000-0000-0000-" + "0" * 12, local)
+            except BaseException as e:  # noqa: BLE001  what the thread ended with, to check
+                raised.append(e)
+
+        uploading = threading.Thread(target=publish, daemon=True)
+        uploading.start()
+        uploading.join(timeout=120)  # generous: a loaded machine; unbounded, it never ends
+        finished = not uploading.is_alive()
+    assert finished, "the upload is still waiting on the silent endpoint"
+    assert accepted, "the endpoint was never reached"
+    (error,) = raised
+    assert isinstance(error, errors.CheckpointStorageError), repr(error)
+    assert "UploadStalled" in str(error) and "within 2 s" in str(error), str(error)
+    assert "DET_LIGHTNING_UPLOAD_MIN_MBPS" in str(error) and "Training stopped" in str(error)
+
+
+def test_a_bad_upload_rate_names_the_variable() -> None:
+    from det_lightning import errors
+    from det_lightning.pytorch._remote import upload_bound
+
+    for given in ("fast", "0", "-1"):
+        with pytest.raises(errors.CheckpointStorageError, match="DET_LIGHTNING_UPLOAD_MIN_MBPS"):
+            upload_bound(10, {"DET_LIGHTNING_UPLOAD_MIN_MBPS": given})
