@@ -14,7 +14,8 @@ CONFIG files named), with its folder as the model directory::
                a checkpoint; then a second run restored from that checkpoint. A trial class runs
                in this process (every project's, one after another); a script runs under
                `det-lightning run` with $DET_LIGHTNING_TEST_MODE=1 and the cluster info of a
-               search's trial, as `experiment` would start it
+               search's trial, as `experiment` would start it; a Core API loop (no test
+               mode) is not run, and a note says how to run it
 
 One table for all of them, then the details of what failed. Exit status 1 if any would fail.
 """
@@ -42,6 +43,7 @@ from det_lightning._import import import_from_path
 from det_lightning._info import ClusterInfo, TrialInfo
 from det_lightning._runner._check_scan import (
     SKIPPED_DIRS,
+    core_api_loop,
     entry_files,
     missing_packages,
     refused_names,
@@ -50,6 +52,7 @@ from det_lightning._runner.config import ExperimentConfig, load_config, random_p
 from det_lightning._runner.config._yaml import load_yaml12
 from det_lightning._runner.harness import load_trial_class
 from det_lightning._runner.plan import plan_experiment
+from det_lightning._runner.trial import command_environment
 
 SMOKE_TIMEOUT_S = 600
 
@@ -63,6 +66,7 @@ class Report:
     refused: List[str] = dataclasses.field(default_factory=list)
     missing: List[str] = dataclasses.field(default_factory=list)
     ignored: List[str] = dataclasses.field(default_factory=list)
+    notes: List[str] = dataclasses.field(default_factory=list)  # shown, never a failure
     smoke: str = "-"
 
     @property
@@ -119,7 +123,15 @@ def check_config(path: pathlib.Path, scratch: pathlib.Path, smoke: bool) -> Repo
         return report
     if plan.command is not None and not _compiles(plan.command, model_dir, report):
         return report
-    if smoke and report.ok:
+    if smoke and report.ok and plan.command is not None and core_api_loop(model_dir, files):
+        report.smoke = "no test mode"
+        report.notes.append(
+            "smoke: not run: a Core API loop (core.init(), no pytorch.Trainer) has no test mode "
+            "(on Determined neither); `det-lightning experiment "
+            f"{_shown(path, pathlib.Path.cwd())} {_shown(model_dir, pathlib.Path.cwd()) or '.'}` "
+            "runs it"
+        )
+    elif smoke and report.ok:
         _smoke(report, config, plan, scratch)
     return report
 
@@ -187,6 +199,7 @@ def _smoke_command(
     }
     if plan.search is not None:
         env[TRIAL_INFO_ENV] = ClusterInfo(TrialInfo(1, 1, hparams, config.raw)).to_environment()
+    env.update(command_environment(plan, env))  # one slot (the plan's): its layout, `python3`
     argv = [sys.executable, "-m", "det_lightning", "run", *plan.command]
     for attempt in ("first run", "restored run"):
         done = subprocess.run(
@@ -227,7 +240,7 @@ def configs_to_check(paths: Sequence[str]) -> List[pathlib.Path]:
     for name in paths or ["."]:
         path = pathlib.Path(name)
         found.extend(find_configs(path) if path.is_dir() else [path])
-    return [p.resolve() for p in found]
+    return list(dict.fromkeys(p.resolve() for p in found))  # `check config.yaml .`: once
 
 
 def _shown(path: pathlib.Path, root: pathlib.Path) -> str:
@@ -251,6 +264,7 @@ def format_table(reports: Sequence[Report], root: pathlib.Path) -> str:
         details = [*r.problems, *(f"refused: {x}" for x in r.refused)]
         details += [f"missing package: {x}" for x in r.missing]
         details += [f"ignored locally: {x}" for x in r.ignored] if details else []
+        details += [f"note: {x}" for x in r.notes]
         if details:
             lines.append(f"\n{_shown(r.config, root)}:")
             lines.extend(f"  {d}" for d in details)

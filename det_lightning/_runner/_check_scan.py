@@ -216,6 +216,16 @@ def refused_names(model_dir: pathlib.Path, files: Optional[List[pathlib.Path]] =
     return list(found.values())
 
 
+def core_api_loop(model_dir: pathlib.Path, files: Optional[List[pathlib.Path]] = None) -> bool:
+    """Whether the code is a Core API loop: it calls ``core.init()`` and never
+    ``pytorch.init()`` or ``pytorch.Trainer`` (whose ``fit()`` has a test mode)."""
+    used = {use.name for reader in _read(model_dir, files) for use in reader.determined}
+    trainer = any(
+        name.startswith(("determined.pytorch.init", "determined.pytorch.Trainer")) for name in used
+    )
+    return "determined.core.init" in used and not trainer
+
+
 def _refused_prefix(name: str) -> Optional[str]:
     """The refused name ``name`` is or lies under (``determined.core.init`` ->
     ``determined.core``, where ``determined.core`` is refused), else None."""
@@ -253,4 +263,4 @@ def _installed(module: str) -> bool:
         return False
 
 
-__all__ = ["entry_files", "missing_packages", "python_files", "refused_names"]
+__all__ = ["core_api_loop", "entry_files", "missing_packages", "python_files", "refused_names"]

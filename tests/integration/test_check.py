@@ -75,3 +75,32 @@ def test_check_the_examples_without_smoke_runs(tmp_path: pathlib.Path) -> None:
     result = run_cli("check", "--no-smoke", str(REPO_ROOT / "examples"), cwd=tmp_path)
     assert result.returncode == 0, output(result)
     assert result.stdout.splitlines()[1].split()[1:] == ["ok", "0", "0", "0", "-"]
+
+
+CORE_LOOP = """\
+import determined as det
+
+with det.core.init() as core_context:
+    core_context.train.report_validation_metrics(steps_completed=1, metrics={"x": 1.0})
+"""
+
+
+@pytest.mark.slow
+def test_a_core_api_loop_passes_without_a_smoke_run_and_says_why(tmp_path: pathlib.Path) -> None:
+    """A Core API loop has no test mode: a smoke run would train it for its whole length. The
+    table says so, the project counts as one that would run, and the note names the command
+    that runs it."""
+    project = tmp_path / "loop"
+    project.mkdir()
+    (project / "loop.py").write_text(CORE_LOOP)
+    (project / "loop.yaml").write_text(
+        "entrypoint: python3 loop.py\nresources: {slots_per_trial: 2}\n"
+        "searcher: {name: single, metric: x, max_length: 1}\n"
+    )
+    result = run_cli("check", "loop/loop.yaml", "loop", cwd=tmp_path)  # named twice: once
+    assert result.returncode == 0, output(result)
+    rows = result.stdout.split("\n\n")[0].splitlines()[1:]
+    assert [row.split()[:2] for row in rows] == [["loop/loop.yaml", "ok"]], output(result)
+    assert rows[0].endswith("no test mode"), output(result)
+    assert "`det-lightning experiment loop/loop.yaml loop` runs it" in result.stdout
+    assert not (project / "checkpoints").exists(), "the loop ran"

@@ -147,3 +147,30 @@ def test_a_config_is_checked_for_what_its_entrypoint_reaches(tmp_path: pathlib.P
             "lazy_dep_missing_xyz",
         ],
     }
+
+
+def test_a_core_api_loop_is_told_from_a_trainer_script(tmp_path: pathlib.Path) -> None:
+    """``check`` smoke-runs Trainer code in test mode; a Core API loop has none."""
+    from det_lightning._runner._check_scan import core_api_loop
+
+    loops = {
+        "core.py": "import determined as det\nwith det.core.init() as c:\n    pass\n",
+        "core_from.py": "from determined import core\nwith core.init() as c:\n    pass\n",
+        "trainer.py": (
+            "import determined as det\nfrom determined import pytorch\n"
+            "with det.core.init() as c, pytorch.init() as ctx:\n    pytorch.Trainer\n"
+        ),
+        "plain.py": "import determined as det\nprint(det.get_cluster_info())\n",
+    }
+    seen = {}
+    for name, code in loops.items():
+        (tmp_path / name).write_text(code)
+        seen[name] = core_api_loop(tmp_path, [tmp_path / name])
+    assert seen == {"core.py": True, "core_from.py": True, "trainer.py": False, "plain.py": False}
+
+
+def test_a_config_named_and_found_in_its_folder_is_checked_once(tmp_path: pathlib.Path) -> None:
+    (tmp_path / "a.yaml").write_text("entrypoint: python3 train.py\n")
+    assert _check.configs_to_check([str(tmp_path / "a.yaml"), str(tmp_path)]) == [
+        (tmp_path / "a.yaml").resolve()
+    ]
