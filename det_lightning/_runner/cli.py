@@ -151,10 +151,16 @@ def run_script(target: str, script_args: List[str], as_module: bool = False) -> 
 
     ``sys.argv`` and ``sys.path[0]`` are what ``python train.py ARGS`` would give the script.
 
+    A ``python3`` the script starts is this installation's and imports det_lightning as
+    ``determined`` too (``_stand_in``), as it would find Determined where Determined ran.
+
     Returns:
         0 when the script returns; its ``sys.exit`` status propagates as ``SystemExit``.
     """
+    from det_lightning._runner._stand_in import child_environment
+
     compat.install()
+    os.environ.update(child_environment(os.environ))
     if as_module:
         # runpy needs a real module spec: `-m determined.launch.torch_distributed` runs ours.
         target = compat.module_name(target)

@@ -1,6 +1,7 @@
 """``det-lightning run`` and the CLI itself: Trainer-API scripts that ``import determined``,
 unmodified. Everything that installs the alias runs in a child process (see cli_support)."""
 
+import os
 import pathlib
 import sys
 import textwrap
@@ -91,6 +92,24 @@ def test_run_gives_the_script_its_argv_the_alias_and_no_cluster(isolated_run: pa
     result = run_cli("run", "-m", "pkg.probe", "0", cwd=isolated_run)
     assert result.returncode == 0, output(result)
     assert "probe det_lightning det_lightning.pytorch None ['0']" in result.stdout
+
+
+def test_a_python_the_script_starts_imports_det_lightning_as_determined(
+    isolated_run: pathlib.Path,
+) -> None:
+    """As where Determined was installed: a helper the script runs with ``python3`` (this
+    installation's, first on ``PATH``) imports det_lightning, even beside the real one."""
+    (isolated_run / "helper.py").write_text(
+        "import sys, determined\nprint('helper', determined.__name__, sys.executable)\n"
+    )
+    (isolated_run / "script.py").write_text(
+        "import subprocess\nsubprocess.run(['python3', 'helper.py'], check=True)\n"
+    )
+    result = run_cli("run", "script.py", cwd=isolated_run)
+    assert result.returncode == 0, output(result)
+    _, name, executable = result.stdout.split()
+    assert name == "det_lightning", output(result)
+    assert os.path.dirname(executable) == os.path.dirname(sys.executable), output(result)
 
 
 def test_run_refuses_when_the_real_determined_is_already_imported(
