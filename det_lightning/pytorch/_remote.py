@@ -37,7 +37,7 @@ import shutil
 import socket
 import tempfile
 import uuid as uuid_lib
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
+from typing import Any, Callable, Coroutine, Dict, Iterator, List, Optional, Tuple, Union
 
 from det_lightning import errors
 from det_lightning._job_processes import pid_alive
@@ -354,10 +354,33 @@ class ObjectStore(CheckpointStore):
             delete_atomically(self.staging(), uuid)
 
     def write_once(self, name: str, data: bytes) -> None:
-        """As one object."""
+        """As one object, its upload bounded as a checkpoint file's (``upload_bound``).
+
+        Raises:
+            CheckpointStorageError: it could not be written (nothing was trained yet: the
+                experiment's record is written before its first trial).
+        """
         fs, key = self.filesystem(), f"{self.key}/{name}"
-        if not fs.exists(key):
-            fs.pipe_file(key, data)
+        try:
+            if bounded(fs, "exists", key):  # a silent endpoint: PROBE_TIMEOUT_S
+                return
+            if not getattr(fs, "async_impl", False):
+                fs.pipe_file(key, data)
+                return
+            from fsspec.asyn import sync
+
+            pipe = fs._pipe_file(key, data)
+            sync(fs.loop, _within, pipe, upload_bound(len(data)), f"{len(data)} bytes", key)
+        except errors.CheckpointStorageError:
+            raise
+        except Exception as e:
+            said = f"{type(e).__name__}: {e}"
+            if _timed_out(e) and not isinstance(e, UploadStalled):
+                said = f"the endpoint did not answer within {_buckets.PROBE_TIMEOUT_S:.0f} s"
+            raise errors.CheckpointStorageError(
+                f"Writing {self}/{name} failed: {said}. Nothing was trained. "
+                f"{credentials_note(self.scheme, self.options)}"
+            ) from e
 
     def _remove(self, uuid: str) -> bool:
         """The marker first (the checkpoint vanishes for every reader at once), then its
@@ -600,6 +623,30 @@ def _transfer(
     sync(fs.loop, _transfer_all, getattr(fs, f"_{method}"), pairs, limits)
 
 
+async def _within(
+    transfer: Coroutine[Any, Any, Any], bound: Optional[float], source: str, destination: str
+) -> None:
+    """Awaits ``transfer`` (``source`` to ``destination``), cancelled after ``bound`` seconds
+    (None: no bound) with ``UploadStalled``. Not ``wait_for``: a timeout the transfer raises
+    itself (a read's) stays its own."""
+    task = asyncio.ensure_future(transfer)
+    try:
+        done, _ = await asyncio.wait({task}, timeout=bound)
+    except asyncio.CancelledError:  # another file failed: this one stops too
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        raise
+    if not done:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        raise UploadStalled(
+            f"{source} was not uploaded to {destination} within {bound:.0f} s (the endpoint "
+            f"stalled, or the link is slower than ${UPLOAD_MIN_RATE_ENV} MB/s, default 1; set "
+            "it lower for a slow link)"
+        )
+    task.result()
+
+
 async def _transfer_all(
     call: Callable[..., Any], pairs: List[Tuple[str, str]], bounds: List[Optional[float]]
 ) -> None:
@@ -607,23 +654,7 @@ async def _transfer_all(
 
     async def one(source: str, destination: str, bound: Optional[float]) -> None:
         async with slots:
-            # Not wait_for: a timeout the transfer raises itself (a read's) stays its own.
-            transfer = asyncio.ensure_future(call(source, destination))
-            try:
-                done, _ = await asyncio.wait({transfer}, timeout=bound)
-            except asyncio.CancelledError:  # another file failed: this one stops too
-                transfer.cancel()
-                await asyncio.gather(transfer, return_exceptions=True)
-                raise
-            if not done:
-                transfer.cancel()
-                await asyncio.gather(transfer, return_exceptions=True)
-                raise UploadStalled(
-                    f"{source} was not uploaded to {destination} within {bound:.0f} s (the "
-                    f"endpoint stalled, or the link is slower than "
-                    f"${UPLOAD_MIN_RATE_ENV} MB/s, default 1; set it lower for a slow link)"
-                )
-            transfer.result()
+            await _within(call(source, destination), bound, source, destination)
 
     tasks = [asyncio.ensure_future(one(*pair, bound)) for pair, bound in zip(pairs, bounds)]
     try:

@@ -7,7 +7,7 @@ resolver's answers."""
 import contextlib
 import socket
 import threading
-from typing import Any, Iterator, List
+from typing import Any, Callable, Iterator, List, Tuple
 
 import pytest
 
@@ -35,6 +35,30 @@ def _silent_endpoint(accepted: List[socket.socket]) -> Iterator[int]:
         finally:
             for connection in accepted:
                 connection.close()
+
+
+def _fake_credentials(monkeypatch: pytest.MonkeyPatch, cache: str) -> None:
+    """Keys for the silent endpoint (never checked), and a cache of the test's own."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
+    monkeypatch.setenv("DET_LIGHTNING_CACHE_DIR", cache)
+
+
+def _ended(call: Callable[[], Any]) -> Tuple[bool, List[BaseException]]:
+    """Runs ``call`` in a thread for at most 120 s (generous: a loaded machine; unbounded, it
+    never ends): whether it ended, and what it raised."""
+    raised: List[BaseException] = []
+
+    def run() -> None:
+        try:
+            call()
+        except BaseException as e:  # noqa: BLE001  what the thread ended with, to check
+            raised.append(e)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(timeout=120)
+    return not thread.is_alive(), raised
 
 
 def test_an_endpoint_that_accepts_connections_is_not_refused() -> None:
@@ -94,9 +118,7 @@ def test_an_endpoint_that_accepts_but_never_answers_is_said_within_the_probes_bo
     from det_lightning.pytorch._remote import ObjectStore
 
     monkeypatch.setattr(_buckets, "PROBE_TIMEOUT_S", 2.0)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
-    monkeypatch.setenv("DET_LIGHTNING_CACHE_DIR", str(tmp_path))
+    _fake_credentials(monkeypatch, str(tmp_path))
     accepted: List[socket.socket] = []
     with _silent_endpoint(accepted) as port:
         store = ObjectStore("s3://bucket/run", (("endpoint_url", f"http://127.0.0.1:{port}"),))
@@ -120,30 +142,19 @@ def test_an_upload_to_an_endpoint_that_stops_answering_is_given_up_within_its_bo
     from det_lightning.pytorch._remote import ObjectStore
 
     monkeypatch.setattr(_remote, "UPLOAD_GRACE_S", 2.0)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
-    monkeypatch.setenv("DET_LIGHTNING_CACHE_DIR", str(tmp_path / "cache"))
+    _fake_credentials(monkeypatch, str(tmp_path / "cache"))
     local = tmp_path / "staged"
     local.mkdir()
     (local / "metadata.json").write_text("{}")
     (local / "state_dict.pth").write_bytes(b"x" * 1000)
     accepted: List[socket.socket] = []
-    raised: list = []
     with _silent_endpoint(accepted) as port:
         store = ObjectStore("s3://bucket/run", (("endpoint_url", f"http://127.0.0.1:{port}"),))
         # botocore's client first (seconds on a loaded machine): the bound is the upload's.
         store.filesystem().connect()
 
-        def publish() -> None:
-            try:
-                store.publish("0" * 8 + "-0000-0000-0000-" + "0" * 12, local)
-            except BaseException as e:  # noqa: BLE001  what the thread ended with, to check
-                raised.append(e)
-
-        uploading = threading.Thread(target=publish, daemon=True)
-        uploading.start()
-        uploading.join(timeout=120)  # generous: a loaded machine; unbounded, it never ends
-        finished = not uploading.is_alive()
+        uuid = "0" * 8 + "-0000-0000-0000-" + "0" * 12
+        finished, raised = _ended(lambda: store.publish(uuid, local))
     assert finished, "the upload is still waiting on the silent endpoint"
     assert accepted, "the endpoint was never reached"
     (error,) = raised
@@ -159,3 +170,29 @@ def test_a_bad_upload_rate_names_the_variable() -> None:
     for given in ("fast", "0", "-1"):
         with pytest.raises(errors.CheckpointStorageError, match="DET_LIGHTNING_UPLOAD_MIN_MBPS"):
             upload_bound(10, {"DET_LIGHTNING_UPLOAD_MIN_MBPS": given})
+
+
+def test_the_experiments_record_on_a_silent_endpoint_is_an_error_within_the_bound(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """``experiment.json`` is written before any trial (and so before the probe): on the
+    silent endpoint its existence check is bounded too, and the experiment stops with an error
+    naming the object, instead of waiting out botocore's retries."""
+    from det_lightning import errors
+    from det_lightning.pytorch import _buckets
+    from det_lightning.pytorch._remote import ObjectStore
+
+    monkeypatch.setattr(_buckets, "PROBE_TIMEOUT_S", 2.0)
+    _fake_credentials(monkeypatch, str(tmp_path))
+    accepted: List[socket.socket] = []
+    with _silent_endpoint(accepted) as port:
+        store = ObjectStore("s3://bucket/exp", (("endpoint_url", f"http://127.0.0.1:{port}"),))
+        store.filesystem().connect()
+
+        finished, raised = _ended(lambda: store.write_once("experiment.json", b"{}"))
+    assert finished, "the record's write is still waiting on the silent endpoint"
+    (error,) = raised
+    assert isinstance(error, errors.CheckpointStorageError), repr(error)
+    said = str(error)
+    assert "Writing s3://bucket/exp/experiment.json failed" in said, said
+    assert "did not answer within 2 s" in said and "Nothing was trained" in said, said
