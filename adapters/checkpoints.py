@@ -73,6 +73,7 @@ from det_lightning.pytorch._retention import (
     steps_from_metadata,
 )
 from det_lightning.pytorch._store import CheckpointStore
+from det_lightning.util import is_numerical_scalar
 
 logger = logging.getLogger("det_lightning.pytorch")
 
@@ -362,8 +363,15 @@ class CheckpointManager:
         )
 
     def _validation_record(self) -> Optional[Dict[str, Any]]:
+        """The validation at this batch, for retention and the client's ``list_checkpoints``:
+        the searcher metric, its value, and every numerical metric reported with it."""
         value = self._validation_now()
-        return None if value is None else {"metric": self.policy.metric, "value": value}
+        if value is None:
+            return None
+        numbers = {
+            k: float(v) for k, v in (self.last_metrics or {}).items() if is_numerical_scalar(v)
+        }
+        return {"metric": self.policy.metric, "value": value, "metrics": numbers}
 
     def lightning_extras(self) -> Dict[str, Any]:
         """What ``TrialModule.on_save_checkpoint`` adds to a Lightning checkpoint."""

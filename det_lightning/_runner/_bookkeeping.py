@@ -19,7 +19,7 @@ import os
 import pathlib
 import re
 import sys
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, NamedTuple, Optional
 
 from det_lightning import errors
 from det_lightning._env import CHECKPOINT_DIR_ENV
@@ -63,7 +63,7 @@ def _plan_of(root: CheckpointStore, record: Dict[str, Any]) -> Any:
     model_dir = pathlib.Path(record.get("model_dir") or ".")
     fallback = pathlib.Path(str(root)) if root.is_local else pathlib.Path(".")
     return plan_experiment(
-        load_config(record["config"]),
+        load_config(record["config"], announce=False),
         model_dir if model_dir.is_dir() else fallback,
         checkpoint_dir=str(root),
     )
@@ -104,34 +104,57 @@ def state(trials: List[TrialResult], max_trials: Optional[int]) -> str:
     return "COMPLETED" if trials and done else "PAUSED"
 
 
-def checkpoint_rows(root: CheckpointStore, experiment_id: str) -> List[List[str]]:
-    """``[experiment, trial, uuid, batches, validation metric, path]`` per checkpoint: a
-    Trainer's complete ones and those a Core API loop stored (``store_path``: its own files,
-    ``steps_completed`` from the metadata it gave)."""
-    rows = []
+class FoundCheckpoint(NamedTuple):
+    """A checkpoint of an experiment's trial: the trial's number and folder, the checkpoint."""
+
+    trial: int
+    folder: CheckpointStore
+    entry: ckpt.Listed
+
+    @property
+    def store(self) -> CheckpointStore:
+        """The checkpoint's own address."""
+        return self.folder / self.entry.name
+
+
+def experiment_checkpoints(root: CheckpointStore, experiment_id: str) -> List[FoundCheckpoint]:
+    """The checkpoints of experiment ``experiment_id`` under ``root``, trial by trial (trial 2
+    before 10), oldest first in each: a Trainer's complete ones and those a Core API loop
+    stored (``store_path``: its own files, ``steps_completed`` from the metadata it gave)."""
+    found = []
     experiment = root / experiment_id
     trials = [n for n in experiment.folders() if re.fullmatch(r"trial-\d+", n)]
-    for name in sorted(trials, key=lambda n: int(n.split("-")[1])):  # trial 2 before 10
-        trial = experiment / name
-        complete = {e.name for e in trial.complete()}
+    for name in sorted(trials, key=lambda n: int(n.split("-")[1])):
+        folder = experiment / name
+        complete = {e.name for e in folder.complete()}
         listed = [
             e
-            for e in trial.published()
+            for e in folder.published()
             if e.name in complete or ckpt.WRITER_KEY not in e.metadata  # not a damaged one
         ]
-        for entry in sorted(listed, key=lambda e: e.mtime):
-            validation = entry.metadata.get(VALIDATION_KEY) or {}
-            metric = f"{validation['metric']}={validation['value']:.4g}" if validation else "-"
-            rows.append(
-                [
-                    experiment_id,
-                    name.split("-", 1)[1],
-                    entry.name,
-                    str(entry.metadata.get("steps_completed", "-")),
-                    metric,
-                    str(trial / entry.name),
-                ]
-            )
+        number = int(name.split("-")[1])
+        found += [FoundCheckpoint(number, folder, e) for e in sorted(listed, key=lambda e: e.mtime)]
+    return found
+
+
+def checkpoint_rows(root: CheckpointStore, experiment_id: str) -> List[List[str]]:
+    """``[experiment, trial, uuid, batches, validation metric, path]`` per checkpoint
+    (``experiment_checkpoints``)."""
+    rows = []
+    for found in experiment_checkpoints(root, experiment_id):
+        entry = found.entry
+        validation = entry.metadata.get(VALIDATION_KEY) or {}
+        metric = f"{validation['metric']}={validation['value']:.4g}" if validation else "-"
+        rows.append(
+            [
+                experiment_id,
+                str(found.trial),
+                entry.name,
+                str(entry.metadata.get("steps_completed", "-")),
+                metric,
+                str(found.store),
+            ]
+        )
     return rows
 
 
@@ -157,8 +180,16 @@ def _parser(command: str) -> argparse.ArgumentParser:
     return parser
 
 
-def _find(root: CheckpointStore, experiment_id: str) -> Optional[Dict[str, Any]]:
-    return next((r for r in records(root) if r.get("id") == experiment_id), None)
+def find_record(root: CheckpointStore, experiment_id: str) -> Optional[Dict[str, Any]]:
+    """Experiment ``experiment_id``'s ``experiment.json`` under ``root``, or None."""
+    if not experiment_id or "/" in experiment_id or experiment_id.startswith("."):
+        return None
+    try:
+        data = (root / experiment_id).read_once(RECORD_NAME)
+        record = json.loads(data) if data is not None else None
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
 
 
 def _list(root: CheckpointStore, storage: Optional[str]) -> int:
@@ -197,7 +228,7 @@ def _list(root: CheckpointStore, storage: Optional[str]) -> int:
 def _describe(root: CheckpointStore, experiment_id: str, storage: Optional[str]) -> int:
     from det_lightning._runner.experiment import format_summary
 
-    record = _find(root, experiment_id)
+    record = find_record(root, experiment_id)
     if record is None:
         print(f"det-lightning experiment describe: no experiment {experiment_id!r} under {root}.")
         return 1
@@ -241,4 +272,15 @@ def _dispatch(command: str, args: argparse.Namespace) -> int:
     return 0
 
 
-__all__ = ["checkpoint_root", "checkpoint_rows", "main", "records", "state", "table", "trials_of"]
+__all__ = [
+    "FoundCheckpoint",
+    "checkpoint_root",
+    "checkpoint_rows",
+    "experiment_checkpoints",
+    "find_record",
+    "main",
+    "records",
+    "state",
+    "table",
+    "trials_of",
+]

@@ -1,28 +1,33 @@
-"""``determined.experimental``: importable, so trials and scripts that import it load.
-
-Everything here talks to a Determined master (experiments, trials, the model registry), which a
-local det_lightning run does not have: using a name raises ``NotImplementedError`` that names the
-local alternative. See ``client``.
+"""``determined.experimental``: the client (``client``) over the experiments, trials and
+checkpoints under the checkpoint directory, without a master; see ``client``.
 """
 
 from det_lightning.experimental import client
 from det_lightning.experimental.client import (
     Checkpoint,
+    CheckpointSortBy,
     Determined,
     Experiment,
+    ExperimentSortBy,
     Model,
     ModelVersion,
+    OrderBy,
     Project,
     Trial,
+    TrialSortBy,
 )
 
 __all__ = [
     "Checkpoint",
+    "CheckpointSortBy",
     "Determined",
     "Experiment",
+    "ExperimentSortBy",
     "Model",
     "ModelVersion",
+    "OrderBy",
     "Project",
     "Trial",
+    "TrialSortBy",
     "client",
 ]

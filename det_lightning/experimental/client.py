@@ -1,46 +1,137 @@
-"""``determined.experimental.client``, without a master.
+"""``determined.experimental.client``, without a master: the experiments, trials and
+checkpoints under the checkpoint directory, read from the files they left.
 
-Code imports it (``from determined.experimental import client``) and may name its classes in
-annotations; every call raises ``NotImplementedError`` saying what to use locally. Any name
-Determined's client has is importable (``from determined.experimental.client import X``).
+Determined's post-training code runs unchanged::
+
+    from determined.experimental import client
+    from determined import pytorch
+
+    exp = client.create_experiment(config="const.yaml", model_dir=".")  # starts it
+    exp.wait()
+    best = exp.list_checkpoints(max_results=1)[0]   # by the searcher metric, best first
+    trial = pytorch.load_trial_from_checkpoint_path(best.download())
+
+Ids are det_lightning's: an experiment's is a name (``det-lightning experiment list``), a
+trial's ``"<experiment id>/<n>"``. What needs a master (users, workspaces, the model
+registry, logs and metrics streams) raises ``NotImplementedError`` naming what to use. The
+module functions use one ``Determined()`` over ``$DET_LIGHTNING_CHECKPOINT_DIR`` (else
+``./checkpoints``); ``Determined(checkpoint_dir=..., storage=...)`` reads another.
 """
 
-from typing import Any, Dict, NoReturn
+import pathlib
+from typing import Any, Dict, Iterable, List, NoReturn, Optional, Union
 
-_LOCAL = (
-    "Locally, load a checkpoint with det_lightning.pytorch.load_trial_from_checkpoint_path(path, "
-    "trial_class=...), and run experiments with `det-lightning experiment CONFIG MODEL_DIR`."
+from det_lightning.experimental._checkpoint import Checkpoint, CheckpointTrainingMetadata
+from det_lightning.experimental._determined import Determined
+from det_lightning.experimental._experiment import Experiment
+from det_lightning.experimental._trial import Trial
+from det_lightning.experimental._values import (
+    TERMINAL_STATES,
+    CheckpointSortBy,
+    CheckpointState,
+    DownloadMode,
+    ExperimentNotFound,
+    ExperimentSortBy,
+    ExperimentState,
+    ModelFramework,
+    NotFoundException,
+    OrderBy,
+    TrialNotFound,
+    TrialSortBy,
+    TrialState,
+    refuse,
 )
 
+_determined: Optional[Determined] = None
 
-def _refuse(name: str) -> NoReturn:
-    raise NotImplementedError(
-        f"determined.experimental.client.{name} talks to a Determined master; det_lightning "
-        f"runs without one. {_LOCAL}"
+
+def _client() -> Determined:
+    global _determined
+    if _determined is None:
+        _determined = Determined()
+    return _determined
+
+
+def login(  # noqa: PLR0917  Determined's signature
+    master: Optional[str] = None,
+    user: Optional[str] = None,
+    password: Optional[str] = None,
+    cert_path: Optional[str] = None,
+    cert_name: Optional[str] = None,
+    noverify: bool = False,
+) -> None:
+    """Accepted, as Determined's (before any other call); there is no master to log in to."""
+    global _determined
+    if _determined is not None:
+        raise ValueError(
+            "You can only call login() once, before any other calls to any functions in the "
+            "client module; use explicit client.Determined() objects for several."
+        )
+    _determined = Determined(master, user, password, cert_path, cert_name, noverify)
+
+
+def logout() -> None:
+    """Forgets the module's ``Determined()``."""
+    global _determined
+    _determined = None
+
+
+def create_experiment(  # noqa: PLR0917  Determined's signature
+    config: Union[str, pathlib.Path, Dict[str, Any]],
+    model_dir: Optional[str] = None,
+    includes: Optional[Iterable[Union[str, pathlib.Path]]] = None,
+    project_id: Optional[int] = None,
+    template: Optional[str] = None,
+) -> Experiment:
+    """Starts ``det-lightning experiment CONFIG MODEL_DIR`` in its own process
+    (``Determined.create_experiment``)."""
+    return _client().create_experiment(config, model_dir, includes, project_id, template)
+
+
+def get_experiment(experiment_id: Any) -> Experiment:
+    """The experiment with this id (``det-lightning experiment list`` shows them)."""
+    return _client().get_experiment(experiment_id)
+
+
+def list_experiments(  # noqa: PLR0917  Determined's signature
+    sort_by: Optional[ExperimentSortBy] = None,
+    order_by: Optional[OrderBy] = None,
+    experiment_ids: Optional[List[Any]] = None,
+    labels: Optional[List[str]] = None,
+    users: Optional[List[str]] = None,
+    states: Optional[List[ExperimentState]] = None,
+    name: Optional[str] = None,
+    project_id: Optional[int] = None,
+) -> List[Experiment]:
+    """The experiments under the checkpoint directory."""
+    return _client().list_experiments(
+        sort_by=sort_by,
+        order_by=order_by,
+        experiment_ids=experiment_ids,
+        labels=labels,
+        users=users,
+        states=states,
+        name=name,
+        project_id=project_id,
     )
 
 
+def get_trial(trial_id: Any) -> Trial:
+    """The trial ``"<experiment id>/<n>"`` (or ``n``, where one experiment has a trial n)."""
+    return _client().get_trial(trial_id)
+
+
+def get_checkpoint(uuid: str) -> Checkpoint:
+    """The checkpoint named ``uuid`` under the checkpoint directory."""
+    return _client().get_checkpoint(uuid)
+
+
 class _NeedsMaster:
-    """A client class: usable in annotations and isinstance checks, never constructed."""
+    """A client class of a master's objects: usable in annotations and isinstance checks,
+    never constructed."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        _refuse(type(self).__name__)
-
-
-class Determined(_NeedsMaster):
-    pass
-
-
-class Checkpoint(_NeedsMaster):
-    pass
-
-
-class Experiment(_NeedsMaster):
-    pass
-
-
-class Trial(_NeedsMaster):
-    pass
+        refuse(type(self).__name__)
 
 
 class Model(_NeedsMaster):
@@ -55,18 +146,66 @@ class Project(_NeedsMaster):
     pass
 
 
+class Workspace(_NeedsMaster):
+    pass
+
+
+class User(_NeedsMaster):
+    pass
+
+
+class ResourcePool(_NeedsMaster):
+    pass
+
+
 _FUNCTIONS: Dict[str, Any] = {}
 
 
 def __getattr__(name: str) -> Any:
-    """``client.login``, ``client.get_checkpoint`` and the rest: callables that refuse."""
+    """``client.get_model``, ``client.create_user`` and the rest a master answers: callables
+    that refuse, naming what to use."""
     if name.startswith("__"):
         raise AttributeError(name)
     if name not in _FUNCTIONS:
 
         def needs_master(*args: Any, **kwargs: Any) -> NoReturn:
-            _refuse(name)
+            refuse(name)
 
         needs_master.__name__ = needs_master.__qualname__ = name
         _FUNCTIONS[name] = needs_master
     return _FUNCTIONS[name]
+
+
+__all__ = [
+    "Checkpoint",
+    "CheckpointSortBy",
+    "CheckpointState",
+    "CheckpointTrainingMetadata",
+    "Determined",
+    "DownloadMode",
+    "Experiment",
+    "ExperimentNotFound",
+    "ExperimentSortBy",
+    "ExperimentState",
+    "Model",
+    "ModelFramework",
+    "ModelVersion",
+    "NotFoundException",
+    "OrderBy",
+    "Project",
+    "ResourcePool",
+    "TERMINAL_STATES",
+    "Trial",
+    "TrialNotFound",
+    "TrialSortBy",
+    "TrialState",
+    "User",
+    "Workspace",
+    "create_experiment",
+    "get_checkpoint",
+    "get_experiment",
+    "get_trial",
+    "list_experiments",
+    "login",
+    "logout",
+]

@@ -31,6 +31,7 @@ import os
 import pathlib
 import shutil
 import tempfile
+import uuid
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from det_lightning.pytorch import _checkpoint as ckpt
@@ -143,8 +144,10 @@ class LocalStore(CheckpointStore):
         self.path.mkdir(parents=True, exist_ok=True)
         if (self.path / name).exists():
             return
-        fd, partial = tempfile.mkstemp(prefix=f".{name}.", dir=self.path)
-        with os.fdopen(fd, "wb") as out:
+        partial = self.path / f".{name}.{uuid.uuid4().hex}"
+        # The umask's mode, as any file the user writes (a temporary file's 0600 kept the
+        # record from the team sharing the folder).
+        with os.fdopen(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), "wb") as out:
             out.write(data)
         try:
             os.link(partial, self.path / name)  # fails if another process wrote it first

@@ -24,7 +24,8 @@ from det_lightning.pytorch._config_sections import CheckpointStorageConfig
 from det_lightning.pytorch._store import CheckpointStore
 
 RUN_KEY = "det_lightning_run"  # metadata.json: one id for every run (resume) of a trial
-VALIDATION_KEY = "det_lightning_validation"  # metadata.json: {"metric", "value"} or null
+# metadata.json: the validation at the checkpoint's batch, {"metric", "value", "metrics"}, or null
+VALIDATION_KEY = "det_lightning_validation"
 
 
 class Entry(NamedTuple):

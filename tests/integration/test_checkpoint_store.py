@@ -180,6 +180,22 @@ def test_write_once_never_overwrites(kind: Kind) -> None:
     assert names(kind.store) == []  # a file beside the checkpoints is none of them
 
 
+def test_a_record_is_readable_as_the_umask_allows(tmp_path: pathlib.Path) -> None:
+    """``experiment.json`` in a shared folder: readable by the team, as any file the user
+    writes there (it was 0600, a temporary file's mode, so another user's
+    ``det-lightning experiment list`` could not read it)."""
+    import os
+
+    store = LocalStore(tmp_path / "shared")
+    previous = os.umask(0o022)
+    try:
+        store.write_once("experiment.json", b"{}")
+    finally:
+        os.umask(previous)
+    assert (tmp_path / "shared" / "experiment.json").stat().st_mode & 0o777 == 0o644
+    assert [p.name for p in (tmp_path / "shared").iterdir()] == ["experiment.json"]
+
+
 # ----- deleting and sweeping ------------------------------------------------------------------
 def test_delete_removes_the_checkpoint_and_its_mark(kind: Kind) -> None:
     store = kind.store

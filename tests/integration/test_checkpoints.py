@@ -568,7 +568,9 @@ def test_best_knows_the_earlier_runs_of_the_trial_after_a_resume(
     fit(Resumable, hparams, max_length=pytorch.Batch(6), **common)
     assert sorted(by_steps(checkpoint_dir)) == [2, 6]
     metadata = json.loads((by_steps(checkpoint_dir)[2] / "metadata.json").read_text())
-    assert metadata["det_lightning_validation"] == {"metric": "score", "value": 1.0}
+    validation = metadata["det_lightning_validation"]
+    assert validation["metric"] == "score" and validation["value"] == 1.0
+    assert validation["metrics"]["score"] == 1.0 and validation["metrics"]["batches"] == 2
     written.clear()
 
     seed_everything(3)

@@ -76,13 +76,15 @@ def test_torchwriter_outside_init_names_the_fix() -> None:
 
 
 def test_client_calls_that_need_a_master_say_so() -> None:
-    from det_lightning.experimental import Checkpoint, client
+    from det_lightning.experimental import Checkpoint, Model, client
 
-    with pytest.raises(NotImplementedError, match="master.*load_trial_from_checkpoint_path"):
-        client.get_checkpoint("some-uuid")
-    with pytest.raises(NotImplementedError, match="client.Checkpoint"):
-        Checkpoint("some-uuid")
-    assert client.login is client.login  # one stand-in per name
+    with pytest.raises(NotImplementedError, match="get_model needs a Determined master"):
+        client.get_model("mnist")
+    with pytest.raises(NotImplementedError, match="Checkpoint.*get_checkpoint"):
+        Checkpoint(None, "some-uuid")
+    with pytest.raises(NotImplementedError, match="Model needs a Determined master"):
+        Model()
+    assert client.get_model is client.get_model  # one stand-in per name
 
 
 TRIAL_FILE = """

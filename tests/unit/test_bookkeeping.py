@@ -45,18 +45,22 @@ def _asha_with_time_metric() -> Dict[str, Any]:
 
 
 def test_list_and_describe_read_a_search_given_max_time(
-    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
 ) -> None:
-    _record(tmp_path, "asha-0123456789", _asha_with_time_metric(), "2026-11-28T10:00:00+00:00")
+    config = {**_asha_with_time_metric(), "resources": {"resource_pool": "gpus"}}
+    _record(tmp_path, "asha-0123456789", config, "2026-11-28T10:00:00+00:00")
     assert cli.main(["experiment", "list", "--checkpoint-dir", str(tmp_path)]) == 0
     listed = capsys.readouterr()
     assert "asha-0123456789" in listed.out and "adaptive_asha" in listed.out, listed
     assert "UNREADABLE" not in listed.out
+    # The record's cluster-only keys were announced when it ran, not at each reading.
+    assert "resources.resource_pool" not in caplog.text + listed.err
     code = cli.main(
         ["experiment", "describe", "asha-0123456789", "--checkpoint-dir", str(tmp_path)]
     )
     assert code == 0
     assert "searcher adaptive_asha" in capsys.readouterr().out
+    assert "resources.resource_pool" not in caplog.text
 
 
 def test_list_shows_every_experiment_when_one_record_cannot_be_read(

@@ -23,8 +23,8 @@ LAYERS: Dict[str, Tuple[str, Tuple[str, ...]]] = {
         ("det_lightning.__main__", "det_lightning.launch"),
     ),
     "runner": (
-        "the experiment runner: experiments, searches, one trial, the config",
-        ("det_lightning._runner",),
+        "the experiment runner: experiments, searches, one trial, the config; the client that reads them",
+        ("det_lightning._runner", "det_lightning.experimental"),
     ),
     "entry": (
         "what starts Lightning: Trainer.fit(), init(), and TorchWriter on them",
@@ -46,7 +46,6 @@ LAYERS: Dict[str, Tuple[str, Tuple[str, ...]]] = {
             "det_lightning.core",
             "det_lightning.util",
             "det_lightning.compat",
-            "det_lightning.experimental",
             "det_lightning._trial_context",
             "det_lightning._info",
             "det_lightning._refused",

@@ -1,0 +1,374 @@
+"""``Experiment``: an experiment's folder under the checkpoint directory, its trials and
+checkpoints; for one the client started, its process (``wait``, ``pause``, ``activate``)."""
+
+import os
+import pathlib
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Callable,
+    Dict,
+    Iterator,
+    List,
+    NoReturn,
+    Optional,
+    Set,
+    Union,
+)
+
+from det_lightning.experimental._checkpoint import (
+    Checkpoint,
+    best_first,
+    deprecated,
+    listed,
+    sort_checkpoints,
+)
+from det_lightning.experimental._trial import Trial
+from det_lightning.experimental._values import (
+    TERMINAL_STATES,
+    TRIAL_STATES,
+    CheckpointSortBy,
+    ExperimentState,
+    OrderBy,
+    TrialNotFound,
+    TrialSortBy,
+    TrialState,
+    refuse,
+)
+
+if TYPE_CHECKING:
+    from det_lightning._runner.config._searcher import SearcherConfig
+    from det_lightning._runner.trial import TrialResult
+
+
+class Experiment:
+    """An experiment: its folder under the checkpoint directory.
+
+    Attributes:
+        id: its id (``<name>-<hash>``).
+        name, config: its config's name and the config as given.
+        state: an ``ExperimentState``.
+        progress: the share of its trials that ended (0.0 to 1.0; None for a search of no
+            fixed size while it runs).
+        labels, description, notes, archived, project_id, workspace_id: the config's labels
+            and description; the rest None.
+    """
+
+    def __init__(self, experiment_id: Any, session: Any) -> None:
+        if not hasattr(session, "_record"):  # a Determined(), which reads the files
+            refuse("Experiment(experiment_id, session)", "Use client.get_experiment(id).")
+        self._id = str(experiment_id)
+        self._session = session
+        self.config: Optional[Dict[str, Any]] = None
+        self.state: Optional[ExperimentState] = None
+        self.labels: Optional[Set[str]] = None
+        self.archived: Optional[bool] = None
+        self.name: Optional[str] = None
+        self.progress: Optional[float] = None
+        self.description: Optional[str] = None
+        self.notes: Optional[str] = None
+        self.project_id: Optional[int] = None
+        self.workspace_id: Optional[int] = None
+        self._record: Dict[str, Any] = {}
+        self._results: List["TrialResult"] = []
+        self._process: Optional[subprocess.Popen] = None
+        self._command: List[str] = []
+        self._log: Optional[pathlib.Path] = None
+
+    @property
+    def id(self) -> str:
+        return self._id
+
+    @property
+    def _searcher(self) -> "SearcherConfig":
+        from det_lightning._runner.config._searcher import SearcherConfig
+
+        return SearcherConfig.from_experiment(self.config or {})
+
+    def _hydrate(self, record: Dict[str, Any]) -> None:
+        from det_lightning._runner._bookkeeping import state, trials_of
+
+        self._record = record
+        self.config = dict(record.get("config") or {})
+        self.name = str(record.get("name"))
+        labels = self.config.get("labels")
+        self.labels = set(labels) if labels else None
+        self.description = self.config.get("description")
+        self.archived = False
+        self._results = trials_of(self._session._root(), record, self._session._storage)
+        searcher = self._searcher
+        total = 1 if searcher.name == "single" else searcher.max_trials
+        words = state(self._results, total)
+        ended = [r for r in self._results if r.status not in ("RUNNING", "INTERRUPTED")]
+        running = self._process is not None and self._process.poll() is None
+        if running and words != "COMPLETED":
+            self.state = ExperimentState.ACTIVE
+        elif self._process is not None and self._process.returncode not in (0, 75, None):
+            self.state = ExperimentState.ERROR  # its command failed (the log says why)
+        elif self._process is not None and words == "ACTIVE":
+            self.state = ExperimentState.PAUSED  # its process ended while a trial trained
+        elif words == "COMPLETED" and all(r.status == "ERROR" for r in self._results):
+            self.state = ExperimentState.ERROR  # every trial failed
+        else:
+            self.state = ExperimentState[words]
+        done = self.state is ExperimentState.COMPLETED
+        self.progress = 1.0 if done else (min(len(ended) / total, 1.0) if total else None)
+
+    def reload(self) -> None:
+        """Reads the experiment's state and trials again."""
+        self._hydrate(self._session._record(self._id))
+
+    def _result(self, number: int) -> "TrialResult":
+        for result in self._results:
+            if result.number == number:
+                return result
+        raise TrialNotFound(
+            f"experiment {self._id} has no trial {number} (it has "
+            f"{', '.join(str(r.number) for r in self._results) or 'none yet'})."
+        )
+
+    def _trial(self, result: "TrialResult") -> Trial:
+        trial = Trial(f"{self._id}/{result.number}", self._session)
+        trial._hydrate(result, self)
+        return trial
+
+    def list_trials(
+        self, sort_by: TrialSortBy = TrialSortBy.ID, order_by: OrderBy = OrderBy.ASCENDING
+    ) -> List[Trial]:
+        """The experiment's trials, sorted."""
+        return list(self.iter_trials(sort_by, order_by))
+
+    def iter_trials(
+        self,
+        sort_by: TrialSortBy = TrialSortBy.ID,
+        order_by: OrderBy = OrderBy.ASCENDING,
+        limit: Optional[int] = None,
+    ) -> Iterator[Trial]:
+        """The experiment's trials, sorted (ID, STATE, BEST_VALIDATION_METRIC or
+        BATCHES_PROCESSED), at most ``limit``."""
+        smaller = self._searcher.smaller_is_better
+        keys: Dict[TrialSortBy, Callable[["TrialResult"], Any]] = {
+            TrialSortBy.ID: lambda r: r.number,
+            TrialSortBy.STATE: lambda r: TRIAL_STATES.get(r.status, TrialState.ERROR).value,
+            TrialSortBy.BEST_VALIDATION_METRIC: lambda r: (
+                r.best_metric is None,
+                (r.best_metric or 0.0) * (1 if smaller else -1),
+            ),
+            TrialSortBy.BATCHES_PROCESSED: lambda r: r.batches or 0,
+        }
+        if sort_by not in keys:
+            raise ValueError(
+                f"trials sort here by {', '.join(k.name for k in keys)}; "
+                f"{sort_by} is not recorded locally."
+            )
+        descending = order_by in (OrderBy.DESC, OrderBy.DESCENDING)
+        ordered = sorted(self._results, key=keys[sort_by], reverse=descending)
+        for result in ordered[:limit] if limit else ordered:
+            yield self._trial(result)
+
+    def get_trials(
+        self, sort_by: TrialSortBy = TrialSortBy.ID, order_by: OrderBy = OrderBy.ASCENDING
+    ) -> List[Trial]:
+        deprecated("Experiment.get_trials", "Experiment.list_trials()")
+        return self.list_trials(sort_by, order_by)
+
+    def await_first_trial(self, interval: float = 0.1) -> Trial:
+        """The first trial, once the experiment has one."""
+        while True:
+            self.reload()
+            if self._results:
+                return self._trial(min(self._results, key=lambda r: r.number))
+            if self._process is not None and self._process.poll() is not None:
+                raise TrialNotFound(
+                    f"experiment {self._id} ended without a trial; its log: {self._log}"
+                )
+            time.sleep(interval)
+
+    def _checkpoints(self) -> List[Checkpoint]:
+        from det_lightning._runner._bookkeeping import experiment_checkpoints
+
+        hparams = {r.number: r.hparams for r in self._results}
+        return [
+            Checkpoint._found(
+                self._session,
+                found.store,
+                found.entry,
+                experiment=self._id,
+                trial=found.trial,
+                config=self.config,
+                hparams=hparams.get(found.trial) or {},
+            )
+            for found in experiment_checkpoints(self._session._root(), self._id)
+        ]
+
+    def list_checkpoints(
+        self,
+        sort_by: Optional[Union[str, CheckpointSortBy]] = None,
+        order_by: Optional[OrderBy] = None,
+        max_results: Optional[int] = None,
+    ) -> List[Checkpoint]:
+        """Every trial's checkpoints, sorted (by default by the searcher metric, best first;
+        ``sort_by`` and ``order_by`` are given both or neither)."""
+        return listed(
+            self._checkpoints(),
+            self._searcher,
+            sort_by=sort_by,
+            order_by=order_by,
+            max_results=max_results,
+        )
+
+    def top_checkpoint(
+        self, sort_by: Optional[str] = None, smaller_is_better: Optional[bool] = None
+    ) -> Checkpoint:
+        """The experiment's best checkpoint by ``sort_by`` (default: the searcher metric)."""
+        deprecated("Experiment.top_checkpoint", "Experiment.list_checkpoints(...,max_results=1)")
+        order_by = best_first(sort_by, smaller_is_better)
+        found = self.list_checkpoints(sort_by=sort_by, order_by=order_by, max_results=1)
+        if not found:
+            raise AssertionError(f"No checkpoints found for experiment {self._id}")
+        return found[0]
+
+    def top_n_checkpoints(
+        self, limit: int, sort_by: Optional[str] = None, smaller_is_better: Optional[bool] = None
+    ) -> List[Checkpoint]:
+        """The best checkpoint of each of the ``limit`` best trials."""
+        deprecated("Experiment.top_n_checkpoints", "Experiment.list_checkpoints(...,max_results=n)")
+        checkpoints = self._checkpoints()
+        if not checkpoints:
+            raise AssertionError(f"No checkpoint found for experiment {self._id}")
+        if not sort_by:
+            sort_by, smaller_is_better = self._searcher.metric, self._searcher.smaller_is_better
+        order = OrderBy.ASC if smaller_is_better or smaller_is_better is None else OrderBy.DESC
+        seen: Set[Optional[int]] = set()
+        best = []
+        for checkpoint in sort_checkpoints(checkpoints, sort_by, order, self._searcher):
+            if checkpoint._trial not in seen:
+                seen.add(checkpoint._trial)
+                best.append(checkpoint)
+        return best[:limit]
+
+    def wait(self, interval: float = 5.0) -> ExperimentState:
+        """Waits until the experiment ends and returns its state: for one this client
+        started, until its process exits; else until its trials have ended.
+
+        Raises:
+            ValueError: it is PAUSED (stopped before its end): rerun its command, or
+                ``activate()``.
+        """
+        waited = 0.0
+        while True:
+            if self._process is not None:
+                try:
+                    self._process.wait(timeout=interval)
+                except subprocess.TimeoutExpired:
+                    pass
+            running = self._process is not None and self._process.poll() is None
+            if not running:
+                self.reload()
+                if self.state in TERMINAL_STATES:
+                    return self.state
+                if self.state is ExperimentState.PAUSED:
+                    raise ValueError(
+                        f"Experiment {self._id} is in paused state: it stopped before its end. "
+                        f"Continue it with `{self._continue_command()}`, or activate()."
+                    )
+                if self._process is None:
+                    time.sleep(interval)  # another process runs it: poll its files
+            waited += interval
+            if waited % 60 < interval:
+                print(
+                    f"Waiting for Experiment {self._id} to complete. "
+                    f"Elapsed {waited / 60:.1f} minutes",
+                    file=sys.stderr,
+                )
+
+    def _continue_command(self) -> str:
+        import shlex
+
+        if self._command:
+            return shlex.join(self._command[2:]).replace("det_lightning", "det-lightning", 1)
+        record = self._record
+        return (
+            f"det-lightning experiment CONFIG {record.get('model_dir', 'MODEL_DIR')} "
+            "(the same config)"
+        )
+
+    def pause(self) -> None:
+        """Stops the experiment this client started as Ctrl+C would: its training trials
+        checkpoint; ``activate()`` continues it."""
+        process = self._owned_process("pause")
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGTERM)
+            process.wait()
+        self.reload()
+
+    def kill(self) -> None:
+        """As ``pause()``: the training trials checkpoint (nothing is lost), and the
+        experiment stays PAUSED until ``activate()`` or a rerun of its command."""
+        self.pause()
+
+    cancel = kill
+
+    def activate(self) -> None:
+        """Continues the experiment this client started (rerunning its command)."""
+        process = self._owned_process("activate")
+        if process.poll() is None:
+            return
+        self._process = self._session._start(self._command, self._log)
+        self.reload()
+
+    def _owned_process(self, what: str) -> subprocess.Popen:
+        if self._process is None:
+            refuse(
+                f"Experiment.{what} of an experiment this client did not start",
+                "Stop its command with Ctrl+C (it checkpoints, exits 75) and rerun the "
+                "command to continue it.",
+            )
+        return self._process
+
+    def download_code(self, output_dir: Optional[str] = None) -> str:
+        """The experiment's model definition: its ``model_dir`` (copied into ``output_dir``
+        when given), which it ran from."""
+        source = pathlib.Path(str(self._record.get("model_dir") or ""))
+        if not source.is_dir():
+            raise FileNotFoundError(
+                f"experiment {self._id}'s model directory {source} is gone; every checkpoint "
+                "keeps a copy of the code in its code/ folder."
+            )
+        if output_dir is None:
+            return str(source)
+        shutil.copytree(source, output_dir, dirs_exist_ok=True)
+        return str(output_dir)
+
+    def __repr__(self) -> str:
+        return f"Experiment(id={self._id!r}, state={self.state})"
+
+
+for _name in (
+    "archive",
+    "unarchive",
+    "delete",
+    "set_name",
+    "set_description",
+    "set_notes",
+    "add_label",
+    "remove_label",
+    "set_labels",
+    "move_to_project",
+    "delete_tensorboard_files",
+    "get_pachyderm_config",
+):
+
+    def _needs_master(self: Any, *args: Any, _name: str = _name, **kwargs: Any) -> NoReturn:
+        refuse(f"Experiment.{_name}")
+
+    _needs_master.__name__ = _needs_master.__qualname__ = _name
+    setattr(Experiment, _name, _needs_master)
+
+
+__all__ = ["Experiment"]

@@ -1,0 +1,257 @@
+"""``determined.experimental.client`` over finished experiments: the post-training code of
+Determined's docs (``get_experiment(id).list_checkpoints()[0].download()``, ``get_trial``,
+``top_checkpoint``, ``create_experiment(...).wait()``) reads what ``det-lightning experiment``
+left under the checkpoint directory.
+
+One grid search of the fixture project (4 trials) is run once for the module; the tests that
+change checkpoints work on a copy of its folder.
+"""
+
+import json
+import pathlib
+import shutil
+import time
+from typing import Any, Dict, Iterator, List
+
+import pytest
+import yaml
+
+from det_lightning import errors
+from det_lightning.experimental import client
+from det_lightning.pytorch import _checkpoint as ckpt
+from tests.integration.cli_support import PROJECT, load_checkpoint, output, run_cli
+
+pytestmark = pytest.mark.slow
+
+
+def _project(where: pathlib.Path) -> pathlib.Path:
+    project = where / "project"
+    shutil.copytree(PROJECT, project)
+    return project
+
+
+@pytest.fixture(scope="module")
+def searched(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dict[str, Any]]:
+    """The grid search's checkpoint directory, its experiment id, and what its summary said."""
+    base = tmp_path_factory.mktemp("client")
+    project, root = _project(base), base / "checkpoints"
+    result = run_cli("experiment", "search.yaml", ".", "--checkpoint-dir", str(root), cwd=project)
+    assert result.returncode == 0, output(result)
+    (experiment_id,) = [p.name for p in root.iterdir()]
+    yield {"root": root, "id": experiment_id, "project": project, "summary": result.stdout}
+
+
+def _client(root: pathlib.Path) -> client.Determined:
+    return client.Determined(checkpoint_dir=str(root))
+
+
+def _on_disk(root: pathlib.Path, experiment_id: str) -> List[Dict[str, Any]]:
+    """Every checkpoint's trial, uuid and searcher metric, read straight from the files."""
+    found = []
+    for trial in sorted((root / experiment_id).glob("trial-*")):
+        for entry in ckpt.list_local(trial):
+            validation = entry.metadata["det_lightning_validation"]
+            number = int(trial.name.split("-")[1])
+            found.append({"trial": number, "uuid": entry.name, "value": validation["value"]})
+    return found
+
+
+def test_the_experiment_and_its_trials(searched: Dict[str, Any]) -> None:
+    determined = _client(searched["root"])
+    (listed,) = determined.list_experiments()
+    experiment = determined.get_experiment(searched["id"])
+    assert listed.id == experiment.id == searched["id"]
+    assert experiment.name == "regression-grid"
+    assert experiment.state is client.ExperimentState.COMPLETED
+    assert experiment.progress == 1.0
+    config = yaml.safe_load((searched["project"] / "search.yaml").read_text())
+    assert experiment.config["searcher"].items() >= config["searcher"].items()
+
+    trials = experiment.list_trials()
+    assert [t.id for t in trials] == [1, 2, 3, 4]
+    assert {t.state for t in trials} == {client.TrialState.COMPLETED}
+    points = {(t.hparams["learning_rate"], t.hparams["hidden_size"]) for t in trials}
+    assert points == {(0.1, 8), (0.001, 8), (0.1, 2), (0.001, 2)}  # the grid's 4 points
+    best = {t.id: t.summary_metrics["validation_metrics"]["validation_loss"]["min"] for t in trials}
+    ranked = experiment.list_trials(sort_by=client.TrialSortBy.BEST_VALIDATION_METRIC)
+    assert [t.id for t in ranked] == sorted(best, key=best.__getitem__)
+    # The trial the summary calls best is the one the client ranks first.
+    assert f"best: trial {ranked[0].id} " in searched["summary"]
+    trial = determined.get_trial(f"{searched['id']}/{ranked[0].id}")
+    assert trial.hparams == ranked[0].hparams and trial.get_experiment().id == searched["id"]
+
+
+def test_checkpoints_sort_by_the_searcher_metric_best_first(searched: Dict[str, Any]) -> None:
+    experiment = _client(searched["root"]).get_experiment(searched["id"])
+    disk = _on_disk(searched["root"], searched["id"])
+    checkpoints = experiment.list_checkpoints()
+    assert len(checkpoints) == len(disk) >= 4
+    by_value = sorted(disk, key=lambda c: c["value"])  # validation_loss: smaller is better
+    assert [c.uuid for c in checkpoints] == [c["uuid"] for c in by_value]
+    first = checkpoints[0]
+    assert first.state is client.CheckpointState.COMPLETED
+    assert first.training.experiment_id == searched["id"]
+    assert first.training.trial_id == by_value[0]["trial"]
+    metrics = first.training.validation_metrics["avgMetrics"]
+    assert metrics["validation_loss"] == by_value[0]["value"]
+    assert metrics["batches"] == first.metadata["steps_completed"]  # every metric reported
+    assert [c.uuid for c in experiment.list_checkpoints(max_results=1)] == [first.uuid]
+    worst_first = experiment.list_checkpoints(
+        sort_by="validation_loss", order_by=client.OrderBy.DESC
+    )
+    assert [c.uuid for c in worst_first] == [c["uuid"] for c in reversed(by_value)]
+    with pytest.warns(FutureWarning, match="list_checkpoints"):
+        assert experiment.top_checkpoint().uuid == first.uuid
+    with pytest.warns(FutureWarning):
+        top = experiment.top_n_checkpoints(2)
+    assert [c.training.trial_id for c in top] == [c["trial"] for c in by_value[:2]]
+    with pytest.raises(AssertionError, match="both set, or neither"):
+        experiment.list_checkpoints(sort_by="validation_loss")
+
+
+def test_a_trials_checkpoints(searched: Dict[str, Any]) -> None:
+    determined = _client(searched["root"])
+    trial = determined.get_trial(f"{searched['id']}/trial-3")
+    mine = [c for c in _on_disk(searched["root"], searched["id"]) if c["trial"] == 3]
+    assert [c.uuid for c in trial.list_checkpoints()] == [c["uuid"] for c in mine]
+    with pytest.warns(FutureWarning):
+        latest = trial.select_checkpoint(latest=True)
+    assert latest.metadata["steps_completed"] == 8  # max_length: 8 batches
+    with pytest.warns(FutureWarning):
+        assert trial.select_checkpoint(uuid=latest.uuid).uuid == latest.uuid
+    with pytest.warns(FutureWarning), pytest.raises(AssertionError, match="Exactly one"):
+        trial.select_checkpoint(latest=True, best=True)
+
+
+def test_download_gives_a_directory_the_trial_loads_from(
+    searched: Dict[str, Any], tmp_path: pathlib.Path
+) -> None:
+    experiment = _client(searched["root"]).get_experiment(searched["id"])
+    best = experiment.list_checkpoints(max_results=1)[0]
+    # On this machine already: its own directory, nothing copied.
+    assert (
+        pathlib.Path(best.download())
+        == searched["root"] / searched["id"] / (f"trial-{best.training.trial_id}") / best.uuid
+    )
+    target = tmp_path / "models" / "best"
+    assert best.download(str(target)) == str(target)
+    assert ckpt.is_complete(target)
+    assert sorted(p.name for p in target.parent.iterdir()) == ["best"]  # no partial copy left
+    loaded = load_checkpoint(target, "trial_class", cwd=searched["project"])
+    assert loaded["max_weight_difference"] == 0.0
+    assert loaded["hparams"] == best.training.hparams
+    # A directory that holds a checkpoint already is left as it is, as Determined's.
+    (target / "state_dict.pth").write_bytes(b"mine")
+    best.download(str(target))
+    assert (target / "state_dict.pth").read_bytes() == b"mine"
+
+
+def test_unknown_ids_name_what_is_there(searched: Dict[str, Any], tmp_path: pathlib.Path) -> None:
+    determined = _client(searched["root"])
+    with pytest.raises(client.ExperimentNotFound, match=f"names, not numbers.*{searched['id']}"):
+        determined.get_experiment(3)
+    with pytest.raises(client.TrialNotFound, match="has no trial 9 .*1, 2, 3, 4"):
+        determined.get_trial(f"{searched['id']}/9")
+    with pytest.raises(errors.CheckpointNotFound, match="no checkpoint nope under"):
+        determined.get_checkpoint("nope")
+    with pytest.raises(ValueError, match="<experiment id>/<trial number>"):
+        determined.get_trial("three")
+    # A trial number alone is enough while one experiment has such a trial; not with two.
+    assert determined.get_trial(2).experiment_id == searched["id"]
+    root = tmp_path / "two"
+    shutil.copytree(searched["root"], root)
+    other = root / "regression-grid-0000000000"
+    shutil.copytree(root / searched["id"], other)
+    record = json.loads((other / "experiment.json").read_text())
+    (other / "experiment.json").write_text(json.dumps({**record, "id": other.name}))
+    with pytest.raises(client.TrialNotFound, match="2 experiments .* have a trial 2"):
+        _client(root).get_trial(2)
+
+
+def test_a_checkpoints_metadata_changes_and_deletion(
+    searched: Dict[str, Any], tmp_path: pathlib.Path
+) -> None:
+    root = tmp_path / "checkpoints"
+    shutil.copytree(searched["root"], root)
+    determined = _client(root)
+    checkpoint = determined.get_experiment(searched["id"]).list_checkpoints()[-1]
+    checkpoint.add_metadata({"stage": "production", "steps_completed": 8})
+    path = pathlib.Path(checkpoint.download())
+    written = json.loads((path / "metadata.json").read_text())
+    assert written["stage"] == "production" and "det_lightning_run" in written
+    assert determined.get_checkpoint(checkpoint.uuid).metadata["stage"] == "production"
+    checkpoint.remove_metadata(["stage"])
+    assert "stage" not in json.loads((path / "metadata.json").read_text())
+    with pytest.raises(ValueError, match="det_lightning_run are det_lightning's own keys"):
+        checkpoint.remove_metadata(["det_lightning_run"])
+    assert [p.name for p in path.iterdir() if p.name.startswith(".")] == []  # no temporary left
+    checkpoint.delete()
+    assert checkpoint.state is client.CheckpointState.DELETED and not path.exists()
+    with pytest.raises(errors.CheckpointNotFound):
+        determined.get_checkpoint(checkpoint.uuid)
+
+
+def test_a_runs_checkpoint_straight_under_the_directory(
+    searched: Dict[str, Any], tmp_path: pathlib.Path
+) -> None:
+    """``det-lightning run`` and ``pytorch.init()`` write ``<dir>/<uuid>``: found by UUID."""
+    source = _client(searched["root"]).get_experiment(searched["id"]).list_checkpoints()[0]
+    root = tmp_path / "checkpoints"
+    shutil.copytree(source.download(), root / source.uuid)
+    found = _client(root).get_checkpoint(source.uuid)
+    assert found.download() == str(root / source.uuid)
+    assert found.training.hparams == source.training.hparams
+    assert found.training.experiment_config["searcher"]["name"] == "grid"
+
+
+def test_create_experiment_starts_it_and_wait_waits(tmp_path: pathlib.Path) -> None:
+    project, root = _project(tmp_path), tmp_path / "checkpoints"
+    determined = _client(root)
+    config = yaml.safe_load((project / "const.yaml").read_text())
+    config["searcher"]["max_length"] = {"batches": 400}
+    config["min_validation_period"] = {"batches": 40}
+    config["min_checkpoint_period"] = {"batches": 40}
+    with pytest.raises(errors.InvalidConfigException, match="searcher.nmae"):
+        determined.create_experiment({**config, "searcher": {"nmae": "x"}}, str(project))
+    assert not root.exists()  # refused before anything started
+
+    experiment = determined.create_experiment(config, str(project))
+    assert experiment.id.startswith("regression-const-")
+    trial = experiment.await_first_trial()
+    _wait_for_a_checkpoint(root / experiment.id / "trial-1")
+    experiment.pause()  # SIGTERM, as Ctrl+C: the trial checkpoints and the command exits 75
+    assert experiment._process is not None and experiment._process.returncode == 75
+    assert experiment.state is client.ExperimentState.PAUSED
+    with pytest.raises(ValueError, match="paused state.*det-lightning experiment"):
+        experiment.wait(interval=0.5)
+    paused_at = max(c.metadata["steps_completed"] for c in trial.list_checkpoints())
+    assert 0 < paused_at < 400
+
+    experiment.activate()  # reruns the command: the trial resumes
+    assert experiment.wait(interval=0.5) is client.ExperimentState.COMPLETED, _log(experiment)
+    assert "resum" in _log(experiment)
+    best = experiment.list_checkpoints(max_results=1)[0]
+    latest = max(experiment.list_checkpoints(), key=lambda c: c.metadata["steps_completed"])
+    assert latest.metadata["steps_completed"] == 400
+    assert best.training.trial_id == 1 and experiment.list_trials()[0].hparams["hidden_size"] == 8
+    assert experiment.list_trials()[0].state is client.TrialState.COMPLETED
+
+
+def _wait_for_a_checkpoint(trial: pathlib.Path, timeout_s: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not ckpt.list_local(trial):
+        assert time.monotonic() < deadline, f"no checkpoint in {trial}"
+        time.sleep(0.1)
+
+
+def _log(experiment: client.Experiment) -> str:
+    assert experiment._log is not None
+    return experiment._log.read_text(errors="replace")
+
+
+def test_a_failing_experiment_ends_in_error(tmp_path: pathlib.Path) -> None:
+    project, root = _project(tmp_path), tmp_path / "checkpoints"
+    (project / "model_def.py").write_text("raise RuntimeError('broken model_def')\n")
+    experiment = _client(root).create_experiment(str(project / "const.yaml"), str(project))
+    assert experiment.wait(interval=0.5) is client.ExperimentState.ERROR
+    assert "broken model_def" in _log(experiment)
