@@ -19,6 +19,7 @@ import yaml
 from det_lightning import errors
 from det_lightning.experimental import client
 from det_lightning.pytorch import _checkpoint as ckpt
+from tests.fixtures.object_store import S3
 from tests.integration.cli_support import PROJECT, load_checkpoint, output, run_cli
 
 pytestmark = pytest.mark.slow
@@ -255,3 +256,22 @@ def test_a_failing_experiment_ends_in_error(tmp_path: pathlib.Path) -> None:
     experiment = _client(root).create_experiment(str(project / "const.yaml"), str(project))
     assert experiment.wait(interval=0.5) is client.ExperimentState.ERROR
     assert "broken model_def" in _log(experiment)
+
+
+def test_an_experiment_in_a_bucket(s3_server: S3, tmp_path: pathlib.Path) -> None:
+    """The checkpoint directory a URL (moto's S3 server): read through the same store."""
+    project, url = _project(tmp_path), s3_server.url("team")
+    result = run_cli("experiment", "const.yaml", ".", "--checkpoint-dir", url, cwd=project)
+    assert result.returncode == 0, output(result)
+    (experiment,) = client.Determined(checkpoint_dir=url).list_experiments()
+    assert experiment.state is client.ExperimentState.COMPLETED
+    best = experiment.list_checkpoints(max_results=1)[0]
+    assert best.training.validation_metrics["avgMetrics"]["validation_loss"] > 0
+    cached = pathlib.Path(best.download())  # a download into the cache, not the project
+    assert ckpt.is_complete(cached) and project not in cached.parents
+    target = tmp_path / "best"
+    best.download(str(target))
+    loaded = load_checkpoint(target, "trial_class", cwd=project)
+    assert loaded["max_weight_difference"] == 0.0
+    with pytest.raises(NotImplementedError, match="in a bucket .* Download it"):
+        best.add_metadata({"stage": "production"})
