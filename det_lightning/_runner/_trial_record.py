@@ -22,10 +22,13 @@ checks that nothing in ``_runner`` names a user attribute by a string literal::
     SUPERSEDED    taken over by another worker (then FAIL); CONTINUES: on the continuation,
                   the Optuna trial id it carries on; ORIGIN: the study number first asked for
     GRID_POINT    grid: the index of its point
+    VALIDATION_AT + "<batches>": one per validation, {"metrics": its numerical metrics,
+                  "time": when (epoch seconds)}: the trial's validation history, which the
+                  client's Trial.iter_metrics("validation") reads (since 2026-11-29)
 """
 
 import dataclasses
-from typing import Any, Dict, Optional, Union
+from typing import Any, Dict, Optional, Tuple, Union
 
 import optuna
 
@@ -50,6 +53,7 @@ SUPERSEDED = "superseded"
 CONTINUES = "continues"
 ORIGIN = "origin"
 GRID_POINT = "grid_point"
+VALIDATION_AT = "validation@"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -80,6 +84,8 @@ class TrialRecord:
     grid_point: Optional[int] = None
     trial_seed: Optional[int] = None
     unranked: bool = False
+    # (batches, time, metrics) of each validation, by batches
+    validations: Tuple[Tuple[int, float, Dict[str, float]], ...] = ()
 
     @property
     def counted(self) -> bool:
@@ -108,7 +114,22 @@ class TrialRecord:
             grid_point=attrs.get(GRID_POINT),
             trial_seed=attrs.get(TRIAL_SEED),
             unranked=bool(attrs.get(UNRANKED)),
+            validations=_validations(attrs),
         )
+
+
+def _validations(attrs: Dict[str, Any]) -> Tuple[Tuple[int, float, Dict[str, float]], ...]:
+    """The validation history among a trial's user attributes, by batches.
+
+    >>> _validations({VALIDATION_AT + "8": {"metrics": {"loss": 1.0}, "time": 5.0}, "rung": 0})
+    ((8, 5.0, {'loss': 1.0}),)
+    """
+    found = []
+    for key, value in attrs.items():
+        steps = key[len(VALIDATION_AT) :]
+        if key.startswith(VALIDATION_AT) and steps.isdigit() and isinstance(value, dict):
+            found.append((int(steps), float(value.get("time") or 0.0), dict(value["metrics"])))
+    return tuple(sorted(found, key=lambda v: v[0]))
 
 
 __all__ = [
@@ -132,4 +153,5 @@ __all__ = [
     "TRIAL_SEED",
     "TrialRecord",
     "UNRANKED",
+    "VALIDATION_AT",
 ]

@@ -69,6 +69,8 @@ class TrialResult:
     batches: Optional[int] = None
     rung: Optional[int] = None
     error: Optional[str] = None  # a failed command trial's error, its script's last line
+    # a search's trial: (batches, time, metrics) of each validation (TrialRecord.validations)
+    validations: Tuple[Tuple[int, float, Dict[str, float]], ...] = ()
 
     def state(self) -> str:
         """The status as the summary shows it.

@@ -1,12 +1,15 @@
 """``Trial``: one trial of an experiment, from its search storage; its checkpoints."""
 
+import datetime
 from typing import (
     TYPE_CHECKING,
     Any,
     Dict,
+    Iterator,
     List,
     NoReturn,
     Optional,
+    Tuple,
     Union,
 )
 
@@ -21,6 +24,7 @@ from det_lightning.experimental._values import (
     TRIAL_STATES,
     CheckpointSortBy,
     OrderBy,
+    TrialMetrics,
     TrialState,
     refuse,
 )
@@ -38,8 +42,9 @@ class Trial:
         experiment_id: its experiment's id.
         hparams: its hyperparameters.
         state: a ``TrialState``.
-        summary_metrics: ``{"validation_metrics": {metric: {"min"|"max": best}}}`` for the
-            searcher metric, the best validation the search recorded (None before one).
+        summary_metrics: Determined's summary of the validations the search kept
+            (``{"validation_metrics": {name: {"count", "last", "min", "max", "sum"}}}``);
+            None before the first.
     """
 
     def __init__(self, trial_id: Any, session: Any) -> None:
@@ -54,6 +59,7 @@ class Trial:
         self._experiment: Optional["Experiment"] = None
         self._batches: Optional[int] = None
         self._best: Optional[float] = None
+        self._validations: Tuple[Tuple[int, float, Dict[str, float]], ...] = ()
         experiment, number = session._parse_trial_id(trial_id)
         self.id, self.experiment_id = number, experiment
 
@@ -62,12 +68,13 @@ class Trial:
         self.hparams = dict(result.hparams)
         self.state = TRIAL_STATES.get(result.status, TrialState.ERROR)
         self._batches, self._best = result.batches, result.best_metric
-        searcher = experiment._searcher
-        self.summary_metrics = None
-        if result.best_metric is not None:
+        self._validations = result.validations
+        self.summary_metrics = _summary(result.validations)
+        if self.summary_metrics is None and result.best_metric is not None:
+            searcher = experiment._searcher  # a search before histories: its best only
             best = "min" if searcher.smaller_is_better else "max"
-            metric = searcher.metric
-            self.summary_metrics = {"validation_metrics": {metric: {best: result.best_metric}}}
+            validation = {searcher.metric: {best: result.best_metric}}
+            self.summary_metrics = {"validation_metrics": validation}
 
     def reload(self) -> None:
         """Reads the trial's state again."""
@@ -148,16 +155,36 @@ class Trial:
     def kill(self) -> NoReturn:
         refuse("Trial.kill", "Stop its experiment (Experiment.kill(), or Ctrl+C on its command).")
 
-    def iter_metrics(self, group: str) -> NoReturn:
-        refuse("Trial.iter_metrics", METRICS_INSTEAD)
+    def iter_metrics(self, group: str) -> Iterator[TrialMetrics]:
+        """The trial's validations, oldest first (``group="validation"``), as the search
+        kept them: every numerical metric, by batches trained.
 
-    stream_metrics = iter_metrics
+        Raises:
+            NotImplementedError: another group (training metrics are in the trial's
+                TensorBoard files).
+        """
+        if group != "validation":
+            refuse(f"Trial.iter_metrics({group!r})", METRICS_INSTEAD)
+        for batches, when, metrics in self._validations:
+            yield TrialMetrics(
+                trial_id=self.id,
+                trial_run_id=0,
+                steps_completed=batches,
+                end_time=datetime.datetime.fromtimestamp(when, datetime.timezone.utc),
+                metrics=dict(metrics),
+                group="validation",
+            )
+
+    def stream_metrics(self, group: str) -> Iterator[TrialMetrics]:
+        deprecated("Trial.stream_metrics", "Trial.iter_metrics()")
+        return self.iter_metrics(group)
 
     def stream_training_metrics(self) -> NoReturn:
         refuse("Trial.stream_training_metrics", METRICS_INSTEAD)
 
-    def stream_validation_metrics(self) -> NoReturn:
-        refuse("Trial.stream_validation_metrics", METRICS_INSTEAD)
+    def stream_validation_metrics(self) -> Iterator[TrialMetrics]:
+        deprecated("Trial.stream_validation_metrics", "Trial.iter_metrics('validation')")
+        return self.iter_metrics("validation")
 
     def iter_logs(self, *args: Any, **kwargs: Any) -> NoReturn:
         refuse(
@@ -170,6 +197,30 @@ class Trial:
 
     def __repr__(self) -> str:
         return f"Trial(id={self.id}, experiment_id={self.experiment_id!r}, state={self.state})"
+
+
+def _summary(
+    validations: Tuple[Tuple[int, float, Dict[str, float]], ...],
+) -> Optional[Dict[str, Any]]:
+    """Determined's ``summary_metrics`` of a validation history: per metric its count, last,
+    min, max and sum.
+
+    >>> _summary(((4, 0.0, {"loss": 2.0}), (8, 0.0, {"loss": 1.0})))["validation_metrics"]
+    {'loss': {'count': 2, 'last': 1.0, 'max': 2.0, 'min': 1.0, 'sum': 3.0, 'type': 'number'}}
+    """
+    if not validations:
+        return None
+    summary: Dict[str, Dict[str, Any]] = {}
+    for _, _, metrics in validations:
+        for name, value in metrics.items():
+            entry = summary.setdefault(
+                name, {"count": 0, "last": value, "max": value, "min": value, "sum": 0.0}
+            )
+            entry["count"] += 1
+            entry["last"], entry["sum"] = value, entry["sum"] + value
+            entry["max"], entry["min"] = max(entry["max"], value), min(entry["min"], value)
+            entry["type"] = "number"
+    return {"validation_metrics": summary}
 
 
 __all__ = ["Trial"]

@@ -1,15 +1,10 @@
 """The client's values: Determined's enums (states, sort fields, orders), its not-found errors,
 and ``refuse`` for what needs a master."""
 
+import dataclasses
+import datetime
 import enum
-from typing import (
-    TYPE_CHECKING,
-    NoReturn,
-)
-
-if TYPE_CHECKING:
-    pass
-
+from typing import Any, Dict, List, NoReturn, Optional
 
 _NO_MASTER = (
     "det_lightning has no master: experiments are the folders under the checkpoint directory "
@@ -174,13 +169,33 @@ class DownloadMode(enum.Enum):
         return self.value
 
 
+@dataclasses.dataclass
+class TrialMetrics:
+    """One metrics report of a trial, as Determined's: ``steps_completed`` (batches),
+    ``end_time``, ``metrics``, ``group`` (``"validation"``)."""
+
+    trial_id: int
+    trial_run_id: int
+    steps_completed: int
+    end_time: datetime.datetime
+    metrics: Dict[str, Any]
+    group: str
+    batch_metrics: Optional[List[Dict[str, Any]]] = None
+
+    @property
+    def total_batches(self) -> int:
+        """The batches trained (Determined's deprecated name for ``steps_completed``)."""
+        return self.steps_completed
+
+
 class ModelFramework(enum.Enum):
     PYTORCH = 1
     TENSORFLOW = 2
 
 
 METRICS_INSTEAD = (
-    "Metrics are in the trial's TensorBoard files (tensorboard/<experiment id>/trial-<n>), "
+    "A search keeps each trial's validations (Trial.iter_metrics('validation')); training "
+    "metrics are in the trial's TensorBoard files (tensorboard/<experiment id>/trial-<n>), "
     "which `tensorboard --logdir tensorboard` shows and tensorboard's EventAccumulator reads."
 )
 
@@ -198,6 +213,7 @@ __all__ = [
     "OrderBy",
     "TERMINAL_STATES",
     "TRIAL_STATES",
+    "TrialMetrics",
     "TrialNotFound",
     "TrialSortBy",
     "TrialState",

@@ -53,6 +53,9 @@ METHODS = {
         "get_checkpoints",
         "top_checkpoint",
         "select_checkpoint",
+        "iter_metrics",
+        "stream_metrics",
+        "stream_validation_metrics",
     ],
     "Checkpoint": [
         "download",
@@ -125,3 +128,12 @@ def test_the_attributes_post_training_code_reads() -> None:
         for attribute in [k for k in vars(theirs) if not k.startswith("_")]:
             assert hasattr(mine, attribute), f"{type(mine).__name__}.{attribute}"
     assert made[2][1].id == "e" and made[1][1].id == 1
+
+
+def test_a_metrics_report_has_determineds_fields() -> None:
+    import dataclasses
+
+    from determined.experimental import client as real
+
+    theirs = [f.name for f in dataclasses.fields(real.TrialMetrics)]
+    assert [f.name for f in dataclasses.fields(ours.TrialMetrics)] == theirs

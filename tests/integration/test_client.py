@@ -74,6 +74,13 @@ def test_the_experiment_and_its_trials(searched: Dict[str, Any]) -> None:
     points = {(t.hparams["learning_rate"], t.hparams["hidden_size"]) for t in trials}
     assert points == {(0.1, 8), (0.001, 8), (0.1, 2), (0.001, 2)}  # the grid's 4 points
     best = {t.id: t.summary_metrics["validation_metrics"]["validation_loss"]["min"] for t in trials}
+    for t in trials:  # each validation the search kept: at 4 and 8 batches
+        history = list(t.iter_metrics("validation"))
+        assert [m.steps_completed for m in history] == [4, 8]
+        assert min(m.metrics["validation_loss"] for m in history) == best[t.id]
+        assert {m.group for m in history} == {"validation"}
+    with pytest.raises(NotImplementedError, match="TensorBoard"):
+        list(trials[0].iter_metrics("training"))
     ranked = experiment.list_trials(sort_by=client.TrialSortBy.BEST_VALIDATION_METRIC)
     assert [t.id for t in ranked] == sorted(best, key=best.__getitem__)
     # The trial the summary calls best is the one the client ranks first.
@@ -275,3 +282,40 @@ def test_an_experiment_in_a_bucket(s3_server: S3, tmp_path: pathlib.Path) -> Non
     assert loaded["max_weight_difference"] == 0.0
     with pytest.raises(NotImplementedError, match="in a bucket .* Download it"):
         best.add_metadata({"stage": "production"})
+
+
+CORE_LOOP = """
+import determined as det
+
+with det.core.init() as core_context:
+    for op in core_context.searcher.operations():
+        for step in range(1, 4):
+            core_context.train.report_training_metrics(step, {"loss": 1.0 / step})
+            core_context.train.report_validation_metrics(step, {"test_loss": 2.0 / step})
+        op.report_completed(2.0 / 3)
+"""
+
+
+def test_a_core_api_trials_validations(tmp_path: pathlib.Path) -> None:
+    """A Core API loop's validations are kept too (``report_validation_metrics``)."""
+    project, root = tmp_path / "project", tmp_path / "checkpoints"
+    project.mkdir()
+    (project / "loop.py").write_text(CORE_LOOP)
+    config = {
+        "name": "core-loop",
+        "entrypoint": "python3 loop.py",
+        "searcher": {"name": "single", "metric": "test_loss", "max_length": {"batches": 3}},
+    }
+    (project / "core.yaml").write_text(yaml.safe_dump(config))
+    args = ["experiment", "core.yaml", ".", "--checkpoint-dir", str(root)]
+    result = run_cli(*args, cwd=project)
+    assert result.returncode == 0, output(result)
+    (trial,) = _client(root).list_experiments()[0].list_trials()
+    history = list(trial.iter_metrics("validation"))
+    assert [(m.steps_completed, m.metrics["test_loss"]) for m in history] == [
+        (1, 2.0),
+        (2, 1.0),
+        (3, 2.0 / 3),
+    ]
+    summary = trial.summary_metrics["validation_metrics"]["test_loss"]
+    assert summary["count"] == 3 and summary["last"] == summary["min"] == 2.0 / 3

@@ -35,6 +35,7 @@ STORED = {
     "ORIGIN": "origin",
     "GRID_POINT": "grid_point",
     "TRIAL_SEED": "trial_seed",
+    "VALIDATION_AT": "validation@",  # a prefix: validation@<batches>
 }
 
 

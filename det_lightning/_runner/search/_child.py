@@ -182,6 +182,7 @@ class CoreReporter:
 
     def validation(self, steps_completed: int, metrics: Dict[str, Any]) -> None:
         metric, unit = self.settings.metric, self.settings.time_metric
+        self.recorder.note_validation(steps_completed, metrics)
         if metric not in metrics:
             self._once(
                 f"a validation without searcher.metric {metric!r} (it reported "

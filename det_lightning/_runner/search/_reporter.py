@@ -18,8 +18,16 @@ from det_lightning._runner._lease import (
 )
 from det_lightning._runner._search_settings import SearchSettings
 from det_lightning._runner._serial import deciding
-from det_lightning._runner._trial_record import INVALID_HP, RUNG, RUNGS, STOPPED, TrialRecord
+from det_lightning._runner._trial_record import (
+    INVALID_HP,
+    RUNG,
+    RUNGS,
+    STOPPED,
+    VALIDATION_AT,
+    TrialRecord,
+)
 from det_lightning.pytorch import Epoch, PyTorchCallback, TrainUnit
+from det_lightning.util import is_numerical_scalar
 
 if TYPE_CHECKING:
     from det_lightning.pytorch import PyTorchTrialContext
@@ -85,6 +93,14 @@ class RungRecorder:
         self.last_value = value
         return decision
 
+    def note_validation(self, batches: int, metrics: Dict[str, Any]) -> None:
+        """Keeps a validation's numerical metrics on the trial (its history, which the client's
+        ``Trial.iter_metrics("validation")`` reads, as Determined's master kept it)."""
+        raise_if_taken_over(self.trial)  # a worker that lost its lease writes nothing more
+        numbers = {k: float(v) for k, v in metrics.items() if is_numerical_scalar(v)}
+        record = {"metrics": numbers, "time": time.time()}
+        self.trial.set_user_attr(f"{VALIDATION_AT}{int(batches)}", record)
+
     def ranked_out(self, decision: Decision) -> bool:
         """Whether ``decision`` stops the trial before the last rung (the full length, where
         it ends by itself)."""
@@ -137,11 +153,14 @@ class SearchReporter(PyTorchCallback):
         if self.context.distributed.rank == 0:
             self.raise_if_lost()
 
-    def _time(self) -> int:
+    def _batches(self) -> int:
         try:
-            batches = self.context.current_train_batch() + 1
+            return self.context.current_train_batch() + 1
         except errors.InternalException:  # a validation before the first batch
             return 0
+
+    def _time(self) -> int:
+        batches = self._batches()
         if self.settings.time_metric == "epochs":
             return batches // self.context.engine.require_epoch_len()
         return int(batches)
@@ -150,10 +169,7 @@ class SearchReporter(PyTorchCallback):
         """Whether the trial has trained its ``fit()`` length (a script may set its own)."""
         if self.max_length is None:
             return False
-        try:
-            batches = self.context.current_train_batch() + 1
-        except errors.InternalException:
-            return False
+        batches = self._batches()
         assert isinstance(self.max_length.value, int)
         if isinstance(self.max_length, Epoch):
             return batches >= self.max_length.value * self.context.engine.require_epoch_len()
@@ -163,6 +179,7 @@ class SearchReporter(PyTorchCallback):
         if self.context.distributed.rank != 0:
             return
         recorder = self.recorder
+        recorder.note_validation(self._batches(), metrics)
         value = recorder.searcher_value(metrics)
         decision = recorder.record(value, self._time())
         if recorder.ranked_out(decision) and self._trained_full_length():

@@ -86,6 +86,7 @@ def summarize(
                     checkpoint,
                     batches=record.batches if record.batches is not None else batches,
                     rung=record.rung if stopped_at else None,
+                    validations=record.validations,
                 )
             )
     return sorted(results, key=lambda r: r.number)
