@@ -113,6 +113,7 @@ class Checkpoint:
         self._experiment: Optional[str] = None
         self._experiment_config: Optional[Dict[str, Any]] = None
         self._trial_hparams: Optional[Dict[str, Any]] = None
+        self._validations: Dict[int, Dict[str, float]] = {}
 
     @classmethod
     def _found(
@@ -125,11 +126,16 @@ class Checkpoint:
         trial: Optional[int] = None,
         config: Optional[Dict[str, Any]] = None,
         hparams: Optional[Dict[str, Any]] = None,
+        validations: Optional[Dict[int, Dict[str, float]]] = None,
     ) -> "Checkpoint":
+        """The checkpoint ``entry`` at ``store``; of trial ``trial`` of experiment
+        ``experiment`` (its ``config``, ``hparams``, and the validations the search kept, by
+        batches: a Core API loop's checkpoint gets the one at its ``steps_completed``)."""
         checkpoint = cls(session, entry.name)
         checkpoint._store = store
         checkpoint._experiment, checkpoint._trial = experiment, trial
         checkpoint._experiment_config, checkpoint._trial_hparams = config, hparams
+        checkpoint._validations = validations or {}
         checkpoint._hydrate(entry)
         return checkpoint
 
@@ -153,7 +159,7 @@ class Checkpoint:
                 return
             hparams = hparams if hparams is not None else load_data.get("hparams")
             config = config if config is not None else load_data.get("experiment_config")
-        metrics = _validation_metrics(metadata)
+        metrics = {**self._validations.get(self._batches, {}), **_validation_metrics(metadata)}
         self.training = CheckpointTrainingMetadata(
             experiment_config=dict(config or {}),
             experiment_id=experiment,

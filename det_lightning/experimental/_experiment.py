@@ -193,6 +193,7 @@ class Experiment:
         from det_lightning._runner._bookkeeping import experiment_checkpoints
 
         hparams = {r.number: r.hparams for r in self._results}
+        history = {r.number: {b: m for b, _, m in r.validations} for r in self._results}
         return [
             Checkpoint._found(
                 self._session,
@@ -202,6 +203,7 @@ class Experiment:
                 trial=found.trial,
                 config=self.config,
                 hparams=hparams.get(found.trial) or {},
+                validations=history.get(found.trial),
             )
             for found in experiment_checkpoints(self._session._root(), self._id)
         ]

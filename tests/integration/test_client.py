@@ -292,6 +292,8 @@ with det.core.init() as core_context:
         for step in range(1, 4):
             core_context.train.report_training_metrics(step, {"loss": 1.0 / step})
             core_context.train.report_validation_metrics(step, {"test_loss": 2.0 / step})
+            with core_context.checkpoint.store_path({"steps_completed": step}) as (path, _):
+                (path / "state.txt").write_text(str(step))
         op.report_completed(2.0 / 3)
 """
 
@@ -319,3 +321,7 @@ def test_a_core_api_trials_validations(tmp_path: pathlib.Path) -> None:
     ]
     summary = trial.summary_metrics["validation_metrics"]["test_loss"]
     assert summary["count"] == 3 and summary["last"] == summary["min"] == 2.0 / 3
+    # Its checkpoints get the validation at their steps_completed, as Determined matched them.
+    best = trial.list_checkpoints()[0]
+    assert best.metadata["steps_completed"] == 3
+    assert best.training.validation_metrics["avgMetrics"] == {"test_loss": 2.0 / 3}
