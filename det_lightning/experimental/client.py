@@ -9,11 +9,12 @@ Determined's post-training code runs unchanged::
     exp = client.create_experiment(config="const.yaml", model_dir=".")  # starts it
     exp.wait()
     best = exp.list_checkpoints(max_results=1)[0]   # by the searcher metric, best first
-    trial = pytorch.load_trial_from_checkpoint_path(best.download())
+    trial = pytorch.load_trial_from_checkpoint_path(best.download(), trial_class=MyTrial)
 
 Ids are det_lightning's: an experiment's is a name (``det-lightning experiment list``), a
-trial's ``"<experiment id>/<n>"``. What needs a master (users, workspaces, the model
-registry, logs and metrics streams) raises ``NotImplementedError`` naming what to use. The
+trial's ``"<experiment id>/<n>"``. A trial's validations are the ones its search
+kept (``Trial.iter_metrics("validation")``). What needs a master (users, workspaces, the model
+registry, logs, training metrics) raises ``NotImplementedError`` naming what to use. The
 module functions use one ``Determined()`` over ``$DET_LIGHTNING_CHECKPOINT_DIR`` (else
 ``./checkpoints``); ``Determined(checkpoint_dir=..., storage=...)`` reads another.
 """
