@@ -81,6 +81,8 @@ def _validation_metrics(metadata: Dict[str, Any]) -> Dict[str, float]:
 
 # The keys det_lightning's own reading of a checkpoint needs (its resume, its retention).
 _OWN_PREFIX = "det_lightning"
+# ... and the trainer's keys, which loading and resuming read (steps_completed picks `latest`).
+_TRAINER_KEYS = ("determined_version", "steps_completed", "framework", "format")
 
 
 class Checkpoint:
@@ -223,8 +225,9 @@ class Checkpoint:
 
     def add_metadata(self, metadata: Dict[str, Any]) -> None:
         """Adds (or replaces) keys of the checkpoint's ``metadata.json``, in its directory:
-        the file is replaced whole, atomically. Keys det_lightning writes (``det_lightning*``)
-        cannot be changed; a checkpoint in a bucket cannot be changed here."""
+        the file is replaced whole, atomically. The keys written with the checkpoint
+        (``steps_completed``, ``format``, ``det_lightning*``, ...) cannot be changed: loading
+        and resuming read them. A checkpoint in a bucket cannot be changed here."""
         _refuse_own_keys(metadata, "add_metadata")
         self._rewrite_metadata({**(self.metadata or {}), **metadata})
 
@@ -278,11 +281,12 @@ class Checkpoint:
 
 
 def _refuse_own_keys(keys: Iterable[str], method: str) -> None:
-    own = sorted(k for k in keys if k.startswith(_OWN_PREFIX))
+    own = sorted(k for k in keys if k.startswith(_OWN_PREFIX) or k in _TRAINER_KEYS)
     if own:
         raise ValueError(
-            f"Checkpoint.{method}: {', '.join(own)} are det_lightning's own keys (its resume "
-            "and retention read them); choose other names."
+            f"Checkpoint.{method}: {', '.join(own)} are written with the checkpoint and read "
+            "when it is loaded or resumed (steps_completed decides `latest`); choose other "
+            "names."
         )
 
 

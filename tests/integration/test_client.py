@@ -183,14 +183,16 @@ def test_a_checkpoints_metadata_changes_and_deletion(
     shutil.copytree(searched["root"], root)
     determined = _client(root)
     checkpoint = determined.get_experiment(searched["id"]).list_checkpoints()[-1]
-    checkpoint.add_metadata({"stage": "production", "steps_completed": 8})
+    with pytest.raises(ValueError, match="steps_completed are written with the checkpoint"):
+        checkpoint.add_metadata({"stage": "production", "steps_completed": 1})
+    checkpoint.add_metadata({"stage": "production"})
     path = pathlib.Path(checkpoint.download())
     written = json.loads((path / "metadata.json").read_text())
     assert written["stage"] == "production" and "det_lightning_run" in written
     assert determined.get_checkpoint(checkpoint.uuid).metadata["stage"] == "production"
     checkpoint.remove_metadata(["stage"])
     assert "stage" not in json.loads((path / "metadata.json").read_text())
-    with pytest.raises(ValueError, match="det_lightning_run are det_lightning's own keys"):
+    with pytest.raises(ValueError, match="det_lightning_run are written with the checkpoint"):
         checkpoint.remove_metadata(["det_lightning_run"])
     assert [p.name for p in path.iterdir() if p.name.startswith(".")] == []  # no temporary left
     checkpoint.delete()
