@@ -183,6 +183,62 @@ REFUSED: Dict[str, str] = {
         ],
     ),
     "determined.tensorboard.metric_writers.tensorflow": _OTHER_FRAMEWORK,
+    # ----- determined.experimental -----------------------------------------------------------
+    **_same(
+        "the model registry needs Determined's master; keep models as checkpoints "
+        "(client.get_checkpoint(uuid).download())",
+        [
+            "determined.experimental.ModelOrderBy",
+            "determined.experimental.ModelSortBy",
+            "determined.experimental.model",
+        ],
+    ),
+    **_same(
+        "use the names determined.experimental.client exports (Checkpoint, CheckpointState, "
+        "DownloadMode, TrialMetrics, ...)",
+        ["determined.experimental.checkpoint", "determined.experimental.metrics"],
+    ),
+    "determined.experimental.core_v2": (
+        f"{_CORE_LOCAL}: core.init() is the local Core API; unmanaged trials report to a master"
+    ),
+    "determined.experimental.test_one_batch": (
+        "`det-lightning check CONFIG MODEL_DIR` trains one batch, validates and checkpoints "
+        "each trial of a project"
+    ),
+    **_same(
+        "users, workspaces, models and OAuth clients need Determined's master; experiments, "
+        "trials and checkpoints are read locally (client.get_experiment, get_trial, "
+        "get_checkpoint)",
+        [
+            f"determined.experimental.client.{name}"
+            for name in (
+                "add_oauth_client",
+                "create_model",
+                "create_user",
+                "create_workspace",
+                "delete_workspace",
+                "get_model",
+                "get_model_by_id",
+                "get_model_labels",
+                "get_models",
+                "get_session_username",
+                "get_user_by_id",
+                "get_user_by_name",
+                "get_workspace",
+                "list_models",
+                "list_oauth_clients",
+                "list_users",
+                "list_workspaces",
+                "remove_oauth_client",
+                "whoami",
+            )
+        ],
+    ),
+    "determined.experimental.client.stream_trials_training_metrics": (
+        "a search keeps each trial's validations (iter_trials_metrics(ids, 'validation')); "
+        "training metrics are in the trials' TensorBoard files"
+    ),
+    "determined.experimental.client.C": "a type variable of Determined's own decorators",
 }
 
 

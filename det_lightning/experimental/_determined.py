@@ -29,6 +29,7 @@ from typing import (
     Callable,
     Dict,
     Iterable,
+    Iterator,
     List,
     Optional,
     Sequence,
@@ -45,6 +46,7 @@ from det_lightning.experimental._values import (
     ExperimentSortBy,
     ExperimentState,
     OrderBy,
+    TrialMetrics,
     TrialNotFound,
     refuse,
 )
@@ -200,6 +202,12 @@ class Determined:
         experiment_id, number = self._parse_trial_id(trial_id)
         experiment = self.get_experiment(experiment_id)
         return experiment._trial(experiment._result(number))
+
+    def iter_trials_metrics(self, trial_ids: List[Any], group: str) -> Iterator[TrialMetrics]:
+        """The validations the search kept for each of ``trial_ids`` (``group="validation"``),
+        trial by trial (``Trial.iter_metrics``)."""
+        for trial_id in trial_ids:
+            yield from self.get_trial(trial_id).iter_metrics(group)
 
     def _find_checkpoint(self, uuid: str) -> Checkpoint:
         from det_lightning._runner._bookkeeping import experiment_checkpoints, records

@@ -19,9 +19,12 @@ module functions use one ``Determined()`` over ``$DET_LIGHTNING_CHECKPOINT_DIR``
 ``./checkpoints``); ``Determined(checkpoint_dir=..., storage=...)`` reads another.
 """
 
+import logging
 import pathlib
-from typing import Any, Dict, Iterable, List, NoReturn, Optional, Union
+import warnings
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Union
 
+from det_lightning._refused import module_getattr
 from det_lightning.experimental._checkpoint import Checkpoint, CheckpointTrainingMetadata
 from det_lightning.experimental._determined import Determined
 from det_lightning.experimental._experiment import Experiment
@@ -44,6 +47,7 @@ from det_lightning.experimental._values import (
     refuse,
 )
 
+logger = logging.getLogger("determined.client")
 _determined: Optional[Determined] = None
 
 
@@ -160,22 +164,33 @@ class ResourcePool(_NeedsMaster):
     pass
 
 
-_FUNCTIONS: Dict[str, Any] = {}
+def iter_trials_metrics(trial_ids: List[Any], group: str) -> Iterator[TrialMetrics]:
+    """The validations the search kept for each of ``trial_ids`` (``group="validation"``),
+    trial by trial (``Trial.iter_metrics``)."""
+    return _client().iter_trials_metrics(trial_ids, group)
 
 
-def __getattr__(name: str) -> Any:
-    """``client.get_model``, ``client.create_user`` and the rest a master answers: callables
-    that refuse, naming what to use."""
-    if name.startswith("__"):
-        raise AttributeError(name)
-    if name not in _FUNCTIONS:
+def stream_trials_metrics(trial_ids: List[Any], group: str) -> Iterator[TrialMetrics]:
+    warnings.warn(
+        "client.stream_trials_metrics is deprecated. Use client.iter_trials_metrics instead",
+        FutureWarning,
+        stacklevel=2,
+    )
+    return iter_trials_metrics(trial_ids, group=group)
 
-        def needs_master(*args: Any, **kwargs: Any) -> NoReturn:
-            refuse(name)
 
-        needs_master.__name__ = needs_master.__qualname__ = name
-        _FUNCTIONS[name] = needs_master
-    return _FUNCTIONS[name]
+def stream_trials_validation_metrics(trial_ids: List[Any]) -> Iterator[TrialMetrics]:
+    warnings.warn(
+        "client.stream_trials_validation_metrics() has been deprecated; call "
+        "client.iter_trials_metrics() with group 'validation'",
+        FutureWarning,
+        stacklevel=2,
+    )
+    return iter_trials_metrics(trial_ids, group="validation")
+
+
+# users, workspaces, models: errors.NotProvidedError naming what to use (_refused.py)
+__getattr__ = module_getattr(__name__)
 
 
 __all__ = [
@@ -208,7 +223,10 @@ __all__ = [
     "get_checkpoint",
     "get_experiment",
     "get_trial",
+    "iter_trials_metrics",
     "list_experiments",
     "login",
     "logout",
+    "stream_trials_metrics",
+    "stream_trials_validation_metrics",
 ]

@@ -21,6 +21,9 @@ FUNCTIONS = [
     "get_trial",
     "get_checkpoint",
     "logout",
+    "iter_trials_metrics",
+    "stream_trials_metrics",
+    "stream_trials_validation_metrics",
 ]
 METHODS = {
     "Determined": [
@@ -30,6 +33,7 @@ METHODS = {
         "list_experiments",
         "get_trial",
         "get_checkpoint",
+        "iter_trials_metrics",
     ],
     "Experiment": [
         "reload",

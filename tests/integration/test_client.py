@@ -81,6 +81,9 @@ def test_the_experiment_and_its_trials(searched: Dict[str, Any]) -> None:
         assert {m.group for m in history} == {"validation"}
     with pytest.raises(NotImplementedError, match="TensorBoard"):
         list(trials[0].iter_metrics("training"))
+    ids = [f"{searched['id']}/1", f"{searched['id']}/2"]
+    both = list(determined.iter_trials_metrics(ids, "validation"))
+    assert [(m.trial_id, m.steps_completed) for m in both] == [(1, 4), (1, 8), (2, 4), (2, 8)]
     ranked = experiment.list_trials(sort_by=client.TrialSortBy.BEST_VALIDATION_METRIC)
     assert [t.id for t in ranked] == sorted(best, key=best.__getitem__)
     # The trial the summary calls best is the one the client ranks first.
