@@ -91,10 +91,13 @@ class Determined:
 
         return checkpoint_root(self._checkpoint_dir)
 
-    def _record(self, experiment_id: str) -> Dict[str, Any]:
+    def _record(
+        self, experiment_id: str, root: Optional["CheckpointStore"] = None
+    ) -> Dict[str, Any]:
+        """Experiment ``experiment_id``'s record under ``root`` (default: the client's)."""
         from det_lightning._runner._bookkeeping import find_record, records
 
-        root = self._root()
+        root = root if root is not None else self._root()
         record = find_record(root, experiment_id)
         if record is None:
             known = ", ".join(str(r.get("id")) for r in records(root)) or "none"
@@ -277,6 +280,7 @@ class Determined:
             f"client-{stamp}.log" if folder.is_local else f"{plan.experiment_id}-{stamp}.log"
         )
         experiment = Experiment(plan.experiment_id, self)
+        experiment._root = folder.parent  # checkpoint_storage may put it elsewhere
         experiment._command, experiment._log = command, log
         experiment._process = self._start(command, log)
         print(f"Started experiment {plan.experiment_id}; its output: {log}", file=sys.stderr)

@@ -44,6 +44,7 @@ from det_lightning.experimental._values import (
 if TYPE_CHECKING:
     from det_lightning._runner.config._searcher import SearcherConfig
     from det_lightning._runner.trial import TrialResult
+    from det_lightning.pytorch._store import CheckpointStore
 
 
 class Experiment:
@@ -79,6 +80,9 @@ class Experiment:
         self._process: Optional[subprocess.Popen] = None
         self._command: List[str] = []
         self._log: Optional[pathlib.Path] = None
+        # The directory that holds its folder: the client's, or its config's checkpoint_storage
+        # for one the client started.
+        self._root: "CheckpointStore" = session._root()
 
     @property
     def id(self) -> str:
@@ -100,7 +104,7 @@ class Experiment:
         self.labels = set(labels) if labels else None
         self.description = self.config.get("description")
         self.archived = False
-        self._results = trials_of(self._session._root(), record, self._session._storage)
+        self._results = trials_of(self._root, record, self._session._storage)
         searcher = self._searcher
         total = 1 if searcher.name == "single" else searcher.max_trials
         words = state(self._results, total)
@@ -121,7 +125,7 @@ class Experiment:
 
     def reload(self) -> None:
         """Reads the experiment's state and trials again."""
-        self._hydrate(self._session._record(self._id))
+        self._hydrate(self._session._record(self._id, self._root))
 
     def _result(self, number: int) -> "TrialResult":
         for result in self._results:
@@ -205,7 +209,7 @@ class Experiment:
                 hparams=hparams.get(found.trial) or {},
                 validations=history.get(found.trial),
             )
-            for found in experiment_checkpoints(self._session._root(), self._id)
+            for found in experiment_checkpoints(self._root, self._id)
         ]
 
     def list_checkpoints(

@@ -330,3 +330,22 @@ def test_a_core_api_trials_validations(tmp_path: pathlib.Path) -> None:
     best = trial.list_checkpoints()[0]
     assert best.metadata["steps_completed"] == 3
     assert best.training.validation_metrics["avgMetrics"] == {"test_loss": 2.0 / 3}
+
+
+def test_create_experiment_finds_its_config_checkpoint_storage(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The config's checkpoint_storage puts the experiment outside the client's directory:
+    the experiment the client started is still found there."""
+    project, elsewhere = _project(tmp_path), tmp_path / "team-storage"
+    monkeypatch.setenv("DET_LIGHTNING_CHECKPOINT_DIR", str(tmp_path / "mine"))
+    config = yaml.safe_load((project / "const.yaml").read_text())
+    config["checkpoint_storage"] = {"type": "shared_fs", "host_path": str(elsewhere)}
+    experiment = client.Determined().create_experiment(config, str(project))
+    assert experiment.wait(interval=0.5) is client.ExperimentState.COMPLETED, _log(experiment)
+    assert (elsewhere / experiment.id / "experiment.json").exists()
+    assert _log(experiment) and experiment._log.parent == elsewhere / experiment.id
+    (best,) = experiment.list_checkpoints(max_results=1)
+    assert pathlib.Path(best.download()).parent.parent == elsewhere / experiment.id
+    with pytest.raises(client.ExperimentNotFound, match="mine"):
+        client.Determined().get_experiment(experiment.id)  # not in the client's directory
