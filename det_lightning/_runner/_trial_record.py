@@ -128,7 +128,8 @@ def _validations(attrs: Dict[str, Any]) -> Tuple[Tuple[int, float, Dict[str, flo
     for key, value in attrs.items():
         steps = key[len(VALIDATION_AT) :]
         if key.startswith(VALIDATION_AT) and steps.isdigit() and isinstance(value, dict):
-            found.append((int(steps), float(value.get("time") or 0.0), dict(value["metrics"])))
+            metrics = dict(value.get("metrics") or {})
+            found.append((int(steps), float(value.get("time") or 0.0), metrics))
     return tuple(sorted(found, key=lambda v: v[0]))
 
 
