@@ -305,7 +305,11 @@ def _copy_checkpoint(source: pathlib.Path, target: pathlib.Path) -> None:
             shutil.rmtree(partial, ignore_errors=True)
             raise
         return
-    shutil.copytree(source, target, dirs_exist_ok=True, ignore=lambda d, names: ["metadata.json"])
+
+    def last(directory: str, names: List[str]) -> List[str]:  # the top level's, not code/'s
+        return ["metadata.json"] if pathlib.Path(directory) == source else []
+
+    shutil.copytree(source, target, dirs_exist_ok=True, ignore=last)
     shutil.copy2(source / "metadata.json", target / "metadata.json")
 
 

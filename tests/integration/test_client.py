@@ -211,8 +211,14 @@ def test_a_runs_checkpoint_straight_under_the_directory(
     source = _client(searched["root"]).get_experiment(searched["id"]).list_checkpoints()[0]
     root = tmp_path / "checkpoints"
     shutil.copytree(source.download(), root / source.uuid)
+    (root / source.uuid / "code" / "metadata.json").write_text('{"mine": 1}')  # the user's
     found = _client(root).get_checkpoint(source.uuid)
     assert found.download() == str(root / source.uuid)
+    existing = tmp_path / "existing"
+    existing.mkdir()  # an empty folder: copied into, metadata.json last
+    found.download(str(existing))
+    assert ckpt.is_complete(existing)
+    assert (existing / "code" / "metadata.json").read_text() == '{"mine": 1}'
     assert found.training.hparams == source.training.hparams
     assert found.training.experiment_config["searcher"]["name"] == "grid"
 

@@ -182,12 +182,12 @@ class CoreReporter:
 
     def validation(self, steps_completed: int, metrics: Dict[str, Any]) -> None:
         metric, unit = self.settings.metric, self.settings.time_metric
-        self.recorder.note_validation(steps_completed, metrics)
         if metric not in metrics:
             self._once(
                 f"a validation without searcher.metric {metric!r} (it reported "
                 f"{sorted(metrics)}): the search ranks the trial by the validations that have it"
             )
+            self.recorder.note_validation(steps_completed, metrics, lease_checked=False)
             return
         at = metrics.get(unit) if unit else None
         if not isinstance(at, (int, float)) or isinstance(at, bool):
@@ -201,6 +201,7 @@ class CoreReporter:
             at = steps_completed
         value = float(metrics[metric])
         decision = self.recorder.record(value, int(at))
+        self.recorder.note_validation(steps_completed, metrics)
         if self.recorder.ranked_out(decision) and not self.recorder.stopped:
             self.recorder.stop(value)
 

@@ -93,10 +93,15 @@ class RungRecorder:
         self.last_value = value
         return decision
 
-    def note_validation(self, batches: int, metrics: Dict[str, Any]) -> None:
+    def note_validation(
+        self, batches: int, metrics: Dict[str, Any], *, lease_checked: bool = True
+    ) -> None:
         """Keeps a validation's numerical metrics on the trial (its history, which the client's
-        ``Trial.iter_metrics("validation")`` reads, as Determined's master kept it)."""
-        raise_if_taken_over(self.trial)  # a worker that lost its lease writes nothing more
+        ``Trial.iter_metrics("validation")`` reads, as Determined's master kept it): after
+        ``record``, which checked the lease, or with ``lease_checked=False`` checking it here
+        (a worker that lost its lease writes nothing more)."""
+        if not lease_checked:
+            raise_if_taken_over(self.trial)
         numbers = {k: float(v) for k, v in metrics.items() if is_numerical_scalar(v)}
         record = {"metrics": numbers, "time": time.time()}
         self.trial.set_user_attr(f"{VALIDATION_AT}{int(batches)}", record)
@@ -179,9 +184,9 @@ class SearchReporter(PyTorchCallback):
         if self.context.distributed.rank != 0:
             return
         recorder = self.recorder
-        recorder.note_validation(self._batches(), metrics)
         value = recorder.searcher_value(metrics)
         decision = recorder.record(value, self._time())
+        recorder.note_validation(self._batches(), metrics)
         if recorder.ranked_out(decision) and self._trained_full_length():
             logger.info(
                 f"trial {trial_number(self.trial)}: completed: it trained the full length "
