@@ -12,6 +12,9 @@ trainer's ``CheckpointStore``, so a checkpoint appears whole or not at all:
     bucket      written locally, uploaded, then its marker object ``<storage_id>/.complete`` LAST
                 (a checkpoint without it is never listed); deleted marker first
 
+With ``shard=True`` (``store_path``, ``upload``) every rank adds its files to one checkpoint,
+published by the chief once all are in, or by nobody (``_shards``).
+
 Reading a bucket's checkpoint (``restore_path``, ``download``, ``get_metadata``) downloads it
 into a temporary directory, removed after, as Determined's cloud storage managers do.
 """
@@ -30,7 +33,7 @@ from det_lightning.core._distributed import DistributedContext
 from det_lightning.core._modes import DownloadMode
 from det_lightning.pytorch import _checkpoint_write as write
 from det_lightning.pytorch import _local_store as atomic
-from det_lightning.pytorch._checkpoint import METADATA_FILE, Listed
+from det_lightning.pytorch._checkpoint import METADATA_FILE, PARTIAL_SUFFIX, Listed
 from det_lightning.pytorch._store import CheckpointStore
 
 logger = logging.getLogger("det_lightning.core")
@@ -67,21 +70,21 @@ class CheckpointContext:
                 f"(rank={self._dist.rank})"
             )
 
-    def _check_shard(self, call: str, shard: bool) -> None:
-        if shard and self._dist.size > 1:
-            raise NotImplementedError(
-                f"{call}(shard=True) across {self._dist.size} processes is not provided by "
-                "det_lightning's local Core API: gather what each rank saves to the chief "
-                "(core_context.distributed.gather) and call it with shard=False there."
-            )
-
     @contextlib.contextmanager
     def store_path(
         self, metadata: Optional[Dict[str, Any]] = None, *, shard: bool = False
     ) -> Iterator[Tuple[pathlib.Path, str]]:
         """Yields ``(path, storage_id)``: write the checkpoint into ``path``; it appears under
-        ``storage_id``, with ``metadata.json``, when the block ends without an exception."""
-        self._check_shard("store_path", shard)
+        ``storage_id``, with ``metadata.json``, when the block ends without an exception.
+
+        With ``shard=True`` every rank must call it, as in Determined: each writes its files
+        into ``path`` (the store's partial directory on a shared filesystem; a directory the
+        ranks of a machine share, for a bucket); the metadata the ranks give is merged; the
+        checkpoint appears once every rank's block ended, or, if any raised, not at all."""
+        if shard:
+            with self._store_path_sharded(metadata) as yielded:
+                yield yielded
+            return
         self._require_chief("store_path")
         storage_id = str(uuid.uuid4())
         partial = atomic.begin_atomically(self._store.staging(), storage_id)
@@ -99,6 +102,31 @@ class CheckpointContext:
             self._store.drop_staged(storage_id)  # a bucket's local copy, uploaded or not
         logger.info(f"saved checkpoint {storage_id}")
 
+    @contextlib.contextmanager
+    def _store_path_sharded(
+        self, metadata: Optional[Dict[str, Any]]
+    ) -> Iterator[Tuple[pathlib.Path, str]]:
+        from det_lightning.core._shards import ShardedWrite  # its collectives: only when called
+
+        sharded = ShardedWrite(self._dist, self._store, "store_path")
+        sharded.begin()
+        path = sharded.shard_dir()
+        direct = path is not None
+        if path is None:  # a bucket: the ranks of a machine write into one local directory
+            path = self._store.staging() / f".{sharded.storage_id}{PARTIAL_SUFFIX}"
+            path.mkdir(parents=True, exist_ok=True)
+        try:
+            failed: Optional[BaseException] = None
+            try:
+                yield path, sharded.storage_id
+            except BaseException as e:
+                failed = e
+            sharded.finish(metadata, path, copy=not direct, failed=failed)
+        finally:
+            if not direct:
+                atomic.abandon_partial(path)
+        logger.info(f"saved checkpoint {sharded.storage_id}")
+
     def upload(
         self,
         ckpt_dir: Optional[Union[str, os.PathLike]],
@@ -109,8 +137,24 @@ class CheckpointContext:
     ) -> str:
         """Copies ``ckpt_dir`` (the paths ``selector`` accepts) into a new checkpoint and returns
         its ``storage_id``. As in Determined, ``metadata.json`` is also written into
-        ``ckpt_dir``."""
-        self._check_shard("upload", shard)
+        ``ckpt_dir``.
+
+        With ``shard=True`` every rank must call it (a rank with nothing to add passes
+        ``ckpt_dir=None``): the checkpoint holds every rank's files, a file several ranks hold
+        once (an error when their contents differ), and their metadata merged; it appears once
+        all are in, or not at all."""
+        if shard:
+            problem = None
+            if selector is not None and ckpt_dir is None:
+                problem = "ckpt_dir has to be provided if selector is not None"
+            from det_lightning.core._shards import ShardedWrite
+
+            sharded = ShardedWrite(self._dist, self._store, "upload")
+            sharded.begin(problem)
+            source = None if ckpt_dir is None else pathlib.Path(ckpt_dir)
+            storage_id = sharded.finish(metadata, source, selector, copy=True)
+            logger.info(f"saved checkpoint {storage_id}")
+            return storage_id
         self._require_chief("upload")
         if ckpt_dir is None:
             raise RuntimeError(

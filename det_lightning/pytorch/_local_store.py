@@ -34,6 +34,7 @@ import tempfile
 import uuid
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
+from det_lightning import errors
 from det_lightning.pytorch import _checkpoint as ckpt
 from det_lightning.pytorch._checkpoint import DELETING_SUFFIX, PARTIAL_SUFFIX, UNKEPT_SUFFIX
 from det_lightning.pytorch._store import CheckpointStore, raise_unless_may_publish
@@ -155,6 +156,59 @@ class LocalStore(CheckpointStore):
             pass
         finally:
             pathlib.Path(partial).unlink()
+
+    # ----- written by several processes ------------------------------------------------------
+    def _shard_partial(self, uuid: str) -> pathlib.Path:
+        return self.path / f".{uuid}{PARTIAL_SUFFIX}"
+
+    def begin_shards(self, uuid: str) -> None:
+        begin_atomically(self.path, uuid)
+
+    def shard_dir(self, uuid: str) -> pathlib.Path:
+        """The partial directory ``begin_shards`` made, which every process writes into."""
+        partial = self._shard_partial(uuid)
+        if not partial.is_dir():
+            raise errors.CheckpointStorageError(
+                f"This process does not see {partial}, which the chief made for checkpoint "
+                f"{uuid}: a checkpoint several machines write together must be in a directory "
+                "every machine shares (Determined's shared_fs), or in a bucket. Point "
+                "checkpoint_storage at a shared filesystem or a bucket. Nothing was published."
+            )
+        return partial
+
+    def put_shard(self, uuid: str, source: pathlib.Path, paths: List[str]) -> None:
+        """Copies the files into the partial directory, each fsynced."""
+        partial = self.shard_dir(uuid)
+        try:
+            for relative in paths:
+                (partial / relative).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(source / relative, partial / relative)
+                with open(partial / relative, "rb") as f:
+                    os.fsync(f.fileno())
+        except OSError as e:
+            raise errors.CheckpointStorageError(
+                f"Copying {source} into checkpoint {uuid} under {self.path} failed: "
+                f"{describe_os_error(e)}. Nothing was published."
+            ) from e
+
+    def publish_shards(self, uuid: str, metadata: Dict[str, Any]) -> "LocalStore":
+        """Writes ``metadata.json``, fsyncs every file, and renames the partial directory into
+        place after the publish checks."""
+        from det_lightning.pytorch._checkpoint_write import write_json
+
+        def finish(partial: pathlib.Path) -> None:
+            write_json(partial / ckpt.METADATA_FILE, metadata)
+            for path in partial.rglob("*"):
+                if path.is_file():
+                    with open(path, "rb") as f:
+                        os.fsync(f.fileno())
+
+        partial = self.shard_dir(uuid)
+        finish_atomically(self.path, uuid, partial, finish, before_rename=raise_unless_may_publish)
+        return self.child(uuid)
+
+    def abandon_shards(self, uuid: str) -> None:
+        abandon_partial(self._shard_partial(uuid))
 
     # ----- deleting -------------------------------------------------------------------------
     def mark_unkept(self, uuid: str) -> None:

@@ -58,6 +58,7 @@ from det_lightning.pytorch._buckets import (
 )
 from det_lightning.pytorch._buckets import is_url as is_url  # earlier callers import them here
 from det_lightning.pytorch._buckets import storage_url as storage_url
+from det_lightning.pytorch._checkpoint import PARTIAL_SUFFIX
 from det_lightning.pytorch._config_sections import CheckpointStorageConfig
 from det_lightning.pytorch._local_store import (
     LocalStore,
@@ -336,6 +337,52 @@ class ObjectStore(CheckpointStore):
         except Exception as e:
             raise self._upload_failed(local, target, e) from e
         return target
+
+    # ----- written by several processes ----------------------------------------------------
+    def begin_shards(self, uuid: str) -> None:
+        """Nothing to prepare: each process uploads its files under ``<uuid>/``, unmarked."""
+        if self.exists(uuid):
+            raise FileExistsError(f"Checkpoint {self / uuid} already exists; not overwriting it.")
+
+    def shard_dir(self, uuid: str) -> None:
+        """None: each process's files are uploaded (``put_shard``)."""
+        return None
+
+    def put_shard(self, uuid: str, source: pathlib.Path, paths: List[str]) -> None:
+        """Uploads the files under ``<uuid>/`` (no marker: not a checkpoint yet)."""
+        target = self.child(uuid)
+        files = [source / relative for relative in paths]
+        try:
+            pairs = [(str(f), f"{target.key}/{r}") for f, r in zip(files, paths)]
+            _transfer(
+                self.filesystem(),
+                "put_file",
+                pairs,
+                [upload_bound(f.stat().st_size) for f in files],
+            )
+        except Exception as e:
+            raise self._upload_failed(source, target, e) from e
+
+    def publish_shards(self, uuid: str, metadata: Dict[str, Any]) -> "ObjectStore":
+        """Uploads ``metadata.json``, then the marker after the publish checks."""
+        from det_lightning.pytorch._checkpoint_write import write_json
+
+        self.staging().mkdir(parents=True, exist_ok=True)
+        # Hidden and ``.partial``: what a killed process leaves is swept as a killed write's.
+        local = pathlib.Path(
+            tempfile.mkdtemp(prefix=f".{uuid}-", suffix=PARTIAL_SUFFIX, dir=self.staging())
+        )
+        try:
+            write_json(local / ckpt.METADATA_FILE, metadata)
+            return self.publish(uuid, local)
+        except BaseException:
+            self._remove_prefix(uuid)
+            raise
+        finally:
+            shutil.rmtree(local, ignore_errors=True)
+
+    def abandon_shards(self, uuid: str) -> None:
+        self._remove_prefix(uuid)
 
     def _upload_failed(
         self, local: pathlib.Path, target: "ObjectStore", error: Exception

@@ -16,6 +16,7 @@ a path or URL. Callers never ask which kind they hold::
     store.files_of(uuid, selector)     # its files for a block (a bucket's: a temporary download)
     store.delete(uuid)                 # marked (.<uuid>.unkept), removed, unmarked
     store.sweep(spare)                 # what killed writes and failed deletions left
+    store.begin_shards(uuid) ... store.publish_shards(uuid, metadata)   # written by many ranks
     store / "trial-3"                  # a namespace: a store of its own under this one
     store.folders(), store.read_once(name)   # its namespaces; a file write_once wrote
 
@@ -225,6 +226,54 @@ class CheckpointStore(abc.ABC):
         Raises:
             OSError: the store cannot be written.
         """
+
+    # ----- one checkpoint written by several processes (Core API ``shard=True``) -------------
+    # The chief calls begin_shards; each process writes into shard_dir (a directory every node
+    # sees) or hands its files to put_shard (a bucket); the chief then calls publish_shards, or
+    # abandon_shards when any process failed. Nothing is visible before publish_shards.
+    @abc.abstractmethod
+    def begin_shards(self, uuid: str) -> None:
+        """Prepares the unpublished checkpoint ``uuid`` (the chief, before any process writes).
+
+        Raises:
+            FileExistsError: ``uuid`` exists already.
+        """
+
+    @abc.abstractmethod
+    def shard_dir(self, uuid: str) -> Optional[pathlib.Path]:
+        """The directory every process writes its files of checkpoint ``uuid`` straight into
+        (a directory store: its partial directory); None where each process's files are
+        copied in by ``put_shard`` (a bucket).
+
+        Raises:
+            errors.CheckpointStorageError: this process does not see the directory
+                ``begin_shards`` made (the store is not on a filesystem every node shares).
+        """
+
+    @abc.abstractmethod
+    def put_shard(self, uuid: str, source: pathlib.Path, paths: List[str]) -> None:
+        """Adds the files ``paths`` (relative to ``source``, ``/``-separated) to the
+        unpublished checkpoint ``uuid``.
+
+        Raises:
+            errors.CheckpointStorageError: they could not be written.
+        """
+
+    @abc.abstractmethod
+    def publish_shards(self, uuid: str, metadata: Dict[str, Any]) -> "CheckpointStore":
+        """Writes ``metadata.json`` and publishes checkpoint ``uuid`` with every file the
+        processes added, all at once, if the publish checks allow it; returns its address.
+        On any failure nothing is published and what was written is removed.
+
+        Raises:
+            errors.CheckpointStorageError: the store failed.
+            the publish check's exception: it forbade the publish.
+        """
+
+    @abc.abstractmethod
+    def abandon_shards(self, uuid: str) -> None:
+        """Removes what the processes wrote of the unpublished checkpoint ``uuid`` (failures
+        leave it for ``sweep``)."""
 
     # ----- deleting -------------------------------------------------------------------------
     def delete(self, uuid: str) -> bool:

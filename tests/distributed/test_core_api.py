@@ -2,7 +2,9 @@
 operation reaches every rank, and a checkpoint the chief stores is restored on every rank."""
 
 import json
+import os
 import pathlib
+from typing import Dict, List, Optional
 
 import pytest
 
@@ -81,3 +83,83 @@ def test_node_local_collectives_of_a_core_api_loop_on_two_nodes(tmp_path: pathli
     assert [s["local"] for s in seen] == [[0, 1], [0, 1], [2, 3], [2, 3]], seen
     assert [s["chief"] for s in seen] == ["chief 0", "chief 0", "chief 2", "chief 2"], seen
     assert all(s["everyone"] == [0, 1, 2, 3] for s in seen), seen
+
+
+def _sharded_job(tmp_path: pathlib.Path, env: Optional[Dict[str, str]] = None) -> List[dict]:
+    script = pathlib.Path(__file__).parent / "scripts" / "core_shards.py"
+    return jobs.run([*jobs.TORCHRUN, str(script)], tmp_path, env=env).ranks(2)
+
+
+def _check_sharded_outcomes(chief: dict, worker: dict) -> List[str]:
+    """What both ranks saw of each call (tests/distributed/scripts/core_shards.py); returns
+    the ids of the three checkpoints that must have been published, in order."""
+    published = []
+    for call in ("store_path", "upload", "none"):
+        assert chief[call] == worker[call] and "returned" in chief[call], (call, chief, worker)
+        published.append(chief[call]["returned"])
+    assert len(set(published)) == 3
+    assert chief["metadata_in_ckpt_dir"] and not worker["metadata_in_ckpt_dir"]
+    for seen in (chief, worker):
+        assert seen["clash"]["raised"] == "RuntimeError", seen
+        assert "refusing to upload with files conflicts" in seen["clash"]["message"]
+        assert seen["metadata"]["raised"] == "RuntimeError", seen
+        assert "metadata conflicts" in seen["metadata"]["message"], seen
+        assert "steps_completed" in seen["metadata"]["message"], seen
+        assert seen["published"] == sorted(published), seen
+    assert "clash.txt uploaded by ranks [0, 1]" in chief["clash"]["message"]
+    # The rank whose block raised gets its own error; the other is told which rank failed.
+    assert worker["raises"] == {"raised": "ValueError", "message": "rank 1's save failed"}
+    assert chief["raises"]["raised"] == "ShardsFailed", chief
+    assert "rank 1 failed (ValueError: rank 1's save failed)" in chief["raises"]["message"]
+    return published
+
+
+SHARDED_FILES = {
+    "store_path": [
+        "metadata.json",
+        "rank0.bin",
+        "rank1.bin",
+        "sub/part0.txt",
+        "sub/part1.txt",
+    ],
+    "upload": ["common.txt", "metadata.json", "nested/own0.txt", "nested/own1.txt", "scratch.tmp"],
+    "none": ["common.txt", "metadata.json", "nested/own1.txt", "scratch.tmp"],
+}
+
+
+def test_ranks_write_one_checkpoint_together_in_a_shared_directory(tmp_path: pathlib.Path) -> None:
+    """Determined's ``store_path(shard=True)`` and ``upload(shard=True)``: every rank's files
+    in one checkpoint, its metadata merged, published whole or (a conflict, a rank's
+    exception) not at all, and nothing partial left in the directory."""
+    chief, worker = _sharded_job(tmp_path)
+    published = _check_sharded_outcomes(chief, worker)
+    root = tmp_path / "checkpoints"
+    assert sorted(p.name for p in root.iterdir()) == sorted(published)  # no .partial left
+    for call, storage_id in zip(("store_path", "upload", "none"), published):
+        files = sorted(
+            p.relative_to(root / storage_id).as_posix()
+            for p in (root / storage_id).rglob("*")
+            if p.is_file()
+        )
+        assert files == SHARDED_FILES[call], (call, files)
+    metadata = json.loads((root / published[0] / "metadata.json").read_text())
+    assert metadata == {"steps_completed": 5, "per_rank": {"0": 0, "1": 10}}
+    assert (root / published[0] / "rank1.bin").read_bytes() == bytes([1]) * 100
+    assert json.loads((root / published[1] / "metadata.json").read_text()) == {"steps_completed": 6}
+
+
+def test_ranks_write_one_checkpoint_together_in_a_bucket(
+    tmp_path: pathlib.Path, s3_server: S3
+) -> None:
+    """The same calls on a bucket: each rank uploads its own files, the chief the metadata and
+    the marker last; a refused or failed checkpoint leaves no object, and no rank leaves a
+    local copy in its cache."""
+    chief, worker = _sharded_job(tmp_path, env={"CORE_BUCKET": s3_server.url("c")})
+    published = _check_sharded_outcomes(chief, worker)
+    keys = s3_server.keys("c")
+    assert sorted({k.split("/")[0] for k in keys}) == sorted(published)
+    for call, storage_id in zip(("store_path", "upload", "none"), published):
+        files = sorted(k.split("/", 1)[1] for k in keys if k.startswith(storage_id + "/"))
+        assert files == sorted([*SHARDED_FILES[call], ".complete"]), (call, files)
+    cache = pathlib.Path(os.environ["DET_LIGHTNING_CACHE_DIR"])
+    assert [p for p in cache.rglob("*") if p.is_file()] == []

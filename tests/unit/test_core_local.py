@@ -96,14 +96,29 @@ def test_a_shared_fs_dict_is_refused_as_determined_does() -> None:
         core.init(checkpoint_storage={"type": "shared_fs", "host_path": "/tmp"})
 
 
-def test_sharded_checkpoints_across_processes_are_refused(tmp_path: pathlib.Path) -> None:
-    dist = core.DistributedContext(
-        rank=0, size=2, local_rank=0, local_size=2, cross_rank=0, cross_size=1
-    )
-    ctx = core.init(distributed=dist, checkpoint_storage=str(tmp_path))
-    with pytest.raises(NotImplementedError, match="shard=False"):
-        with ctx.checkpoint.store_path(shard=True):
-            pass
+def test_a_sharded_checkpoint_in_one_process_is_published_whole(tmp_path: pathlib.Path) -> None:
+    """``shard=True`` in one process: the chief's files and metadata, nothing partial left;
+    an exception in the block leaves nothing."""
+    ctx = core.init(checkpoint_storage=str(tmp_path / "store"))
+    with ctx.checkpoint.store_path({"steps_completed": 2}, shard=True) as (path, storage_id):
+        (path / "part.bin").write_bytes(b"1")
+    with pytest.raises(ValueError, match="boom"):
+        with ctx.checkpoint.store_path({"steps_completed": 3}, shard=True) as (path, _):
+            (path / "part.bin").write_bytes(b"2")
+            raise ValueError("boom")
+    assert [p.name for p in (tmp_path / "store").iterdir()] == [storage_id]
+    assert ctx.checkpoint.get_metadata(storage_id) == {"steps_completed": 2}
+    with pytest.raises(RuntimeError, match="ckpt_dir has to be provided if selector"):
+        ctx.checkpoint.upload(None, shard=True, selector=lambda _: True)
+    assert [p.name for p in (tmp_path / "store").iterdir()] == [storage_id]
+
+
+def test_a_rank_that_does_not_see_the_shared_directory_is_told_why(tmp_path: pathlib.Path) -> None:
+    """A directory checkpoint several machines write must be on a filesystem each sees."""
+    from det_lightning.pytorch._local_store import LocalStore
+
+    with pytest.raises(errors.CheckpointStorageError, match="every machine shares"):
+        LocalStore(tmp_path).shard_dir("0f9c1c7e-0000-4000-8000-000000000000")
 
 
 def test_the_profiler_is_refused_as_an_attribute_error(tmp_path: pathlib.Path) -> None:
