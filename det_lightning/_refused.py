@@ -14,7 +14,9 @@ from det_lightning.errors import NotProvidedError
 
 _CLUSTER = "it belongs to Determined's cluster harness (a master, an agent, a task container)"
 _CORE_LOCAL = "det_lightning's Core API runs locally (core.init()), without a master"
-_OTHER_FRAMEWORK = "det_lightning runs determined.pytorch.PyTorchTrial code only"
+_OTHER_FRAMEWORK = (
+    "det_lightning runs determined.pytorch, the Core API and determined.transformers code"
+)
 _TB_SYNC = (
     "TensorBoard files are not synced to a master: they are written under Trainer("
     "tensorboard_dir=...) (or $DET_LIGHTNING_TENSORBOARD_DIR); write your own through "
@@ -61,13 +63,12 @@ REFUSED: Dict[str, str] = {
         ],
     ),
     **_same(
-        f"{_OTHER_FRAMEWORK}; for Lightning or Hugging Face code use Lightning directly",
+        f"{_OTHER_FRAMEWORK}; for Lightning code use Lightning directly",
         [
             "determined.keras",
             "determined.layers",
             "determined.horovod",
             "determined.lightning",
-            "determined.transformers",
         ],
     ),
     # ----- determined.pytorch ----------------------------------------------------------------

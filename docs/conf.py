@@ -31,7 +31,7 @@ myst_heading_anchors = 3  # links to a page's sections by their title
 html_theme = "furo"
 html_title = "det_lightning"
 
-autodoc_mock_imports = ["lightning", "pytorch_lightning"]
+autodoc_mock_imports = ["lightning", "pytorch_lightning", "transformers"]
 autodoc_member_order = "bysource"
 autodoc_typehints = "description"
 autodoc_default_options = {"members": True, "show-inheritance": False}
@@ -41,7 +41,10 @@ napoleon_numpy_docstring = False
 # Annotations name other projects' types; the site links only to its own (no intersphinx:
 # CI builds offline). Every other missing reference is an error (-n -W).
 nitpick_ignore_regex = [
-    (r"py:.*", r"(torch|lightning|numpy|np|optuna|argparse|logging|pathlib|os|types)(\..*)?"),
+    (
+        r"py:.*",
+        r"(torch|lightning|numpy|np|optuna|transformers|argparse|logging|pathlib|os|types)(\..*)?",
+    ),
     (r"py:.*", r"(typing|collections\.abc|contextlib|abc|enum|datetime)\..*"),
     (r"py:class", r"(Any|Callable|Dict|List|Optional|Tuple|Union|Sequence|Iterator|Iterable)"),
     (r"py:class", r"(Mapping|Type|TypeVar|Generator|Set|FrozenSet|T|_T|NoneType|ellipsis)"),

@@ -199,10 +199,52 @@ class CheckpointContext:
         *,
         selector: Selector = None,
     ) -> None:
-        """Copies checkpoint ``storage_id`` (the paths ``selector`` accepts) into ``ckpt_dir``."""
-        DownloadMode(download_mode)
-        with self._files(storage_id, selector) as path:
-            _copy_selected(path, pathlib.Path(ckpt_dir), selector)
+        """Copies checkpoint ``storage_id`` (the paths ``selector`` accepts) into ``ckpt_dir``.
+
+        With several processes and ``LocalWorkersShareDownload`` (the default), every rank
+        must call it, as in Determined: each node's local chief copies every file some rank
+        of the node's ``selector`` accepts, once, and every rank returns when it is there
+        (ranks copying into one folder at once would read each other's half-written files).
+        When the chief fails, every rank of the node raises."""
+        mode = DownloadMode(download_mode)
+        target = pathlib.Path(ckpt_dir)
+        if mode == DownloadMode.NoSharedDownload or self._dist.size == 1:
+            with self._files(storage_id, selector) as path:
+                _copy_selected(path, target, selector)
+            return
+        want_filter = any(self._dist.allgather(selector is not None))
+        if self._dist.local_rank != 0:
+            while (offered := self._dist.broadcast_local(None)) is not None:
+                self._dist.gather_local(selector(offered) if selector else True)
+            failed = self._dist.broadcast_local(None)
+            if failed is not None:  # the chief's error, as the same class where it is ours
+                kind, said = failed
+                error = getattr(errors, kind, None)
+                if not (isinstance(error, type) and issubclass(error, Exception)):
+                    error = errors.CheckpointStorageError
+                raise error(f"{said} (on this node's local chief, downloading into {target})")
+            return
+        answers: Dict[str, bool] = {}
+
+        def accepted(name: str) -> bool:  # asks the node's ranks once per file
+            if name not in answers:
+                answers[name] = True
+                if want_filter:
+                    self._dist.broadcast_local(name)
+                    mine = selector(name) if selector else True
+                    answers[name] = any(self._dist.gather_local(mine) or [])
+            return answers[name]
+
+        failed = None
+        try:
+            with self._files(storage_id, accepted) as path:
+                _copy_selected(path, target, accepted)
+        except BaseException as e:
+            failed = (type(e).__name__, str(e))
+            raise
+        finally:
+            self._dist.broadcast_local(None)  # no more files
+            self._dist.broadcast_local(failed)
 
     @contextlib.contextmanager
     def restore_path(

@@ -43,6 +43,7 @@ PROVIDED: Dict[str, Set[str]] = {
         "launch",
         "pytorch",
         "tensorboard",
+        "transformers",
         "util",
     },
     "determined.pytorch": {
@@ -135,6 +136,7 @@ PROVIDED: Dict[str, Set[str]] = {
         "stream_trials_metrics",
         "stream_trials_validation_metrics",
     },
+    "determined.transformers": {"DetCallback"},
     "determined.tensorboard": {"metric_writers"},
     "determined.tensorboard.metric_writers": {"pytorch"},
     "determined.tensorboard.metric_writers.pytorch": {"TorchWriter"},

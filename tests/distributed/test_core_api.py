@@ -111,6 +111,13 @@ def _check_sharded_outcomes(chief: dict, worker: dict) -> List[str]:
     assert worker["raises"] == {"raised": "ValueError", "message": "rank 1's save failed"}
     assert chief["raises"]["raised"] == "ShardsFailed", chief
     assert "rank 1 failed (ValueError: rank 1's save failed)" in chief["raises"]["message"]
+    # Both selectors' files, there when either rank returns.
+    assert (
+        chief["download"] == worker["download"] == {"returned": ["common.txt", "nested/own1.txt"]}
+    )
+    for seen in (chief, worker):  # the local chief's error, on every rank of the node
+        assert seen["download_missing"]["raised"] == "CheckpointNotFound", seen
+        assert "not-a-checkpoint" in seen["download_missing"]["message"], seen
     return published
 
 
@@ -163,3 +170,17 @@ def test_ranks_write_one_checkpoint_together_in_a_bucket(
         assert files == sorted([*SHARDED_FILES[call], ".complete"]), (call, files)
     cache = pathlib.Path(os.environ["DET_LIGHTNING_CACHE_DIR"])
     assert [p for p in cache.rglob("*") if p.is_file()] == []
+
+
+def test_a_hugging_face_trainer_checkpoints_from_every_rank(tmp_path: pathlib.Path) -> None:
+    """DetCallback's upload(shard=True) from both ranks of a DDP Trainer: one checkpoint per
+    save, with the Trainer's files (rank 0's; both ranks' are the same) and the metadata."""
+    script = pathlib.Path(__file__).parent / "scripts" / "hf_ddp.py"
+    chief, worker = jobs.run([*jobs.TORCHRUN, str(script)], tmp_path).ranks(2)
+    assert chief["world_size"] == worker["world_size"] == 2
+    assert chief["published"] == worker["published"] == [4, 8, 12]
+    for path in tmp_path.joinpath("checkpoints").iterdir():
+        steps = json.loads((path / "metadata.json").read_text())["steps_completed"]
+        files = {p.relative_to(path).as_posix() for p in path.rglob("*") if p.is_file()}
+        assert {f"checkpoint-{steps}/model.safetensors", "metadata.json"} <= files, files
+        assert f"checkpoint-{steps}/rng_state_1.pth" in files, files  # rank 1's own RNG

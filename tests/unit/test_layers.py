@@ -40,10 +40,11 @@ LAYERS: Dict[str, Tuple[str, Tuple[str, ...]]] = {
         ("det_lightning.adapters",),
     ),
     "api": (
-        "Determined's API without Lightning: the trial, the context, checkpoints, data, values",
+        "Determined's API without Lightning: the trial, the context, checkpoints, data, values, DetCallback",
         (
             "det_lightning.pytorch",
             "det_lightning.core",
+            "det_lightning.transformers",
             "det_lightning.util",
             "det_lightning.compat",
             "det_lightning._trial_context",

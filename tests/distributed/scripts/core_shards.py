@@ -8,6 +8,7 @@
     clash        both hold clash.txt with different contents: refused, nothing published
     metadata     both give steps_completed, differently: refused, nothing published
     raises       rank 1's store_path block raises: nothing published, both raise
+    download     both ranks download one checkpoint into one folder, each with a selector
 """
 
 import json
@@ -81,6 +82,18 @@ with det.core.init(checkpoint_storage=os.environ.get("CORE_BUCKET")) as ctx:
         return storage_id
 
     outcome("raises", raises)
+
+    # Every rank downloads into one folder: the node's local chief copies the files either
+    # rank's selector accepts, once; both return when they are there.
+    def download() -> list:
+        wanted = "common.txt" if rank == 0 else "nested/own1.txt"
+        ctx.checkpoint.download(seen["upload"]["returned"], "dl", selector=lambda p: p == wanted)
+        return sorted(
+            p.relative_to("dl").as_posix() for p in pathlib.Path("dl").rglob("*") if p.is_file()
+        )
+
+    outcome("download", download)
+    outcome("download_missing", lambda: ctx.checkpoint.download("not-a-checkpoint", "dl2"))
     dist.allgather(None)
     seen["published"] = sorted(entry.name for entry in ctx.checkpoint.store.published())
 
