@@ -340,9 +340,8 @@ class ObjectStore(CheckpointStore):
 
     # ----- written by several processes ----------------------------------------------------
     def begin_shards(self, uuid: str) -> None:
-        """Nothing to prepare: each process uploads its files under ``<uuid>/``, unmarked."""
-        if self.exists(uuid):
-            raise FileExistsError(f"Checkpoint {self / uuid} already exists; not overwriting it.")
+        """Nothing to prepare: each process uploads its files under ``<uuid>/``, unmarked (a
+        fresh UUID names no checkpoint: no request to ask)."""
 
     def shard_dir(self, uuid: str) -> None:
         """None: each process's files are uploaded (``put_shard``)."""
