@@ -6,7 +6,9 @@ import json
 import logging
 import os
 import pathlib
+import re
 import shutil
+import socket
 import uuid as uuid_lib
 import warnings
 from typing import (
@@ -23,6 +25,7 @@ from typing import (
 )
 
 from det_lightning import errors
+from det_lightning._job_processes import pid_alive
 from det_lightning.experimental._values import (
     METRICS_INSTEAD,
     CheckpointSortBy,
@@ -245,7 +248,8 @@ class Checkpoint:
             )
         directory = pathlib.Path(str(store))
         text = json.dumps(metadata, indent=2, default=str)
-        temporary = directory / f".metadata.json.{uuid_lib.uuid4().hex}"
+        sweep_temporaries(directory, ".metadata.json")
+        temporary = directory / temporary_name(".metadata.json")
         try:
             flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
             with os.fdopen(os.open(temporary, flags, 0o666), "w") as f:  # the umask's mode
@@ -290,6 +294,36 @@ def _refuse_own_keys(keys: Iterable[str], method: str) -> None:
         )
 
 
+def temporary_name(prefix: str) -> str:
+    """``<prefix>.<host>.<pid>.<hex>``: a hidden temporary file's or folder's name that says
+    which process wrote it, so that what a killed one left can be told from what a live one
+    is writing (``sweep_temporaries``)."""
+    return f"{prefix}.{socket.gethostname()}.{os.getpid()}.{uuid_lib.uuid4().hex}"
+
+
+def sweep_temporaries(directory: pathlib.Path, prefix: str) -> List[pathlib.Path]:
+    """Removes the temporaries named ``temporary_name(prefix)`` (``.partial`` or not) in
+    ``directory`` that a process of this machine left and that is gone (SIGKILL, a power
+    loss); another machine's, and a live process's, stay. Returns what it removed."""
+    pattern = re.compile(
+        rf"^{re.escape(prefix)}\.(?P<host>.+)\.(?P<pid>\d+)\.[0-9a-f]{{32}}(\.partial)?$"
+    )
+    host, removed = socket.gethostname(), []
+    for path in directory.iterdir() if directory.is_dir() else []:
+        found = pattern.match(path.name)
+        if not found or found["host"] != host:
+            continue
+        pid = int(found["pid"])
+        if pid == os.getpid() or pid_alive(pid):
+            continue
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+        removed.append(path)
+    return removed
+
+
 def _copy_checkpoint(source: pathlib.Path, target: pathlib.Path) -> None:
     """Copies the checkpoint at ``source`` to ``target``: into a hidden sibling that is
     renamed into place, so that ``target`` never holds part of it; into ``target`` itself
@@ -297,7 +331,8 @@ def _copy_checkpoint(source: pathlib.Path, target: pathlib.Path) -> None:
     partial copy is never taken for a checkpoint."""
     if not target.exists():
         target.parent.mkdir(parents=True, exist_ok=True)
-        partial = target.parent / f".{target.name}.{uuid_lib.uuid4().hex}.partial"
+        sweep_temporaries(target.parent, f".{target.name}")
+        partial = target.parent / f"{temporary_name(f'.{target.name}')}.partial"
         try:
             shutil.copytree(source, partial, dirs_exist_ok=True)
             os.rename(partial, target)
