@@ -41,6 +41,79 @@ logger = logging.getLogger("det_lightning.core")
 Selector = Optional[Callable[[str], bool]]
 
 
+class _NodeShare:
+    """Determined's ``LocalWorkersShareDownload`` among one node's ranks (its
+    core/_checkpoint.py, 0.38.1): when any rank has a selector, the local chief offers each
+    file's name, every rank answers whether its selector accepts it, and the chief fetches
+    the file if any does. The chief then sends how it ended: a path, or the error that
+    stopped it, which every rank raises.
+
+    Beyond Determined: a rank whose selector raises answers with its error instead of
+    leaving the chief waiting; the chief stops the download naming it, and that rank raises
+    its own error once the chief has said it stopped.
+
+    Every rank must make one (it is a collective), the chief then calls ``accepted`` for
+    each name (the selector of its store's download, memoised) and ``finish`` once; the
+    others call ``follow``."""
+
+    def __init__(self, dist: DistributedContext, selector: Selector, doing: str) -> None:
+        self._dist, self._selector, self._doing = dist, selector, doing
+        self._offers = any(dist.allgather(selector is not None))
+        self._answers: Dict[str, bool] = {}
+
+    def accepted(self, name: str) -> bool:
+        if name not in self._answers:
+            accepted = True
+            if self._offers:
+                self._dist.broadcast_local(name)
+                mine: Union[bool, Tuple[str, str]] = True
+                raised: Optional[Exception] = None
+                try:
+                    mine = self._selector(name) if self._selector else True
+                except Exception as e:  # the others answer first: keep the node paired
+                    raised, mine = e, False
+                answers = self._dist.gather_local(mine) or []
+                if raised is not None:
+                    raise raised
+                for local_rank, answer in enumerate(answers):
+                    if isinstance(answer, tuple):
+                        kind, said = answer
+                        raise errors.CheckpointStorageError(
+                            f"The selector of local rank {local_rank} raised {kind} on "
+                            f"{name!r}: {said}; no rank of this node has the checkpoint "
+                            f"({self._doing})"
+                        )
+                accepted = any(answers)
+            self._answers[name] = accepted
+        return self._answers[name]
+
+    def finish(self, path: str = "", failed: Optional[BaseException] = None) -> None:
+        self._dist.broadcast_local(None)  # no more names
+        outcome = (type(failed).__name__, str(failed)) if failed is not None else path
+        self._dist.broadcast_local(outcome)
+
+    def follow(self) -> str:
+        raised: Optional[Exception] = None
+        while (offered := self._dist.broadcast_local(None)) is not None:
+            answer: Union[bool, Tuple[str, str]] = False
+            if raised is None:
+                try:
+                    answer = self._selector(offered) if self._selector else True
+                except Exception as e:  # told to the chief, raised here once it has stopped
+                    raised, answer = e, (type(e).__name__, str(e))
+            self._dist.gather_local(answer)
+        outcome = self._dist.broadcast_local(None)
+        if raised is not None:
+            raise raised
+        if isinstance(outcome, tuple):  # the chief's error, as the same class where it is ours
+            kind, said = outcome
+            error = getattr(errors, kind, None)
+            if not (isinstance(error, type) and issubclass(error, Exception)):
+                error = errors.CheckpointStorageError
+            raise error(f"{said} (on this node's local chief, {self._doing})")
+        return str(outcome)
+
+
 class CheckpointContext:
     """Stores and restores checkpoints in ``store``.
 
@@ -212,39 +285,17 @@ class CheckpointContext:
             with self._files(storage_id, selector) as path:
                 _copy_selected(path, target, selector)
             return
-        want_filter = any(self._dist.allgather(selector is not None))
+        share = _NodeShare(self._dist, selector, f"downloading into {target}")
         if self._dist.local_rank != 0:
-            while (offered := self._dist.broadcast_local(None)) is not None:
-                self._dist.gather_local(selector(offered) if selector else True)
-            failed = self._dist.broadcast_local(None)
-            if failed is not None:  # the chief's error, as the same class where it is ours
-                kind, said = failed
-                error = getattr(errors, kind, None)
-                if not (isinstance(error, type) and issubclass(error, Exception)):
-                    error = errors.CheckpointStorageError
-                raise error(f"{said} (on this node's local chief, downloading into {target})")
+            share.follow()
             return
-        answers: Dict[str, bool] = {}
-
-        def accepted(name: str) -> bool:  # asks the node's ranks once per file
-            if name not in answers:
-                answers[name] = True
-                if want_filter:
-                    self._dist.broadcast_local(name)
-                    mine = selector(name) if selector else True
-                    answers[name] = any(self._dist.gather_local(mine) or [])
-            return answers[name]
-
-        failed = None
         try:
-            with self._files(storage_id, accepted) as path:
-                _copy_selected(path, target, accepted)
+            with self._files(storage_id, share.accepted) as path:
+                _copy_selected(path, target, share.accepted)
         except BaseException as e:
-            failed = (type(e).__name__, str(e))
+            share.finish(failed=e)
             raise
-        finally:
-            self._dist.broadcast_local(None)  # no more files
-            self._dist.broadcast_local(failed)
+        share.finish()
 
     @contextlib.contextmanager
     def restore_path(
@@ -269,30 +320,21 @@ class CheckpointContext:
             with store.files_of(name, selector) as path:
                 yield path
             return
-        # Determined's protocol (core/_checkpoint.py, 0.38.1): the local chief offers each
-        # file's name to the node's ranks when any has a selector, and downloads it if any
-        # rank's selector accepts it.
-        want_filter = any(self._dist.allgather(selector is not None))
+        share = _NodeShare(self._dist, selector, f"downloading checkpoint {storage_id}")
         if self._dist.local_rank == 0:
-
-            def accepted(path: str) -> bool:
-                if not want_filter:
-                    return True
-                self._dist.broadcast_local(path)
-                answers = self._dist.gather_local(selector(path) if selector else True)
-                return any(answers or [])
-
-            with store.files_of(name, accepted) as path:
-                self._dist.broadcast_local(None)  # downloaded
-                self._dist.broadcast_local(str(path))
+            with contextlib.ExitStack() as downloaded:
+                try:
+                    path = downloaded.enter_context(store.files_of(name, share.accepted))
+                except BaseException as e:
+                    share.finish(failed=e)
+                    raise
+                share.finish(str(path))
                 try:
                     yield path
                 finally:
                     self._dist.gather_local(None)  # every rank of the node is done with it
         else:
-            while (offered := self._dist.broadcast_local(None)) is not None:
-                self._dist.gather_local(selector(offered) if selector else True)
-            path = pathlib.Path(self._dist.broadcast_local(None))
+            path = pathlib.Path(share.follow())
             try:
                 yield path
             finally:

@@ -56,6 +56,13 @@ def test_ranks_of_a_node_share_one_download_of_a_bucket_checkpoint(
     for seen in (chief, worker):
         assert seen["files"] == ["a.txt", "b.txt"], seen
         assert seen["downloads"] == 1 and seen["removed"], seen
+        assert seen["left"] == 0, seen
+    # A rank whose selector raises gets its own error; the rest of the node is told.
+    assert worker["selector1"][0] == chief["selector0"][0] == "KeyError", (chief, worker)
+    assert chief["selector1"][0] == "CheckpointStorageError", chief
+    assert "The selector of local rank 1 raised KeyError" in chief["selector1"][1], chief
+    assert worker["selector0"][0] == "CheckpointStorageError", worker
+    assert "rank 0 refuses" in worker["selector0"][1], worker
 
 
 def test_node_local_collectives_of_a_core_api_loop_on_two_nodes(tmp_path: pathlib.Path) -> None:
@@ -118,6 +125,15 @@ def _check_sharded_outcomes(chief: dict, worker: dict) -> List[str]:
     for seen in (chief, worker):  # the local chief's error, on every rank of the node
         assert seen["download_missing"]["raised"] == "CheckpointNotFound", seen
         assert "not-a-checkpoint" in seen["download_missing"]["message"], seen
+    # A rank whose selector raises gets its own error; the rest of the node is told, and the
+    # next collectives (the published listing) still pair up.
+    assert worker["download_worker_selector"]["raised"] == "KeyError", worker
+    assert chief["download_worker_selector"]["raised"] == "CheckpointStorageError", chief
+    assert "The selector of local rank 1 raised KeyError" in str(chief["download_worker_selector"])
+    assert chief["download_chief_selector"]["raised"] == "KeyError", chief
+    assert worker["download_chief_selector"]["raised"] == "CheckpointStorageError", worker
+    told = worker["download_chief_selector"]["message"]
+    assert "rank 0 refuses" in told and "on this node's local chief" in told, told
     return published
 
 

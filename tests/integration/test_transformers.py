@@ -6,6 +6,7 @@ by SIGTERM that resumes like a straight run, from its own checkpoint."""
 import json
 import os
 import pathlib
+import re
 import shutil
 import signal
 import subprocess
@@ -69,7 +70,7 @@ def test_a_searcher_length_that_is_not_the_trainers_is_refused(
     tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, searcher: Any, says: str
 ) -> None:
     _as_trial(monkeypatch, searcher)
-    with pytest.raises(ValueError, match=says.replace("=", "=").replace(".", r"\.")):
+    with pytest.raises(ValueError, match=re.escape(says)):
         _callback(tmp_path)
 
 
@@ -98,6 +99,42 @@ def test_outside_an_experiment_it_reports_to_the_local_core_api(
         stored = sorted(e.metadata["steps_completed"] for e in ctx.checkpoint.store.published())
     assert stored == [4, 8, 12]
     assert (tmp_path / "hf-out" / "metadata.json").exists()
+
+
+def test_what_the_trainer_and_the_user_pass_is_left_as_it_was(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Determined's callback appended the searcher's metrics to the ``filter_metrics`` list
+    given, and popped ``epoch`` from the ``logs`` the Trainer passes on to the callbacks after
+    it (adding ``batches`` and ``epochs``); ours reports the same and changes neither."""
+    import transformers
+
+    from det_lightning.transformers import DetCallback
+
+    _as_trial(monkeypatch, {"max_length": {"batches": 12}})
+    wanted = ["loss"]
+    args = hf_trainer.training_args(str(tmp_path / "out"), 0.05)
+    with det.core.init(checkpoint_storage=str(tmp_path / "store")) as ctx:
+        callback = DetCallback(ctx, args, filter_metrics=wanted)
+        assert wanted == ["loss"]
+        assert callback.filter_metrics == ["loss", "eval_loss"]
+        reported: List[Dict[str, Any]] = []
+        monkeypatch.setattr(
+            ctx.train, "report_metrics", lambda **kw: reported.append(kw), raising=True
+        )
+        state = transformers.TrainerState(global_step=4, epoch=1.0)
+        logs = {"loss": 0.5, "grad_norm": 1.5, "learning_rate": 0.05, "epoch": 1.0}
+        given = dict(logs)
+        callback.on_log(args, state, transformers.TrainerControl(), logs=logs)
+    assert logs == given
+    assert reported == [
+        {
+            "group": "training",
+            "steps_completed": 4,
+            "metrics": {"loss": 0.5, "batches": 4, "epochs": 1.0},
+        }
+    ]
+    callback.on_train_end(args, state, transformers.TrainerControl())
 
 
 def test_one_output_dir_serves_one_live_run(

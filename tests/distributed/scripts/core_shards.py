@@ -8,7 +8,8 @@
     clash        both hold clash.txt with different contents: refused, nothing published
     metadata     both give steps_completed, differently: refused, nothing published
     raises       rank 1's store_path block raises: nothing published, both raise
-    download     both ranks download one checkpoint into one folder, each with a selector
+    download     both ranks download one checkpoint into one folder, each with a selector;
+                 then a selector raises, the worker's and then the chief's: every rank raises
 """
 
 import json
@@ -94,6 +95,22 @@ with det.core.init(checkpoint_storage=os.environ.get("CORE_BUCKET")) as ctx:
 
     outcome("download", download)
     outcome("download_missing", lambda: ctx.checkpoint.download("not-a-checkpoint", "dl2"))
+
+    def refuses(who: int) -> Callable[[str], bool]:
+        def selector(path: str) -> bool:
+            if rank == who:
+                raise KeyError(f"rank {who} refuses {path}")
+            return True
+
+        return selector
+
+    for who, call in ((1, "download_worker_selector"), (0, "download_chief_selector")):
+        outcome(
+            call,
+            lambda who=who, call=call: ctx.checkpoint.download(
+                seen["upload"]["returned"], f"dl-{call}", selector=refuses(who)
+            ),
+        )
     dist.allgather(None)
     seen["published"] = sorted(entry.name for entry in ctx.checkpoint.store.published())
 
