@@ -76,10 +76,6 @@ REFUSED: Dict[str, str] = {
         "DeepSpeedTrial is not supported; train a PyTorchTrial with "
         "pytorch.init(strategy='deepspeed') (Lightning's DeepSpeed strategy)"
     ),
-    "determined.pytorch.experimental": (
-        "torch_batch_process (batch inference on a cluster) is not supported; run inference "
-        "with det_lightning.adapters.LightningTrial and lightning.Trainer.predict"
-    ),
     # ----- determined.util -------------------------------------------------------------------
     **_same(
         f"{_CLUSTER}; Determined's harness uses it internally",

@@ -47,6 +47,9 @@ CODE_DIR = "code"
 # file never needs more than weights_only loading.
 LIGHTNING_CALLBACKS_FILE = "lightning_state.pth"
 PARTIAL_SUFFIX = ".partial"  # .<uuid>.partial: a checkpoint being written
+# <name>/.outputs: a folder of files that are not a checkpoint (``CheckpointStore.outputs``):
+# never listed as a damaged checkpoint, never swept
+OUTPUTS_MARKER = ".outputs"
 DELETING_SUFFIX = ".deleting"  # .<uuid>.deleting: a checkpoint being deleted
 UNKEPT_SUFFIX = ".unkept"  # .<uuid>.unkept: retention gave <uuid> up; deleted until gone
 UUID_PATTERN = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
@@ -275,6 +278,8 @@ def damaged_local(root: pathlib.Path) -> List[Tuple[pathlib.Path, List[str]]]:
     found = []
     for path in sorted(root.iterdir()):
         if path.is_dir() and UUID_PATTERN.match(path.name):
+            if (path / OUTPUTS_MARKER).exists():
+                continue
             missing = lacking_local(path)
             if missing:
                 found.append((path, missing))

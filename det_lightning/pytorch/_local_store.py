@@ -80,7 +80,8 @@ class LocalStore(CheckpointStore):
         return [(self.child(p.name), missing) for p, missing in ckpt.damaged_local(self.path)]
 
     def exists(self, uuid: str) -> bool:
-        return (self.path / uuid).exists()
+        path = self.path / uuid
+        return path.exists() and not (path / ckpt.OUTPUTS_MARKER).exists()
 
     def read_load_data(self, uuid: str) -> Dict[str, Any]:
         return ckpt.read_load_data(self.path, uuid)
@@ -113,6 +114,15 @@ class LocalStore(CheckpointStore):
     ) -> Iterator[pathlib.Path]:
         """The checkpoint's own directory (``selector`` is not needed: nothing is copied)."""
         yield self.path / uuid
+
+    @contextlib.contextmanager
+    def outputs(self, name: str) -> Iterator[pathlib.Path]:
+        """The folder itself: files are written in place (its first folder marked
+        ``.outputs``: never listed as a damaged checkpoint)."""
+        path = self.path / name
+        path.mkdir(parents=True, exist_ok=True)
+        (self.path / name.strip("/").split("/")[0] / ckpt.OUTPUTS_MARKER).touch()
+        yield path
 
     def drop_staged(self, uuid: str) -> None:
         """Nothing: the staged directory is the checkpoint."""

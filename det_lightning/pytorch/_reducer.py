@@ -221,8 +221,19 @@ class ReducerRegistry:
         ]
         if not active:
             return {}
-        mine = [w._call("per_slot_reduce", w.reducer.per_slot_reduce) for w in active]
-        gathered = self._allgather(mine)
+        return self.cross_slot(self._allgather(self.per_slot(active)), active)
+
+    def per_slot(self, active: Optional[List[_WrappedReducer]] = None) -> List[Any]:
+        """This rank's ``per_slot_reduce()`` of each reducer of ``active`` (default: all)."""
+        active = self._wrapped if active is None else active
+        return [w._call("per_slot_reduce", w.reducer.per_slot_reduce) for w in active]
+
+    def cross_slot(
+        self, gathered: List[List[Any]], active: Optional[List[_WrappedReducer]] = None
+    ) -> Dict[str, Any]:
+        """The metrics: each reducer of ``active`` (default: all) ``cross_slot_reduce``d over
+        ``gathered``, a ``per_slot`` list per slot."""
+        active = self._wrapped if active is None else active
         metrics: Dict[str, Any] = {}
         for wrapped, gathered_slots in zip(active, zip(*gathered)):
             per_slot = list(gathered_slots)
@@ -237,3 +248,8 @@ class ReducerRegistry:
             else:
                 metrics[wrapped.name] = reduced
         return metrics
+
+    @property
+    def wrapped(self) -> List[_WrappedReducer]:
+        """The reducers, in the order they were wrapped."""
+        return list(self._wrapped)

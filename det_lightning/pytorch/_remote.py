@@ -37,7 +37,7 @@ import shutil
 import socket
 import tempfile
 import uuid as uuid_lib
-from typing import Any, Callable, Coroutine, Dict, Iterator, List, Optional, Tuple, Union
+from typing import Any, Callable, Coroutine, Dict, Iterator, List, Optional, Set, Tuple, Union
 
 from det_lightning import errors
 from det_lightning._job_processes import pid_alive
@@ -76,6 +76,10 @@ logger = logging.getLogger("det_lightning.pytorch")
 # gcsfs, adlfs): a checkpoint's code/ holds hundreds of small files, each a request of its own.
 TRANSFER_CONCURRENCY = 16
 MARKER = ".complete"  # <uuid>/.complete: written last; a checkpoint without it does not exist
+# ckpt.OUTPUTS_MARKER, written first by ``outputs``, keeps ``sweep`` off a prefix of files that
+# are not a checkpoint (a UUID-named prefix without MARKER is otherwise a killed upload)
+OUTPUTS_MARKER = ckpt.OUTPUTS_MARKER
+_KEPT: Set[str] = set()  # the OUTPUTS_MARKER keys this process wrote or saw
 # .<uuid>.<host>.<pid>.<random>.downloading: a download in progress (``_download_folder``)
 DOWNLOADING = ".downloading"
 # Each file of an upload is given up after UPLOAD_GRACE_S plus its size at the rate below. An
@@ -297,6 +301,42 @@ class ObjectStore(CheckpointStore):
             shutil.rmtree(local, ignore_errors=True)
 
     # ----- writing and deleting -----------------------------------------------------------
+    @contextlib.contextmanager
+    def outputs(self, name: str) -> Iterator[pathlib.Path]:
+        """A temporary folder in the cache, uploaded under ``<name>/`` when the block ends.
+        The prefix's first folder gets ``.outputs`` first, which keeps ``sweep`` off it.
+
+        Raises:
+            CheckpointStorageError: the upload failed (the files stay in the cache folder,
+                named in the message).
+        """
+        fs = self.filesystem()
+        top = name.strip("/").split("/")[0]
+        keep = f"{self.key}/{top}/{OUTPUTS_MARKER}"
+        if keep not in _KEPT:  # once per prefix and process, not once per block
+            if not bounded(fs, "exists", keep):
+                bounded(fs, "pipe_file", keep, b"")
+            _KEPT.add(keep)
+        self.staging().mkdir(parents=True, exist_ok=True)
+        # Hidden and ``.partial``: what a killed process leaves is swept as a killed write's.
+        local = pathlib.Path(
+            tempfile.mkdtemp(prefix=".outputs-", suffix=PARTIAL_SUFFIX, dir=self.staging())
+        )
+        try:
+            yield local
+            files = sorted(p for p in local.rglob("*") if p.is_file())
+            target = self.child(name.strip("/"))
+            pairs = [(str(f), f"{target.key}/{f.relative_to(local).as_posix()}") for f in files]
+            try:
+                _transfer(fs, "put_file", pairs, [upload_bound(f.stat().st_size) for f in files])
+            except Exception as e:
+                raise errors.CheckpointStorageError(
+                    f"Uploading {local} to {target} failed: {type(e).__name__}: {e}. "
+                    f"{credentials_note(self.scheme, self.options)}"
+                ) from e
+        finally:
+            shutil.rmtree(local, ignore_errors=True)
+
     def drop_staged(self, uuid: str) -> None:
         """The local copy ``stage`` wrote into the cache (the bucket holds the checkpoint)."""
         if (self.staging() / uuid).exists():
@@ -489,7 +529,12 @@ class ObjectStore(CheckpointStore):
         ``trial-<n>/`` or anything else)."""
         removed = []
         for child, files in self._children().items():
-            if MARKER not in files and _UUID.match(child) and self._remove_prefix(child):
+            if (
+                MARKER not in files
+                and OUTPUTS_MARKER not in files
+                and _UUID.match(child)
+                and self._remove_prefix(child)
+            ):
                 removed.append(str(self / child))
         remove_partials(self.staging())
         remove_deletions(self.staging())

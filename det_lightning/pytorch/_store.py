@@ -17,6 +17,7 @@ a path or URL. Callers never ask which kind they hold::
     store.delete(uuid)                 # marked (.<uuid>.unkept), removed, unmarked
     store.sweep(spare)                 # what killed writes and failed deletions left
     store.begin_shards(uuid) ... store.publish_shards(uuid, metadata)   # written by many ranks
+    store.outputs(name)                # files that are not a checkpoint, kept (never swept)
     store / "trial-3"                  # a namespace: a store of its own under this one
     store.folders(), store.read_once(name)   # its namespaces; a file write_once wrote
 
@@ -163,6 +164,15 @@ class CheckpointStore(abc.ABC):
         """A local directory with published checkpoint ``uuid``'s files for the ``with`` block:
         the directory itself, or a download of the files ``selector`` accepts (by path within
         the checkpoint; all when None) into a temporary directory removed after the block."""
+
+    @abc.abstractmethod
+    def outputs(self, name: str) -> ContextManager[pathlib.Path]:
+        """A local directory for the ``with`` block whose files go under ``<store>/<name>/``
+        (``name`` a relative path), as files that are not a checkpoint (``torch_batch_process``'s
+        ``upload_path()``): a directory's own folder, written in place, or a temporary folder
+        uploaded when the block ends without an exception and removed either way. Files there
+        before stay; one written again replaces the old. ``name``'s first folder is never listed
+        as a checkpoint and never swept."""
 
     @abc.abstractmethod
     def drop_staged(self, uuid: str) -> None:

@@ -14,14 +14,11 @@ import os
 import pathlib
 import re
 import shutil
-import signal
-import subprocess
 import sys
-import time
 
 import pytest
 
-from tests.integration.cli_support import PROJECT, TIMEOUT_S, output, run_cli
+from tests.integration.cli_support import PROJECT, output, run_cli, signal_when
 
 pytestmark = [pytest.mark.distributed, pytest.mark.slow]
 
@@ -65,26 +62,7 @@ def _experiment(model_dir: pathlib.Path, config: str = "config.yaml") -> list:
 def _stop_at(text: str, model_dir: pathlib.Path, env: dict) -> "tuple[int, str, str]":
     """Runs the experiment until ``text`` is in its stderr, sends SIGINT to its process group
     (a Ctrl-C), and returns its exit status, stdout and stderr."""
-    err = model_dir / "stderr.txt"
-    with err.open("w") as stream:
-        process = subprocess.Popen(
-            _experiment(model_dir),
-            cwd=model_dir,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=stream,
-            text=True,
-            start_new_session=True,
-        )
-        deadline = time.monotonic() + TIMEOUT_S
-        while text not in err.read_text():
-            if process.poll() is not None or time.monotonic() > deadline:
-                process.kill()
-                raise AssertionError(f"no {text!r}:\n{err.read_text()}")
-            time.sleep(0.1)
-        os.killpg(process.pid, signal.SIGINT)
-        out, _ = process.communicate(timeout=TIMEOUT_S)
-    return process.returncode, out, err.read_text()
+    return signal_when(_experiment(model_dir), model_dir, env, lambda err: text in err)
 
 
 def _env(model_dir: pathlib.Path) -> dict:

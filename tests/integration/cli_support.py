@@ -7,9 +7,11 @@ checkpoints of code that imports ``determined``) in children keeps the alias out
 import json
 import os
 import pathlib
+import signal
 import subprocess
 import sys
-from typing import Any, Dict, List, Optional
+import time
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from tests.fixtures import warm
 
@@ -43,6 +45,41 @@ def run_cli(
     full_env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1", **(env or {})}
     argv = (command or [sys.executable, "-m", "det_lightning"]) + list(args)
     return warm.run(argv, cwd=cwd, env=full_env, capture_output=True, text=True, timeout=TIMEOUT_S)
+
+
+def signal_when(
+    argv: List[str],
+    cwd: pathlib.Path,
+    env: Dict[str, str],
+    ready: Callable[[str], bool],
+    sig: int = signal.SIGINT,
+    then: Optional[Callable[[], None]] = None,
+) -> Tuple[int, str, str]:
+    """Runs ``argv`` in a session of its own until ``ready(its stderr so far)``, sends ``sig``
+    to its process group (a Ctrl-C, or a scheduler's SIGTERM), calls ``then`` (say, releasing
+    a process that waits for the signal), and returns its exit status, stdout and stderr."""
+    err = cwd / "stderr.txt"
+    with err.open("w") as stream:
+        process = subprocess.Popen(
+            argv,
+            cwd=cwd,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=stream,
+            text=True,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + TIMEOUT_S
+        while not ready(err.read_text()):
+            if process.poll() is not None or time.monotonic() > deadline:
+                process.kill()
+                raise AssertionError(f"never ready:\n{err.read_text()}")
+            time.sleep(0.05)
+        os.killpg(process.pid, sig)
+        if then is not None:
+            then()
+        out, _ = process.communicate(timeout=TIMEOUT_S)
+    return process.returncode, out, err.read_text()
 
 
 def output(result: subprocess.CompletedProcess) -> str:

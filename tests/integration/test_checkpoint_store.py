@@ -282,3 +282,40 @@ def test_a_publish_check_forbids_deleting_and_nothing_is_marked(kind: Kind) -> N
     with publish_check(refuse), pytest.raises(Refused):
         store.delete(U1)
     assert names(store) == [U1] and store.marked_unkept() == []
+
+
+# ----- files that are not a checkpoint ---------------------------------------------------------
+def test_outputs_stay_beside_checkpoints_never_listed_never_swept(kind: Kind) -> None:
+    """``torch_batch_process``'s ``upload_path()``: ``<output uuid>/rank_<r>/`` files, added to
+    by later blocks. A bucket's UUID-named prefix without a checkpoint's marker is otherwise
+    a killed upload, which ``sweep`` removes (U3 here)."""
+    store = kind.store
+    save(store, U1, 3)
+    with store.outputs(f"{U2}/rank_0") as path:
+        (path / "a.json").write_text("1")
+        (path / "sub").mkdir()
+        (path / "sub" / "b.txt").write_text("2")
+    with store.outputs(f"{U2}/rank_0") as path:  # a later block replaces and adds
+        (path / "a.json").write_text("one")
+    with store.outputs(f"{U2}/rank_1") as path:
+        (path / "c.json").write_text("3")
+    source = store.staging() / "shard"
+    source.mkdir(parents=True)
+    (source / "x.bin").write_bytes(b"x")
+    store.begin_shards(U3)
+    store.put_shard(U3, source, ["x.bin"])  # unmarked: a killed upload in a bucket
+    assert names(store) == [U1] and store.damaged() == [] and not store.exists(U2)
+    assert store.sweep() == ([str(store / U3)] if isinstance(kind, Bucket) else [])
+    assert kind.read(store, f"{U2}/rank_0/a.json") == b"one"
+    assert kind.read(store, f"{U2}/rank_0/sub/b.txt") == b"2"
+    assert kind.read(store, f"{U2}/rank_1/c.json") == b"3"
+    assert not [p for p in store.staging().iterdir() if p.name.startswith(".outputs-")]
+
+
+def test_outputs_of_a_block_that_raises_leave_no_temporary_folder(kind: Kind) -> None:
+    store = kind.store
+    with pytest.raises(ValueError, match="stopped"), store.outputs(f"{U2}/rank_0") as path:
+        (path / "a.json").write_text("1")
+        raise ValueError("stopped")
+    assert not [p for p in store.staging().iterdir() if p.name.startswith(".outputs-")]
+    assert names(store) == []
