@@ -66,6 +66,9 @@ class Context:
         self.searcher = searcher or SearcherContext(self.distributed)
         self.info = info
         self._owns_process_group = False
+        # How to continue after a signal, where the code inside the block knows better than
+        # this context (torch_batch_process resumes by itself when asked); None: the default.
+        self.resume_advice: Optional[str] = None
 
     def start(self) -> None:
         self.preempt.start()
@@ -108,7 +111,11 @@ class Context:
         saved = f"The last checkpoint is {where}." if where else "No checkpoint exists."
         # A search's advice (rerun it: the trial resumes, info.latest_checkpoint); outside
         # one, nothing hands the loop its checkpoint (get_cluster_info() is None).
-        advice = (os.environ.get(RESUME_ADVICE_ENV) if os.environ.get(SEARCH_ENV) else None) or (
+        advice = self.resume_advice
+        advice = advice or (
+            os.environ.get(RESUME_ADVICE_ENV) if os.environ.get(SEARCH_ENV) else None
+        )
+        advice = advice or (
             "To continue, restore it when the loop starts again "
             "(core_context.checkpoint.restore_path)."
         )

@@ -9,7 +9,7 @@ from typing import Any, Dict
 import pytest
 
 from det_lightning.pytorch._checkpoint import OUTPUTS_MARKER
-from det_lightning.pytorch.experimental._torch_batch_process import REDUCERS_FILE
+from det_lightning.pytorch.experimental._torch_batch_process import JOB_KEY, REDUCERS_FILE
 from tests.fixtures.child import run_json
 
 pytestmark = [pytest.mark.interop, pytest.mark.slow]
@@ -23,8 +23,9 @@ def records(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, Dict[str, Any
 
 def _comparable(record: Dict[str, Any]) -> Dict[str, Any]:
     """The record with ids named by role, and what only ours writes set aside: the reducers'
-    state in each checkpoint, and the ``.outputs`` mark of the outputs folder (which keeps
-    checkpoint listings and sweeps off it)."""
+    state in each checkpoint, which job wrote it (in metadata.json: a plain run resumes only
+    its own job's), and the ``.outputs`` mark of the outputs folder (which keeps checkpoint
+    listings and sweeps off it)."""
     out = dict(record)
     (output_id,) = record["outputs"] or [None]
     checkpoints = []
@@ -32,7 +33,9 @@ def _comparable(record: Dict[str, Any]) -> Dict[str, Any]:
         files = {k: v for k, v in checkpoint["files"].items() if k != REDUCERS_FILE}
         metadata = json.loads(files["metadata.json"])
         assert metadata["default_output_uuid"] == output_id
-        files["metadata.json"] = files["metadata.json"].replace(output_id, "<outputs>")
+        metadata["default_output_uuid"] = "<outputs>"
+        metadata.pop(JOB_KEY, None)
+        files["metadata.json"] = json.dumps(metadata, indent=2)  # its keys in their order
         checkpoints.append(files)
     out["checkpoints"] = checkpoints
     out["outputs"] = [

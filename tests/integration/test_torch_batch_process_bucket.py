@@ -17,6 +17,7 @@ from det_lightning.pytorch.experimental import (
     torch_batch_process,
 )
 from det_lightning.pytorch.experimental import _torch_batch_process as module
+from tests.fixtures.batch_metrics import record_reports
 from tests.fixtures.object_store import S3
 
 
@@ -47,17 +48,7 @@ def test_a_job_in_a_bucket_checkpoints_uploads_and_resumes(
 ) -> None:
     url = s3_server.url("batch")
     monkeypatch.setenv("DET_LIGHTNING_CHECKPOINT_DIR", url)
-    reported: List[Any] = []
-    init = module._initialize_default_inference_context
-
-    def recording(distributed: Any) -> Any:
-        ctx = init(distributed)
-        ctx.train.report_validation_metrics = lambda steps_completed, metrics: reported.append(
-            (steps_completed, metrics)
-        )
-        return ctx
-
-    monkeypatch.setattr(module, "_initialize_default_inference_context", recording)
+    reported = record_reports(monkeypatch)
     Upload.seen = []
     torch_batch_process(Upload, Items(), batch_size=2, checkpoint_interval=2, max_batches=4)
     assert Upload.seen == [0, 1, 2, 3] and reported == [(4, {"total": 28})]

@@ -21,6 +21,7 @@ from det_lightning.pytorch.experimental import (
     torch_batch_process,
 )
 from det_lightning.pytorch.experimental._torch_batch_process import _Carried
+from tests.fixtures.batch_metrics import record_reports
 
 
 class Total(MetricReducer):
@@ -175,3 +176,52 @@ def test_resuming_from_another_jobs_checkpoint_is_refused(
     with pytest.raises(errors.InvalidCheckpointException, match="not written by torch_batch"):
         torch_batch_process(Recorder, Squares())
     assert Recorder.seen == []
+
+
+class StopsAt(TorchBatchProcessor):
+    """Sends this process a SIGTERM during batch ``stop_at`` (a scheduler's preemption)."""
+
+    seen: List[Any] = []
+    stop_at = -1
+
+    def __init__(self, context: TorchBatchProcessorContext) -> None:
+        self.context = context
+        self.total = context.wrap_reducer(Total(), name="total")
+
+    def process_batch(self, batch: Any, batch_idx: int) -> None:
+        StopsAt.seen.append(batch_idx)
+        self.total.update(int(batch.sum()))
+        if batch_idx == StopsAt.stop_at:
+            import os
+            import signal
+
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+def test_a_plain_run_stopped_by_sigterm_resumes_its_own_job_when_asked(
+    isolated_run: pathlib.Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Outside an experiment the job stops at the checkpoint after the signal and says how
+    to go on; run again with ``DET_LIGHTNING_LATEST_CHECKPOINT=latest`` it resumes from its
+    own newest checkpoint, passing over newer ones another job (another batch size) wrote in
+    the same storage, and its metric covers every batch."""
+    from det_lightning._env import LATEST_CHECKPOINT_ENV
+
+    reported = record_reports(monkeypatch)
+    StopsAt.seen, StopsAt.stop_at = [], 1
+    with pytest.raises(errors.TrialPreempted) as stopped:
+        torch_batch_process(StopsAt, Squares(), batch_size=2, checkpoint_interval=2)
+    assert StopsAt.seen == [0, 1]  # stopped at the checkpoint after batch 1
+    assert f"{LATEST_CHECKPOINT_ENV}=latest" in str(stopped.value)
+
+    StopsAt.seen, StopsAt.stop_at = [], -1  # another job, newer, in the same storage
+    torch_batch_process(StopsAt, Squares(), batch_size=1, checkpoint_interval=3)
+    assert StopsAt.seen == list(range(10))  # its newest checkpoint: 10 batches
+
+    StopsAt.seen, reported[:] = [], []
+    monkeypatch.setenv(LATEST_CHECKPOINT_ENV, "latest")
+    with caplog.at_level(logging.INFO, logger="det_lightning.pytorch"):
+        torch_batch_process(StopsAt, Squares(), batch_size=2, checkpoint_interval=2)
+    assert StopsAt.seen == [2, 3, 4]
+    assert reported == [(5, {"total": sum(i * i for i in range(10))})]
+    assert "this job's newest checkpoint" in caplog.text

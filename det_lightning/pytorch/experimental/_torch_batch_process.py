@@ -12,7 +12,9 @@ resumes skips the batches it holds. Files written through ``context.upload_path(
 Beyond Determined:
 
 * it runs outside an experiment too (``python batch.py``, torchrun), where Determined raised
-  "torch_batch_process only runs on-cluster";
+  "torch_batch_process only runs on-cluster", and resumes there when asked
+  (``$DET_LIGHTNING_LATEST_CHECKPOINT=latest``, ``det-lightning run --resume``) from the newest
+  checkpoint of the same job (``metadata.json``'s ``det_lightning_batch_job``);
 * the reducers' state is carried in each checkpoint (``det_lightning_reducers.pt``), so the
   metrics reported at the end of a resumed run cover every batch, not only those after the
   resume;
@@ -24,6 +26,7 @@ import abc
 import json
 import logging
 import math
+import os
 import uuid
 import warnings
 from typing import Any, Dict, List, Optional, Set, Sized, Type
@@ -33,6 +36,7 @@ from torch import nn
 from torch.utils import data
 
 from det_lightning import core, errors
+from det_lightning._env import LATEST_CHECKPOINT_ENV, RESUME_ADVICE_ENV
 from det_lightning._info import get_cluster_info
 from det_lightning.pytorch._data import DataLoader, adapt_batch_sampler
 from det_lightning.pytorch._reducer import MetricReducer, ReducerRegistry, _SimpleReducer
@@ -42,6 +46,7 @@ logger = logging.getLogger("det_lightning.pytorch")
 
 DEFAULT_BATCH_SIZE = 1
 REDUCERS_FILE = "det_lightning_reducers.pt"  # the reducers' state at the checkpoint
+JOB_KEY = "det_lightning_batch_job"  # in metadata.json: which job wrote it (_latest_of_job)
 
 
 class TorchBatchProcessorContext:
@@ -262,6 +267,8 @@ def _checkpoint(
     steps_completed: int,
     output_uuid: str,
     carried: _Carried,
+    *,
+    job: Dict[str, Any],
 ) -> None:
     """Every process says how far it got (and its reducers' state); the chief stores a
     checkpoint at the least of them, as Determined's ``_synchronize_and_checkpoint``."""
@@ -271,7 +278,7 @@ def _checkpoint(
     if gathered is None:
         return
     steps = min(g[0] for g in gathered)
-    metadata = {"steps_completed": steps, "default_output_uuid": output_uuid}
+    metadata = {"steps_completed": steps, "default_output_uuid": output_uuid, JOB_KEY: job}
     with core_context.checkpoint.store_path(metadata) as (path, _):
         (path / "batch_completed.json").write_text(f'{{"batch_completed": {steps}}}')
         if carried.registry.wrapped:
@@ -283,6 +290,30 @@ def _checkpoint(
                     f"The reducers' state could not be saved ({type(e).__name__}: {e}): a "
                     "resumed run's metrics will cover only the batches after the resume"
                 )
+
+
+def _latest_of_job(core_context: core.Context, job: Dict[str, Any]) -> Optional[str]:
+    """Outside an experiment, where ``$DET_LIGHTNING_LATEST_CHECKPOINT`` asks for one: a
+    checkpoint named there, or for ``latest`` the newest one this job wrote into the storage
+    (the same processor class, dataset length, batch size and number of processes: another
+    job's, or this one's sharded another way, would skip the wrong batches). The chief looks;
+    every process gets its answer."""
+    wanted = os.environ.get(LATEST_CHECKPOINT_ENV)
+    if not wanted or wanted != "latest":
+        return wanted or None
+    dist = core_context.distributed
+    found: Optional[str] = None
+    if dist.rank == 0:
+        entries = core_context.checkpoint.store.published()
+        mine = [e for e in entries if e.metadata.get(JOB_KEY) == job]
+        if mine:
+            found = max(mine, key=lambda e: (e.metadata.get("steps_completed", 0), e.mtime)).name
+            logger.info(f"resuming from {found}, this job's newest checkpoint")
+        else:
+            others = len([e for e in entries if JOB_KEY in e.metadata])
+            passed = f" ({others} of other jobs passed over)" if others else ""
+            logger.info(f"no checkpoint of this job yet{passed}: starting from the first batch")
+    return dist.broadcast(found)
 
 
 def _reduce_metrics(
@@ -339,7 +370,20 @@ def torch_batch_process(  # noqa: PLR0917  Determined's signature
         dist = core_context.distributed
         rank, total_worker = dist.get_rank(), dist.get_size()
         info = get_cluster_info()
-        latest_checkpoint = info.latest_checkpoint if info is not None else None
+        job = {
+            "processor": f"{batch_processor_cls.__module__}.{batch_processor_cls.__qualname__}",
+            "dataset_length": dataset_len,
+            "batch_size": batch_size,
+            "processes": total_worker,
+        }
+        if info is not None:
+            latest_checkpoint = info.latest_checkpoint  # the trial's own, as the runner keeps it
+        else:
+            latest_checkpoint = _latest_of_job(core_context, job)
+            core_context.resume_advice = os.environ.get(RESUME_ADVICE_ENV) or (
+                f"To continue, run it again with {LATEST_CHECKPOINT_ENV}=latest "
+                "(what `det-lightning run --resume` sets): it goes on from that checkpoint."
+            )
 
         output_uuid = dist.broadcast(str(uuid.uuid4()) if rank == 0 else None)
         skip = 0
@@ -379,6 +423,10 @@ def torch_batch_process(  # noqa: PLR0917  Determined's signature
             context.device,
         )
         op = core.DummySearcherOperation(1, True) if rank == 0 else None
+        # Asked once before the first batch: a SIGTERM from here on stops the job at its next
+        # checkpoint (a signal before a loop has ever asked does what it did before: ends it).
+        if core_context.preempt.should_preempt():
+            return
         iterator = iter(batches)
         # Every process runs the same number of iterations (the last may have no batch), so
         # none waits at a checkpoint another never reaches (Determined's reasoning).
@@ -396,7 +444,7 @@ def torch_batch_process(  # noqa: PLR0917  Determined's signature
             if steps_completed % checkpoint_interval == 0:
                 logger.info(f"Completed steps:  {steps_completed} and checkpointing")
                 processor.on_checkpoint_start()
-                _checkpoint(core_context, steps_completed, output_uuid, carried)
+                _checkpoint(core_context, steps_completed, output_uuid, carried, job=job)
                 last_checkpoint_idx = batch_idx
                 if op is not None:
                     done = steps_completed * total_worker * batch_size
@@ -408,7 +456,7 @@ def torch_batch_process(  # noqa: PLR0917  Determined's signature
         if batch_idx > last_checkpoint_idx:
             processor.on_checkpoint_start()
             logger.info(f"Completed steps:  {steps_completed} and checkpointing")
-            _checkpoint(core_context, iterate_length, output_uuid, carried)
+            _checkpoint(core_context, iterate_length, output_uuid, carried, job=job)
         _reduce_metrics(context, core_context, carried, steps_completed)
         processor.on_finish()
         if rank == 0 and context._use_default_storage:
