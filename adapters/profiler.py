@@ -23,6 +23,8 @@ from typing_extensions import override
 
 from det_lightning.adapters.lightning import internals
 from det_lightning.adapters.module import TrialModule
+from det_lightning.core._profiler import SystemSampler
+from det_lightning.core._profiler import mean_by_name as _mean_by_name
 from det_lightning.pytorch._context import PyTorchTrialContext
 from det_lightning.pytorch._result import ProfilerConfig
 
@@ -123,7 +125,7 @@ class SystemMetricsMonitor(Callback):
         self.sync_timings = sync_timings
         self.begin_on_batch = begin_on_batch
         self.end_after_batch = end_after_batch
-        self.sampler = SystemSampler()
+        self.sampler = SystemSampler(warn=rank_zero_warn)
         self._samples: List[Dict[str, float]] = []
         self._batch_times: List[float] = []
         self._started_at: Optional[float] = None
@@ -179,79 +181,6 @@ class SystemMetricsMonitor(Callback):
 def _batches_trained(pl_module: pl.LightningModule, trainer: pl.Trainer) -> int:
     progress = getattr(pl_module, "progress", None)
     return progress.batches_trained if progress is not None else internals.batches_seen(trainer)
-
-
-def _mean_by_name(samples: List[Dict[str, float]]) -> Dict[str, float]:
-    sums: Dict[str, List[float]] = {}
-    for sample in samples:
-        for name, value in sample.items():
-            sums.setdefault(name, []).append(value)
-    return {name: sum(v) / len(v) for name, v in sums.items()}
-
-
-class SystemSampler:
-    """One sample of Determined's system metric groups, as ``system/<group>/<metric>``.
-
-    Uses ``psutil`` when installed (CPU, memory, disk, network) and torch for GPUs.
-    """
-
-    def __init__(self) -> None:
-        try:
-            import psutil
-        except ImportError:
-            psutil = None
-            rank_zero_warn(
-                "fit(profiling_enabled=True): psutil is not installed, so only batch timings and "
-                "GPU memory are recorded. `pip install psutil` for CPU, memory, disk and network."
-            )
-        self._psutil: Any = psutil
-        self._last: Optional[Dict[str, Any]] = None
-
-    def sample(self) -> Dict[str, float]:
-        """The metrics now; throughputs are since the previous sample."""
-        values: Dict[str, float] = {}
-        if self._psutil is not None:
-            values.update(self._host())
-        values.update(_gpus())
-        return values
-
-    def _host(self) -> Dict[str, float]:
-        ps = self._psutil
-        now = {"time": time.monotonic(), "disk": ps.disk_io_counters(), "net": ps.net_io_counters()}
-        values = {
-            "system/cpu/cpu_util_simple": float(ps.cpu_percent()),
-            "system/memory/memory_free": float(ps.virtual_memory().available),
-        }
-        last, self._last = self._last, now
-        if last is None or now["disk"] is None or now["net"] is None:
-            return values
-        seconds = max(now["time"] - last["time"], 1e-9)
-        disk, old_disk, net, old_net = now["disk"], last["disk"], now["net"], last["net"]
-        values.update(
-            {
-                "system/disk/disk_throughput_read": disk.read_bytes - old_disk.read_bytes,
-                "system/disk/disk_throughput_write": disk.write_bytes - old_disk.write_bytes,
-                "system/network/net_throughput_sent": net.bytes_sent - old_net.bytes_sent,
-                "system/network/net_throughput_recv": net.bytes_recv - old_net.bytes_recv,
-            }
-        )
-        for name in [n for n in values if "throughput" in n]:
-            values[name] /= seconds  # bytes per second
-        return values
-
-
-def _gpus() -> Dict[str, float]:
-    values: Dict[str, float] = {}
-    if not torch.cuda.is_available():
-        return values
-    for index in range(torch.cuda.device_count()):
-        free, _ = torch.cuda.mem_get_info(index)
-        values[f"system/gpu/{index}/gpu_free_memory"] = float(free)
-        try:
-            values[f"system/gpu/{index}/gpu_util"] = float(torch.cuda.utilization(index))
-        except Exception:  # needs pynvml; the free memory is still worth having
-            pass
-    return values
 
 
 def profiling_callbacks(

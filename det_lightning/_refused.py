@@ -106,11 +106,6 @@ REFUSED: Dict[str, str] = {
         "local mode): use core_context.searcher"
     ),
     **_same(
-        f"{_CORE_LOCAL}: profile with torch.profiler in a loop, or "
-        "Trainer(trial, context, profiler='simple') (Lightning's profilers) for a PyTorchTrial",
-        ["determined.core.ProfilerContext", "determined.core.DummyProfilerContext"],
-    ),
-    **_same(
         f"{_CORE_LOCAL}: checkpoint deduplication talks to a master; use core_context.checkpoint",
         [
             "determined.core.ExperimentalCoreContext",

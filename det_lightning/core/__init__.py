@@ -1,6 +1,8 @@
 """``det_lightning.core``: Determined's Core API in local mode (``core.init()``), and the
 ``DistributedContext`` a PyTorchTrial's context carries."""
 
+from typing import TYPE_CHECKING, Any
+
 from det_lightning._refused import module_getattr
 from det_lightning.core._distributed import DistributedContext, DummyDistributedContext
 from det_lightning.core._modes import (
@@ -23,8 +25,21 @@ from det_lightning.core._searcher import (
 from det_lightning.core._train import DummyTrainContext, TrainContext
 from det_lightning.core._context import Context, init
 
-# The rest of determined.core (profiler, experimental parts, ...) raises NotProvidedError.
-__getattr__ = module_getattr(__name__)
+# The rest of determined.core (its experimental parts, ...) raises NotProvidedError.
+if TYPE_CHECKING:
+    from det_lightning.core._profiler import DummyProfilerContext, ProfilerContext
+
+_refused_getattr = module_getattr(__name__)
+_LAZY = {"ProfilerContext", "DummyProfilerContext"}  # core._profiler: read when first named
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        from det_lightning.core import _profiler
+
+        return getattr(_profiler, name)
+    return _refused_getattr(name)
+
 
 __all__ = [
     "CheckpointContext",
@@ -34,12 +49,14 @@ __all__ = [
     "DummyCheckpointContext",
     "DummyDistributedContext",
     "DummyPreemptContext",
+    "DummyProfilerContext",
     "DummySearcherContext",
     "DummySearcherOperation",
     "DummyTrainContext",
     "EarlyExitReason",
     "PreemptContext",
     "PreemptMode",
+    "ProfilerContext",
     "SearcherContext",
     "SearcherMode",
     "SearcherOperation",

@@ -38,6 +38,7 @@ from det_lightning.core._searcher import PreemptContext, SearcherContext
 from det_lightning.core._train import TrainContext
 
 if TYPE_CHECKING:
+    from det_lightning.core._profiler import ProfilerContext
     from det_lightning.pytorch._store import CheckpointStore
 
 logger = logging.getLogger("det_lightning.core")
@@ -46,7 +47,6 @@ logger = logging.getLogger("det_lightning.core")
 class Context:
     """The Core API's parts (see the module docstring); build it with ``core.init()``."""
 
-    profiler = RefusedAttribute("Context")
     experimental = RefusedAttribute("Context")
 
     def __init__(
@@ -58,12 +58,14 @@ class Context:
         *,
         searcher: Optional[SearcherContext] = None,
         info: Any = None,
+        profiler: Optional["ProfilerContext"] = None,
     ) -> None:
         self.checkpoint = checkpoint
         self.distributed = distributed or DummyDistributedContext()
         self.preempt = preempt or PreemptContext(self.distributed)
         self.train = train or TrainContext(self.distributed, pathlib.Path("tensorboard"))
         self.searcher = searcher or SearcherContext(self.distributed)
+        self._profiler = profiler
         self.info = info
         self._owns_process_group = False
         # How to continue after a signal, where the code inside the block knows better than
@@ -77,7 +79,19 @@ class Context:
         self.start()
         return self
 
+    @property
+    def profiler(self) -> "ProfilerContext":
+        """System metrics into TensorBoard while on (``core._profiler``; made when first read,
+        which keeps its module out of ``det-lightning --help``'s imports)."""
+        if self._profiler is None:
+            from det_lightning.core._profiler import ProfilerContext
+
+            self._profiler = ProfilerContext(self.distributed, self.train.get_tensorboard_path())
+        return self._profiler
+
     def close(self, *_: Any) -> None:
+        if self._profiler is not None:
+            self._profiler.off()
         self.preempt.close()
         self.distributed.close()
         self.train.close()

@@ -121,13 +121,6 @@ def test_a_rank_that_does_not_see_the_shared_directory_is_told_why(tmp_path: pat
         LocalStore(tmp_path).shard_dir("0f9c1c7e-0000-4000-8000-000000000000")
 
 
-def test_the_profiler_is_refused_as_an_attribute_error(tmp_path: pathlib.Path) -> None:
-    ctx = core.init(checkpoint_storage=str(tmp_path))
-    assert not hasattr(ctx, "profiler")
-    with pytest.raises(errors.NotProvidedAttributeError, match="torch.profiler"):
-        ctx.profiler  # noqa: B018
-
-
 def test_invalid_hp_exits_with_status_zero(tmp_path: pathlib.Path) -> None:
     with pytest.raises(SystemExit) as info:
         with core.init(checkpoint_storage=str(tmp_path)):
