@@ -105,13 +105,6 @@ REFUSED: Dict[str, str] = {
         "core.init() always has a searcher here (one operation of length 1, as Determined's "
         "local mode): use core_context.searcher"
     ),
-    **_same(
-        f"{_CORE_LOCAL}: checkpoint deduplication talks to a master; use core_context.checkpoint",
-        [
-            "determined.core.ExperimentalCoreContext",
-            "determined.core.DummyExperimentalCoreContext",
-        ],
-    ),
     # ----- determined.launch -----------------------------------------------------------------
     **_same(
         f"{_OTHER_FRAMEWORK}; {_LAUNCHER}",

@@ -25,19 +25,29 @@ from det_lightning.core._searcher import (
 from det_lightning.core._train import DummyTrainContext, TrainContext
 from det_lightning.core._context import Context, init
 
-# The rest of determined.core (its experimental parts, ...) raises NotProvidedError.
+# The rest of determined.core (SearcherContextMissing) raises NotProvidedError.
 if TYPE_CHECKING:
+    from det_lightning.core._experimental import (
+        DummyExperimentalCoreContext,
+        ExperimentalCoreContext,
+    )
     from det_lightning.core._profiler import DummyProfilerContext, ProfilerContext
 
 _refused_getattr = module_getattr(__name__)
-_LAZY = {"ProfilerContext", "DummyProfilerContext"}  # core._profiler: read when first named
+# Read when first named (they stay out of det-lightning --help's imports).
+_LAZY = {
+    "ProfilerContext": "_profiler",
+    "DummyProfilerContext": "_profiler",
+    "ExperimentalCoreContext": "_experimental",
+    "DummyExperimentalCoreContext": "_experimental",
+}
 
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        from det_lightning.core import _profiler
+        import importlib
 
-        return getattr(_profiler, name)
+        return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
     return _refused_getattr(name)
 
 
@@ -48,12 +58,14 @@ __all__ = [
     "DownloadMode",
     "DummyCheckpointContext",
     "DummyDistributedContext",
+    "DummyExperimentalCoreContext",
     "DummyPreemptContext",
     "DummyProfilerContext",
     "DummySearcherContext",
     "DummySearcherOperation",
     "DummyTrainContext",
     "EarlyExitReason",
+    "ExperimentalCoreContext",
     "PreemptContext",
     "PreemptMode",
     "ProfilerContext",

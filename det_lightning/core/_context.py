@@ -30,7 +30,6 @@ from det_lightning._env import (
     SEARCH_ENV,
     default_tensorboard_dir,
 )
-from det_lightning._refused_attributes import RefusedAttribute
 from det_lightning.core._checkpoint import CheckpointContext
 from det_lightning.core._distributed import DistributedContext, DummyDistributedContext
 from det_lightning.core._modes import PreemptMode, TensorboardMode
@@ -38,6 +37,7 @@ from det_lightning.core._searcher import PreemptContext, SearcherContext
 from det_lightning.core._train import TrainContext
 
 if TYPE_CHECKING:
+    from det_lightning.core._experimental import ExperimentalCoreContext
     from det_lightning.core._profiler import ProfilerContext
     from det_lightning.pytorch._store import CheckpointStore
 
@@ -46,8 +46,6 @@ logger = logging.getLogger("det_lightning.core")
 
 class Context:
     """The Core API's parts (see the module docstring); build it with ``core.init()``."""
-
-    experimental = RefusedAttribute("Context")
 
     def __init__(
         self,
@@ -66,6 +64,7 @@ class Context:
         self.train = train or TrainContext(self.distributed, pathlib.Path("tensorboard"))
         self.searcher = searcher or SearcherContext(self.distributed)
         self._profiler = profiler
+        self._experimental: Optional["ExperimentalCoreContext"] = None
         self.info = info
         self._owns_process_group = False
         # How to continue after a signal, where the code inside the block knows better than
@@ -81,13 +80,23 @@ class Context:
 
     @property
     def profiler(self) -> "ProfilerContext":
-        """System metrics into TensorBoard while on (``core._profiler``; made when first read,
-        which keeps its module out of ``det-lightning --help``'s imports)."""
+        """Samples system metrics into TensorBoard while on (``core._profiler``). It is made
+        when first read, which keeps its module out of ``det-lightning --help``'s imports."""
         if self._profiler is None:
             from det_lightning.core._profiler import ProfilerContext
 
             self._profiler = ProfilerContext(self.distributed, self.train.get_tensorboard_path())
         return self._profiler
+
+    @property
+    def experimental(self) -> "ExperimentalCoreContext":
+        """Links the task to a checkpoint or model version, which is recorded nowhere here,
+        as in Determined's local mode (``core._experimental``)."""
+        if self._experimental is None:
+            from det_lightning.core._experimental import ExperimentalCoreContext
+
+            self._experimental = ExperimentalCoreContext()
+        return self._experimental
 
     def close(self, *_: Any) -> None:
         if self._profiler is not None:

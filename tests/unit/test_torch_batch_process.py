@@ -139,14 +139,21 @@ def test_hparams_outside_an_experiment_say_where_they_come_from(isolated_run: pa
 class AsksTheRegistry(TorchBatchProcessor):
     def __init__(self, context: TorchBatchProcessorContext) -> None:
         context.report_task_using_checkpoint(None)
+        context.report_task_using_model_version(None)
 
     def process_batch(self, batch: Any, batch_idx: int) -> None:
         pass
 
 
-def test_the_model_registry_is_named_as_the_masters(isolated_run: pathlib.Path) -> None:
-    with pytest.raises(errors.NotProvidedError, match="context.report_metrics"):
+def test_linking_to_the_model_registry_records_nothing_and_says_so_once(
+    isolated_run: pathlib.Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """As in Determined's local mode (``DummyExperimentalCoreContext``) the job goes on; the
+    log says once that nothing was recorded."""
+    with caplog.at_level(logging.WARNING, logger="det_lightning.core"):
         torch_batch_process(AsksTheRegistry, Squares())
+    assert caplog.text.count("nothing is recorded") == 1
+    assert "core_context.train.report_metrics()" in caplog.text
 
 
 def test_a_processor_without_process_batch_cannot_be_made() -> None:

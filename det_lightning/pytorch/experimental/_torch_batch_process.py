@@ -129,16 +129,13 @@ class TorchBatchProcessorContext:
         )
 
     def report_task_using_model_version(self, model_version: Any) -> None:
-        raise errors.NotProvidedError(
-            "report_task_using_model_version(): the model registry belongs to Determined's "
-            "master; report metrics with context.report_metrics()"
-        )
+        """Recorded nowhere: there is no model registry here (``core_context.experimental``;
+        the first call says so in the log)."""
+        self._core_context.experimental.report_task_using_model_version(model_version)
 
     def report_task_using_checkpoint(self, checkpoint: Any) -> None:
-        raise errors.NotProvidedError(
-            "report_task_using_checkpoint(): linking a task to a checkpoint belongs to "
-            "Determined's master; report metrics with context.report_metrics()"
-        )
+        """Recorded nowhere (see ``report_task_using_model_version``)."""
+        self._core_context.experimental.report_task_using_checkpoint(checkpoint)
 
     def get_distributed_rank(self) -> int:
         """This process's rank in the job."""
