@@ -307,8 +307,8 @@ class ObjectStore(CheckpointStore):
         The prefix's first folder gets ``.outputs`` first, which keeps ``sweep`` off it.
 
         Raises:
-            CheckpointStorageError: the upload failed (the files stay in the cache folder,
-                named in the message).
+            CheckpointStorageError: the upload failed; the files are kept in a folder of the
+                cache that no cleanup removes, named in the message.
         """
         fs = self.filesystem()
         top = name.strip("/").split("/")[0]
@@ -324,18 +324,23 @@ class ObjectStore(CheckpointStore):
         )
         try:
             yield local
-            files = sorted(p for p in local.rglob("*") if p.is_file())
-            target = self.child(name.strip("/"))
-            pairs = [(str(f), f"{target.key}/{f.relative_to(local).as_posix()}") for f in files]
-            try:
-                _transfer(fs, "put_file", pairs, [upload_bound(f.stat().st_size) for f in files])
-            except Exception as e:
-                raise errors.CheckpointStorageError(
-                    f"Uploading {local} to {target} failed: {type(e).__name__}: {e}. "
-                    f"{credentials_note(self.scheme, self.options)}"
-                ) from e
-        finally:
-            shutil.rmtree(local, ignore_errors=True)
+        except BaseException:
+            shutil.rmtree(local, ignore_errors=True)  # the block failed: nothing to upload
+            raise
+        files = sorted(p for p in local.rglob("*") if p.is_file())
+        target = self.child(name.strip("/"))
+        pairs = [(str(f), f"{target.key}/{f.relative_to(local).as_posix()}") for f in files]
+        try:
+            _transfer(fs, "put_file", pairs, [upload_bound(f.stat().st_size) for f in files])
+        except Exception as e:
+            token = local.name[len(".outputs-") : -len(PARTIAL_SUFFIX)]
+            kept = local.with_name(f"outputs-not-uploaded-{token}")
+            local.rename(kept)  # out of the sweep's way (hidden .partial folders)
+            raise errors.CheckpointStorageError(
+                f"Uploading outputs to {target} failed: {type(e).__name__}: {e}. The files are "
+                f"kept in {kept}. {credentials_note(self.scheme, self.options)}"
+            ) from e
+        shutil.rmtree(local, ignore_errors=True)
 
     def drop_staged(self, uuid: str) -> None:
         """The local copy ``stage`` wrote into the cache (the bucket holds the checkpoint)."""

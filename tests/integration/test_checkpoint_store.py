@@ -15,6 +15,7 @@ from typing import Dict, Iterator, List, Union
 
 import pytest
 
+from det_lightning import errors
 from det_lightning.pytorch import _checkpoint as ckpt
 from det_lightning.pytorch._checkpoint_write import write_files
 from det_lightning.pytorch._local_store import LocalStore, begin_atomically
@@ -319,3 +320,16 @@ def test_outputs_of_a_block_that_raises_leave_no_temporary_folder(kind: Kind) ->
         raise ValueError("stopped")
     assert not [p for p in store.staging().iterdir() if p.name.startswith(".outputs-")]
     assert names(store) == []
+
+
+def test_outputs_a_bucket_refuses_are_kept_locally_and_named(s3_server: S3) -> None:
+    store = ObjectStore(s3_server.url("root"))
+    with pytest.raises(errors.CheckpointStorageError, match="kept in") as failed:
+        with s3_server.refusing("PUT", "b.json"), store.outputs(f"{U2}/rank_0") as path:
+            (path / "a.json").write_text("1")
+            (path / "b.json").write_text("2")
+    (kept,) = [p for p in store.staging().iterdir() if p.name.startswith("outputs-not-uploaded-")]
+    assert str(kept) in str(failed.value)
+    assert sorted(p.name for p in kept.iterdir()) == ["a.json", "b.json"]
+    store.sweep()
+    assert kept.exists()  # the cleanup of killed writes leaves it
