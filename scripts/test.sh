@@ -31,6 +31,8 @@ phase "the fast tests, on both cores"
 #   the built wheel in a fresh venv (version, --help, the example);
 #   the docs site (docs/), warnings as errors (its code blocks run in
 #     tests/integration/test_docs_pages.py);
+#   mypy over every module (tests/unit/test_types.py's one slow test: 70-90 s of one core,
+#     which the slow tests' two workers then no longer wait for);
 #   the lowest Lightning pyproject.toml allows, in its own environment (.venv-low, installed
 #     here: scripts/setup.sh release-tests): what depends on the
 #     Lightning release (the lean loop's trace against Lightning's own, the internals' contract,
@@ -38,12 +40,14 @@ phase "the fast tests, on both cores"
 #     Every release's row: scripts/test-lightning-releases.sh (too long for CI; see
 #     docs/contributing.md).
 side_log=$(mktemp)
+MYPY_TEST=tests/unit/test_types.py::test_mypy_checks_every_module_and_finds_no_issues
 set -m
 (
   set -e
   bash scripts/wheel-smoke.sh
   .venv/bin/python -m sphinx -W --keep-going -n -q -E -b html docs docs/_build/html
   echo "docs: built (docs/_build/html)"
+  .venv/bin/python -m pytest -q "$MYPY_TEST"
   VENV=.venv-low LIGHTNING_SPEC="lightning==2.4.0" bash scripts/setup.sh release-tests
   .venv-low/bin/python -m pytest -q -m "not gpu and not slow and not distributed" \
     tests/integration/test_hooks.py tests/integration/test_lightning_contract.py \
@@ -55,14 +59,15 @@ side_pid=$!
 set +m
 # Its own process group (set -m): a failure here ends it all (pip, pytest), not only its shell.
 trap 'kill -- -"$side_pid" 2>/dev/null || true; rm -f "$side_log"' EXIT
-phase "the slow and distributed tests, two at a time; beside them the wheel, the docs, Lightning 2.4.0's install and tests"
+phase "the slow and distributed tests, two at a time; beside them the wheel, the docs, mypy, Lightning 2.4.0's install and tests"
 slow=0
-"${pytest[@]}" -m "not gpu and (slow or distributed)" -n 2 --dist worksteal --durations=15 || slow=$?
+"${pytest[@]}" -m "not gpu and (slow or distributed)" -n 2 --dist worksteal --durations=15 \
+  --deselect "$MYPY_TEST" || slow=$?
 side=0
 wait "$side_pid" || side=$?
-phase "the wheel, the docs and Lightning 2.4.0 (run beside the slow tests)"
+phase "the wheel, the docs, mypy and Lightning 2.4.0 (run beside the slow tests)"
 cat "$side_log"
-[ "$side" -eq 0 ] || echo "scripts/test.sh: the wheel smoke test, the docs build, or Lightning 2.4.0's install or tests failed (above)" >&2
+[ "$side" -eq 0 ] || echo "scripts/test.sh: the wheel smoke test, the docs build, mypy, or Lightning 2.4.0's install or tests failed (above)" >&2
 [ "$slow" -eq 0 ] || echo "scripts/test.sh: the slow and distributed tests failed (further above)" >&2
 if [ "$slow" -ne 0 ] || [ "$side" -ne 0 ]; then
   exit 1
