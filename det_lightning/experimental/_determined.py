@@ -16,6 +16,7 @@ metric only). ``create_experiment`` starts ``det-lightning experiment`` in a pro
 as a master would start it, and ``Experiment.wait()`` waits for it.
 """
 
+import hashlib
 import logging
 import os
 import pathlib
@@ -266,15 +267,15 @@ class Determined:
             directory,
             checkpoint_dir=self._checkpoint_dir,
         )
-        config_path = self._config_file(config, plan.experiment_id)
+        folder = plan.checkpoint_root
+        logs = pathlib.Path(str(folder)) if folder.is_local else pathlib.Path(tempfile.gettempdir())
+        logs.mkdir(parents=True, exist_ok=True)
+        config_path = self._config_file(config, logs, plan.experiment_id)
         command = [sys.executable, "-m", "det_lightning", "experiment", config_path, directory]
         if self._checkpoint_dir:
             command[4:4] = ["--checkpoint-dir", self._checkpoint_dir]
         if self._storage:
             command[4:4] = ["--storage", self._storage]
-        folder = plan.checkpoint_root
-        logs = pathlib.Path(str(folder)) if folder.is_local else pathlib.Path(tempfile.gettempdir())
-        logs.mkdir(parents=True, exist_ok=True)
         stamp = time.strftime("%Y%m%d-%H%M%S")
         log = logs / (
             f"client-{stamp}.log" if folder.is_local else f"{plan.experiment_id}-{stamp}.log"
@@ -288,14 +289,23 @@ class Determined:
         return experiment
 
     @staticmethod
-    def _config_file(config: Union[str, "os.PathLike[str]", Dict[str, Any]], name: str) -> str:
+    def _config_file(
+        config: Union[str, "os.PathLike[str]", Dict[str, Any]], folder: pathlib.Path, name: str
+    ) -> str:
+        """The config file the experiment's command reads (and ``activate()`` rereads): the
+        given file, or a dict written beside the experiment's logs, named by its content (the
+        same dict, the same file: a rerun leaves no second copy)."""
         if not isinstance(config, dict):
             return str(pathlib.Path(config).resolve())
         import yaml
 
-        directory = pathlib.Path(tempfile.mkdtemp(prefix="det-lightning-config-"))
-        path = directory / f"{name}.yaml"
-        path.write_text(yaml.safe_dump(config, sort_keys=False))
+        text = yaml.safe_dump(config, sort_keys=False)
+        digest = hashlib.sha1(text.encode()).hexdigest()[:10]
+        path = folder / (f"config-{digest}.yaml" if folder.name == name else f"{name}-{digest}.yaml")
+        if not path.exists() or path.read_text() != text:
+            partial = path.with_name(f".{path.name}.{os.getpid()}")
+            partial.write_text(text)
+            os.replace(partial, path)
         return str(path)
 
     @staticmethod

@@ -236,6 +236,11 @@ def test_create_experiment_starts_it_and_wait_waits(tmp_path: pathlib.Path) -> N
 
     experiment = determined.create_experiment(config, str(project))
     assert experiment.id.startswith("regression-const-")
+    # The dict is written into the experiment's folder, which activate() reruns from (not a
+    # temporary folder left behind by every call).
+    (written,) = (root / experiment.id).glob("config-*.yaml")
+    assert yaml.safe_load(written.read_text()) == config
+    assert str(written) in experiment._command
     trial = experiment.await_first_trial()
     _wait_for_a_checkpoint(root / experiment.id / "trial-1")
     experiment.pause()  # SIGTERM, as Ctrl+C: the trial checkpoints and the command exits 75
