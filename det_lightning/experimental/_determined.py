@@ -301,7 +301,9 @@ class Determined:
 
         text = yaml.safe_dump(config, sort_keys=False)
         digest = hashlib.sha1(text.encode()).hexdigest()[:10]
-        path = folder / (f"config-{digest}.yaml" if folder.name == name else f"{name}-{digest}.yaml")
+        path = folder / (
+            f"config-{digest}.yaml" if folder.name == name else f"{name}-{digest}.yaml"
+        )
         if not path.exists() or path.read_text() != text:
             partial = path.with_name(f".{path.name}.{os.getpid()}")
             partial.write_text(text)

@@ -232,3 +232,50 @@ def test_a_plain_run_stopped_by_sigterm_resumes_its_own_job_when_asked(
     assert StopsAt.seen == [2, 3, 4]
     assert reported == [(5, {"total": sum(i * i for i in range(10))})]
     assert "this job's newest checkpoint" in caplog.text
+
+
+SCRIPT = """
+import sys
+from det_lightning.pytorch.experimental import TorchBatchProcessor, torch_batch_process
+
+class Job(TorchBatchProcessor):  # the same name in both scripts: __main__.Job
+    def __init__(self, context):
+        pass
+
+    def process_batch(self, batch, batch_idx):
+        print("batch", batch_idx, flush=True)
+
+torch_batch_process(Job, list(range(8)), batch_size=2, checkpoint_interval=2)
+"""
+
+
+def test_two_scripts_whose_processors_share_a_name_are_two_jobs(
+    isolated_run: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``__main__.Job`` in ``first.py`` and in ``second.py``, over datasets of one length with
+    one batch size, in one storage: resuming ``second.py`` with ``latest`` does not take the
+    checkpoint ``first.py`` wrote (it would skip every batch), and the log says what it
+    passed over and how to take it anyway."""
+    import subprocess
+    import sys
+
+    from det_lightning._env import LATEST_CHECKPOINT_ENV
+
+    monkeypatch.setenv(LATEST_CHECKPOINT_ENV, "latest")
+    for name in ("first.py", "second.py"):
+        (isolated_run / name).write_text(SCRIPT)
+
+    def run(name: str) -> subprocess.CompletedProcess:
+        done = subprocess.run(
+            [sys.executable, name], capture_output=True, text=True, timeout=120, check=False
+        )
+        assert done.returncode == 0, done.stderr
+        return done
+
+    assert run("first.py").stdout.split("\n").count("batch 3") == 1  # all 4 batches
+    second = run("second.py")
+    assert [line for line in second.stdout.splitlines() if line.startswith("batch")] == [
+        f"batch {i}" for i in range(4)
+    ]
+    assert "Passed over 2 checkpoints of other jobs" in second.stderr  # first.py's
+    assert run("first.py").stdout.strip() == ""  # its own job is done: nothing left

@@ -14,7 +14,8 @@ Beyond Determined:
 * it runs outside an experiment too (``python batch.py``, torchrun), where Determined raised
   "torch_batch_process only runs on-cluster", and resumes there when asked
   (``$DET_LIGHTNING_LATEST_CHECKPOINT=latest``, ``det-lightning run --resume``) from the newest
-  checkpoint of the same job (``metadata.json``'s ``det_lightning_batch_job``);
+  checkpoint of the same job (``metadata.json``'s ``det_lightning_batch_job``: the processor
+  class and the file defining it, the dataset's length, the batch size, the processes);
 * the reducers' state is carried in each checkpoint (``det_lightning_reducers.pt``), so the
   metrics reported at the end of a resumed run cover every batch, not only those after the
   resume;
@@ -23,10 +24,12 @@ Beyond Determined:
 """
 
 import abc
+import inspect
 import json
 import logging
 import math
 import os
+import pathlib
 import uuid
 import warnings
 from typing import Any, Dict, List, Optional, Set, Sized, Type
@@ -289,12 +292,21 @@ def _checkpoint(
                 )
 
 
+def _defined_in(cls: type) -> Optional[str]:
+    """The file that defines ``cls``, absolute: two scripts' ``__main__.Job`` classes are
+    different jobs (None where there is no file: a notebook, an interactive session)."""
+    try:
+        return str(pathlib.Path(inspect.getfile(cls)).resolve())
+    except (TypeError, OSError):
+        return None
+
+
 def _latest_of_job(core_context: core.Context, job: Dict[str, Any]) -> Optional[str]:
     """Outside an experiment, where ``$DET_LIGHTNING_LATEST_CHECKPOINT`` asks for one: a
     checkpoint named there, or for ``latest`` the newest one this job wrote into the storage
-    (the same processor class, dataset length, batch size and number of processes: another
-    job's, or this one's sharded another way, would skip the wrong batches). The chief looks;
-    every process gets its answer."""
+    (the same processor class in the same file, dataset length, batch size and number of
+    processes: another job's, or this one's sharded another way, would skip the wrong
+    batches). The chief looks; every process gets its answer."""
     wanted = os.environ.get(LATEST_CHECKPOINT_ENV)
     if not wanted or wanted != "latest":
         return wanted or None
@@ -307,9 +319,19 @@ def _latest_of_job(core_context: core.Context, job: Dict[str, Any]) -> Optional[
             found = max(mine, key=lambda e: (e.metadata.get("steps_completed", 0), e.mtime)).name
             logger.info(f"resuming from {found}, this job's newest checkpoint")
         else:
-            others = len([e for e in entries if JOB_KEY in e.metadata])
-            passed = f" ({others} of other jobs passed over)" if others else ""
-            logger.info(f"no checkpoint of this job yet{passed}: starting from the first batch")
+            others = [
+                e.name for e in sorted(entries, key=lambda e: e.mtime) if JOB_KEY in e.metadata
+            ]
+            if others:  # asked to resume, and what is there is not this job's: say so
+                logger.warning(
+                    f"No checkpoint of this job yet: starting from the first batch. Passed "
+                    f"over {len(others)} checkpoints of other jobs (another processor class or "
+                    f"file, dataset length, batch size or number of processes; the newest: "
+                    f"{others[-1]}); to resume one of them, set {LATEST_CHECKPOINT_ENV} to "
+                    "its name."
+                )
+            else:
+                logger.info("no checkpoint of this job yet: starting from the first batch")
     return dist.broadcast(found)
 
 
@@ -369,6 +391,7 @@ def torch_batch_process(  # noqa: PLR0917  Determined's signature
         info = get_cluster_info()
         job = {
             "processor": f"{batch_processor_cls.__module__}.{batch_processor_cls.__qualname__}",
+            "defined_in": _defined_in(batch_processor_cls),
             "dataset_length": dataset_len,
             "batch_size": batch_size,
             "processes": total_worker,
