@@ -23,7 +23,7 @@ from typing import Any, Dict, List, NamedTuple, Optional
 
 from det_lightning import errors
 from det_lightning._env import CHECKPOINT_DIR_ENV
-from det_lightning._runner._record import RECORD_NAME
+from det_lightning._runner._record import RECORD_NAME, cancel_mark
 from det_lightning._runner.config._searcher import SearcherConfig
 from det_lightning._runner.trial import FINISHED, INVALID_HP, TrialResult
 from det_lightning.pytorch import _checkpoint as ckpt
@@ -90,18 +90,28 @@ def seed_of(plan: Any, storage: Optional[str]) -> str:
     return f"{seed}" if configured else f"{seed} (drawn)"
 
 
-def state(trials: List[TrialResult], max_trials: Optional[int]) -> str:
+def state(trials: List[TrialResult], max_trials: Optional[int], canceled: bool = False) -> str:
     """The experiment's state, Determined's words: ACTIVE while a trial runs, COMPLETED once
-    every trial ended, else PAUSED (rerun the command to continue).
+    every trial ended, else CANCELED when the client canceled it (``canceled``: its
+    ``canceled.json`` is there), else PAUSED (rerun the command to continue).
 
     >>> state([TrialResult(1, {}, "COMPLETED")], 1), state([TrialResult(1, {}, "RUNNING")], 2)
     ('COMPLETED', 'ACTIVE')
+    >>> state([TrialResult(1, {}, "INTERRUPTED")], 1, canceled=True)
+    'CANCELED'
     """
     if any(t.status == "RUNNING" for t in trials):
         return "ACTIVE"
     ended = [t for t in trials if t.status in (*FINISHED, "ERROR", INVALID_HP)]
     done = len(ended) == len(trials) and (max_trials is None or len(trials) >= max_trials)
-    return "COMPLETED" if trials and done else "PAUSED"
+    if trials and done:
+        return "COMPLETED"
+    return "CANCELED" if canceled else "PAUSED"
+
+
+def is_canceled(root: CheckpointStore, experiment_id: str) -> bool:
+    """Whether experiment ``experiment_id`` under ``root`` has its cancel mark."""
+    return cancel_mark(root / experiment_id) is not None
 
 
 class FoundCheckpoint(NamedTuple):
@@ -215,7 +225,7 @@ def _list(root: CheckpointStore, storage: Optional[str]) -> int:
                 record["id"],
                 str(record.get("name")),
                 searcher.name,
-                state(trials, total),
+                state(trials, total, is_canceled(root, record["id"])),
                 str(len(trials)),
                 shown,
                 str(record.get("created")),
@@ -238,7 +248,9 @@ def _describe(root: CheckpointStore, experiment_id: str, storage: Optional[str])
     plan = _plan_of(root, record)
     trials = search_summary(plan, storage)
     total = 1 if searcher.name == "single" else None
-    print(f"experiment {record['id']} ({record.get('name')}): {state(trials, total)}")
+    print(
+        f"experiment {record['id']} ({record.get('name')}): {state(trials, total, is_canceled(root, record['id']))}"
+    )
     seed = seed_of(plan, storage)
     print(f"searcher {searcher.name}; experiment seed {seed}; created {record.get('created')}")
     print(f"model dir {record.get('model_dir')}; files in {root / record['id']}")

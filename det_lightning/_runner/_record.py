@@ -5,15 +5,23 @@ it there and leaves it); the bookkeeping commands read it::
 
     {"id": "mnist-3f2a9c01de", "name": "mnist", "searcher": "adaptive_asha",
      "model_dir": "/home/me/mnist", "created": "2026-11-27T06:40:00+00:00", "config": {...}}
+
+Beside it, ``canceled.json`` while the experiment is canceled (the client's ``cancel()`` or
+``kill()``: its state is then ``CANCELED``, terminal, for every reader); a rerun of its command
+removes it and continues the experiment::
+
+    {"canceled": "2026-11-29T10:40:00+00:00", "by": "kill"}
 """
 
 import datetime
 import json
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 from det_lightning._runner.plan import Plan, UsageError
+from det_lightning.pytorch._store import CheckpointStore
 
 RECORD_NAME = "experiment.json"
+CANCEL_NAME = "canceled.json"
 
 
 def experiment_record(plan: Plan) -> Dict[str, Any]:
@@ -48,4 +56,42 @@ def write_experiment_record(plan: Plan) -> None:
         ) from None
 
 
-__all__ = ["RECORD_NAME", "experiment_record", "write_experiment_record"]
+def cancel_mark(folder: CheckpointStore) -> Optional[Dict[str, Any]]:
+    """The experiment's ``canceled.json`` (``folder``: the experiment's), or None when it is
+    not canceled (or the mark cannot be read: the state then reads as it would without it)."""
+    try:
+        data = folder.read_once(CANCEL_NAME)
+        mark = json.loads(data) if data is not None else None
+    except (OSError, ValueError):
+        return None
+    return mark if isinstance(mark, dict) else None
+
+
+def mark_canceled(folder: CheckpointStore, by: str) -> None:
+    """Records that the experiment in ``folder`` was canceled (``by``: the client's method).
+
+    Raises:
+        OSError: the folder cannot be written (``CheckpointStorageError`` for a bucket).
+    """
+    now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    folder.set_file(CANCEL_NAME, json.dumps({"canceled": now, "by": by}).encode())
+
+
+def clear_cancel(folder: CheckpointStore) -> Optional[Dict[str, Any]]:
+    """Removes the experiment's cancel mark (a rerun continues the experiment); returns the
+    mark it removed, or None."""
+    mark = cancel_mark(folder)
+    if mark is not None:
+        folder.set_file(CANCEL_NAME, None)
+    return mark
+
+
+__all__ = [
+    "CANCEL_NAME",
+    "RECORD_NAME",
+    "cancel_mark",
+    "clear_cancel",
+    "experiment_record",
+    "mark_canceled",
+    "write_experiment_record",
+]

@@ -30,7 +30,7 @@ from typing import Sequence
 
 from det_lightning import errors
 from det_lightning._env import SEARCH_WORKER_ENV
-from det_lightning._runner._record import write_experiment_record
+from det_lightning._runner._record import clear_cancel, write_experiment_record
 from det_lightning._runner.plan import Plan
 from det_lightning._runner.summary import best_trial, format_summary, terminal_width
 from det_lightning._runner.trial import FINISHED, INVALID_HP, TrialResult
@@ -75,6 +75,12 @@ def run_experiment(plan: Plan) -> int:
         results = _worker.search_summary(plan, plan.storage)
     else:
         write_experiment_record(plan)
+        canceled = clear_cancel(plan.checkpoint_root)
+        if canceled is not None:
+            logger.info(
+                f"Experiment {plan.experiment_id} was canceled ({canceled.get('by')}, "
+                f"{canceled.get('canceled')}); this run continues it."
+            )
         try:
             outcome = _worker.run_search(plan, plan.storage)
         except errors.InvalidExperimentException:  # e.g. no searcher.metric: it stops

@@ -95,7 +95,7 @@ class Experiment:
         return SearcherConfig.from_experiment(self.config or {})
 
     def _hydrate(self, record: Dict[str, Any]) -> None:
-        from det_lightning._runner._bookkeeping import state, trials_of
+        from det_lightning._runner._bookkeeping import is_canceled, state, trials_of
 
         self._record = record
         self.config = dict(record.get("config") or {})
@@ -107,11 +107,14 @@ class Experiment:
         self._results = trials_of(self._root, record, self._session._storage)
         searcher = self._searcher
         total = 1 if searcher.name == "single" else searcher.max_trials
-        words = state(self._results, total)
+        canceled = is_canceled(self._root, self._id)
+        words = state(self._results, total, canceled)
         ended = [r for r in self._results if r.status not in ("RUNNING", "INTERRUPTED")]
         running = self._process is not None and self._process.poll() is None
         if running and words != "COMPLETED":
             self.state = ExperimentState.ACTIVE
+        elif canceled and words != "COMPLETED":
+            self.state = ExperimentState.CANCELED  # its trials' records may still say RUNNING
         elif self._process is not None and self._process.returncode not in (0, 75, None):
             self.state = ExperimentState.ERROR  # its command failed (the log says why)
         elif self._process is not None and words == "ACTIVE":
@@ -313,15 +316,48 @@ class Experiment:
             process.wait()
         self.reload()
 
-    def kill(self) -> None:
-        """As ``pause()``: the training trials checkpoint (nothing is lost), and the
-        experiment stays PAUSED until ``activate()`` or a rerun of its command."""
-        self.pause()
+    def cancel(self) -> None:
+        """Ends the experiment: its state is ``CANCELED``, terminal, as on Determined
+        (``wait()`` returns it; every client and ``det-lightning experiment list`` see it).
+        If this client started it and it runs, its process stops first as Ctrl+C stops it: the
+        training trials checkpoint, so nothing is lost. A paused experiment is canceled as it
+        is; a completed or failed one stays so. ``activate()``, or a rerun of its command,
+        continues it.
 
-    cancel = kill
+        Raises:
+            ValueError: a process this client did not start runs it (stop that one with
+                Ctrl+C first).
+            CheckpointStorageError: its bucket cannot be written.
+        """
+        self._cancel("cancel")
+
+    def kill(self) -> None:
+        """As ``cancel()``: Determined's stopped the trials at once, without a checkpoint;
+        here they checkpoint first, which a second Ctrl+C would skip."""
+        self._cancel("kill")
+
+    def _cancel(self, how: str) -> None:
+        from det_lightning._runner._record import mark_canceled
+
+        process = self._process
+        if process is not None and process.poll() is None:
+            os.killpg(process.pid, signal.SIGTERM)
+            process.wait()
+        self.reload()
+        if self.state in TERMINAL_STATES:
+            return  # it completed (or failed) first: that stays its state
+        if self.state is ExperimentState.ACTIVE:  # another process's trials train
+            raise ValueError(
+                f"Experiment {self._id} is active in a process this client did not start: "
+                f"stop its command with Ctrl+C (its trials checkpoint, it exits 75), then "
+                f"{how}() here."
+            )
+        mark_canceled(self._root / self._id, how)
+        self.reload()
 
     def activate(self) -> None:
-        """Continues the experiment this client started (rerunning its command)."""
+        """Continues the experiment this client started, paused or canceled (rerunning its
+        command, which takes its cancel back)."""
         process = self._owned_process("activate")
         if process.poll() is None:
             return

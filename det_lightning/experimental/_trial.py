@@ -23,6 +23,7 @@ from det_lightning.experimental._values import (
     METRICS_INSTEAD,
     TRIAL_STATES,
     CheckpointSortBy,
+    ExperimentState,
     OrderBy,
     TrialMetrics,
     TrialState,
@@ -67,6 +68,11 @@ class Trial:
         self._experiment = experiment
         self.hparams = dict(result.hparams)
         self.state = TRIAL_STATES.get(result.status, TrialState.ERROR)
+        if experiment.state is ExperimentState.CANCELED and self.state in (
+            TrialState.RUNNING,
+            TrialState.PAUSED,
+        ):
+            self.state = TrialState.CANCELED  # as Determined's trials of a canceled one
         self._batches, self._best = result.batches, result.best_metric
         self._validations = result.validations
         self.summary_metrics = _summary(result.validations)

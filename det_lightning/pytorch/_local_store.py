@@ -167,6 +167,22 @@ class LocalStore(CheckpointStore):
         finally:
             pathlib.Path(partial).unlink()
 
+    def set_file(self, name: str, data: Optional[bytes]) -> None:
+        """A temporary file in the umask's mode, renamed over ``name``."""
+        if data is None:
+            (self.path / name).unlink(missing_ok=True)
+            return
+        self.path.mkdir(parents=True, exist_ok=True)
+        partial = self.path / f".{name}.{uuid.uuid4().hex}"
+        try:
+            with os.fdopen(
+                os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), "wb"
+            ) as f:
+                f.write(data)
+            os.replace(partial, self.path / name)
+        finally:
+            partial.unlink(missing_ok=True)
+
     # ----- written by several processes ------------------------------------------------------
     def _shard_partial(self, uuid: str) -> pathlib.Path:
         return self.path / f".{uuid}{PARTIAL_SUFFIX}"

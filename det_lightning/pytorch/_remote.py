@@ -473,6 +473,30 @@ class ObjectStore(CheckpointStore):
                 f"{credentials_note(self.scheme, self.options)}"
             ) from e
 
+    def set_file(self, name: str, data: Optional[bytes]) -> None:
+        """One object, put or removed (S3 replaces an object at once for every reader).
+
+        Raises:
+            CheckpointStorageError: the bucket refused it or did not answer.
+        """
+        fs, key = self.filesystem(), f"{self.key}/{name}"
+        try:
+            if data is None:
+                try:
+                    bounded(fs, "rm_file", key)
+                except FileNotFoundError:
+                    pass
+            else:
+                bounded(fs, "pipe_file", key, data)
+        except errors.CheckpointStorageError:
+            raise
+        except Exception as e:
+            what = "Removing" if data is None else "Writing"
+            raise errors.CheckpointStorageError(
+                f"{what} {self}/{name} failed: {type(e).__name__}: {e}. "
+                f"{credentials_note(self.scheme, self.options)}"
+            ) from e
+
     def _remove(self, uuid: str) -> bool:
         """The marker first (the checkpoint vanishes for every reader at once), then its
         objects and the local copy."""

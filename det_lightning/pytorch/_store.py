@@ -237,6 +237,17 @@ class CheckpointStore(abc.ABC):
             OSError: the store cannot be written.
         """
 
+    @abc.abstractmethod
+    def set_file(self, name: str, data: Optional[bytes]) -> None:
+        """Writes ``data`` as the file ``name`` directly in this store, replacing what is
+        there, at once for every reader (a file renamed into place, one object); removes the
+        file when ``data`` is None (one that is gone already counts). For a small state
+        another process reads with ``read_once``: an experiment's cancel.
+
+        Raises:
+            OSError: the store cannot be written (a bucket: ``CheckpointStorageError``).
+        """
+
     # ----- one checkpoint written by several processes (Core API ``shard=True``) -------------
     # The chief calls begin_shards; each process writes into shard_dir (a directory every node
     # sees) or hands its files to put_shard (a bucket); the chief then calls publish_shards, or

@@ -47,6 +47,7 @@ METHODS = {
         "top_n_checkpoints",
         "pause",
         "kill",
+        "cancel",
         "activate",
         "download_code",
     ],

@@ -181,6 +181,29 @@ def test_write_once_never_overwrites(kind: Kind) -> None:
     assert names(kind.store) == []  # a file beside the checkpoints is none of them
 
 
+def test_set_file_replaces_and_removes_a_small_file(kind: Kind) -> None:
+    """An experiment's cancel mark: written, replaced, removed, each at once for a reader;
+    never one of the checkpoints, removing it twice is no error."""
+    store = kind.store
+    save(store, U1, 3)
+    assert store.read_once("canceled.json") is None
+    store.set_file("canceled.json", b"first")
+    assert store.read_once("canceled.json") == b"first"
+    store.set_file("canceled.json", b"second")
+    assert kind.read(store, "canceled.json") == b"second"
+    assert names(store) == [U1] and store.folders() == [U1]  # none of the checkpoints
+    store.set_file("canceled.json", None)
+    store.set_file("canceled.json", None)  # gone already: counts
+    assert store.read_once("canceled.json") is None and names(store) == [U1]
+    if isinstance(kind, Directory):  # no temporary file left beside it
+        assert sorted(p.name for p in pathlib.Path(str(store)).iterdir()) == [U1]
+
+
+def test_set_file_in_an_unwritable_store_raises(kind: Kind) -> None:
+    with pytest.raises(OSError):
+        kind.unwritable().set_file("canceled.json", b"{}")
+
+
 def test_a_record_is_readable_as_the_umask_allows(tmp_path: pathlib.Path) -> None:
     """``experiment.json`` in a shared folder: readable by the team, as any file the user
     writes there (it was 0600, a temporary file's mode, so another user's

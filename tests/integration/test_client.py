@@ -223,7 +223,13 @@ def test_a_runs_checkpoint_straight_under_the_directory(
     assert found.training.experiment_config["searcher"]["name"] == "grid"
 
 
-def test_create_experiment_starts_it_and_wait_waits(tmp_path: pathlib.Path) -> None:
+def test_create_experiment_starts_it_and_wait_waits(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture
+) -> None:
+    """Started, paused (PAUSED: wait() raises), continued, killed (CANCELED: terminal, for
+    every reader, and nothing lost), continued again to the end."""
+    from det_lightning._runner import cli
+
     project, root = _project(tmp_path), tmp_path / "checkpoints"
     determined = _client(root)
     config = yaml.safe_load((project / "const.yaml").read_text())
@@ -252,19 +258,40 @@ def test_create_experiment_starts_it_and_wait_waits(tmp_path: pathlib.Path) -> N
     assert 0 < paused_at < 400
 
     experiment.activate()  # reruns the command: the trial resumes
+    _wait_for_a_checkpoint(root / experiment.id / "trial-1", after=paused_at)
+    with pytest.raises(ValueError, match="did not start: stop its command with Ctrl"):
+        _client(root).get_experiment(experiment.id).cancel()  # runs in another's process
+    experiment.kill()  # Determined's terminal CANCELED; here the trial checkpoints first
+    assert experiment.state is client.ExperimentState.CANCELED
+    assert experiment.wait(interval=0.5) is client.ExperimentState.CANCELED  # no ValueError
+    killed_at = max(c.metadata["steps_completed"] for c in trial.list_checkpoints())
+    assert paused_at < killed_at < 400
+    assert experiment.list_trials()[0].state is client.TrialState.CANCELED
+    elsewhere = _client(root).get_experiment(experiment.id)  # another reader: the same state
+    assert elsewhere.state is client.ExperimentState.CANCELED
+    elsewhere.cancel()  # canceled already: nothing changes
+    capsys.readouterr()
+    assert cli.main(["experiment", "list", "--checkpoint-dir", str(root)]) == 0
+    assert capsys.readouterr().out.splitlines()[1].split()[3] == "CANCELED"
+
+    experiment.activate()  # takes the cancel back: the trial resumes and completes
     assert experiment.wait(interval=0.5) is client.ExperimentState.COMPLETED, _log(experiment)
-    assert "resum" in _log(experiment)
+    assert "resum" in _log(experiment) and "was canceled (kill" in _log(experiment)
+    assert not (root / experiment.id / "canceled.json").exists()
     best = experiment.list_checkpoints(max_results=1)[0]
     latest = max(experiment.list_checkpoints(), key=lambda c: c.metadata["steps_completed"])
     assert latest.metadata["steps_completed"] == 400
     assert best.training.trial_id == 1 and experiment.list_trials()[0].hparams["hidden_size"] == 8
     assert experiment.list_trials()[0].state is client.TrialState.COMPLETED
+    experiment.cancel()  # completed: it stays so
+    assert experiment.state is client.ExperimentState.COMPLETED
 
 
-def _wait_for_a_checkpoint(trial: pathlib.Path, timeout_s: float = 120.0) -> None:
+def _wait_for_a_checkpoint(trial: pathlib.Path, after: int = 0, timeout_s: float = 120.0) -> None:
+    """Until ``trial`` has a checkpoint of more than ``after`` batches."""
     deadline = time.monotonic() + timeout_s
-    while not ckpt.list_local(trial):
-        assert time.monotonic() < deadline, f"no checkpoint in {trial}"
+    while not any(e.metadata.get("steps_completed", 0) > after for e in ckpt.list_local(trial)):
+        assert time.monotonic() < deadline, f"no checkpoint after batch {after} in {trial}"
         time.sleep(0.1)
 
 
