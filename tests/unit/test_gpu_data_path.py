@@ -130,3 +130,36 @@ def test_a_loader_iterated_by_the_user_pins_nothing_by_default() -> None:
     assert loader.pin_memory is None
     assert loader.get_data_loader().pin_memory is False
     assert [b[0].shape for b in loader] == [torch.Size([2, 2])] * 4
+
+
+@pytest.mark.parametrize(
+    "device, kwargs, pinned",
+    [(CUDA, {}, True), (CPU, {}, False), (CUDA, {"pin_memory": False}, False)],
+)
+def test_batch_inference_loaders_pin_as_decided(
+    device: Any, kwargs: Any, pinned: bool, isolated_run: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``torch_batch_process``'s loader pins for a CUDA device unless asked not to (recorded
+    here, then built unpinned: iterating a pinning loader without CUDA warns)."""
+    from det_lightning.pytorch.experimental import TorchBatchProcessor, torch_batch_process
+    from det_lightning.pytorch.experimental import _torch_batch_process as module
+
+    asked: List[Any] = []
+    real = data.DataLoader
+
+    class Recording(real):  # type: ignore[misc, valid-type]
+        def __init__(self, *args: Any, pin_memory: bool = False, **rest: Any) -> None:
+            asked.append(pin_memory)
+            super().__init__(*args, pin_memory=False, **rest)
+
+    class Noop(TorchBatchProcessor):
+        def __init__(self, context: Any) -> None:
+            assert context.device == device
+
+        def process_batch(self, batch: Any, batch_idx: int) -> None:
+            pass
+
+    monkeypatch.setattr(module, "get_default_device", lambda core_context: device)
+    monkeypatch.setattr(data, "DataLoader", Recording)
+    torch_batch_process(Noop, list(range(8)), batch_size=2, dataloader_kwargs=kwargs)
+    assert asked == [pinned]
