@@ -248,9 +248,8 @@ def _describe(root: CheckpointStore, experiment_id: str, storage: Optional[str])
     plan = _plan_of(root, record)
     trials = search_summary(plan, storage)
     total = 1 if searcher.name == "single" else None
-    print(
-        f"experiment {record['id']} ({record.get('name')}): {state(trials, total, is_canceled(root, record['id']))}"
-    )
+    words = state(trials, total, is_canceled(root, record["id"]))
+    print(f"experiment {record['id']} ({record.get('name')}): {words}")
     seed = seed_of(plan, storage)
     print(f"searcher {searcher.name}; experiment seed {seed}; created {record.get('created')}")
     print(f"model dir {record.get('model_dir')}; files in {root / record['id']}")

@@ -235,7 +235,6 @@ def test_a_plain_run_stopped_by_sigterm_resumes_its_own_job_when_asked(
 
 
 SCRIPT = """
-import sys
 from det_lightning.pytorch.experimental import TorchBatchProcessor, torch_batch_process
 
 class Job(TorchBatchProcessor):  # the same name in both scripts: __main__.Job
