@@ -310,11 +310,16 @@ class Experiment:
     def pause(self) -> None:
         """Stops the experiment this client started as Ctrl+C would: its training trials
         checkpoint; ``activate()`` continues it."""
-        process = self._owned_process("pause")
+        self._stop(self._owned_process("pause"))
+        self.reload()
+
+    @staticmethod
+    def _stop(process: subprocess.Popen) -> None:
+        """Stops the experiment's command as Ctrl+C does (SIGTERM to its process group: the
+        training trials checkpoint, it exits 75) and waits for it."""
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGTERM)
             process.wait()
-        self.reload()
 
     def cancel(self) -> None:
         """Ends the experiment: its state is ``CANCELED``, terminal, as on Determined
@@ -339,10 +344,8 @@ class Experiment:
     def _cancel(self, how: str) -> None:
         from det_lightning._runner._record import mark_canceled
 
-        process = self._process
-        if process is not None and process.poll() is None:
-            os.killpg(process.pid, signal.SIGTERM)
-            process.wait()
+        if self._process is not None:
+            self._stop(self._process)
         self.reload()
         if self.state in TERMINAL_STATES:
             return  # it completed (or failed) first: that stays its state
