@@ -4,7 +4,8 @@ Written once, atomically, by the first run of the experiment (a rerun, or anothe
 it there and leaves it); the bookkeeping commands read it::
 
     {"id": "mnist-3f2a9c01de", "name": "mnist", "searcher": "adaptive_asha",
-     "model_dir": "/home/me/mnist", "created": "2026-11-27T06:40:00+00:00", "config": {...}}
+     "model_dir": "/home/me/mnist", "tensorboard_dir": "/home/me/tensorboard/mnist-3f2a9c01de",
+     "created": "2026-11-27T06:40:00+00:00", "config": {...}}
 
 Beside it, ``canceled.json`` while the experiment is canceled (the client's ``cancel()`` or
 ``kill()``: its state is then ``CANCELED``, terminal, for every reader); a rerun of its command
@@ -31,6 +32,7 @@ def experiment_record(plan: Plan) -> Dict[str, Any]:
         "name": plan.config.name,
         "searcher": plan.config.searcher_config.name,
         "model_dir": str(plan.model_dir),
+        "tensorboard_dir": str(plan.tensorboard_root),  # for the client's delete()
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         # As given: an unnamed experiment's random name left out, so the id reads back.
         "config": {k: v for k, v in plan.config.as_given.items() if v is not None or k != "name"},

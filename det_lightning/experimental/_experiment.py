@@ -376,6 +376,66 @@ class Experiment:
             )
         return self._process
 
+    def delete(self) -> None:
+        """Deletes the experiment and what it wrote: its folder (checkpoints, trials' files,
+        its record: on a disk at once), its studies in the search storage, its TensorBoard
+        files. As on Determined, only an experiment in a terminal state (``COMPLETED``,
+        ``CANCELED``, ``ERROR``) is deleted; its state is then ``DELETED``.
+
+        Raises:
+            ValueError: it is active or paused (``cancel()`` it first).
+            OSError: its folder could not be removed (a bucket: ``CheckpointStorageError``;
+                what is left is still listed, and ``delete()`` again removes it).
+        """
+        self.reload()
+        if self.state not in TERMINAL_STATES:
+            raise ValueError(
+                f"Experiment {self._id} is {self.state.name if self.state else 'unknown'}: as "
+                "on Determined, only an experiment in a terminal state is deleted; cancel() "
+                "it first."
+            )
+        folder = self._root / self._id
+        if self._session._storage:  # a search storage of its own: the studies go there
+            from det_lightning._runner.search._storage import delete_studies
+
+            delete_studies(self._session._storage, self._id)
+        folder.remove_all()  # the journal beside its checkpoints goes with it
+        if not folder.is_local:
+            shutil.rmtree(folder.staging(), ignore_errors=True)  # its local copies, journal
+        if not self._delete_tensorboard_files():
+            print(
+                f"Experiment {self._id} is deleted; its record did not say where its "
+                f"TensorBoard files are (by default tensorboard/{self._id} where its command "
+                "ran): they stay.",
+                file=sys.stderr,
+            )
+        self.state = ExperimentState.DELETED
+
+    def delete_tensorboard_files(self) -> None:
+        """Deletes the experiment's TensorBoard files (``<tensorboard dir>/<id>``).
+
+        Raises:
+            FileNotFoundError: its record does not say where they are (an experiment begun
+                before 2026-11-29), naming where they would be by default.
+        """
+        if not self._record:
+            self.reload()
+        if not self._delete_tensorboard_files():
+            raise FileNotFoundError(
+                f"experiment {self._id}'s record does not say where its TensorBoard files are "
+                f"(it began before records did): by default tensorboard/{self._id} in the "
+                "folder its command ran in, or under $DET_LIGHTNING_TENSORBOARD_DIR; remove "
+                "that folder."
+            )
+
+    def _delete_tensorboard_files(self) -> bool:
+        """Removes the recorded TensorBoard folder; whether the record names one."""
+        where = self._record.get("tensorboard_dir")
+        if not where:
+            return False
+        shutil.rmtree(where, ignore_errors=True)
+        return True
+
     def download_code(self, output_dir: Optional[str] = None) -> str:
         """The experiment's model definition: its ``model_dir`` (copied into ``output_dir``
         when given), which it ran from."""
@@ -397,7 +457,6 @@ class Experiment:
 for _name in (
     "archive",
     "unarchive",
-    "delete",
     "set_name",
     "set_description",
     "set_notes",
@@ -405,7 +464,6 @@ for _name in (
     "remove_label",
     "set_labels",
     "move_to_project",
-    "delete_tensorboard_files",
     "get_pachyderm_config",
 ):
 

@@ -183,6 +183,21 @@ class LocalStore(CheckpointStore):
         finally:
             partial.unlink(missing_ok=True)
 
+    def remove_all(self) -> None:
+        hidden = self.path.with_name(f".{self.path.name}{DELETING_SUFFIX}")
+        try:
+            os.replace(self.path, hidden)  # gone from its name for every reader at once
+        except FileNotFoundError:
+            return
+        _fsync_dir(self.path.parent)
+        try:
+            shutil.rmtree(hidden)
+        except OSError as e:
+            raise OSError(
+                f"{self.path} is deleted (renamed to {hidden}), but not all of its files could "
+                f"be removed ({e}): remove {hidden} by hand."
+            ) from e
+
     # ----- written by several processes ------------------------------------------------------
     def _shard_partial(self, uuid: str) -> pathlib.Path:
         return self.path / f".{uuid}{PARTIAL_SUFFIX}"

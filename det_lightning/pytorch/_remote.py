@@ -497,6 +497,24 @@ class ObjectStore(CheckpointStore):
                 f"{credentials_note(self.scheme, self.options)}"
             ) from e
 
+    def remove_all(self) -> None:
+        fs = self.filesystem()
+        try:
+            found = [str(k) for k in fs.find(self.key)]
+            base = self.key + "/"
+            nested = [k for k in found if "/" in k[len(base) :]]
+            if nested:
+                fs.rm(nested)
+            if found:
+                fs.rm([k for k in found if k not in nested])
+        except FileNotFoundError:
+            return
+        except Exception as e:
+            raise errors.CheckpointStorageError(
+                f"Removing {self} failed: {type(e).__name__}: {e}; run it again to remove "
+                f"what is left. {credentials_note(self.scheme, self.options)}"
+            ) from e
+
     def _remove(self, uuid: str) -> bool:
         """The marker first (the checkpoint vanishes for every reader at once), then its
         objects and the local copy."""

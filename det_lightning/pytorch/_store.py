@@ -248,6 +248,19 @@ class CheckpointStore(abc.ABC):
             OSError: the store cannot be written (a bucket: ``CheckpointStorageError``).
         """
 
+    @abc.abstractmethod
+    def remove_all(self) -> None:
+        """Removes this store's folder with everything in it (an experiment's, deleted): on a
+        disk at once (renamed to a hidden name, then removed); in a bucket the objects of its
+        subfolders first and its own files last, so that a removal that failed half way still
+        shows what it was (an ``experiment.json``) and can be run again. A folder that is not
+        there counts as removed.
+
+        Raises:
+            OSError: nothing could be removed, or (a bucket: ``CheckpointStorageError``) part
+                of it was left.
+        """
+
     # ----- one checkpoint written by several processes (Core API ``shard=True``) -------------
     # The chief calls begin_shards; each process writes into shard_dir (a directory every node
     # sees) or hands its files to put_shard (a bucket); the chief then calls publish_shards, or

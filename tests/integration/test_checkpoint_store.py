@@ -199,6 +199,23 @@ def test_set_file_replaces_and_removes_a_small_file(kind: Kind) -> None:
         assert sorted(p.name for p in pathlib.Path(str(store)).iterdir()) == [U1]
 
 
+def test_remove_all_removes_a_namespace_and_leaves_its_siblings(kind: Kind) -> None:
+    """An experiment's folder, deleted: its trials' checkpoints and its own files go, nothing
+    of it is listed after, and another experiment beside it is untouched."""
+    mine, theirs = kind.store / "exp-a", kind.store / "exp-b"
+    for store in (mine, theirs):
+        store.write_once("experiment.json", b"{}")
+        save(store / "trial-1", U1, 3)
+        save(store / "trial-2", U2, 5)
+    mine.remove_all()
+    assert kind.store.folders() == ["exp-b"] and mine.read_once("experiment.json") is None
+    assert names(mine / "trial-1") == [] and mine.folders() == []
+    assert names(theirs / "trial-1") == [U1] and names(theirs / "trial-2") == [U2]
+    mine.remove_all()  # gone already: counts
+    if isinstance(kind, Directory):  # gone at once, nothing hidden left
+        assert [p.name for p in pathlib.Path(str(kind.store)).iterdir()] == ["exp-b"]
+
+
 def test_set_file_in_an_unwritable_store_raises(kind: Kind) -> None:
     with pytest.raises(OSError):
         kind.unwritable().set_file("canceled.json", b"{}")

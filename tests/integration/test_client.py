@@ -179,6 +179,49 @@ def test_unknown_ids_name_what_is_there(searched: Dict[str, Any], tmp_path: path
         _client(root).get_trial(2)
 
 
+def test_delete_removes_the_experiment_and_what_it_wrote(
+    searched: Dict[str, Any], tmp_path: pathlib.Path, capsys: pytest.CaptureFixture
+) -> None:
+    """Its folder (checkpoints, the search's journal, its record) at once, its TensorBoard
+    files; another experiment beside it stays until deleted, and one whose record does not
+    say where its TensorBoard files are is deleted all the same, saying so."""
+    root = tmp_path / "checkpoints"
+    shutil.copytree(searched["root"], root)
+    old = root / "regression-grid-0000000000"  # begun before records named TensorBoard's
+    shutil.copytree(root / searched["id"], old)
+    record = json.loads((old / "experiment.json").read_text())
+    (old / "experiment.json").write_text(
+        json.dumps({**{k: v for k, v in record.items() if k != "tensorboard_dir"}, "id": old.name})
+    )
+    tensorboard = tmp_path / "tensorboard" / searched["id"]
+    shutil.copytree(record["tensorboard_dir"], tensorboard)
+    (root / searched["id"] / "experiment.json").write_text(
+        json.dumps({**record, "tensorboard_dir": str(tensorboard)})
+    )
+
+    copy = _client(root).get_experiment(old.name)
+    assert copy.state is client.ExperimentState.COMPLETED
+    with pytest.raises(FileNotFoundError, match=f"by default tensorboard/{old.name}"):
+        copy.delete_tensorboard_files()
+    capsys.readouterr()
+    copy.delete()
+    assert "TensorBoard files" in capsys.readouterr().err
+    assert sorted(p.name for p in root.iterdir()) == [searched["id"]]
+
+    experiment = _client(root).get_experiment(searched["id"])
+    assert experiment.state is client.ExperimentState.COMPLETED
+    checkpoint = experiment.list_checkpoints()[0]
+    experiment.delete()
+    assert experiment.state is client.ExperimentState.DELETED
+    assert list(root.iterdir()) == []  # nothing hidden left
+    assert not tensorboard.exists() and tensorboard.parent.exists()
+    with pytest.raises(client.ExperimentNotFound):
+        _client(root).get_experiment(searched["id"])
+    with pytest.raises(errors.CheckpointNotFound):
+        _client(root).get_checkpoint(checkpoint.uuid)
+    assert _client(root).list_experiments() == []
+
+
 def test_a_checkpoints_metadata_changes_and_deletion(
     searched: Dict[str, Any], tmp_path: pathlib.Path
 ) -> None:
@@ -258,6 +301,8 @@ def test_create_experiment_starts_it_and_wait_waits(
         experiment.wait(interval=0.5)
     paused_at = max(c.metadata["steps_completed"] for c in trial.list_checkpoints())
     assert 0 < paused_at < 400
+    with pytest.raises(ValueError, match=r"is PAUSED: .* cancel\(\) it first"):
+        experiment.delete()  # as on Determined: only a terminal experiment
 
     # kill() stops a running process as pause() does (one code path), then marks it.
     experiment.kill()  # Determined's terminal CANCELED
@@ -282,6 +327,8 @@ def test_create_experiment_starts_it_and_wait_waits(
     assert experiment.list_trials()[0].state is client.TrialState.COMPLETED
     experiment.cancel()  # completed: it stays so
     assert experiment.state is client.ExperimentState.COMPLETED
+    experiment.delete()
+    assert list(root.iterdir()) == []
 
 
 def _wait_for_a_checkpoint(trial: pathlib.Path, timeout_s: float = 120.0) -> None:

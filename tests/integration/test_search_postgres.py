@@ -324,3 +324,22 @@ def test_workers_reach_the_database_through_optunas_grpc_proxy(
         eventually(lambda: postgres_server.connections(database) == 0, "the connections' close")
     finally:
         server.stop(None)
+
+
+@pytest.mark.parametrize("kind", ["journal", "postgres"])
+def test_deleting_an_experiment_deletes_its_studies_only(
+    kind: str, tmp_path: pathlib.Path, request: pytest.FixtureRequest
+) -> None:
+    """``Experiment.delete()``'s part in a search storage shared by many experiments: its
+    brackets' studies go; another experiment's stay, also one whose name begins with its id."""
+    from det_lightning._runner.search._storage import delete_studies
+
+    url = request.getfixturevalue("postgres_url") if kind == "postgres" else str(tmp_path / "j.log")
+    storage = open_storage(url)
+    mine = "mnist-3f2a9c01de"
+    others = ["mnist-3f2a9c01df-bracket-0", f"{mine}-bracket-0-aaaaaaaaaa-bracket-0"]
+    for name in [f"{mine}-bracket-0", f"{mine}-bracket-1", *others]:
+        optuna.create_study(study_name=name, storage=storage).enqueue_trial({"x": 1})
+    assert sorted(delete_studies(url, mine)) == [f"{mine}-bracket-0", f"{mine}-bracket-1"]
+    left = open_storage(url).get_all_studies()
+    assert sorted(s.study_name for s in left) == sorted(others)

@@ -124,6 +124,20 @@ def _open_grpc_proxy(url: str) -> Any:
         return GrpcStorageProxy(host=host, port=int(port))
 
 
+def delete_studies(url: str, experiment_id: str) -> List[str]:
+    """Deletes experiment ``experiment_id``'s studies (its brackets) from the search storage
+    ``url`` (a database URL or a journal file); returns their names."""
+    storage = open_storage(url)
+    names = [
+        s.study_name
+        for s in storage.get_all_studies()
+        if s.study_name.rpartition(BRACKET)[0] == experiment_id
+    ]
+    for name in names:
+        optuna.delete_study(study_name=name, storage=storage)
+    return names
+
+
 def storage_ref(url: Optional[str], checkpoint_root: CheckpointStore) -> str:
     """A search's storage as other processes are told it: the URL or journal file path."""
     return str(url or checkpoint_root.staging() / JOURNAL_NAME)
