@@ -204,7 +204,12 @@ def search_name(study: optuna.Study) -> str:
     >>> search_name(optuna.create_study(study_name="mnist-3f2a9c01de-bracket-1"))
     'mnist-3f2a9c01de'
     """
-    return study.study_name.rpartition(BRACKET)[0] or study.study_name
+    return search_name_of(study.study_name)
+
+
+def search_name_of(study_name: str) -> str:
+    """The search a study of that name belongs to: the name without ``-bracket-<i>``."""
+    return study_name.rpartition(BRACKET)[0] or study_name
 
 
 def number_new_trial(study: optuna.Study, trial: optuna.Trial, *, serialized: bool = False) -> int:

@@ -179,6 +179,41 @@ def test_unknown_ids_name_what_is_there(searched: Dict[str, Any], tmp_path: path
         _client(root).get_trial(2)
 
 
+def _tree(root: pathlib.Path) -> Dict[str, Any]:
+    return {
+        str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*")
+    }
+
+
+def test_reading_an_experiment_writes_nothing(
+    searched: Dict[str, Any], tmp_path: pathlib.Path, capsys: pytest.CaptureFixture
+) -> None:
+    """The client and ``experiment list``/``describe`` only read: a folder the reader cannot
+    write reads as well (as root, permissions cannot show it: every file is left as it was).
+    Without its journal an experiment reads as one with no trials, and none is made."""
+    from det_lightning._runner import cli
+    from det_lightning._runner.search._storage import JOURNAL_NAME
+
+    root = tmp_path / "checkpoints"
+    shutil.copytree(searched["root"], root)
+    before = _tree(root)
+    experiment = _client(root).get_experiment(searched["id"])
+    assert (
+        experiment.state is client.ExperimentState.COMPLETED and len(experiment.list_trials()) == 4
+    )
+    assert [e.id for e in _client(root).list_experiments()] == [searched["id"]]
+    assert cli.main(["experiment", "list", "--checkpoint-dir", str(root)]) == 0
+    assert cli.main(["experiment", "describe", searched["id"], "--checkpoint-dir", str(root)]) == 0
+    assert "COMPLETED" in capsys.readouterr().out
+    assert _tree(root) == before
+
+    (journal,) = root.rglob(JOURNAL_NAME)
+    journal.unlink()
+    experiment.reload()
+    assert experiment.state is client.ExperimentState.PAUSED and experiment.list_trials() == []
+    assert not journal.exists()
+
+
 def test_delete_removes_the_experiment_and_what_it_wrote(
     searched: Dict[str, Any], tmp_path: pathlib.Path, capsys: pytest.CaptureFixture
 ) -> None:

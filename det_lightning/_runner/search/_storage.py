@@ -9,7 +9,7 @@ from typing import Any, List, Optional
 
 import optuna
 
-from det_lightning._runner._lease import BRACKET, search_name
+from det_lightning._runner._lease import BRACKET, search_name, search_name_of
 from det_lightning._runner._search_settings import SearchSettings
 from det_lightning._runner._serial import creating
 from det_lightning._runner.plan import UsageError
@@ -28,13 +28,17 @@ ENGINE_KWARGS = {"poolclass": OneConnectionPool, "pool_pre_ping": True}
 
 
 def open_storage(
-    url: Optional[str], checkpoint_root: Optional[CheckpointStore] = None, *, made: bool = False
+    url: Optional[str],
+    checkpoint_root: Optional[CheckpointStore] = None,
+    *,
+    made: bool = False,
+    reading: bool = False,
 ) -> Any:
     """The Optuna storage: ``url`` (a database URL, or a journal file path), else a journal file
     beside the checkpoints of ``checkpoint_root`` (beside their local copies for a URL root:
     give several machines ``--storage``). ``made``: the worker that started this process made
     and checked the database's tables (a trial's process): opening it then reads and writes
-    nothing."""
+    nothing. ``reading``: an existing journal, only read (a folder the reader cannot write)."""
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
 
@@ -57,7 +61,8 @@ def open_storage(
         path = checkpoint_root.staging() / JOURNAL_NAME
     else:
         raise ValueError("open_storage: no storage URL, and no checkpoint root to put it beside.")
-    _check_writable(path, given=bool(url))
+    if not reading:
+        _check_writable(path, given=bool(url))
     return JournalStorage(JournalFileBackend(str(path)))
 
 
@@ -131,7 +136,7 @@ def delete_studies(url: str, experiment_id: str) -> List[str]:
     names = [
         s.study_name
         for s in storage.get_all_studies()
-        if s.study_name.rpartition(BRACKET)[0] == experiment_id
+        if search_name_of(s.study_name) == experiment_id
     ]
     for name in names:
         optuna.delete_study(study_name=name, storage=storage)
@@ -141,6 +146,23 @@ def delete_studies(url: str, experiment_id: str) -> List[str]:
 def storage_ref(url: Optional[str], checkpoint_root: CheckpointStore) -> str:
     """A search's storage as other processes are told it: the URL or journal file path."""
     return str(url or checkpoint_root.staging() / JOURNAL_NAME)
+
+
+def read_studies(
+    url: Optional[str], checkpoint_root: CheckpointStore, key: str
+) -> List[optuna.Study]:
+    """The studies of the search named ``key`` (the experiment id) as they are, to read: no
+    journal, database table, study or seed is made (reading a folder or a database the
+    reader cannot write works; a search not begun has none)."""
+    if not url or "://" not in url:
+        journal = pathlib.Path(url) if url else checkpoint_root.staging() / JOURNAL_NAME
+        if not journal.is_file():
+            return []
+    storage = open_storage(url, checkpoint_root, reading=True)
+    names = sorted(
+        s.study_name for s in storage.get_all_studies() if search_name_of(s.study_name) == key
+    )
+    return [optuna.load_study(study_name=name, storage=storage) for name in names]
 
 
 def open_studies(

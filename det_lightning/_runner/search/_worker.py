@@ -51,6 +51,7 @@ from det_lightning._env import (
 from det_lightning._runner._asha import EXITED_METRIC, Bracket
 from det_lightning._runner._failure import log_failure
 from det_lightning._runner._lease import (
+    BRACKET,
     CONTINUES,
     LeaseKeeper,
     LeaseLost,
@@ -84,7 +85,12 @@ from det_lightning._runner.search._interrupt import SearchInterrupt, search_advi
 from det_lightning._runner.search._jobs import run_legacy_process, run_trial
 from det_lightning._runner.search._reporter import INVALID_HP, trial_number
 from det_lightning._runner.search._results import summarize
-from det_lightning._runner.search._storage import open_storage, open_studies, storage_ref
+from det_lightning._runner.search._storage import (
+    open_storage,
+    open_studies,
+    read_studies,
+    storage_ref,
+)
 from det_lightning._runner.search._waiting import (
     expired_trial,
     note_waiting,
@@ -170,9 +176,9 @@ class TrialRun:
 
 
 def search_summary(plan: Plan, storage_url: Optional[str] = None) -> List[TrialResult]:
-    """Every trial of the plan's search as it stands, training nothing."""
-    storage = open_storage(storage_url, plan.checkpoint_root)
-    studies = open_studies(storage, plan.experiment_id, plan.search, seed=configured_seed(plan))
+    """Every trial of the plan's search as it stands, training nothing and writing nothing
+    (``read_studies``: a search not begun has none)."""
+    studies = read_studies(storage_url, plan.checkpoint_root, plan.experiment_id)
     return summarize(studies, plan, plan.search)
 
 
@@ -183,9 +189,9 @@ def search_seed(plan: Plan, storage_url: Optional[str] = None) -> Optional[int]:
     configured = configured_seed(plan)
     if configured is not None:
         return configured
-    storage = open_storage(storage_url, plan.checkpoint_root)
-    studies = open_studies(storage, plan.experiment_id, plan.search, seed=None)
-    return recorded_experiment_seed(studies[0])
+    studies = read_studies(storage_url, plan.checkpoint_root, plan.experiment_id)
+    first = [s for s in studies if s.study_name.endswith(f"{BRACKET}0")]
+    return recorded_experiment_seed(first[0]) if first else None
 
 
 def configured_seed(plan: Plan) -> Optional[int]:
