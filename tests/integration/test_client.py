@@ -8,10 +8,14 @@ change checkpoints work on a copy of its folder.
 """
 
 import json
+import os
 import pathlib
+import select
 import shutil
+import subprocess
+import sys
 import time
-from typing import Any, Dict, Iterator, List
+from typing import Any, Dict, Iterator, List, Tuple
 
 import pytest
 import yaml
@@ -255,6 +259,59 @@ def test_delete_removes_the_experiment_and_what_it_wrote(
     with pytest.raises(errors.CheckpointNotFound):
         _client(root).get_checkpoint(checkpoint.uuid)
     assert _client(root).list_experiments() == []
+
+
+def _on_a_terminal(args: List[str], answer: str) -> Tuple[int, str]:
+    """``python -m det_lightning *args`` on a pseudo-terminal, ``answer`` typed ahead; its
+    exit status and what it showed."""
+    master, slave = os.openpty()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "det_lightning", *args],
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        start_new_session=True,
+    )
+    os.close(slave)
+    os.write(master, answer.encode())
+    shown = bytearray()
+    try:
+        while select.select([master], [], [], 300)[0]:
+            try:
+                data = os.read(master, 65536)
+            except OSError:  # EIO: the process closed the terminal
+                break
+            if not data:
+                break
+            shown += data
+    finally:
+        os.close(master)
+    return process.wait(timeout=300), shown.decode(errors="replace")
+
+
+def test_cancel_and_delete_from_the_shell(
+    searched: Dict[str, Any], tmp_path: pathlib.Path, capsys: pytest.CaptureFixture
+) -> None:
+    """``det-lightning experiment cancel|delete ID``, as Determined's ``det experiment``:
+    delete asks on a terminal (no: nothing is deleted) and needs --yes without one."""
+    from det_lightning._runner import cli
+
+    root = tmp_path / "checkpoints"
+    shutil.copytree(searched["root"], root)
+    where = ["--checkpoint-dir", str(root)]
+    assert cli.main(["experiment", "cancel", searched["id"], *where]) == 0
+    assert capsys.readouterr().out == f"experiment {searched['id']}: COMPLETED\n"  # stays
+    assert cli.main(["experiment", "delete", "nope", *where]) == 1
+    assert "no experiment 'nope'" in capsys.readouterr().err
+    assert cli.main(["experiment", "delete", searched["id"], *where]) == 1  # no terminal here
+    assert "pass --yes" in capsys.readouterr().err and (root / searched["id"]).is_dir()
+
+    status, shown = _on_a_terminal(["experiment", "delete", searched["id"], *where], "n\n")
+    assert status == 1 and "Delete it? [y/N]" in shown and "not deleted" in shown, shown
+    assert (root / searched["id"] / "experiment.json").is_file()
+    status, shown = _on_a_terminal(["experiment", "delete", searched["id"], *where], "y\n")
+    assert status == 0 and f"experiment {searched['id']}: DELETED" in shown, shown
+    assert list(root.iterdir()) == []
 
 
 def test_a_checkpoints_metadata_changes_and_deletion(
