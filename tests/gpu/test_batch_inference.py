@@ -7,7 +7,7 @@ the job adds no host-device synchronisation between two batches (the CPU tests c
 
 import pathlib
 import warnings
-from typing import Any, List, Tuple
+from typing import Any, List
 
 import pytest
 import torch
@@ -18,6 +18,7 @@ from det_lightning.pytorch.experimental import (
     TorchBatchProcessorContext,
     torch_batch_process,
 )
+from tests.gpu.copies import record_host_to_device_copies
 
 pytestmark = pytest.mark.gpu
 
@@ -63,17 +64,8 @@ class Infer(TorchBatchProcessor):
 def test_batches_go_to_cuda_from_pinned_memory_without_a_sync_between_them(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    copies: List[Tuple[bool, bool]] = []
-    real_to = torch.Tensor.to
-
-    def recording_to(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-        out = real_to(self, *args, **kwargs)
-        if self.device.type == "cpu" and out.device.type == "cuda":
-            copies.append((kwargs.get("non_blocking", False), self.is_pinned()))
-        return out
-
     Infer.devices, Infer.models, Infer.outputs = [], [], []
-    monkeypatch.setattr(torch.Tensor, "to", recording_to)
+    copies = record_host_to_device_copies(monkeypatch)  # not the model's own move
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:

@@ -17,6 +17,7 @@ from det_lightning import pytorch
 from det_lightning.pytorch import _checkpoint as ckpt
 from tests.fixtures.run import run_trial
 from tests.fixtures.trials import make_trials, regression_data
+from tests.gpu.copies import record_host_to_device_copies
 
 pytestmark = pytest.mark.gpu
 
@@ -298,18 +299,9 @@ def test_batches_reach_the_device_from_pinned_memory_without_waiting(
 ) -> None:
     """Every host-to-device copy of a batch (training and validation) is non-blocking and reads
     page-locked memory: the loader pinned it (``pin_memory``'s default on CUDA)."""
-    copies: List[Any] = []
-    real_to = torch.Tensor.to
-
-    def recording_to(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-        out = real_to(self, *args, **kwargs)
-        if self.device.type == "cpu" and out.device.type == "cuda":
-            copies.append((kwargs.get("non_blocking", False), self.is_pinned()))
-        return out
-
     with pytorch.init(hparams=HPARAMS, accelerator="gpu") as context:
         trial = TRIALS["MLPTrial"](context)
-        monkeypatch.setattr(torch.Tensor, "to", recording_to)
+        copies = record_host_to_device_copies(monkeypatch)
         pytorch.Trainer(trial, context, logger=False).fit(
             max_length=pytorch.Batch(8),
             validation_period=pytorch.Batch(4),
