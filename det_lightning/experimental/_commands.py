@@ -1,14 +1,17 @@
-"""``det-lightning experiment cancel|kill|delete ID``: the client's ``Experiment.cancel()``,
-``kill()`` and ``delete()`` from the shell, as Determined's ``det experiment cancel|kill|delete``
-(``delete`` asks first, as Determined's does, unless given ``--yes``)."""
+"""``det-lightning experiment activate|cancel|kill|delete ID``: the client's
+``Experiment.activate()``, ``cancel()``, ``kill()`` and ``delete()`` from the shell, as
+Determined's ``det experiment activate|cancel|kill|delete`` (``delete`` asks first, as
+Determined's does, unless given ``--yes``)."""
 
 import argparse
 import sys
 from typing import List
 
-ACTIONS = ("cancel", "kill", "delete")
+ACTIONS = ("activate", "cancel", "kill", "delete")
 
 _HELP = {
+    "activate": "Continue a paused or canceled experiment: its command, from its record, in a "
+    "process of its own (its output: client-<time>.log beside its checkpoints).",
     "cancel": "Mark a paused experiment CANCELED (terminal; a rerun of its command continues "
     "it). One still running: stop its command with Ctrl+C first.",
     "kill": "As cancel (the trials checkpointed when their command stopped).",

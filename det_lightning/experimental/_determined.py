@@ -252,9 +252,6 @@ class Determined:
         Raises:
             errors.InvalidConfigException: the config cannot run locally (naming the key).
         """
-        from det_lightning._runner.config import load_config
-        from det_lightning._runner.plan import plan_experiment
-
         if includes:
             refuse("create_experiment(includes=...)", "Put the files in the model directory.")
         if template is not None:
@@ -262,31 +259,46 @@ class Determined:
         if not isinstance(config, (str, os.PathLike, dict)):
             raise ValueError("config parameter must be dictionary or path")
         directory = str(pathlib.Path(model_dir or ".").resolve())
+        plan, command, log = self._launch(config, directory, self._checkpoint_dir)
+        experiment = Experiment(plan.experiment_id, self)
+        experiment._root = plan.checkpoint_root.parent  # checkpoint_storage may put it elsewhere
+        experiment._command, experiment._log = command, log
+        experiment._process = self._start(command, log)
+        print(f"Started experiment {plan.experiment_id}; its output: {log}", file=sys.stderr)
+        self._wait_for_record(experiment)
+        return experiment
+
+    def _launch(
+        self,
+        config: Union[str, "os.PathLike[str]", Dict[str, Any]],
+        directory: str,
+        checkpoint_dir: Optional[str],
+    ) -> Tuple[Any, List[str], pathlib.Path]:
+        """The experiment's plan (every check before it starts), the command that runs it and
+        the file its output goes to (beside its checkpoints, or for a bucket in the
+        temporary directory)."""
+        from det_lightning._runner.config import load_config
+        from det_lightning._runner.plan import plan_experiment
+
         plan = plan_experiment(
             load_config(config if isinstance(config, dict) else str(config), announce=False),
             directory,
-            checkpoint_dir=self._checkpoint_dir,
+            checkpoint_dir=checkpoint_dir,
         )
         folder = plan.checkpoint_root
         logs = pathlib.Path(str(folder)) if folder.is_local else pathlib.Path(tempfile.gettempdir())
         logs.mkdir(parents=True, exist_ok=True)
         config_path = self._config_file(config, logs, plan.experiment_id)
         command = [sys.executable, "-m", "det_lightning", "experiment", config_path, directory]
-        if self._checkpoint_dir:
-            command[4:4] = ["--checkpoint-dir", self._checkpoint_dir]
+        if checkpoint_dir:
+            command[4:4] = ["--checkpoint-dir", checkpoint_dir]
         if self._storage:
             command[4:4] = ["--storage", self._storage]
         stamp = time.strftime("%Y%m%d-%H%M%S")
         log = logs / (
             f"client-{stamp}.log" if folder.is_local else f"{plan.experiment_id}-{stamp}.log"
         )
-        experiment = Experiment(plan.experiment_id, self)
-        experiment._root = folder.parent  # checkpoint_storage may put it elsewhere
-        experiment._command, experiment._log = command, log
-        experiment._process = self._start(command, log)
-        print(f"Started experiment {plan.experiment_id}; its output: {log}", file=sys.stderr)
-        self._wait_for_record(experiment)
-        return experiment
+        return plan, command, log
 
     @staticmethod
     def _config_file(

@@ -1,5 +1,6 @@
 """``Experiment``: an experiment's folder under the checkpoint directory, its trials and
-checkpoints; for one the client started, its process (``wait``, ``pause``, ``activate``)."""
+checkpoints; its command's process (``wait``, ``pause`` for one the client started;
+``activate``, ``cancel``, ``kill``, ``delete`` for any)."""
 
 import os
 import pathlib
@@ -18,6 +19,7 @@ from typing import (
     NoReturn,
     Optional,
     Set,
+    Tuple,
     Union,
 )
 
@@ -359,13 +361,45 @@ class Experiment:
         self.reload()
 
     def activate(self) -> None:
-        """Continues the experiment this client started, paused or canceled (rerunning its
-        command, which takes its cancel back)."""
-        process = self._owned_process("activate")
-        if process.poll() is None:
+        """Continues the experiment, paused or canceled: reruns its command in a process of
+        its own (the trials resume from their checkpoints; a cancel is taken back). One this
+        client did not start gets the command from its record (its config, model directory
+        and folder). Nothing happens while it runs, nor once it completed.
+
+        Raises:
+            FileNotFoundError: its model directory is gone (every checkpoint keeps the code
+                in its ``code/`` folder).
+        """
+        if self._process is not None and self._process.poll() is None:
             return
+        self.reload()
+        if self.state in (ExperimentState.ACTIVE, ExperimentState.COMPLETED):
+            return  # another process runs it, or it is done
+        if not self._command:
+            self._command, self._log = self._command_from_record()
+            print(f"Started experiment {self._id}; its output: {self._log}", file=sys.stderr)
         self._process = self._session._start(self._command, self._log)
         self.reload()
+
+    def _command_from_record(self) -> "Tuple[List[str], pathlib.Path]":
+        """The command that continues this experiment, and its output's file, from its
+        record: its config as given, its model directory, the folder it was found in."""
+        model_dir = str(self._record.get("model_dir") or "")
+        if not model_dir or not pathlib.Path(model_dir).is_dir():
+            raise FileNotFoundError(
+                f"experiment {self._id}'s model directory {model_dir or '(none recorded)'} "
+                "is gone: run `det-lightning experiment CONFIG MODEL_DIR --checkpoint-dir "
+                f"{self._root}` with a copy of it (every checkpoint keeps the code in its "
+                "code/ folder)."
+            )
+        config = dict(self._record.get("config") or {})
+        plan, command, log = self._session._launch(config, model_dir, str(self._root))
+        if plan.experiment_id != self._id:  # a record edited by hand, or from a copy
+            raise ValueError(
+                f"experiment {self._id}'s config now names experiment {plan.experiment_id}: "
+                "its record does not belong to its folder; run its command by hand."
+            )
+        return command, log
 
     def _owned_process(self, what: str) -> subprocess.Popen:
         if self._process is None:

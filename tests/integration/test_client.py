@@ -299,8 +299,12 @@ def test_cancel_and_delete_from_the_shell(
     root = tmp_path / "checkpoints"
     shutil.copytree(searched["root"], root)
     where = ["--checkpoint-dir", str(root)]
-    assert cli.main(["experiment", "cancel", searched["id"], *where]) == 0
-    assert capsys.readouterr().out == f"experiment {searched['id']}: COMPLETED\n"  # stays
+    from det_lightning.experimental._commands import ACTIONS
+
+    assert ACTIONS == cli.EXPERIMENT_ACTIONS  # what the command line sends to the client
+    for action in ("cancel", "activate"):  # completed: it stays so, nothing is started
+        assert cli.main(["experiment", action, searched["id"], *where]) == 0
+        assert capsys.readouterr().out == f"experiment {searched['id']}: COMPLETED\n"
     assert cli.main(["experiment", "delete", "nope", *where]) == 1
     assert "no experiment 'nope'" in capsys.readouterr().err
     assert cli.main(["experiment", "delete", searched["id"], *where]) == 1  # no terminal here
@@ -362,7 +366,7 @@ def test_create_experiment_starts_it_and_wait_waits(
     tmp_path: pathlib.Path, capsys: pytest.CaptureFixture
 ) -> None:
     """Started; paused (PAUSED: wait() raises); killed (CANCELED: terminal, for every reader);
-    continued to the end from the checkpoint the pause wrote."""
+    continued by another client to the end from the checkpoint the pause wrote."""
     from det_lightning._runner import cli
 
     project, root = _project(tmp_path), tmp_path / "checkpoints"
@@ -408,9 +412,16 @@ def test_create_experiment_starts_it_and_wait_waits(
     assert cli.main(["experiment", "list", "--checkpoint-dir", str(root)]) == 0
     assert capsys.readouterr().out.splitlines()[1].split()[3] == "CANCELED"
 
-    experiment.activate()  # takes the cancel back: the trial resumes and completes
-    assert experiment.wait(interval=0.5) is client.ExperimentState.COMPLETED, _log(experiment)
-    assert "resum" in _log(experiment) and "was canceled (kill" in _log(experiment)
+    # Another client (a notebook later) continues it: the command from its record; that
+    # takes the cancel back, and the trial resumes from the pause's checkpoint.
+    resumed = _client(root).get_experiment(experiment.id)
+    resumed.activate()
+    assert resumed._command[4:6] == ["--checkpoint-dir", str(root)] and resumed._process
+    assert resumed.wait(interval=0.5) is client.ExperimentState.COMPLETED, _log(resumed)
+    assert "resum" in _log(resumed) and "was canceled (kill" in _log(resumed)
+    resumed.activate()  # completed: nothing is started
+    assert resumed._process.returncode == 0
+    experiment.reload()  # the first client's object reads the files again
     assert not (root / experiment.id / "canceled.json").exists()
     best = experiment.list_checkpoints(max_results=1)[0]
     latest = max(experiment.list_checkpoints(), key=lambda c: c.metadata["steps_completed"])
