@@ -65,10 +65,14 @@ def _confirmed(experiment_id: str) -> bool:
             file=sys.stderr,
         )
         return False
-    answer = input(
-        f"Deleting experiment {experiment_id} removes its checkpoints and files for good. "
-        "Delete it? [y/N] "
-    )
+    try:
+        answer = input(
+            f"Deleting experiment {experiment_id} removes its checkpoints and files for good. "
+            "Delete it? [y/N] "
+        )
+    except (EOFError, KeyboardInterrupt):  # Ctrl+D, Ctrl+C: no
+        print(file=sys.stderr)
+        return False
     return answer.strip().lower() in ("y", "yes")
 
 

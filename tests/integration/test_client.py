@@ -310,9 +310,10 @@ def test_cancel_and_delete_from_the_shell(
     assert cli.main(["experiment", "delete", searched["id"], *where]) == 1  # no terminal here
     assert "pass --yes" in capsys.readouterr().err and (root / searched["id"]).is_dir()
 
-    status, shown = _on_a_terminal(["experiment", "delete", searched["id"], *where], "n\n")
-    assert status == 1 and "Delete it? [y/N]" in shown and "not deleted" in shown, shown
-    assert (root / searched["id"] / "experiment.json").is_file()
+    for answer in ("n\n", "\x04"):  # no, and Ctrl+D: nothing is deleted
+        status, shown = _on_a_terminal(["experiment", "delete", searched["id"], *where], answer)
+        assert status == 1 and "Delete it? [y/N]" in shown and "not deleted" in shown, shown
+        assert "Traceback" not in shown and (root / searched["id"] / "experiment.json").is_file()
     status, shown = _on_a_terminal(["experiment", "delete", searched["id"], *where], "y\n")
     assert status == 0 and f"experiment {searched['id']}: DELETED" in shown, shown
     assert list(root.iterdir()) == []
