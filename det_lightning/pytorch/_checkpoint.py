@@ -280,7 +280,10 @@ def damaged_local(root: pathlib.Path) -> List[Tuple[pathlib.Path, List[str]]]:
         if path.is_dir() and UUID_PATTERN.match(path.name):
             if (path / OUTPUTS_MARKER).exists():
                 continue
-            missing = lacking_local(path)
+            try:
+                missing = lacking_local(path)
+            except FileNotFoundError:
+                continue  # deleted while listed
             if missing:
                 found.append((path, missing))
     return found
@@ -299,8 +302,13 @@ def list_local(root: pathlib.Path) -> List[Listed]:
     found = []
     if root.is_dir():
         for path in root.iterdir():
-            if not path.name.startswith(".") and is_complete(path):
-                found.append(Listed(path.name, read_metadata(path), path.stat().st_mtime))
+            if path.name.startswith("."):
+                continue
+            try:
+                if is_complete(path):
+                    found.append(Listed(path.name, read_metadata(path), path.stat().st_mtime))
+            except FileNotFoundError:
+                continue  # deleted while listed (renamed away at once): as listed a moment later
     return found
 
 

@@ -13,6 +13,7 @@ import re
 import shutil
 import signal
 import sys
+import time
 from typing import Dict, List
 
 import pytest
@@ -66,13 +67,22 @@ def test_a_batch_job_stopped_by_sigterm_resumes_where_it_stopped(tmp_path: pathl
     (model_dir / "config.yaml").write_text(CONFIG)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HOLD_AT": "3"}
 
+    def release_once_both_ranks_got_it() -> None:
+        """torchrun forwards the signal to its ranks: a release before they have it lets them
+        train past the next checkpoint (seen under load: batches 4 and 5)."""
+        deadline = time.monotonic() + 300
+        while (model_dir / "stderr.txt").read_text().count("SIGTERM received") < 2:
+            assert time.monotonic() < deadline, "the ranks never got the SIGTERM"
+            time.sleep(0.05)
+        (model_dir / "release").touch()
+
     status, out, err = signal_when(
         [sys.executable, "-m", "det_lightning", *COMMAND],
         model_dir,
         env,
         lambda _: all((model_dir / f"held-rank{r}").exists() for r in (0, 1)),
         signal.SIGTERM,
-        then=(model_dir / "release").touch,
+        then=release_once_both_ranks_got_it,
     )
     shown = f"{out}\n{err}"
     assert status == 75, shown
