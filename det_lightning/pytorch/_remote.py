@@ -498,17 +498,34 @@ class ObjectStore(CheckpointStore):
             ) from e
 
     def remove_all(self) -> None:
+        """In three stages, each checked by listing what is left (S3 answers a many-key delete
+        with 200 and an error per refused key, and s3fs's ``rm`` does not raise): the
+        checkpoints' markers (each checkpoint vanishes for every reader at once), the other
+        objects of its subfolders, its own files (``experiment.json`` last: until then the
+        experiment is listed and can be deleted again)."""
         fs = self.filesystem()
+        base = self.key + "/"
         try:
             found = [str(k) for k in fs.find(self.key)]
-            base = self.key + "/"
             nested = [k for k in found if "/" in k[len(base) :]]
-            if nested:
-                fs.rm(nested)
-            if found:
-                fs.rm([k for k in found if k not in nested])
+            markers = [k for k in nested if k.rsplit("/", 1)[1] == MARKER]
+            stages = [markers, [k for k in nested if k not in markers]]
+            stages.append([k for k in found if k not in nested])
+            for keys in stages:
+                if not keys:
+                    continue
+                fs.rm(keys)
+                left = set(keys) & {str(k) for k in fs.find(self.key)}
+                if left:
+                    raise errors.CheckpointStorageError(
+                        f"Removing {self} failed: {len(left)} of {len(keys)} objects were "
+                        f"not deleted (the first: {self.scheme}://{min(left)}); run it again "
+                        f"to remove what is left. {credentials_note(self.scheme, self.options)}"
+                    )
         except FileNotFoundError:
             return
+        except errors.CheckpointStorageError:
+            raise
         except Exception as e:
             raise errors.CheckpointStorageError(
                 f"Removing {self} failed: {type(e).__name__}: {e}; run it again to remove "
@@ -558,8 +575,12 @@ class ObjectStore(CheckpointStore):
         )
 
     def _remove_prefix(self, name: str) -> bool:
+        fs, prefix = self.filesystem(), f"{self.key}/{name}"
         try:
-            self.filesystem().rm(f"{self.key}/{name}", recursive=True)
+            fs.rm(prefix, recursive=True)
+            left = fs.find(prefix)  # s3fs's ``rm`` does not raise for a key S3 refused
+            if left:
+                raise PermissionError(f"{len(left)} objects were not deleted")
         except FileNotFoundError:
             pass
         except Exception as e:

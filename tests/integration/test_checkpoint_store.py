@@ -216,6 +216,33 @@ def test_remove_all_removes_a_namespace_and_leaves_its_siblings(kind: Kind) -> N
         assert [p.name for p in pathlib.Path(str(kind.store)).iterdir()] == ["exp-b"]
 
 
+@pytest.mark.parametrize("refused", [f"/{MARKER}", "/model_def.py"])
+def test_a_bucket_removal_refused_half_way_shows_no_half_checkpoint(
+    s3_server: S3, refused: str
+) -> None:
+    """A bucket policy denies deleting some objects: S3 answers a many-key delete with 200 and
+    an error per refused key, and s3fs's ``rm`` does not raise. ``remove_all`` checks what is
+    left after each stage and raises; the markers go first, so every checkpoint is whole (its
+    marker refused) or listed by no one (a file refused), the experiment's record stays until
+    the end, and a second run finishes the removal."""
+    mine = ObjectStore(s3_server.url("root")) / "exp-a"
+    mine.write_once("experiment.json", b"{}")
+    save(mine / "trial-1", U1, 3)
+    save(mine / "trial-2", U2, 5)
+    with s3_server.refusing_deletes(refused) as paths:
+        with pytest.raises(errors.CheckpointStorageError, match="run it again"):
+            mine.remove_all()
+    assert paths, "the server was never asked to delete them"
+    assert mine.read_once("experiment.json") == b"{}"  # still listed: it can be deleted again
+    whole = refused == f"/{MARKER}"
+    assert names(mine / "trial-1") == ([U1] if whole else [])
+    assert names(mine / "trial-2") == ([U2] if whole else [])
+    if not whole:  # nothing of either checkpoint is read as one
+        assert (mine / "trial-1").damaged() == [] and (mine / "trial-1").latest() is None
+    mine.remove_all()
+    assert s3_server.keys("root") == []
+
+
 def test_set_file_in_an_unwritable_store_raises(kind: Kind) -> None:
     with pytest.raises(OSError):
         kind.unwritable().set_file("canceled.json", b"{}")
@@ -259,6 +286,23 @@ def test_a_failed_deletion_stays_marked_and_the_next_sweep_finishes_it(kind: Kin
     assert store.sweep() == [str(store / U1)]
     assert names(store) == [] and store.marked_unkept() == []
     assert store.sweep() == []
+
+
+def test_a_killed_upload_the_bucket_will_not_delete_is_not_reported_removed(
+    s3_server: S3, tmp_path: pathlib.Path
+) -> None:
+    """``sweep`` returns what it removed: a killed upload (objects, no marker) of which S3
+    refused a key in a many-key delete (200, s3fs does not raise) stays, is not reported, and
+    the next sweep removes it."""
+    store = ObjectStore(s3_server.url("root"))
+    (tmp_path / "shard").mkdir()
+    for name in ("a.bin", "b.bin"):
+        (tmp_path / "shard" / name).write_bytes(b"x")
+    store.put_shard(U3, tmp_path / "shard", ["a.bin", "b.bin"])
+    with s3_server.refusing_deletes("/b.bin") as refused:
+        assert store.sweep() == []
+    assert refused and s3_server.keys("root") == [f"{U3}/b.bin"]
+    assert store.sweep() == [str(store / U3)] and s3_server.keys("root") == []
 
 
 def test_sweep_spares_the_checkpoint_this_run_resumes_from(kind: Kind) -> None:
