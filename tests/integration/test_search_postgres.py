@@ -343,3 +343,39 @@ def test_deleting_an_experiment_deletes_its_studies_only(
     assert sorted(delete_studies(url, mine)) == [f"{mine}-bracket-0", f"{mine}-bracket-1"]
     left = open_storage(url).get_all_studies()
     assert sorted(s.study_name for s in left) == sorted(others)
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_reading_a_database_makes_no_table_and_no_file(
+    kind: str, tmp_path: pathlib.Path, request: pytest.FixtureRequest
+) -> None:
+    """The client, ``experiment list`` and ``describe`` read an experiment's trials from its
+    ``--storage`` database (``read_studies``): in a database where no search began they find
+    none and create nothing (Optuna's storage makes its tables when opened; a SQLite URL makes
+    its file); where one did, they read its studies."""
+    import sqlalchemy
+
+    from det_lightning._runner.search._storage import read_studies
+    from det_lightning.pytorch._local_store import LocalStore
+
+    sqlite_file = tmp_path / "search.db"
+    url = (
+        request.getfixturevalue("postgres_url")
+        if kind == "postgres"
+        else f"sqlite:///{sqlite_file}"
+    )
+    store = LocalStore(tmp_path / "checkpoints")
+    mine = "mnist-3f2a9c01de"
+    assert read_studies(url, store, mine) == []
+    assert not sqlite_file.exists()
+    engine = sqlalchemy.create_engine(url, poolclass=sqlalchemy.pool.NullPool)
+    try:
+        assert sqlalchemy.inspect(engine).get_table_names() == []
+    finally:
+        engine.dispose()
+
+    storage = open_storage(url)
+    for name in [f"{mine}-bracket-0", "mnist-3f2a9c01df-bracket-0"]:
+        optuna.create_study(study_name=name, storage=storage).enqueue_trial({"x": 1})
+    (study,) = read_studies(url, store, mine)
+    assert study.study_name == f"{mine}-bracket-0" and len(study.trials) == 1

@@ -158,11 +158,38 @@ def read_studies(
         journal = pathlib.Path(url) if url else checkpoint_root.staging() / JOURNAL_NAME
         if not journal.is_file():
             return []
-    storage = open_storage(url, checkpoint_root, reading=True)
+        storage = open_storage(url, checkpoint_root, reading=True)
+    elif url.startswith(GRPC_SCHEME):
+        storage = _open_grpc_proxy(url)
+    elif not _has_tables(url):
+        return []
+    else:  # tables there: nothing created, migrated or recorded
+        storage = optuna.storages.get_storage(
+            optuna.storages.RDBStorage(url, engine_kwargs=ENGINE_KWARGS, skip_table_creation=True)
+        )
     names = sorted(
         s.study_name for s in storage.get_all_studies() if search_name_of(s.study_name) == key
     )
     return [optuna.load_study(study_name=name, storage=storage) for name in names]
+
+
+def _has_tables(url: str) -> bool:
+    """Whether the database ``url`` has Optuna's tables (a search began there), asked without
+    creating anything: not a SQLite file that is not there, not a table."""
+    import sqlalchemy
+
+    parsed = sqlalchemy.engine.make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        database = parsed.database or ""
+        if database in ("", ":memory:"):
+            return False  # a new empty database each time: nothing to read
+        if not database.startswith("file:") and not pathlib.Path(database).is_file():
+            return False
+    engine = sqlalchemy.create_engine(url, poolclass=sqlalchemy.pool.NullPool)
+    try:
+        return sqlalchemy.inspect(engine).has_table("studies")
+    finally:
+        engine.dispose()
 
 
 def open_studies(
