@@ -91,17 +91,20 @@ def seed_of(plan: Any, storage: Optional[str]) -> str:
 
 
 def state(trials: List[TrialResult], max_trials: Optional[int], canceled: bool = False) -> str:
-    """The experiment's state, Determined's words: ACTIVE while a trial runs, COMPLETED once
-    every trial ended, else CANCELED when the client canceled it (``canceled``: its
-    ``canceled.json`` is there), else PAUSED (rerun the command to continue).
+    """The experiment's state, Determined's words: ACTIVE while a trial runs (STOPPING_CANCELED
+    once a client canceled it: ``canceled``, its ``canceled.json`` is there, and the process
+    that runs it is stopping), COMPLETED once every trial ended, else CANCELED when a client
+    canceled it, else PAUSED (rerun the command to continue).
 
     >>> state([TrialResult(1, {}, "COMPLETED")], 1), state([TrialResult(1, {}, "RUNNING")], 2)
     ('COMPLETED', 'ACTIVE')
     >>> state([TrialResult(1, {}, "INTERRUPTED")], 1, canceled=True)
     'CANCELED'
+    >>> state([TrialResult(1, {}, "RUNNING")], 1, canceled=True)
+    'STOPPING_CANCELED'
     """
     if any(t.status == "RUNNING" for t in trials):
-        return "ACTIVE"
+        return "STOPPING_CANCELED" if canceled else "ACTIVE"
     ended = [t for t in trials if t.status in (*FINISHED, "ERROR", INVALID_HP)]
     done = len(ended) == len(trials) and (max_trials is None or len(trials) >= max_trials)
     if trials and done:
@@ -236,7 +239,7 @@ def _list(root: CheckpointStore, storage: Optional[str]) -> int:
 
 
 def _describe(root: CheckpointStore, experiment_id: str, storage: Optional[str]) -> int:
-    from det_lightning._runner.experiment import format_summary
+    from det_lightning._runner.summary import format_summary
 
     record = find_record(root, experiment_id)
     if record is None:

@@ -26,11 +26,11 @@ import logging
 import os
 import sys
 import time
-from typing import Sequence
+from typing import Any, Dict, Optional, Sequence
 
 from det_lightning import errors
 from det_lightning._env import SEARCH_WORKER_ENV
-from det_lightning._runner._record import clear_cancel, write_experiment_record
+from det_lightning._runner._record import cancel_mark, clear_cancel, write_experiment_record
 from det_lightning._runner.plan import Plan
 from det_lightning._runner.summary import best_trial, format_summary, terminal_width
 from det_lightning._runner.trial import FINISHED, INVALID_HP, TrialResult
@@ -88,16 +88,46 @@ def run_experiment(plan: Plan) -> int:
             raise  # the command prints its one line
         results, interrupted_by = outcome.trials, outcome.interrupted_by
     interrupted = interrupted_by is not None or any(r.status == "INTERRUPTED" for r in results)
+    canceled = _canceled(plan, results)
     chief = os.environ.get("RANK", "0") == "0"
-    if chief and config.checkpoint_storage and not interrupted:
+    if chief and config.checkpoint_storage and not interrupted and canceled is None:
         _retain_experiment_best(plan, results)
     worker = os.environ.get(SEARCH_WORKER_ENV) not in (None, "summary")
     if chief and not worker:  # one report: the chief's, the parent's
-        _report(plan, results, interrupted, started)
+        _report(plan, results, interrupted, started, canceled=canceled)
+    if canceled is not None:  # not 75: a scheduler that requeues on 75 would undo the cancel
+        return 1
     if interrupted:
         return errors.TrialPreempted.EXIT_CODE
     # RUNNING: a trial another worker of the same search is training.
     return 1 if any(r.status not in (*FINISHED, "RUNNING", INVALID_HP) for r in results) else 0
+
+
+def _canceled(plan: Plan, results: Sequence[TrialResult]) -> Optional[Dict[str, Any]]:
+    """The experiment's cancel mark when a client canceled it before its end (a client's
+    ``cancel()`` seen while it ran, or before: by this worker or another); None otherwise,
+    also when every trial ended first (it stays COMPLETED)."""
+    from det_lightning._runner._bookkeeping import state
+
+    mark = cancel_mark(plan.checkpoint_root)
+    if mark is None or state(list(results), plan.search.max_trials) == "COMPLETED":
+        return None
+    return mark
+
+
+def canceled_note(experiment_id: str, mark: Dict[str, Any]) -> str:
+    """What a canceled experiment's command says last, on stderr.
+
+    >>> print(canceled_note("mnist-3f2a9c01de", {"by": "cancel", "canceled": "12:00"}))
+    det-lightning experiment: experiment mnist-3f2a9c01de was canceled (cancel() at 12:00); its trials stopped with a checkpoint. `det-lightning experiment activate mnist-3f2a9c01de`, or the same command again, continues it. Exiting with status 1.
+    """
+    by = "kill" if mark.get("by") == "kill" else "cancel"
+    return (
+        f"det-lightning experiment: experiment {experiment_id} was canceled ({by}() at "
+        f"{mark.get('canceled')}); its trials stopped with a checkpoint. `det-lightning "
+        f"experiment activate {experiment_id}`, or the same command again, continues it. "
+        "Exiting with status 1."
+    )
 
 
 INTERRUPTED_NOTE = (
@@ -107,8 +137,15 @@ INTERRUPTED_NOTE = (
 )
 
 
-def _report(plan: Plan, results: Sequence[TrialResult], interrupted: bool, started: float) -> None:
-    """The summary table on stdout; after a signal, how to continue on stderr."""
+def _report(
+    plan: Plan,
+    results: Sequence[TrialResult],
+    interrupted: bool,
+    started: float,
+    *,
+    canceled: Optional[Dict[str, Any]] = None,
+) -> None:
+    """The summary table on stdout; after a signal or a cancel, how to continue on stderr."""
     searcher = plan.config.searcher_config
     table = format_summary(
         results,
@@ -122,7 +159,9 @@ def _report(plan: Plan, results: Sequence[TrialResult], interrupted: bool, start
     running = sum(1 for r in results if r.status == "RUNNING")
     if running:
         print(f"{running} trial(s) still running in other workers of this search.", flush=True)
-    if interrupted:
+    if canceled is not None:
+        print(canceled_note(plan.experiment_id, canceled), file=sys.stderr, flush=True)
+    elif interrupted:
         print(INTERRUPTED_NOTE, file=sys.stderr, flush=True)
 
 

@@ -12,9 +12,11 @@ ACTIONS = ("activate", "cancel", "kill", "delete")
 _HELP = {
     "activate": "Continue a paused or canceled experiment: its command, from its record, in a "
     "process of its own (its output: client-<time>.log beside its checkpoints).",
-    "cancel": "Mark a paused experiment CANCELED (terminal; a rerun of its command continues "
-    "it). One still running: stop its command with Ctrl+C first.",
-    "kill": "As cancel (the trials checkpointed when their command stopped).",
+    "cancel": "Cancel an experiment: CANCELED, terminal (activate, or a rerun of its command, "
+    "continues it). One running, on this machine or any other sharing its checkpoint "
+    "directory, is STOPPING_CANCELED until its process stops its trials with a checkpoint "
+    "(within seconds) and exits 1.",
+    "kill": "As cancel (STOPPING_KILLED while it stops; its trials still checkpoint).",
     "delete": "Delete an experiment in a terminal state: its folder (checkpoints, trials' "
     "files, record), its studies in --storage, its TensorBoard files.",
 }

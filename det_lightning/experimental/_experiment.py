@@ -97,7 +97,8 @@ class Experiment:
         return SearcherConfig.from_experiment(self.config or {})
 
     def _hydrate(self, record: Dict[str, Any]) -> None:
-        from det_lightning._runner._bookkeeping import is_canceled, state, trials_of
+        from det_lightning._runner._bookkeeping import state, trials_of
+        from det_lightning._runner._record import cancel_mark
 
         self._record = record
         self.config = dict(record.get("config") or {})
@@ -109,14 +110,23 @@ class Experiment:
         self._results = trials_of(self._root, record, self._session._storage)
         searcher = self._searcher
         total = 1 if searcher.name == "single" else searcher.max_trials
-        canceled = is_canceled(self._root, self._id)
+        mark = cancel_mark(self._root / self._id)
+        canceled = mark is not None
         words = state(self._results, total, canceled)
         ended = [r for r in self._results if r.status not in ("RUNNING", "INTERRUPTED")]
         running = self._process is not None and self._process.poll() is None
-        if running and words != "COMPLETED":
-            self.state = ExperimentState.ACTIVE
+        # Its trials train: in this client's process, or in another one (whose records say so).
+        live = running or (self._process is None and words in ("ACTIVE", "STOPPING_CANCELED"))
+        if mark is not None and words != "COMPLETED" and live:
+            # the process that runs it sees the mark and stops its trials (_interrupt)
+            killed = mark.get("by") == "kill"
+            self.state = (
+                ExperimentState.STOPPING_KILLED if killed else ExperimentState.STOPPING_CANCELED
+            )
         elif canceled and words != "COMPLETED":
             self.state = ExperimentState.CANCELED  # its trials' records may still say RUNNING
+        elif running and words != "COMPLETED":
+            self.state = ExperimentState.ACTIVE
         elif self._process is not None and self._process.returncode not in (0, 75, None):
             self.state = ExperimentState.ERROR  # its command failed (the log says why)
         elif self._process is not None and words == "ACTIVE":
@@ -326,37 +336,34 @@ class Experiment:
     def cancel(self) -> None:
         """Ends the experiment: its state is ``CANCELED``, terminal, as on Determined
         (``wait()`` returns it; every client and ``det-lightning experiment list`` see it).
-        If this client started it and it runs, its process stops first as Ctrl+C stops it: the
-        training trials checkpoint, so nothing is lost. A paused experiment is canceled as it
-        is; a completed or failed one stays so. ``activate()``, or a rerun of its command,
-        continues it.
+        A running one stops first as Ctrl+C stops it, its training trials with a checkpoint,
+        so nothing is lost: one this client started before this returns; one another process
+        runs (on any machine that shares its folder) within seconds of this call, which
+        returns at once, the state ``STOPPING_CANCELED`` until then. A paused experiment is
+        canceled as it is; a completed or failed one stays so. ``activate()``, or a rerun of
+        its command, continues it.
 
         Raises:
-            ValueError: a process this client did not start runs it (stop that one with
-                Ctrl+C first).
             CheckpointStorageError: its bucket cannot be written.
         """
         self._cancel("cancel")
 
     def kill(self) -> None:
-        """As ``cancel()``: Determined's stopped the trials at once, without a checkpoint;
-        here they checkpoint first, which a second Ctrl+C would skip."""
+        """As ``cancel()`` (``STOPPING_KILLED`` while it stops): Determined's stopped the
+        trials at once, without a checkpoint; here they checkpoint first, which Ctrl+C in the
+        experiment's own terminal skips."""
         self._cancel("kill")
 
     def _cancel(self, how: str) -> None:
         from det_lightning._runner._record import mark_canceled
 
         if self._process is not None:
-            self._stop(self._process)
+            self._stop(self._process)  # at once, as Ctrl+C (not twice: the mark comes after)
         self.reload()
         if self.state in TERMINAL_STATES:
             return  # it completed (or failed) first: that stays its state
-        if self.state is ExperimentState.ACTIVE:  # another process's trials train
-            raise ValueError(
-                f"Experiment {self._id} is active in a process this client did not start: "
-                f"stop its command with Ctrl+C (its trials checkpoint, it exits 75), then "
-                f"{how}() here."
-            )
+        # Another process that runs it (here or on any machine sharing its folder) sees the
+        # mark and stops its trials, then ends CANCELED (_interrupt.CancelWatcher).
         mark_canceled(self._root / self._id, how)
         self.reload()
 
@@ -367,12 +374,18 @@ class Experiment:
         and folder). Nothing happens while it runs, nor once it completed.
 
         Raises:
+            ValueError: it is stopping after a cancel (``wait()`` for it first).
             FileNotFoundError: its model directory is gone (every checkpoint keeps the code
                 in its ``code/`` folder).
         """
         if self._process is not None and self._process.poll() is None:
             return
         self.reload()
+        if self.state in (ExperimentState.STOPPING_CANCELED, ExperimentState.STOPPING_KILLED):
+            raise ValueError(
+                f"Experiment {self._id} is stopping: it was canceled, and the process that "
+                "runs it is stopping its trials. wait() until it is CANCELED, then activate()."
+            )
         if self.state in (ExperimentState.ACTIVE, ExperimentState.COMPLETED):
             return  # another process runs it, or it is done
         if not self._command:
@@ -406,7 +419,8 @@ class Experiment:
             refuse(
                 f"Experiment.{what} of an experiment this client did not start",
                 "Stop its command with Ctrl+C (it checkpoints, exits 75) and rerun the "
-                "command to continue it.",
+                "command to continue it; or cancel() it from here (its trials checkpoint, "
+                "activate() continues it).",
             )
         return self._process
 

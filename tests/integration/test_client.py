@@ -12,6 +12,7 @@ import os
 import pathlib
 import select
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -389,8 +390,8 @@ def test_create_experiment_starts_it_and_wait_waits(
     assert str(written) in experiment._command
     trial = experiment.await_first_trial()
     _wait_for_a_checkpoint(root / experiment.id / "trial-1")
-    with pytest.raises(ValueError, match="did not start: stop its command with Ctrl"):
-        _client(root).get_experiment(experiment.id).cancel()  # runs in another's process
+    with pytest.raises(NotImplementedError, match=r"did not start.*Ctrl\+C.*or cancel\(\)"):
+        _client(root).get_experiment(experiment.id).pause()  # runs in another's process
     experiment.pause()  # SIGTERM, as Ctrl+C: the trial checkpoints and the command exits 75
     assert experiment._process is not None and experiment._process.returncode == 75
     assert experiment.state is client.ExperimentState.PAUSED
@@ -433,6 +434,62 @@ def test_create_experiment_starts_it_and_wait_waits(
     assert experiment.state is client.ExperimentState.COMPLETED
     experiment.delete()
     assert list(root.iterdir()) == []
+
+
+def _ended(experiment: client.Experiment, timeout_s: float = 120.0) -> int:
+    """Waits for the process this client started to end; its exit status."""
+    assert experiment._process is not None
+    try:
+        return experiment._process.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        experiment._process.kill()
+        raise AssertionError(f"still running after {timeout_s} s:\n{_log(experiment)}") from None
+
+
+def test_a_cancel_from_anywhere_stops_the_running_experiment(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture
+) -> None:
+    """As on Determined, ``cancel()`` from another client (another process, a notebook, a
+    machine sharing the folder) and ``det-lightning experiment kill ID`` from a shell stop an
+    experiment that runs elsewhere: STOPPING_CANCELED (STOPPING_KILLED) at once, then its
+    process sees the mark, its trial stops with a checkpoint, the command says so and exits
+    1 (not 75: a scheduler requeueing on 75 would undo the cancel), and it is CANCELED.
+
+    The experiment's process is frozen (SIGSTOP) while it is canceled, so that the states
+    read while it stops do not depend on how fast it stops."""
+    from det_lightning._runner import cli
+
+    project, root = _project(tmp_path), tmp_path / "checkpoints"
+    config = yaml.safe_load((project / "const.yaml").read_text())
+    config["searcher"]["max_length"] = {"batches": 10_000_000}  # it cannot end on its own
+    config["min_validation_period"] = {"batches": 40}
+    config["min_checkpoint_period"] = {"batches": 40}
+    runner = _client(root).create_experiment(config, str(project))
+    trial_dir = root / runner.id / "trial-1"
+    _wait_for_a_checkpoint(trial_dir)
+    assert runner._process is not None
+    os.killpg(runner._process.pid, signal.SIGSTOP)  # its worker (the trial: its own group)
+    try:
+        elsewhere = _client(root).get_experiment(runner.id)  # no process of its own
+        assert elsewhere.state is client.ExperimentState.ACTIVE
+        elsewhere.cancel()  # returns at once
+        assert elsewhere.state is client.ExperimentState.STOPPING_CANCELED
+        with pytest.raises(ValueError, match=r"is stopping.*wait\(\) until it is CANCELED"):
+            elsewhere.activate()
+        capsys.readouterr()
+        assert cli.main(["experiment", "kill", runner.id, "--checkpoint-dir", str(root)]) == 0
+        assert capsys.readouterr().out == f"experiment {runner.id}: STOPPING_KILLED\n"
+        before = max(e.metadata["steps_completed"] for e in ckpt.list_local(trial_dir))
+    finally:
+        os.killpg(runner._process.pid, signal.SIGCONT)
+    assert _ended(runner) == 1, _log(runner)
+    log = _log(runner)
+    assert "The experiment was canceled (kill() at" in log, log
+    assert f"experiment {runner.id} was canceled (kill() at" in log and "Traceback" not in log
+    assert elsewhere.wait(interval=0.2) is client.ExperimentState.CANCELED
+    assert elsewhere.list_trials()[0].state is client.TrialState.CANCELED
+    stopped_at = max(e.metadata["steps_completed"] for e in ckpt.list_local(trial_dir))
+    assert stopped_at > before, log  # it trained on, then checkpointed where it stopped
 
 
 def _wait_for_a_checkpoint(trial: pathlib.Path, timeout_s: float = 120.0) -> None:

@@ -50,7 +50,8 @@ def test_help_ends_with_the_exit_statuses(argv: List[str], capsys: pytest.Captur
     code, out, _ = _exit(argv, capsys)
     assert code == 0
     statuses = out[out.index("exit status:") :].splitlines()
-    assert [line.split()[0] for line in statuses[1:5]] == ["0", "1", "2", "75"]
+    listed = [line.split()[0] for line in statuses[1:] if line.split()]
+    assert [word for word in listed if word.isdigit()] == ["0", "1", "2", "75"]
 
 
 def test_run_alone_names_the_missing_script(capsys: pytest.CaptureFixture) -> None:

@@ -10,6 +10,10 @@ the same command continues it.
         a trial runs in a process group of its own (``_template``): the worker passes the
             signal on to it, once (``forwarding``); its fit() checkpoints and exits with 75
     2nd signal: the signal's default action, at once (the trial's process dies with it)
+
+The experiment's cancel mark (``canceled.json``: a client's ``cancel()`` or ``kill()``, from
+any process or machine) counts as a first SIGTERM: ``CancelWatcher`` looks for it while the
+search runs, every second in a folder, every ``BUCKET_POLL_S`` in a bucket.
 """
 
 import contextlib
@@ -19,11 +23,16 @@ import shlex
 import signal
 import threading
 from types import FrameType
-from typing import Any, Callable, Dict, Iterator, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Sequence
+
+if TYPE_CHECKING:
+    from det_lightning.pytorch._store import CheckpointStore
 
 logger = logging.getLogger("det_lightning")
 
 HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+FOLDER_POLL_S = 1.0  # how often a search looks for its cancel mark in a folder
+BUCKET_POLL_S = 10.0  # in a bucket: one small GET per worker, as a lease renewal
 
 
 def search_advice(argv: Sequence[str]) -> str:
@@ -41,12 +50,17 @@ experiment resumes this trial from its latest checkpoint).'
 
 
 class SearchInterrupt:
-    """Records the first SIGTERM/SIGINT while a search runs (``received``: its name)."""
+    """Records the first SIGTERM/SIGINT while a search runs (``received``: its name), or the
+    experiment's cancel (``received``: ``cancel`` or ``kill``, ``canceled``: its mark)."""
 
     def __init__(self) -> None:
         self.received: Optional[str] = None
+        self.canceled: Optional[Dict[str, Any]] = None
+        self._signum: Optional[int] = None  # what a trial's process group is sent
         self._previous: Dict[int, Any] = {}
         self._forward: Optional[Callable[[int], None]] = None
+        self._lock = threading.Lock()  # the watcher's thread against forwarding()
+        self._lookers: List[Callable[[], None]] = []
 
     def __enter__(self) -> "SearchInterrupt":
         if threading.current_thread() is threading.main_thread():  # else: no handlers at all
@@ -61,7 +75,7 @@ class SearchInterrupt:
     def _handle(self, signum: int, frame: Optional[FrameType]) -> None:
         name = signal.Signals(signum).name
         if self.received is None:
-            self.received = name
+            self.received, self._signum = name, signum
             logger.warning(
                 f"Received {name}: the search starts no other trial; a trial "
                 f"training stops with a checkpoint. Send {name} again to exit at once."
@@ -72,13 +86,36 @@ class SearchInterrupt:
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
 
+    def cancel(self, mark: Dict[str, Any]) -> None:
+        """The experiment was canceled (``mark``: its ``canceled.json``): as a first SIGTERM,
+        unless a signal came first."""
+        with self._lock:
+            if self.received is not None:
+                return
+            self.canceled, self._signum = mark, signal.SIGTERM
+            self.received = "kill" if mark.get("by") == "kill" else "cancel"
+            logger.warning(
+                f"The experiment was canceled ({self.received}() at {mark.get('canceled')}): "
+                "the search starts no other trial; a trial training stops with a checkpoint. "
+                "Press Ctrl+C to exit at once."
+            )
+            if self._forward is not None:
+                self._forward(signal.SIGTERM)
+
+    def look(self) -> None:
+        """Looks for the experiment's cancel now (before a trial starts: a cancel seen by a
+        reader before the trial was RUNNING stops it before it trains)."""
+        for looker in list(self._lookers):
+            looker()
+
     @contextlib.contextmanager
     def forwarding(self, send: Callable[[int], None]) -> Iterator[None]:
-        """While inside, the first signal is also passed on with ``send(signum)`` (to a trial's
-        process group); one that came before is passed on now."""
-        self._forward = send
-        if self.received is not None:
-            send(signal.Signals[self.received])
+        """While inside, the first signal (or the cancel) is also passed on with
+        ``send(signum)`` (to a trial's process group); one that came before is passed on now."""
+        with self._lock:
+            self._forward = send
+            if self._signum is not None:
+                send(self._signum)
         try:
             yield
         finally:
@@ -87,3 +124,45 @@ class SearchInterrupt:
     def note(self, name: str) -> None:
         """A trial stopped for a signal this handler did not see (fit() had its own)."""
         self.received = self.received or name
+
+
+class CancelWatcher:
+    """While the search runs (``with CancelWatcher(folder, interrupt):``), a thread looks for
+    the experiment's cancel mark in ``folder`` (the experiment's) and passes it to
+    ``interrupt.cancel`` once, so that a ``cancel()`` from any client or machine stops this
+    worker as Ctrl+C would, with its trial's checkpoint."""
+
+    def __init__(
+        self, folder: "CheckpointStore", interrupt: SearchInterrupt, every: Optional[float] = None
+    ) -> None:
+        self.folder, self.interrupt = folder, interrupt
+        self.every = (
+            every if every is not None else (FOLDER_POLL_S if folder.is_local else BUCKET_POLL_S)
+        )
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._watch, name="det-lightning-cancel", daemon=True
+        )
+
+    def __enter__(self) -> "CancelWatcher":
+        self.interrupt._lookers.append(self.look)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.interrupt._lookers.remove(self.look)
+
+    def look(self) -> None:
+        """Reads the mark once; passes it on when it is there."""
+        from det_lightning._runner._record import cancel_mark
+
+        if self.interrupt.received is None:
+            mark = cancel_mark(self.folder)  # None when it cannot be read: looked for again
+            if mark is not None:
+                self.interrupt.cancel(mark)
+
+    def _watch(self) -> None:
+        while not self._stop.wait(self.every) and self.interrupt.received is None:
+            self.look()

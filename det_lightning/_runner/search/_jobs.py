@@ -223,10 +223,13 @@ def run_trial(
     process killed, once ``lost`` is set (another worker took the trial over).
 
     Raises:
-        errors.TrialPreempted: a signal stopped the trial (or came before it started).
+        errors.TrialPreempted: a signal or the experiment's cancel stopped the trial (or came
+            before it started).
     """
+    interrupt.look()
     if interrupt.received is not None:
-        raise errors.TrialPreempted("the search was stopped by a signal before this trial began.")
+        how = "canceled" if interrupt.canceled is not None else "stopped by a signal"
+        raise errors.TrialPreempted(f"the search was {how} before this trial began.")
     process = starter.start(request)
     try:
         with interrupt.forwarding(process.signal):
