@@ -317,9 +317,9 @@ class Determined:
             f"config-{digest}.yaml" if folder.name == name else f"{name}-{digest}.yaml"
         )
         if not path.exists() or path.read_text() != text:
-            partial = path.with_name(f".{path.name}.{os.getpid()}")
-            partial.write_text(text)
-            os.replace(partial, path)
+            from det_lightning.pytorch._local_store import replace_file
+
+            replace_file(path, text.encode())
         return str(path)
 
     @staticmethod

@@ -151,37 +151,26 @@ class LocalStore(CheckpointStore):
         return self.child(uuid)
 
     def write_once(self, name: str, data: bytes) -> None:
-        """Through a temporary file linked into place (never overwriting)."""
+        """Through a hidden copy linked into place (never overwriting)."""
         self.path.mkdir(parents=True, exist_ok=True)
         if (self.path / name).exists():
             return
-        partial = self.path / f".{name}.{uuid.uuid4().hex}"
-        # The umask's mode, as any file the user writes (a temporary file's 0600 kept the
-        # record from the team sharing the folder).
-        with os.fdopen(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), "wb") as out:
-            out.write(data)
+        partial = _written_beside(self.path / name, data)
         try:
             os.link(partial, self.path / name)  # fails if another process wrote it first
         except FileExistsError:
             pass
         finally:
-            pathlib.Path(partial).unlink()
+            partial.unlink()
+        _fsync_dir(self.path)
 
     def set_file(self, name: str, data: Optional[bytes]) -> None:
-        """A temporary file in the umask's mode, renamed over ``name``."""
+        """A hidden copy renamed over ``name`` (``replace_file``)."""
         if data is None:
             (self.path / name).unlink(missing_ok=True)
             return
         self.path.mkdir(parents=True, exist_ok=True)
-        partial = self.path / f".{name}.{uuid.uuid4().hex}"
-        try:
-            with os.fdopen(
-                os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), "wb"
-            ) as f:
-                f.write(data)
-            os.replace(partial, self.path / name)
-        finally:
-            partial.unlink(missing_ok=True)
+        replace_file(self.path / name, data)
 
     def remove_all(self) -> None:
         hidden = self.path.with_name(f".{self.path.name}{DELETING_SUFFIX}")
@@ -371,6 +360,38 @@ def _fsync_tree(path: pathlib.Path) -> None:
         if entry.is_file() and entry.suffix in (".pth", ".pkl", ".json"):
             with open(entry, "rb") as f:
                 os.fsync(f.fileno())
+
+
+def _written_beside(path: pathlib.Path, data: bytes) -> pathlib.Path:
+    """``data`` in a new hidden file beside ``path``, on disk (fsync), in the umask's mode as
+    any file the user writes (a temporary file's 0600 kept a record from the team sharing the
+    folder). A failed write (a full disk) leaves no file."""
+    partial = path.with_name(f".{path.name}.{uuid.uuid4().hex}")
+    try:
+        with os.fdopen(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), "wb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+    return partial
+
+
+def replace_file(path: pathlib.Path, data: bytes) -> None:
+    """Writes ``data`` as ``path``, replacing what is there at once for every reader (a hidden
+    copy renamed over it): a reader, a crash or a full disk never leaves it half written, and
+    nothing else is left beside it. Its folder must exist.
+
+    Raises:
+        OSError: it could not be written (what was there is unchanged).
+    """
+    partial = _written_beside(path, data)
+    try:
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)
+    _fsync_dir(path.parent)
 
 
 def _fsync_dir(path: pathlib.Path) -> None:

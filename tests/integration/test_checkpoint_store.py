@@ -264,6 +264,30 @@ def test_a_record_is_readable_as_the_umask_allows(tmp_path: pathlib.Path) -> Non
     assert [p.name for p in (tmp_path / "shared").iterdir()] == ["experiment.json"]
 
 
+def test_a_small_file_that_cannot_be_written_leaves_what_was_there(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full disk when the record or the cancel mark is flushed: the call raises, the file
+    is as it was (or still absent), and no hidden copy is left beside it."""
+    import errno
+    import os
+
+    store = LocalStore(tmp_path / "experiment")
+    store.set_file("canceled.json", b"first")
+
+    def full(fd: int) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(OSError, match="No space left"):
+        store.set_file("canceled.json", b"second")
+    with pytest.raises(OSError, match="No space left"):
+        store.write_once("experiment.json", b"{}")
+    monkeypatch.undo()
+    assert store.read_once("canceled.json") == b"first"
+    assert sorted(p.name for p in (tmp_path / "experiment").iterdir()) == ["canceled.json"]
+
+
 # ----- deleting and sweeping ------------------------------------------------------------------
 def test_delete_removes_the_checkpoint_and_its_mark(kind: Kind) -> None:
     store = kind.store
