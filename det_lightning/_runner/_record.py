@@ -64,7 +64,7 @@ def cancel_mark(folder: CheckpointStore) -> Optional[Dict[str, Any]]:
     try:
         data = folder.read_once(CANCEL_NAME)
         mark = json.loads(data) if data is not None else None
-    except (OSError, ValueError):
+    except Exception:  # any store's failure to read (a bucket's own errors)
         return None
     return mark if isinstance(mark, dict) else None
 

@@ -22,6 +22,7 @@ as on a cluster; configuration errors stop everything before the first trial. Re
 command continues the experiment.
 """
 
+import dataclasses
 import logging
 import os
 import sys
@@ -145,7 +146,14 @@ def _report(
     *,
     canceled: Optional[Dict[str, Any]] = None,
 ) -> None:
-    """The summary table on stdout; after a signal or a cancel, how to continue on stderr."""
+    """The summary table on stdout; after a signal or a cancel, how to continue on stderr.
+    A canceled experiment's trials that stopped before their end are CANCELED, as the client
+    and Determined show them."""
+    if canceled is not None:
+        stopped = ("INTERRUPTED", "RUNNING")
+        results = [
+            dataclasses.replace(r, status="CANCELED") if r.status in stopped else r for r in results
+        ]
     searcher = plan.config.searcher_config
     table = format_summary(
         results,

@@ -486,6 +486,7 @@ def test_a_cancel_from_anywhere_stops_the_running_experiment(
     log = _log(runner)
     assert "The experiment was canceled (kill() at" in log, log
     assert f"experiment {runner.id} was canceled (kill() at" in log and "Traceback" not in log
+    assert any(line.split()[:2] == ["1", "CANCELED"] for line in log.splitlines()), log
     assert elsewhere.wait(interval=0.2) is client.ExperimentState.CANCELED
     assert elsewhere.list_trials()[0].state is client.TrialState.CANCELED
     stopped_at = max(e.metadata["steps_completed"] for e in ckpt.list_local(trial_dir))

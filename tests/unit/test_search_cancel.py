@@ -71,3 +71,31 @@ def test_no_trial_starts_once_the_experiment_is_canceled(tmp_path: pathlib.Path)
         with pytest.raises(errors.TrialPreempted, match="canceled before this trial began"):
             run_trial(NoStarts(), interrupt, None, None)  # type: ignore[arg-type]
     assert interrupt.received == "cancel"
+
+
+def test_a_failing_read_is_looked_at_again_not_raised(tmp_path: pathlib.Path) -> None:
+    """A bucket's own error (not an OSError) while reading the mark neither ends the watcher's
+    thread nor the search (``look`` runs before each trial): the next look reads it."""
+
+    class Flaky(LocalStore):
+        failures = 3
+
+        def read_once(self, name: str) -> "bytes | None":
+            if Flaky.failures:
+                Flaky.failures -= 1
+                raise RuntimeError("the endpoint answered 500")
+            return super().read_once(name)
+
+    folder = Flaky(tmp_path / "experiment")
+    mark_canceled(folder, "cancel")
+    interrupt = SearchInterrupt()
+    with CancelWatcher(folder, interrupt, every=3600.0):
+        interrupt.look()  # raises nothing
+        assert interrupt.received is None and Flaky.failures == 2
+    seen = threading.Event()
+    with (
+        CancelWatcher(folder, interrupt, every=0.05),
+        interrupt.forwarding(lambda signum: seen.set()),
+    ):
+        assert seen.wait(30) and Flaky.failures == 0
+    assert interrupt.received == "cancel"

@@ -151,7 +151,7 @@ class CancelWatcher:
 
     def __exit__(self, *exc_info: Any) -> None:
         self._stop.set()
-        self._thread.join()
+        self._thread.join(self.every)  # not longer: a read a silent bucket holds up is let be
         self.interrupt._lookers.remove(self.look)
 
     def look(self) -> None:
