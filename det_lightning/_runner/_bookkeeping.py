@@ -112,9 +112,16 @@ def state(trials: List[TrialResult], max_trials: Optional[int], canceled: bool =
     return "CANCELED" if canceled else "PAUSED"
 
 
-def is_canceled(root: CheckpointStore, experiment_id: str) -> bool:
-    """Whether experiment ``experiment_id`` under ``root`` has its cancel mark."""
-    return cancel_mark(root / experiment_id) is not None
+def state_of(
+    root: CheckpointStore, experiment_id: str, trials: List[TrialResult], total: Optional[int]
+) -> str:
+    """``state`` of experiment ``experiment_id`` under ``root``, its cancel mark read:
+    STOPPING_KILLED where it stops after a ``kill`` (as the client shows it)."""
+    mark = cancel_mark(root / experiment_id)
+    words = state(trials, total, mark is not None)
+    if words == "STOPPING_CANCELED" and (mark or {}).get("by") == "kill":
+        return "STOPPING_KILLED"
+    return words
 
 
 class FoundCheckpoint(NamedTuple):
@@ -228,7 +235,7 @@ def _list(root: CheckpointStore, storage: Optional[str]) -> int:
                 record["id"],
                 str(record.get("name")),
                 searcher.name,
-                state(trials, total, is_canceled(root, record["id"])),
+                state_of(root, record["id"], trials, total),
                 str(len(trials)),
                 shown,
                 str(record.get("created")),
@@ -251,7 +258,7 @@ def _describe(root: CheckpointStore, experiment_id: str, storage: Optional[str])
     plan = _plan_of(root, record)
     trials = search_summary(plan, storage)
     total = 1 if searcher.name == "single" else None
-    words = state(trials, total, is_canceled(root, record["id"]))
+    words = state_of(root, record["id"], trials, total)
     print(f"experiment {record['id']} ({record.get('name')}): {words}")
     seed = seed_of(plan, storage)
     print(f"searcher {searcher.name}; experiment seed {seed}; created {record.get('created')}")

@@ -479,6 +479,8 @@ def test_a_cancel_from_anywhere_stops_the_running_experiment(
         capsys.readouterr()
         assert cli.main(["experiment", "kill", runner.id, "--checkpoint-dir", str(root)]) == 0
         assert capsys.readouterr().out == f"experiment {runner.id}: STOPPING_KILLED\n"
+        assert cli.main(["experiment", "list", "--checkpoint-dir", str(root)]) == 0
+        assert capsys.readouterr().out.splitlines()[1].split()[3] == "STOPPING_KILLED"
         before = max(e.metadata["steps_completed"] for e in ckpt.list_local(trial_dir))
     finally:
         os.killpg(runner._process.pid, signal.SIGCONT)
