@@ -23,7 +23,7 @@ from typing import Any, Dict, List, NamedTuple, Optional
 
 from det_lightning import errors
 from det_lightning._env import CHECKPOINT_DIR_ENV
-from det_lightning._runner._record import RECORD_NAME, cancel_mark
+from det_lightning._runner._record import RECORD_NAME, cancel_mark, canceled_by
 from det_lightning._runner.config._searcher import SearcherConfig
 from det_lightning._runner.trial import FINISHED, INVALID_HP, TrialResult
 from det_lightning.pytorch import _checkpoint as ckpt
@@ -119,9 +119,16 @@ def state_of(
     STOPPING_KILLED where it stops after a ``kill`` (as the client shows it)."""
     mark = cancel_mark(root / experiment_id)
     words = state(trials, total, mark is not None)
-    if words == "STOPPING_CANCELED" and (mark or {}).get("by") == "kill":
-        return "STOPPING_KILLED"
-    return words
+    return stopping(mark) if mark is not None and words == "STOPPING_CANCELED" else words
+
+
+def stopping(mark: Dict[str, Any]) -> str:
+    """The state of an experiment canceled by ``mark`` while it still runs.
+
+    >>> stopping({"by": "kill"}), stopping({"by": "cancel"})
+    ('STOPPING_KILLED', 'STOPPING_CANCELED')
+    """
+    return "STOPPING_KILLED" if canceled_by(mark) == "kill" else "STOPPING_CANCELED"
 
 
 class FoundCheckpoint(NamedTuple):

@@ -69,6 +69,16 @@ def cancel_mark(folder: CheckpointStore) -> Optional[Dict[str, Any]]:
     return mark if isinstance(mark, dict) else None
 
 
+def canceled_by(mark: Dict[str, Any]) -> str:
+    """``kill`` or ``cancel``: the client's method that wrote ``mark`` (``cancel`` for a mark
+    that does not say).
+
+    >>> canceled_by({"by": "kill"}), canceled_by({})
+    ('kill', 'cancel')
+    """
+    return "kill" if mark.get("by") == "kill" else "cancel"
+
+
 def mark_canceled(folder: CheckpointStore, by: str) -> None:
     """Records that the experiment in ``folder`` was canceled (``by``: the client's method).
 
@@ -92,6 +102,7 @@ __all__ = [
     "CANCEL_NAME",
     "RECORD_NAME",
     "cancel_mark",
+    "canceled_by",
     "clear_cancel",
     "experiment_record",
     "mark_canceled",

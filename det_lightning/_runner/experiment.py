@@ -31,7 +31,12 @@ from typing import Any, Dict, Optional, Sequence
 
 from det_lightning import errors
 from det_lightning._env import SEARCH_WORKER_ENV
-from det_lightning._runner._record import cancel_mark, clear_cancel, write_experiment_record
+from det_lightning._runner._record import (
+    cancel_mark,
+    canceled_by,
+    clear_cancel,
+    write_experiment_record,
+)
 from det_lightning._runner.plan import Plan
 from det_lightning._runner.summary import best_trial, format_summary, terminal_width
 from det_lightning._runner.trial import FINISHED, INVALID_HP, TrialResult
@@ -122,9 +127,9 @@ def canceled_note(experiment_id: str, mark: Dict[str, Any]) -> str:
     >>> print(canceled_note("mnist-3f2a9c01de", {"by": "cancel", "canceled": "12:00"}))
     det-lightning experiment: experiment mnist-3f2a9c01de was canceled (cancel() at 12:00); its trials stopped with a checkpoint. `det-lightning experiment activate mnist-3f2a9c01de`, or the same command again, continues it. Exiting with status 1.
     """
-    by = "kill" if mark.get("by") == "kill" else "cancel"
     return (
-        f"det-lightning experiment: experiment {experiment_id} was canceled ({by}() at "
+        f"det-lightning experiment: experiment {experiment_id} was canceled "
+        f"({canceled_by(mark)}() at "
         f"{mark.get('canceled')}); its trials stopped with a checkpoint. `det-lightning "
         f"experiment activate {experiment_id}`, or the same command again, continues it. "
         "Exiting with status 1."

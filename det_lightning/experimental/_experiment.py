@@ -97,7 +97,7 @@ class Experiment:
         return SearcherConfig.from_experiment(self.config or {})
 
     def _hydrate(self, record: Dict[str, Any]) -> None:
-        from det_lightning._runner._bookkeeping import state, trials_of
+        from det_lightning._runner._bookkeeping import state, stopping, trials_of
         from det_lightning._runner._record import cancel_mark
 
         self._record = record
@@ -119,10 +119,7 @@ class Experiment:
         live = running or (self._process is None and words in ("ACTIVE", "STOPPING_CANCELED"))
         if mark is not None and words != "COMPLETED" and live:
             # the process that runs it sees the mark and stops its trials (_interrupt)
-            killed = mark.get("by") == "kill"
-            self.state = (
-                ExperimentState.STOPPING_KILLED if killed else ExperimentState.STOPPING_CANCELED
-            )
+            self.state = ExperimentState[stopping(mark)]
         elif canceled and words != "COMPLETED":
             self.state = ExperimentState.CANCELED  # its trials' records may still say RUNNING
         elif running and words != "COMPLETED":
@@ -447,7 +444,9 @@ class Experiment:
             from det_lightning._runner.search._storage import delete_studies
 
             delete_studies(self._session._storage, self._id)
-        folder.remove_all()  # the journal beside its checkpoints goes with it
+        from det_lightning._runner._record import RECORD_NAME
+
+        folder.remove_all(last=[RECORD_NAME])  # the journal beside its checkpoints goes too
         if not folder.is_local:
             shutil.rmtree(folder.staging(), ignore_errors=True)  # its local copies, journal
         if not self._delete_tensorboard_files():

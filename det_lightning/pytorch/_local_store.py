@@ -32,7 +32,7 @@ import pathlib
 import shutil
 import tempfile
 import uuid
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from det_lightning import errors
 from det_lightning.pytorch import _checkpoint as ckpt
@@ -172,7 +172,7 @@ class LocalStore(CheckpointStore):
         self.path.mkdir(parents=True, exist_ok=True)
         replace_file(self.path / name, data)
 
-    def remove_all(self) -> None:
+    def remove_all(self, last: Sequence[str] = ()) -> None:
         hidden = self.path.with_name(f".{self.path.name}{DELETING_SUFFIX}")
         try:
             os.replace(self.path, hidden)  # gone from its name for every reader at once

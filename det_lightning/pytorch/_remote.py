@@ -37,7 +37,19 @@ import shutil
 import socket
 import tempfile
 import uuid as uuid_lib
-from typing import Any, Callable, Coroutine, Dict, Iterator, List, Optional, Set, Tuple, Union
+from typing import (
+    Any,
+    Callable,
+    Coroutine,
+    Dict,
+    Iterator,
+    List,
+    Optional,
+    Sequence,
+    Set,
+    Tuple,
+    Union,
+)
 
 from det_lightning import errors
 from det_lightning._job_processes import pid_alive
@@ -497,21 +509,21 @@ class ObjectStore(CheckpointStore):
                 f"{credentials_note(self.scheme, self.options)}"
             ) from e
 
-    def remove_all(self) -> None:
-        """In three stages, each checked by listing what is left (S3 answers a many-key delete
-        with 200 and an error per refused key, and s3fs's ``rm`` does not raise): the
-        checkpoints' markers (each checkpoint vanishes for every reader at once), the other
-        objects of its subfolders, its own files (``experiment.json`` last: until then the
+    def remove_all(self, last: Sequence[str] = ()) -> None:
+        """In stages, each checked by listing what is left (S3 answers a many-key delete with
+        200 and an error per refused key, and s3fs's ``rm`` does not raise): the checkpoints'
+        markers (each checkpoint vanishes for every reader at once), the other objects of its
+        subfolders, its own files, those named in ``last`` (``experiment.json``: until then the
         experiment is listed and can be deleted again)."""
         fs = self.filesystem()
         base = self.key + "/"
         try:
             found = [str(k) for k in fs.find(self.key)]
-            nested = [k for k in found if "/" in k[len(base) :]]
-            markers = [k for k in nested if k.rsplit("/", 1)[1] == MARKER]
-            stages = [markers, [k for k in nested if k not in markers]]
-            stages.append([k for k in found if k not in nested])
-            for keys in stages:
+            nested = {k for k in found if "/" in k[len(base) :]}
+            markers = {k for k in nested if k.rsplit("/", 1)[1] == MARKER}
+            final = {f"{base}{name}" for name in last} & set(found)
+            own = set(found) - nested - final
+            for keys in (sorted(markers), sorted(nested - markers), sorted(own), sorted(final)):
                 if not keys:
                     continue
                 fs.rm(keys)

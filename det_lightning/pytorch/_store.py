@@ -40,7 +40,17 @@ before the takeover.
 import abc
 import contextlib
 import pathlib
-from typing import Any, Callable, ContextManager, Dict, Iterator, List, Optional, Tuple
+from typing import (
+    Any,
+    Callable,
+    ContextManager,
+    Dict,
+    Iterator,
+    List,
+    Optional,
+    Sequence,
+    Tuple,
+)
 
 from det_lightning.pytorch import _checkpoint as ckpt
 from det_lightning.pytorch._identity import IDENTITY_KEY, RunIdentity, saved_identity
@@ -249,12 +259,13 @@ class CheckpointStore(abc.ABC):
         """
 
     @abc.abstractmethod
-    def remove_all(self) -> None:
+    def remove_all(self, last: Sequence[str] = ()) -> None:
         """Removes this store's folder with everything in it (an experiment's, deleted): on a
         disk at once (renamed to a hidden name, then removed); in a bucket the objects of its
-        subfolders first and its own files last, so that a removal that failed half way still
-        shows what it was (an ``experiment.json``) and can be run again. A folder that is not
-        there counts as removed.
+        subfolders first, then its own files, the files named in ``last`` after all else, so
+        that a removal that failed half way still shows what it was (``last``: its
+        ``experiment.json``) and can be run again. A folder that is not there counts as
+        removed.
 
         Raises:
             OSError: nothing could be removed, or (a bucket: ``CheckpointStorageError``) part

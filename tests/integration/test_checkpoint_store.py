@@ -216,22 +216,24 @@ def test_remove_all_removes_a_namespace_and_leaves_its_siblings(kind: Kind) -> N
         assert [p.name for p in pathlib.Path(str(kind.store)).iterdir()] == ["exp-b"]
 
 
-@pytest.mark.parametrize("refused", [f"/{MARKER}", "/model_def.py"])
+@pytest.mark.parametrize("refused", [f"/{MARKER}", "/model_def.py", "/canceled.json"])
 def test_a_bucket_removal_refused_half_way_shows_no_half_checkpoint(
     s3_server: S3, refused: str
 ) -> None:
     """A bucket policy denies deleting some objects: S3 answers a many-key delete with 200 and
     an error per refused key, and s3fs's ``rm`` does not raise. ``remove_all`` checks what is
     left after each stage and raises; the markers go first, so every checkpoint is whole (its
-    marker refused) or listed by no one (a file refused), the experiment's record stays until
-    the end, and a second run finishes the removal."""
+    marker refused) or listed by no one (a file refused), the experiment's record (``last``)
+    stays until the end, also when one of its other own files is refused, and a second run
+    finishes the removal."""
     mine = ObjectStore(s3_server.url("root")) / "exp-a"
     mine.write_once("experiment.json", b"{}")
+    mine.set_file("canceled.json", b"{}")
     save(mine / "trial-1", U1, 3)
     save(mine / "trial-2", U2, 5)
     with s3_server.refusing_deletes(refused) as paths:
         with pytest.raises(errors.CheckpointStorageError, match="run it again"):
-            mine.remove_all()
+            mine.remove_all(last=["experiment.json"])
     assert paths, "the server was never asked to delete them"
     assert mine.read_once("experiment.json") == b"{}"  # still listed: it can be deleted again
     whole = refused == f"/{MARKER}"
@@ -239,7 +241,7 @@ def test_a_bucket_removal_refused_half_way_shows_no_half_checkpoint(
     assert names(mine / "trial-2") == ([U2] if whole else [])
     if not whole:  # nothing of either checkpoint is read as one
         assert (mine / "trial-1").damaged() == [] and (mine / "trial-1").latest() is None
-    mine.remove_all()
+    mine.remove_all(last=["experiment.json"])
     assert s3_server.keys("root") == []
 
 

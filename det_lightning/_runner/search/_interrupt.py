@@ -23,7 +23,7 @@ import shlex
 import signal
 import threading
 from types import FrameType
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, Optional, Sequence
 
 if TYPE_CHECKING:
     from det_lightning.pytorch._store import CheckpointStore
@@ -60,7 +60,7 @@ class SearchInterrupt:
         self._previous: Dict[int, Any] = {}
         self._forward: Optional[Callable[[int], None]] = None
         self._lock = threading.Lock()  # the watcher's thread against forwarding()
-        self._lookers: List[Callable[[], None]] = []
+        self.looker: Optional[Callable[[], None]] = None  # a CancelWatcher's look, while on
 
     def __enter__(self) -> "SearchInterrupt":
         if threading.current_thread() is threading.main_thread():  # else: no handlers at all
@@ -89,11 +89,13 @@ class SearchInterrupt:
     def cancel(self, mark: Dict[str, Any]) -> None:
         """The experiment was canceled (``mark``: its ``canceled.json``): as a first SIGTERM,
         unless a signal came first."""
+        from det_lightning._runner._record import canceled_by
+
         with self._lock:
             if self.received is not None:
                 return
             self.canceled, self._signum = mark, signal.SIGTERM
-            self.received = "kill" if mark.get("by") == "kill" else "cancel"
+            self.received = canceled_by(mark)
             logger.warning(
                 f"The experiment was canceled ({self.received}() at {mark.get('canceled')}): "
                 "the search starts no other trial; a trial training stops with a checkpoint. "
@@ -105,8 +107,8 @@ class SearchInterrupt:
     def look(self) -> None:
         """Looks for the experiment's cancel now (before a trial starts: a cancel seen by a
         reader before the trial was RUNNING stops it before it trains)."""
-        for looker in list(self._lookers):
-            looker()
+        if self.looker is not None:
+            self.looker()
 
     @contextlib.contextmanager
     def forwarding(self, send: Callable[[int], None]) -> Iterator[None]:
@@ -145,14 +147,14 @@ class CancelWatcher:
         )
 
     def __enter__(self) -> "CancelWatcher":
-        self.interrupt._lookers.append(self.look)
+        self.interrupt.looker = self.look
         self._thread.start()
         return self
 
     def __exit__(self, *exc_info: Any) -> None:
         self._stop.set()
         self._thread.join(self.every)  # not longer: a read a silent bucket holds up is let be
-        self.interrupt._lookers.remove(self.look)
+        self.interrupt.looker = None
 
     def look(self) -> None:
         """Reads the mark once; passes it on when it is there."""
