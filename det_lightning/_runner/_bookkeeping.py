@@ -23,7 +23,7 @@ from typing import Any, Dict, List, NamedTuple, Optional
 
 from det_lightning import errors
 from det_lightning._env import CHECKPOINT_DIR_ENV
-from det_lightning._runner._record import RECORD_NAME, cancel_mark, canceled_by
+from det_lightning._runner._record import RECORD_NAME, stop_mark, stopped_by
 from det_lightning._runner.config._searcher import SearcherConfig
 from det_lightning._runner.trial import FINISHED, INVALID_HP, TrialResult
 from det_lightning.pytorch import _checkpoint as ckpt
@@ -90,45 +90,48 @@ def seed_of(plan: Any, storage: Optional[str]) -> str:
     return f"{seed}" if configured else f"{seed} (drawn)"
 
 
-def state(trials: List[TrialResult], max_trials: Optional[int], canceled: bool = False) -> str:
-    """The experiment's state, Determined's words: ACTIVE while a trial runs (STOPPING_CANCELED
-    once a client canceled it: ``canceled``, its ``canceled.json`` is there, and the process
-    that runs it is stopping), COMPLETED once every trial ended, else CANCELED when a client
-    canceled it, else PAUSED (rerun the command to continue).
+def state(trials: List[TrialResult], max_trials: Optional[int], by: Optional[str] = None) -> str:
+    """The experiment's state, Determined's words: ACTIVE while a trial runs, COMPLETED once
+    every trial ended, else PAUSED (rerun the command to continue). ``by``: the client's method
+    whose mark is there (``_record.stopped_by``): after a ``cancel`` (``kill``) it is
+    STOPPING_CANCELED (STOPPING_KILLED) while the process that runs it stops its trials, then
+    CANCELED; after a ``pause``, PAUSED at once, as on Determined.
 
     >>> state([TrialResult(1, {}, "COMPLETED")], 1), state([TrialResult(1, {}, "RUNNING")], 2)
     ('COMPLETED', 'ACTIVE')
-    >>> state([TrialResult(1, {}, "INTERRUPTED")], 1, canceled=True)
+    >>> state([TrialResult(1, {}, "INTERRUPTED")], 1, by="cancel")
     'CANCELED'
-    >>> state([TrialResult(1, {}, "RUNNING")], 1, canceled=True)
-    'STOPPING_CANCELED'
+    >>> [state([TrialResult(1, {}, "RUNNING")], 1, by) for by in ("cancel", "kill", "pause")]
+    ['STOPPING_CANCELED', 'STOPPING_KILLED', 'PAUSED']
     """
     if any(t.status == "RUNNING" for t in trials):
-        return "STOPPING_CANCELED" if canceled else "ACTIVE"
+        return stopped_state(by, live=True) if by is not None else "ACTIVE"
     ended = [t for t in trials if t.status in (*FINISHED, "ERROR", INVALID_HP)]
     done = len(ended) == len(trials) and (max_trials is None or len(trials) >= max_trials)
     if trials and done:
         return "COMPLETED"
-    return "CANCELED" if canceled else "PAUSED"
+    return stopped_state(by, live=False) if by is not None else "PAUSED"
+
+
+def stopped_state(by: str, live: bool) -> str:
+    """The state of an experiment a client's ``by`` (``cancel``, ``kill``, ``pause``) stopped
+    before its end: while the process that runs it still stops its trials (``live``), then
+    after.
+
+    >>> stopped_state("kill", True), stopped_state("kill", False), stopped_state("pause", True)
+    ('STOPPING_KILLED', 'CANCELED', 'PAUSED')
+    """
+    if by == "pause":
+        return "PAUSED"
+    return ("STOPPING_KILLED" if by == "kill" else "STOPPING_CANCELED") if live else "CANCELED"
 
 
 def state_of(
     root: CheckpointStore, experiment_id: str, trials: List[TrialResult], total: Optional[int]
 ) -> str:
-    """``state`` of experiment ``experiment_id`` under ``root``, its cancel mark read:
-    STOPPING_KILLED where it stops after a ``kill`` (as the client shows it)."""
-    mark = cancel_mark(root / experiment_id)
-    words = state(trials, total, mark is not None)
-    return stopping(mark) if mark is not None and words == "STOPPING_CANCELED" else words
-
-
-def stopping(mark: Dict[str, Any]) -> str:
-    """The state of an experiment canceled by ``mark`` while it still runs.
-
-    >>> stopping({"by": "kill"}), stopping({"by": "cancel"})
-    ('STOPPING_KILLED', 'STOPPING_CANCELED')
-    """
-    return "STOPPING_KILLED" if canceled_by(mark) == "kill" else "STOPPING_CANCELED"
+    """``state`` of experiment ``experiment_id`` under ``root``, its marks read."""
+    mark = stop_mark(root / experiment_id)
+    return state(trials, total, stopped_by(mark) if mark is not None else None)
 
 
 class FoundCheckpoint(NamedTuple):

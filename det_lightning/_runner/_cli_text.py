@@ -15,9 +15,9 @@ EXIT_FAILURE = 1
 EPILOG = """\
 exit status:
   0   success (also a search's trial that raised det.InvalidHP: the search drops it)
-  1   a trial or a `check` failed, the experiment was canceled (`experiment cancel
-      ID`; `experiment activate ID` continues it), or the real `determined` was
-      already imported
+  1   a trial or a `check` failed, the experiment was canceled or paused (`experiment
+      cancel|pause ID`; `experiment activate ID` continues it), or the real
+      `determined` was already imported
   2   a usage or configuration error (the message names the option or config key)
   75  stopped by a signal (SIGINT, SIGTERM) after checkpointing: run the same command
       again to continue (EX_TEMPFAIL)

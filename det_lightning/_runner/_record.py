@@ -7,11 +7,14 @@ it there and leaves it); the bookkeeping commands read it::
      "model_dir": "/home/me/mnist", "tensorboard_dir": "/home/me/tensorboard/mnist-3f2a9c01de",
      "created": "2026-11-27T06:40:00+00:00", "config": {...}}
 
-Beside it, ``canceled.json`` while the experiment is canceled (the client's ``cancel()`` or
-``kill()``: its state is then ``CANCELED``, terminal, for every reader); a rerun of its command
-removes it and continues the experiment::
+Beside it, the marks a client's ``cancel()``, ``kill()`` or ``pause()`` leaves, from any
+process or machine: ``canceled.json`` while the experiment is canceled (its state is then
+``CANCELED``, terminal, for every reader), ``paused.json`` while it is paused. The process that
+runs it stops its trials with a checkpoint when it sees either (``search._interrupt``); a rerun
+of its command (or ``activate()``) removes both and continues the experiment::
 
     {"canceled": "2026-11-29T10:40:00+00:00", "by": "kill"}
+    {"paused": "2026-11-30T09:12:00+00:00", "by": "pause"}
 """
 
 import datetime
@@ -23,6 +26,7 @@ from det_lightning.pytorch._store import CheckpointStore
 
 RECORD_NAME = "experiment.json"
 CANCEL_NAME = "canceled.json"
+PAUSE_NAME = "paused.json"
 
 
 def experiment_record(plan: Plan) -> Dict[str, Any]:
@@ -58,53 +62,92 @@ def write_experiment_record(plan: Plan) -> None:
         ) from None
 
 
+def _read_mark(folder: CheckpointStore, name: str) -> Optional[Dict[str, Any]]:
+    """The mark ``name`` in ``folder``; None when it is not there (or not a mark).
+
+    Raises:
+        Exception: any store's failure to read (a bucket's own errors).
+    """
+    data = folder.read_once(name)
+    mark = json.loads(data) if data is not None else None
+    return mark if isinstance(mark, dict) else None
+
+
 def cancel_mark(folder: CheckpointStore) -> Optional[Dict[str, Any]]:
     """The experiment's ``canceled.json`` (``folder``: the experiment's), or None when it is
     not canceled (or the mark cannot be read: the state then reads as it would without it)."""
     try:
-        data = folder.read_once(CANCEL_NAME)
-        mark = json.loads(data) if data is not None else None
+        return _read_mark(folder, CANCEL_NAME)
+    except Exception:
+        return None
+
+
+def stop_mark(folder: CheckpointStore) -> Optional[Dict[str, Any]]:
+    """The mark that stops the experiment in ``folder``: its ``canceled.json``, else its
+    ``paused.json`` (a cancel outranks a pause), else None; None also when either cannot be
+    read (a pause is not taken for a cancel that could not be read: looked for again)."""
+    try:
+        canceled = _read_mark(folder, CANCEL_NAME)
+        paused = _read_mark(folder, PAUSE_NAME) if canceled is None else None
     except Exception:  # any store's failure to read (a bucket's own errors)
         return None
-    return mark if isinstance(mark, dict) else None
+    if canceled is not None:
+        return canceled
+    return {**paused, "by": "pause"} if paused is not None else None
 
 
-def canceled_by(mark: Dict[str, Any]) -> str:
-    """``kill`` or ``cancel``: the client's method that wrote ``mark`` (``cancel`` for a mark
-    that does not say).
+def stopped_by(mark: Dict[str, Any]) -> str:
+    """``kill``, ``cancel`` or ``pause``: the client's method that wrote ``mark``
+    (``cancel`` for a cancel mark that does not say).
 
-    >>> canceled_by({"by": "kill"}), canceled_by({})
-    ('kill', 'cancel')
+    >>> stopped_by({"by": "kill"}), stopped_by({}), stopped_by({"by": "pause"})
+    ('kill', 'cancel', 'pause')
     """
-    return "kill" if mark.get("by") == "kill" else "cancel"
+    by = mark.get("by")
+    return by if by in ("kill", "pause") else "cancel"
 
 
-def mark_canceled(folder: CheckpointStore, by: str) -> None:
-    """Records that the experiment in ``folder`` was canceled (``by``: the client's method).
+def stopped_at(mark: Dict[str, Any]) -> str:
+    """When ``mark`` was written (UTC, ISO 8601).
+
+    >>> stopped_at({"paused": "2026-11-30T09:12:00+00:00", "by": "pause"})
+    '2026-11-30T09:12:00+00:00'
+    """
+    return str(mark.get("paused" if stopped_by(mark) == "pause" else "canceled", "?"))
+
+
+def mark_stop(folder: CheckpointStore, by: str) -> None:
+    """Records that the experiment in ``folder`` was canceled or paused (``by``: the client's
+    method, ``cancel``, ``kill`` or ``pause``).
 
     Raises:
         OSError: the folder cannot be written (``CheckpointStorageError`` for a bucket).
     """
     now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    folder.set_file(CANCEL_NAME, json.dumps({"canceled": now, "by": by}).encode())
+    name, key = (PAUSE_NAME, "paused") if by == "pause" else (CANCEL_NAME, "canceled")
+    folder.set_file(name, json.dumps({key: now, "by": by}).encode())
 
 
-def clear_cancel(folder: CheckpointStore) -> Optional[Dict[str, Any]]:
-    """Removes the experiment's cancel mark (a rerun continues the experiment); returns the
-    mark it removed, or None."""
-    mark = cancel_mark(folder)
+def clear_stop(folder: CheckpointStore) -> Optional[Dict[str, Any]]:
+    """Removes the experiment's cancel and pause marks (a rerun continues the experiment);
+    returns the mark that stopped it (``stop_mark``), or None."""
+    mark = stop_mark(folder)
     if mark is not None:
         folder.set_file(CANCEL_NAME, None)
+        folder.set_file(PAUSE_NAME, None)
     return mark
 
 
 __all__ = [
     "CANCEL_NAME",
+    "PAUSE_NAME",
     "RECORD_NAME",
     "cancel_mark",
-    "canceled_by",
-    "clear_cancel",
+    "clear_stop",
     "experiment_record",
-    "mark_canceled",
+    "mark_stop",
+    "stop_mark",
+    "stopped_at",
+    "stopped_by",
     "write_experiment_record",
 ]

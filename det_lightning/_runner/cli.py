@@ -10,7 +10,7 @@ Usage::
     det-lightning check [DIR|CONFIG ...]                  # would each project run? (_check)
     det-lightning experiment list [--checkpoint-dir DIR]  # and `experiment describe ID`,
     det-lightning checkpoint list [ID] [--checkpoint-dir DIR]   # from the files (_bookkeeping)
-    det-lightning experiment activate|cancel|kill|delete ID   # the client's (_commands)
+    det-lightning experiment activate|pause|cancel|kill|delete ID   # the client's (_commands)
 
 Code run by ``run`` and ``experiment`` gets ``det_lightning`` when it imports ``determined``
 (``det_lightning.compat``).
@@ -262,7 +262,7 @@ def _cmd_checkpoint(args: argparse.Namespace) -> int:
 
 # ``experiment ACTION ID``: the client's (``det_lightning.experimental._commands.ACTIONS``,
 # named here so that --help imports no client).
-EXPERIMENT_ACTIONS = ("activate", "cancel", "kill", "delete")
+EXPERIMENT_ACTIONS = ("activate", "pause", "cancel", "kill", "delete")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -313,7 +313,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="run a Determined experiment config locally",
         description="Run a Determined experiment config locally (`experiment list`, "
         "`experiment describe ID` show the experiments under a checkpoint directory; "
-        "`experiment activate|cancel|kill|delete ID` as Determined's): every "
+        "`experiment activate|pause|cancel|kill|delete ID` as Determined's): every "
         "searcher (single: a "
         "search of one trial) on Optuna. The experiment's id is its name and a hash of its "
         "name, hyperparameters, searcher and entrypoint: trial n checkpoints to "

@@ -32,12 +32,14 @@ from typing import Any, Dict, Optional, Sequence
 from det_lightning import errors
 from det_lightning._env import SEARCH_WORKER_ENV
 from det_lightning._runner._record import (
-    cancel_mark,
-    canceled_by,
-    clear_cancel,
+    clear_stop,
+    stop_mark,
+    stopped_at,
+    stopped_by,
     write_experiment_record,
 )
 from det_lightning._runner.plan import Plan
+from det_lightning._runner.search._interrupt import past
 from det_lightning._runner.summary import best_trial, format_summary, terminal_width
 from det_lightning._runner.trial import FINISHED, INVALID_HP, TrialResult
 
@@ -81,11 +83,12 @@ def run_experiment(plan: Plan) -> int:
         results = _worker.search_summary(plan, plan.storage)
     else:
         write_experiment_record(plan)
-        canceled = clear_cancel(plan.checkpoint_root)
-        if canceled is not None:
+        mark = clear_stop(plan.checkpoint_root)
+        if mark is not None:
+            by = stopped_by(mark)
             logger.info(
-                f"Experiment {plan.experiment_id} was canceled ({canceled.get('by')}, "
-                f"{canceled.get('canceled')}); this run continues it."
+                f"Experiment {plan.experiment_id} was {past(by)} ({by}() at "
+                f"{stopped_at(mark)}); this run continues it."
             )
         try:
             outcome = _worker.run_search(plan, plan.storage)
@@ -94,14 +97,14 @@ def run_experiment(plan: Plan) -> int:
             raise  # the command prints its one line
         results, interrupted_by = outcome.trials, outcome.interrupted_by
     interrupted = interrupted_by is not None or any(r.status == "INTERRUPTED" for r in results)
-    canceled = _canceled(plan, results)
+    stopped = _stopped(plan, results)
     chief = os.environ.get("RANK", "0") == "0"
-    if chief and config.checkpoint_storage and not interrupted and canceled is None:
+    if chief and config.checkpoint_storage and not interrupted and stopped is None:
         _retain_experiment_best(plan, results)
     worker = os.environ.get(SEARCH_WORKER_ENV) not in (None, "summary")
     if chief and not worker:  # one report: the chief's, the parent's
-        _report(plan, results, interrupted, started, canceled=canceled)
-    if canceled is not None:  # not 75: a scheduler that requeues on 75 would undo the cancel
+        _report(plan, results, interrupted, started, stopped=stopped)
+    if stopped is not None:  # not 75: a scheduler requeueing on 75 would undo a cancel, a pause
         return 1
     if interrupted:
         return errors.TrialPreempted.EXIT_CODE
@@ -109,28 +112,30 @@ def run_experiment(plan: Plan) -> int:
     return 1 if any(r.status not in (*FINISHED, "RUNNING", INVALID_HP) for r in results) else 0
 
 
-def _canceled(plan: Plan, results: Sequence[TrialResult]) -> Optional[Dict[str, Any]]:
-    """The experiment's cancel mark when a client canceled it before its end (a client's
-    ``cancel()`` seen while it ran, or before: by this worker or another); None otherwise,
-    also when every trial ended first (it stays COMPLETED)."""
+def _stopped(plan: Plan, results: Sequence[TrialResult]) -> Optional[Dict[str, Any]]:
+    """The experiment's cancel or pause mark when a client canceled or paused it before its
+    end (a client's ``cancel()`` or ``pause()`` seen while it ran, or before: by this worker
+    or another); None otherwise, also when every trial ended first (it stays COMPLETED)."""
     from det_lightning._runner._bookkeeping import state
 
-    mark = cancel_mark(plan.checkpoint_root)
+    mark = stop_mark(plan.checkpoint_root)
     if mark is None or state(list(results), plan.search.max_trials) == "COMPLETED":
         return None
     return mark
 
 
-def canceled_note(experiment_id: str, mark: Dict[str, Any]) -> str:
-    """What a canceled experiment's command says last, on stderr.
+def stopped_note(experiment_id: str, mark: Dict[str, Any]) -> str:
+    """What a canceled or paused experiment's command says last, on stderr.
 
-    >>> print(canceled_note("mnist-3f2a9c01de", {"by": "cancel", "canceled": "12:00"}))
+    >>> print(stopped_note("mnist-3f2a9c01de", {"by": "cancel", "canceled": "12:00"}))
     det-lightning experiment: experiment mnist-3f2a9c01de was canceled (cancel() at 12:00); its trials stopped with a checkpoint. `det-lightning experiment activate mnist-3f2a9c01de`, or the same command again, continues it. Exiting with status 1.
+    >>> print(stopped_note("mnist-3f2a9c01de", {"by": "pause", "paused": "12:00"}))
+    det-lightning experiment: experiment mnist-3f2a9c01de was paused (pause() at 12:00); its trials stopped with a checkpoint. `det-lightning experiment activate mnist-3f2a9c01de`, or the same command again, continues it. Exiting with status 1.
     """
+    by = stopped_by(mark)
     return (
-        f"det-lightning experiment: experiment {experiment_id} was canceled "
-        f"({canceled_by(mark)}() at "
-        f"{mark.get('canceled')}); its trials stopped with a checkpoint. `det-lightning "
+        f"det-lightning experiment: experiment {experiment_id} was {past(by)} ({by}() at "
+        f"{stopped_at(mark)}); its trials stopped with a checkpoint. `det-lightning "
         f"experiment activate {experiment_id}`, or the same command again, continues it. "
         "Exiting with status 1."
     )
@@ -149,15 +154,16 @@ def _report(
     interrupted: bool,
     started: float,
     *,
-    canceled: Optional[Dict[str, Any]] = None,
+    stopped: Optional[Dict[str, Any]] = None,
 ) -> None:
-    """The summary table on stdout; after a signal or a cancel, how to continue on stderr.
-    A canceled experiment's trials that stopped before their end are CANCELED, as the client
-    and Determined show them."""
-    if canceled is not None:
-        stopped = ("INTERRUPTED", "RUNNING")
+    """The summary table on stdout; after a signal, a cancel or a pause, how to continue on
+    stderr. A canceled (paused) experiment's trials that stopped before their end are CANCELED
+    (PAUSED), as the client and Determined show them."""
+    if stopped is not None:
+        word = "PAUSED" if stopped_by(stopped) == "pause" else "CANCELED"
         results = [
-            dataclasses.replace(r, status="CANCELED") if r.status in stopped else r for r in results
+            dataclasses.replace(r, status=word) if r.status in ("INTERRUPTED", "RUNNING") else r
+            for r in results
         ]
     searcher = plan.config.searcher_config
     table = format_summary(
@@ -172,8 +178,8 @@ def _report(
     running = sum(1 for r in results if r.status == "RUNNING")
     if running:
         print(f"{running} trial(s) still running in other workers of this search.", flush=True)
-    if canceled is not None:
-        print(canceled_note(plan.experiment_id, canceled), file=sys.stderr, flush=True)
+    if stopped is not None:
+        print(stopped_note(plan.experiment_id, stopped), file=sys.stderr, flush=True)
     elif interrupted:
         print(INTERRUPTED_NOTE, file=sys.stderr, flush=True)
 

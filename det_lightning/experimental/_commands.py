@@ -1,17 +1,21 @@
-"""``det-lightning experiment activate|cancel|kill|delete ID``: the client's
-``Experiment.activate()``, ``cancel()``, ``kill()`` and ``delete()`` from the shell, as
-Determined's ``det experiment activate|cancel|kill|delete`` (``delete`` asks first, as
-Determined's does, unless given ``--yes``)."""
+"""``det-lightning experiment activate|pause|cancel|kill|delete ID``: the client's
+``Experiment.activate()``, ``pause()``, ``cancel()``, ``kill()`` and ``delete()`` from the
+shell, as Determined's ``det experiment activate|pause|cancel|kill|delete`` (``delete`` asks
+first, as Determined's does, unless given ``--yes``)."""
 
 import argparse
 import sys
 from typing import List
 
-ACTIONS = ("activate", "cancel", "kill", "delete")
+ACTIONS = ("activate", "pause", "cancel", "kill", "delete")
 
 _HELP = {
     "activate": "Continue a paused or canceled experiment: its command, from its record, in a "
-    "process of its own (its output: client-<time>.log beside its checkpoints).",
+    "process of its own (its output: client-<time>.log beside its checkpoints). One paused "
+    "while it ran continues once its trials have stopped (this waits for them).",
+    "pause": "Pause an experiment: PAUSED at once. One running, on this machine or any other "
+    "sharing its checkpoint directory, stops its trials with a checkpoint (within seconds) "
+    "and its command exits 1; activate, or a rerun of its command, continues it.",
     "cancel": "Cancel an experiment: CANCELED, terminal (activate, or a rerun of its command, "
     "continues it). One running, on this machine or any other sharing its checkpoint "
     "directory, is STOPPING_CANCELED until its process stops its trials with a checkpoint "

@@ -1,6 +1,6 @@
 """``Experiment``: an experiment's folder under the checkpoint directory, its trials and
-checkpoints; its command's process (``wait``, ``pause`` for one the client started;
-``activate``, ``cancel``, ``kill``, ``delete`` for any)."""
+checkpoints; its command's process (``wait`` for one the client started; ``activate``,
+``pause``, ``cancel``, ``kill``, ``delete`` for any)."""
 
 import os
 import pathlib
@@ -80,6 +80,7 @@ class Experiment:
         self._record: Dict[str, Any] = {}
         self._results: List["TrialResult"] = []
         self._process: Optional[subprocess.Popen] = None
+        self._pausing = False  # paused by a mark while its trials still stop (_hydrate)
         self._command: List[str] = []
         self._log: Optional[pathlib.Path] = None
         # The directory that holds its folder: the client's, or its config's checkpoint_storage
@@ -97,8 +98,8 @@ class Experiment:
         return SearcherConfig.from_experiment(self.config or {})
 
     def _hydrate(self, record: Dict[str, Any]) -> None:
-        from det_lightning._runner._bookkeeping import state, stopping, trials_of
-        from det_lightning._runner._record import cancel_mark
+        from det_lightning._runner._bookkeeping import state, stopped_state, trials_of
+        from det_lightning._runner._record import stop_mark, stopped_by
 
         self._record = record
         self.config = dict(record.get("config") or {})
@@ -110,18 +111,22 @@ class Experiment:
         self._results = trials_of(self._root, record, self._session._storage)
         searcher = self._searcher
         total = 1 if searcher.name == "single" else searcher.max_trials
-        mark = cancel_mark(self._root / self._id)
-        canceled = mark is not None
-        words = state(self._results, total, canceled)
+        mark = stop_mark(self._root / self._id)
+        by = stopped_by(mark) if mark is not None else None
+        words = state(self._results, total, by)
         ended = [r for r in self._results if r.status not in ("RUNNING", "INTERRUPTED")]
         running = self._process is not None and self._process.poll() is None
         # Its trials train: in this client's process, or in another one (whose records say so).
-        live = running or (self._process is None and words in ("ACTIVE", "STOPPING_CANCELED"))
-        if mark is not None and words != "COMPLETED" and live:
-            # the process that runs it sees the mark and stops its trials (_interrupt)
-            self.state = ExperimentState[stopping(mark)]
-        elif canceled and words != "COMPLETED":
-            self.state = ExperimentState.CANCELED  # its trials' records may still say RUNNING
+        live = running or (
+            self._process is None and any(r.status == "RUNNING" for r in self._results)
+        )
+        # Paused by a mark, its trials still stopping (activate() waits for them).
+        self._pausing = by == "pause" and words != "COMPLETED" and live
+        if by is not None and words != "COMPLETED":
+            # STOPPING_CANCELED (STOPPING_KILLED) while the process that runs it sees the mark
+            # and stops its trials (_interrupt), then CANCELED (its trials' records may still
+            # say RUNNING); PAUSED at once.
+            self.state = ExperimentState[stopped_state(by, live)]
         elif running and words != "COMPLETED":
             self.state = ExperimentState.ACTIVE
         elif self._process is not None and self._process.returncode not in (0, 75, None):
@@ -317,10 +322,18 @@ class Experiment:
         )
 
     def pause(self) -> None:
-        """Stops the experiment this client started as Ctrl+C would: its training trials
-        checkpoint; ``activate()`` continues it."""
-        self._stop(self._owned_process("pause"))
-        self.reload()
+        """Pauses the experiment: its state is ``PAUSED`` at once, as on Determined, for every
+        client and ``det-lightning experiment list``. Its training trials stop with a
+        checkpoint, as Ctrl+C stops them, and no other starts: one this client started before
+        this returns; one another process runs (on any machine that shares its folder) within
+        seconds of this call, which returns at once; its command then exits 1 (not 75: a
+        scheduler that requeues on 75 would undo the pause). ``activate()``, or a rerun of its
+        command, continues it. A completed, failed or canceled experiment stays so.
+
+        Raises:
+            CheckpointStorageError: its bucket cannot be written.
+        """
+        self._request_stop("pause")
 
     @staticmethod
     def _stop(process: subprocess.Popen) -> None:
@@ -343,32 +356,39 @@ class Experiment:
         Raises:
             CheckpointStorageError: its bucket cannot be written.
         """
-        self._cancel("cancel")
+        self._request_stop("cancel")
 
     def kill(self) -> None:
         """As ``cancel()`` (``STOPPING_KILLED`` while it stops): Determined's stopped the
         trials at once, without a checkpoint; here they checkpoint first, which Ctrl+C in the
         experiment's own terminal skips."""
-        self._cancel("kill")
+        self._request_stop("kill")
 
-    def _cancel(self, how: str) -> None:
-        from det_lightning._runner._record import mark_canceled
+    def _request_stop(self, how: str) -> None:
+        from det_lightning._runner._record import mark_stop
 
         if self._process is not None:
             self._stop(self._process)  # at once, as Ctrl+C (not twice: the mark comes after)
         self.reload()
         if self.state in TERMINAL_STATES:
-            return  # it completed (or failed) first: that stays its state
+            return  # it completed, failed, or was canceled first: that stays its state
+        if how == "pause" and self.state in (
+            ExperimentState.STOPPING_CANCELED,
+            ExperimentState.STOPPING_KILLED,
+        ):
+            return  # canceled: a pause changes nothing
         # Another process that runs it (here or on any machine sharing its folder) sees the
-        # mark and stops its trials, then ends CANCELED (_interrupt.CancelWatcher).
-        mark_canceled(self._root / self._id, how)
+        # mark and stops its trials, then ends CANCELED or PAUSED (_interrupt.StopWatcher).
+        mark_stop(self._root / self._id, how)
         self.reload()
 
     def activate(self) -> None:
         """Continues the experiment, paused or canceled: reruns its command in a process of
-        its own (the trials resume from their checkpoints; a cancel is taken back). One this
-        client did not start gets the command from its record (its config, model directory
-        and folder). Nothing happens while it runs, nor once it completed.
+        its own (the trials resume from their checkpoints; a cancel or pause is taken back).
+        One this client did not start gets the command from its record (its config, model
+        directory and folder). One paused while another process ran it is continued once
+        that process has stopped its trials (this waits for them). Nothing happens while it
+        runs, nor once it completed.
 
         Raises:
             ValueError: it is stopping after a cancel (``wait()`` for it first).
@@ -378,6 +398,7 @@ class Experiment:
         if self._process is not None and self._process.poll() is None:
             return
         self.reload()
+        self._wait_while_pausing()
         if self.state in (ExperimentState.STOPPING_CANCELED, ExperimentState.STOPPING_KILLED):
             raise ValueError(
                 f"Experiment {self._id} is stopping: it was canceled, and the process that "
@@ -390,6 +411,25 @@ class Experiment:
             print(f"Started experiment {self._id}; its output: {self._log}", file=sys.stderr)
         self._process = self._session._start(self._command, self._log)
         self.reload()
+
+    def _wait_while_pausing(self, interval: float = 0.5) -> None:
+        """Waits until the process that runs the experiment has stopped its trials after a
+        pause (their checkpoints written): a command started before would find them still
+        held, and that process would stop whatever it had started by then."""
+        waited, told = 0.0, False
+        while self._pausing:
+            if not told:
+                print(
+                    f"Experiment {self._id} was paused: waiting for its trials to stop with a "
+                    "checkpoint before continuing it.",
+                    file=sys.stderr,
+                )
+                told = True
+            time.sleep(interval)
+            waited += interval
+            if waited % 60 < interval:
+                print(f"Still waiting for experiment {self._id}'s trials to stop.", file=sys.stderr)
+            self.reload()
 
     def _command_from_record(self) -> "Tuple[List[str], pathlib.Path]":
         """The command that continues this experiment, and its output's file, from its
@@ -410,16 +450,6 @@ class Experiment:
                 "its record does not belong to its folder; run its command by hand."
             )
         return command, log
-
-    def _owned_process(self, what: str) -> subprocess.Popen:
-        if self._process is None:
-            refuse(
-                f"Experiment.{what} of an experiment this client did not start",
-                "Stop its command with Ctrl+C (it checkpoints, exits 75) and rerun the "
-                "command to continue it; or cancel() it from here (its trials checkpoint, "
-                "activate() continues it).",
-            )
-        return self._process
 
     def delete(self) -> None:
         """Deletes the experiment and what it wrote: its folder (checkpoints, trials' files,

@@ -15,6 +15,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from typing import Any, Dict, Iterator, List, Tuple
 
@@ -303,7 +304,7 @@ def test_cancel_and_delete_from_the_shell(
     from det_lightning.experimental._commands import ACTIONS
 
     assert ACTIONS == cli.EXPERIMENT_ACTIONS  # what the command line sends to the client
-    for action in ("cancel", "activate"):  # completed: it stays so, nothing is started
+    for action in ("pause", "cancel", "activate"):  # completed: it stays so, nothing starts
         assert cli.main(["experiment", action, searched["id"], *where]) == 0
         assert capsys.readouterr().out == f"experiment {searched['id']}: COMPLETED\n"
     assert cli.main(["experiment", "delete", "nope", *where]) == 1
@@ -390,8 +391,6 @@ def test_create_experiment_starts_it_and_wait_waits(
     assert str(written) in experiment._command
     trial = experiment.await_first_trial()
     _wait_for_a_checkpoint(root / experiment.id / "trial-1")
-    with pytest.raises(NotImplementedError, match=r"did not start.*Ctrl\+C.*or cancel\(\)"):
-        _client(root).get_experiment(experiment.id).pause()  # runs in another's process
     experiment.pause()  # SIGTERM, as Ctrl+C: the trial checkpoints and the command exits 75
     assert experiment._process is not None and experiment._process.returncode == 75
     assert experiment.state is client.ExperimentState.PAUSED
@@ -446,6 +445,25 @@ def _ended(experiment: client.Experiment, timeout_s: float = 120.0) -> int:
         raise AssertionError(f"still running after {timeout_s} s:\n{_log(experiment)}") from None
 
 
+def _frozen_after_a_checkpoint(
+    tmp_path: pathlib.Path, root: pathlib.Path
+) -> Tuple[client.Experiment, pathlib.Path]:
+    """An experiment started by a client that cannot end on its own, frozen (SIGSTOP to its
+    worker; the trial has a process group of its own) once its trial has a checkpoint; and
+    that trial's folder."""
+    project = _project(tmp_path)
+    config = yaml.safe_load((project / "const.yaml").read_text())
+    config["searcher"]["max_length"] = {"batches": 10_000_000}
+    config["min_validation_period"] = {"batches": 40}
+    config["min_checkpoint_period"] = {"batches": 40}
+    runner = _client(root).create_experiment(config, str(project))
+    trial_dir = root / runner.id / "trial-1"
+    _wait_for_a_checkpoint(trial_dir)
+    assert runner._process is not None
+    os.killpg(runner._process.pid, signal.SIGSTOP)
+    return runner, trial_dir
+
+
 def test_a_cancel_from_anywhere_stops_the_running_experiment(
     tmp_path: pathlib.Path, capsys: pytest.CaptureFixture
 ) -> None:
@@ -459,16 +477,9 @@ def test_a_cancel_from_anywhere_stops_the_running_experiment(
     read while it stops do not depend on how fast it stops."""
     from det_lightning._runner import cli
 
-    project, root = _project(tmp_path), tmp_path / "checkpoints"
-    config = yaml.safe_load((project / "const.yaml").read_text())
-    config["searcher"]["max_length"] = {"batches": 10_000_000}  # it cannot end on its own
-    config["min_validation_period"] = {"batches": 40}
-    config["min_checkpoint_period"] = {"batches": 40}
-    runner = _client(root).create_experiment(config, str(project))
-    trial_dir = root / runner.id / "trial-1"
-    _wait_for_a_checkpoint(trial_dir)
+    root = tmp_path / "checkpoints"
+    runner, trial_dir = _frozen_after_a_checkpoint(tmp_path, root)
     assert runner._process is not None
-    os.killpg(runner._process.pid, signal.SIGSTOP)  # its worker (the trial: its own group)
     try:
         elsewhere = _client(root).get_experiment(runner.id)  # no process of its own
         assert elsewhere.state is client.ExperimentState.ACTIVE
@@ -484,20 +495,74 @@ def test_a_cancel_from_anywhere_stops_the_running_experiment(
         before = max(e.metadata["steps_completed"] for e in ckpt.list_local(trial_dir))
     finally:
         os.killpg(runner._process.pid, signal.SIGCONT)
-    assert _ended(runner) == 1, _log(runner)
-    log = _log(runner)
-    assert "The experiment was canceled (kill() at" in log, log
-    assert f"experiment {runner.id} was canceled (kill() at" in log and "Traceback" not in log
-    assert any(line.split()[:2] == ["1", "CANCELED"] for line in log.splitlines()), log
+    _said_it_stopped(runner, "canceled (kill()", "CANCELED")
     assert elsewhere.wait(interval=0.2) is client.ExperimentState.CANCELED
     assert elsewhere.list_trials()[0].state is client.TrialState.CANCELED
     stopped_at = max(e.metadata["steps_completed"] for e in ckpt.list_local(trial_dir))
-    assert stopped_at > before, log  # it trained on, then checkpointed where it stopped
+    assert stopped_at > before, _log(runner)  # it trained on, then checkpointed where it stopped
 
 
-def _wait_for_a_checkpoint(trial: pathlib.Path, timeout_s: float = 120.0) -> None:
+def test_a_pause_from_anywhere_then_activate(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture
+) -> None:
+    """As on Determined, ``det-lightning experiment pause ID`` (the client's ``pause()``) from
+    any terminal pauses an experiment that runs elsewhere: PAUSED at once for every reader;
+    its process sees the mark, its trial stops with a checkpoint, and the command says so and
+    exits 1 (not 75: a scheduler requeueing on 75 would undo the pause). ``activate()``,
+    called while the trial still stops, waits for it, then continues the experiment from
+    that checkpoint.
+
+    The experiment's process is frozen (SIGSTOP) while it is paused and activated, so that
+    what is read meanwhile does not depend on how fast it stops."""
+    from det_lightning._runner import cli
+
+    root = tmp_path / "checkpoints"
+    runner, trial_dir = _frozen_after_a_checkpoint(tmp_path, root)
+    assert runner._process is not None
+    try:
+        capsys.readouterr()
+        assert cli.main(["experiment", "pause", runner.id, "--checkpoint-dir", str(root)]) == 0
+        assert capsys.readouterr().out == f"experiment {runner.id}: PAUSED\n"
+        elsewhere = _client(root).get_experiment(runner.id)  # no process of its own
+        assert elsewhere.state is client.ExperimentState.PAUSED
+        with pytest.raises(ValueError, match="paused state"):
+            elsewhere.wait(interval=0.2)
+        activating = threading.Thread(target=elsewhere.activate)
+        activating.start()
+        activating.join(0.5)  # it waits for the trial (frozen) to stop: nothing is started
+        assert activating.is_alive() and elsewhere._process is None
+        before = max(e.metadata["steps_completed"] for e in ckpt.list_local(trial_dir))
+    finally:
+        os.killpg(runner._process.pid, signal.SIGCONT)
+    _said_it_stopped(runner, "paused (pause()", "PAUSED")
+    paused_at = max(e.metadata["steps_completed"] for e in ckpt.list_local(trial_dir))
+    assert paused_at > before, _log(runner)  # it trained on, then checkpointed where it stopped
+
+    activating.join(120)
+    assert not activating.is_alive() and elsewhere._process is not None
+    _wait_for_a_checkpoint(trial_dir, after=paused_at)  # it resumed and trained on
+    assert not (root / runner.id / "paused.json").exists()  # the rerun took the pause back
+    elsewhere.kill()  # its own process: stopped as Ctrl+C, then marked
+    assert elsewhere.state is client.ExperimentState.CANCELED
+    resumed = _log(elsewhere)
+    assert f"Experiment {runner.id} was paused (pause() at" in resumed, resumed
+    assert "this run continues it" in resumed and "resum" in resumed, resumed
+
+
+def _said_it_stopped(runner: client.Experiment, how: str, status: str) -> None:
+    """The experiment's command saw its mark (``how``: ``canceled (kill()``), stopped its trial
+    (``status`` in the summary), said so last, and exited 1."""
+    assert _ended(runner) == 1, _log(runner)
+    log = _log(runner)
+    assert f"The experiment was {how} at" in log, log
+    assert f"experiment {runner.id} was {how} at" in log and "Traceback" not in log
+    assert any(line.split()[:2] == ["1", status] for line in log.splitlines()), log
+
+
+def _wait_for_a_checkpoint(trial: pathlib.Path, timeout_s: float = 120.0, after: int = -1) -> None:
+    """Waits for a checkpoint in ``trial`` (one of more than ``after`` steps)."""
     deadline = time.monotonic() + timeout_s
-    while not ckpt.list_local(trial):
+    while not [e for e in ckpt.list_local(trial) if e.metadata["steps_completed"] > after]:
         assert time.monotonic() < deadline, f"no checkpoint in {trial}"
         time.sleep(0.1)
 

@@ -1,5 +1,6 @@
-"""A search stopped by its experiment's cancel mark (``_interrupt.CancelWatcher``): a client's
-``cancel()`` from any process counts as the first SIGTERM, passed on to the trial once."""
+"""A search stopped by its experiment's cancel or pause mark (``_interrupt.StopWatcher``): a
+client's ``cancel()`` or ``pause()`` from any process counts as the first SIGTERM, passed on to
+the trial once."""
 
 import pathlib
 import signal
@@ -9,8 +10,8 @@ from typing import List
 import pytest
 
 from det_lightning import errors
-from det_lightning._runner._record import mark_canceled
-from det_lightning._runner.search._interrupt import CancelWatcher, SearchInterrupt
+from det_lightning._runner._record import clear_stop, mark_stop, stop_mark, stopped_at, stopped_by
+from det_lightning._runner.search._interrupt import SearchInterrupt, StopWatcher
 from det_lightning._runner.search._jobs import run_trial
 from det_lightning.pytorch._local_store import LocalStore
 
@@ -18,18 +19,18 @@ from det_lightning.pytorch._local_store import LocalStore
 def test_a_cancel_is_passed_on_once_before_or_after_the_trial_starts() -> None:
     sent: List[int] = []
     before = SearchInterrupt()
-    before.cancel({"by": "cancel", "canceled": "t"})
+    before.stop({"by": "cancel", "canceled": "t"})
     with before.forwarding(sent.append):  # the trial started after: told at once
-        before.cancel({"by": "kill", "canceled": "t"})  # seen again: nothing more
+        before.stop({"by": "kill", "canceled": "t"})  # seen again: nothing more
     assert sent == [signal.SIGTERM] and before.received == "cancel"
 
     sent.clear()
     after = SearchInterrupt()
     with after.forwarding(sent.append):
         assert sent == []
-        after.cancel({"by": "kill", "canceled": "t"})
+        after.stop({"by": "kill", "canceled": "t"})
     assert sent == [signal.SIGTERM] and after.received == "kill"
-    assert after.canceled == {"by": "kill", "canceled": "t"}
+    assert after.mark == {"by": "kill", "canceled": "t"}
 
 
 def test_a_signal_first_stays_what_stopped_the_search() -> None:
@@ -37,8 +38,8 @@ def test_a_signal_first_stays_what_stopped_the_search() -> None:
     sent: List[int] = []
     with interrupt.forwarding(sent.append):
         interrupt._handle(signal.SIGINT, None)
-        interrupt.cancel({"by": "cancel"})
-    assert interrupt.received == "SIGINT" and interrupt.canceled is None
+        interrupt.stop({"by": "cancel"})
+    assert interrupt.received == "SIGINT" and interrupt.mark is None
     assert sent == [signal.SIGINT]
 
 
@@ -47,30 +48,56 @@ def test_the_watcher_sees_the_mark_another_process_writes(tmp_path: pathlib.Path
     interrupt = SearchInterrupt()
     seen = threading.Event()
     with (
-        CancelWatcher(folder, interrupt, every=0.05),
+        StopWatcher(folder, interrupt, every=0.05),
         interrupt.forwarding(lambda signum: seen.set()),
     ):
         assert not seen.wait(0.3) and interrupt.received is None  # no mark: nothing happens
-        mark_canceled(folder, "kill")
+        mark_stop(folder, "kill")
         assert seen.wait(30), "the watcher never passed the cancel on"
     assert interrupt.received == "kill"
 
+    paused, seen = SearchInterrupt(), threading.Event()
+    with (
+        StopWatcher(LocalStore(tmp_path / "another"), paused, every=0.05),
+        paused.forwarding(lambda signum: seen.set()),
+    ):
+        mark_stop(LocalStore(tmp_path / "another"), "pause")
+        assert seen.wait(30), "the watcher never passed the pause on"
+    assert paused.received == "pause" and paused.mark is not None
 
-def test_no_trial_starts_once_the_experiment_is_canceled(tmp_path: pathlib.Path) -> None:
+
+@pytest.mark.parametrize(("by", "said"), [("cancel", "canceled"), ("pause", "paused")])
+def test_no_trial_starts_once_the_experiment_is_stopped(
+    tmp_path: pathlib.Path, by: str, said: str
+) -> None:
     """Checked when the trial would start, not only every so often: a reader that saw the
-    experiment CANCELED (no trial RUNNING) never sees one train after."""
+    experiment CANCELED or PAUSED (no trial RUNNING) never sees one train after."""
 
     class NoStarts:
         def start(self, request: object) -> None:
-            raise AssertionError("a trial was started after the cancel")
+            raise AssertionError(f"a trial was started after the {by}")
 
     folder = LocalStore(tmp_path / "experiment")
-    mark_canceled(folder, "cancel")
+    mark_stop(folder, by)
     interrupt = SearchInterrupt()
-    with CancelWatcher(folder, interrupt, every=3600.0):  # its thread would look in an hour
-        with pytest.raises(errors.TrialPreempted, match="canceled before this trial began"):
+    with StopWatcher(folder, interrupt, every=3600.0):  # its thread would look in an hour
+        with pytest.raises(errors.TrialPreempted, match=f"{said} before this trial began"):
             run_trial(NoStarts(), interrupt, None, None)  # type: ignore[arg-type]
-    assert interrupt.received == "cancel"
+    assert interrupt.received == by
+
+
+def test_a_cancel_outranks_a_pause_and_a_rerun_takes_both_back(tmp_path: pathlib.Path) -> None:
+    folder = LocalStore(tmp_path / "experiment")
+    assert stop_mark(folder) is None and clear_stop(folder) is None
+    mark_stop(folder, "pause")
+    paused = stop_mark(folder)
+    assert paused is not None and stopped_by(paused) == "pause"
+    assert stopped_at(paused).startswith("20")  # when, in UTC
+    mark_stop(folder, "kill")  # a pause, then a kill: the experiment ends CANCELED
+    killed = stop_mark(folder)
+    assert killed is not None and stopped_by(killed) == "kill"
+    assert clear_stop(folder) == killed
+    assert stop_mark(folder) is None and sorted(p.name for p in folder.path.iterdir()) == []
 
 
 def test_a_failing_read_is_looked_at_again_not_raised(tmp_path: pathlib.Path) -> None:
@@ -87,14 +114,14 @@ def test_a_failing_read_is_looked_at_again_not_raised(tmp_path: pathlib.Path) ->
             return super().read_once(name)
 
     folder = Flaky(tmp_path / "experiment")
-    mark_canceled(folder, "cancel")
+    mark_stop(folder, "cancel")
     interrupt = SearchInterrupt()
-    with CancelWatcher(folder, interrupt, every=3600.0):
+    with StopWatcher(folder, interrupt, every=3600.0):
         interrupt.look()  # raises nothing
         assert interrupt.received is None and Flaky.failures == 2
     seen = threading.Event()
     with (
-        CancelWatcher(folder, interrupt, every=0.05),
+        StopWatcher(folder, interrupt, every=0.05),
         interrupt.forwarding(lambda signum: seen.set()),
     ):
         assert seen.wait(30) and Flaky.failures == 0

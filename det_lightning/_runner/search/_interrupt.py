@@ -11,9 +11,10 @@ the same command continues it.
             signal on to it, once (``forwarding``); its fit() checkpoints and exits with 75
     2nd signal: the signal's default action, at once (the trial's process dies with it)
 
-The experiment's cancel mark (``canceled.json``: a client's ``cancel()`` or ``kill()``, from
-any process or machine) counts as a first SIGTERM: ``CancelWatcher`` looks for it while the
-search runs, every second in a folder, every ``BUCKET_POLL_S`` in a bucket.
+The experiment's cancel or pause mark (``canceled.json``, ``paused.json``: a client's
+``cancel()``, ``kill()`` or ``pause()``, from any process or machine) counts as a first SIGTERM:
+``StopWatcher`` looks for it while the search runs, every second in a folder, every
+``BUCKET_POLL_S`` in a bucket.
 """
 
 import contextlib
@@ -31,8 +32,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger("det_lightning")
 
 HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT)
-FOLDER_POLL_S = 1.0  # how often a search looks for its cancel mark in a folder
-BUCKET_POLL_S = 10.0  # in a bucket: one small GET per worker, as a lease renewal
+FOLDER_POLL_S = 1.0  # how often a search looks for its cancel or pause mark in a folder
+BUCKET_POLL_S = 10.0  # in a bucket: two small GETs per worker (the marks), as a lease renewal
 
 
 def search_advice(argv: Sequence[str]) -> str:
@@ -49,18 +50,28 @@ experiment resumes this trial from its latest checkpoint).'
     )
 
 
+def past(by: str) -> str:
+    """What a client's ``cancel``, ``kill`` or ``pause`` did to the experiment, in a sentence.
+
+    >>> past("kill"), past("pause")
+    ('canceled', 'paused')
+    """
+    return "paused" if by == "pause" else "canceled"
+
+
 class SearchInterrupt:
     """Records the first SIGTERM/SIGINT while a search runs (``received``: its name), or the
-    experiment's cancel (``received``: ``cancel`` or ``kill``, ``canceled``: its mark)."""
+    experiment's cancel or pause (``received``: ``cancel``, ``kill`` or ``pause``; ``mark``:
+    its mark)."""
 
     def __init__(self) -> None:
         self.received: Optional[str] = None
-        self.canceled: Optional[Dict[str, Any]] = None
+        self.mark: Optional[Dict[str, Any]] = None
         self._signum: Optional[int] = None  # what a trial's process group is sent
         self._previous: Dict[int, Any] = {}
         self._forward: Optional[Callable[[int], None]] = None
         self._lock = threading.Lock()  # the watcher's thread against forwarding()
-        self.looker: Optional[Callable[[], None]] = None  # a CancelWatcher's look, while on
+        self.looker: Optional[Callable[[], None]] = None  # a StopWatcher's look, while on
 
     def __enter__(self) -> "SearchInterrupt":
         if threading.current_thread() is threading.main_thread():  # else: no handlers at all
@@ -86,33 +97,33 @@ class SearchInterrupt:
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
 
-    def cancel(self, mark: Dict[str, Any]) -> None:
-        """The experiment was canceled (``mark``: its ``canceled.json``): as a first SIGTERM,
-        unless a signal came first."""
-        from det_lightning._runner._record import canceled_by
+    def stop(self, mark: Dict[str, Any]) -> None:
+        """The experiment was canceled or paused (``mark``: ``_record.stop_mark``): as a first
+        SIGTERM, unless a signal came first."""
+        from det_lightning._runner._record import stopped_at, stopped_by
 
         with self._lock:
             if self.received is not None:
                 return
-            self.canceled, self._signum = mark, signal.SIGTERM
-            self.received = canceled_by(mark)
+            self.mark, self._signum = mark, signal.SIGTERM
+            self.received = stopped_by(mark)
             logger.warning(
-                f"The experiment was canceled ({self.received}() at {mark.get('canceled')}): "
-                "the search starts no other trial; a trial training stops with a checkpoint. "
-                "Press Ctrl+C to exit at once."
+                f"The experiment was {past(self.received)} ({self.received}() at "
+                f"{stopped_at(mark)}): the search starts no other trial; a trial training stops "
+                "with a checkpoint. Press Ctrl+C to exit at once."
             )
             if self._forward is not None:
                 self._forward(signal.SIGTERM)
 
     def look(self) -> None:
-        """Looks for the experiment's cancel now (before a trial starts: a cancel seen by a
-        reader before the trial was RUNNING stops it before it trains)."""
+        """Looks for the experiment's cancel or pause now (before a trial starts: a cancel
+        seen by a reader before the trial was RUNNING stops it before it trains)."""
         if self.looker is not None:
             self.looker()
 
     @contextlib.contextmanager
     def forwarding(self, send: Callable[[int], None]) -> Iterator[None]:
-        """While inside, the first signal (or the cancel) is also passed on with
+        """While inside, the first signal (or the cancel, the pause) is also passed on with
         ``send(signum)`` (to a trial's process group); one that came before is passed on now."""
         with self._lock:
             self._forward = send
@@ -128,11 +139,11 @@ class SearchInterrupt:
         self.received = self.received or name
 
 
-class CancelWatcher:
-    """While the search runs (``with CancelWatcher(folder, interrupt):``), a thread looks for
-    the experiment's cancel mark in ``folder`` (the experiment's) and passes it to
-    ``interrupt.cancel`` once, so that a ``cancel()`` from any client or machine stops this
-    worker as Ctrl+C would, with its trial's checkpoint."""
+class StopWatcher:
+    """While the search runs (``with StopWatcher(folder, interrupt):``), a thread looks for
+    the experiment's cancel or pause mark in ``folder`` (the experiment's) and passes it to
+    ``interrupt.stop`` once, so that a ``cancel()`` or ``pause()`` from any client or machine
+    stops this worker as Ctrl+C would, with its trial's checkpoint."""
 
     def __init__(
         self, folder: "CheckpointStore", interrupt: SearchInterrupt, every: Optional[float] = None
@@ -143,10 +154,10 @@ class CancelWatcher:
         )
         self._stop = threading.Event()
         self._thread = threading.Thread(
-            target=self._watch, name="det-lightning-cancel", daemon=True
+            target=self._watch, name="det-lightning-stop-marks", daemon=True
         )
 
-    def __enter__(self) -> "CancelWatcher":
+    def __enter__(self) -> "StopWatcher":
         self.interrupt.looker = self.look
         self._thread.start()
         return self
@@ -158,12 +169,12 @@ class CancelWatcher:
 
     def look(self) -> None:
         """Reads the mark once; passes it on when it is there."""
-        from det_lightning._runner._record import cancel_mark
+        from det_lightning._runner._record import stop_mark
 
         if self.interrupt.received is None:
-            mark = cancel_mark(self.folder)  # None when it cannot be read: looked for again
+            mark = stop_mark(self.folder)  # None when it cannot be read: looked for again
             if mark is not None:
-                self.interrupt.cancel(mark)
+                self.interrupt.stop(mark)
 
     def _watch(self) -> None:
         while not self._stop.wait(self.every) and self.interrupt.received is None:

@@ -36,7 +36,7 @@ from det_lightning import errors
 from det_lightning._runner import _torchrun
 from det_lightning._runner._template import TrialRequest, TrialStarter
 from det_lightning._runner.plan import Plan
-from det_lightning._runner.search._interrupt import SearchInterrupt
+from det_lightning._runner.search._interrupt import SearchInterrupt, past
 from det_lightning._runner.trial import Launch, TrialResult, run_legacy_trial
 
 logger = logging.getLogger("det_lightning")
@@ -223,12 +223,12 @@ def run_trial(
     process killed, once ``lost`` is set (another worker took the trial over).
 
     Raises:
-        errors.TrialPreempted: a signal or the experiment's cancel stopped the trial (or came
-            before it started).
+        errors.TrialPreempted: a signal or the experiment's cancel or pause stopped the trial
+            (or came before it started).
     """
     interrupt.look()
     if interrupt.received is not None:
-        how = "canceled" if interrupt.canceled is not None else "stopped by a signal"
+        how = past(interrupt.received) if interrupt.mark is not None else "stopped by a signal"
         raise errors.TrialPreempted(f"the search was {how} before this trial began.")
     process = starter.start(request)
     try:

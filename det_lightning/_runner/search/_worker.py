@@ -82,8 +82,8 @@ from det_lightning._runner.search._experiment_seed import (
     recorded_experiment_seed,
 )
 from det_lightning._runner.search._interrupt import (
-    CancelWatcher,
     SearchInterrupt,
+    StopWatcher,
     search_advice,
 )
 from det_lightning._runner.search._jobs import run_legacy_process, run_trial
@@ -138,8 +138,8 @@ def lengths_for(
 @dataclasses.dataclass(frozen=True)
 class SearchOutcome:
     """What one worker's run of a search ends with: every trial's result, and the signal that
-    interrupted the run, or ``cancel``/``kill`` (None: it ran until no trial was left to
-    start)."""
+    interrupted the run, or ``cancel``/``kill``/``pause`` (None: it ran until no trial was
+    left to start)."""
 
     trials: List[TrialResult]
     interrupted_by: Optional[str] = None
@@ -206,7 +206,7 @@ def configured_seed(plan: Plan) -> Optional[int]:
 
 def run_search(plan: Plan, storage_url: Optional[str] = None) -> SearchOutcome:
     """Runs (or continues) the plan's search until no trial is left to start, or a signal or
-    the experiment's cancel stops it (``_interrupt``)."""
+    the experiment's cancel or pause stops it (``_interrupt``)."""
     settings, configured = plan.search, configured_seed(plan)
     storage = open_storage(storage_url, plan.checkpoint_root)
     studies = open_studies(storage, plan.experiment_id, settings, seed=configured)
@@ -214,7 +214,7 @@ def run_search(plan: Plan, storage_url: Optional[str] = None) -> SearchOutcome:
     if configured is None and seed is not None:
         logger.info(drawn_seed_note(seed))
     os.environ[RESUME_ADVICE_ENV] = search_advice(sys.argv[1:])  # a trial's, after a signal
-    with SearchInterrupt() as interrupt, CancelWatcher(plan.checkpoint_root, interrupt):
+    with SearchInterrupt() as interrupt, StopWatcher(plan.checkpoint_root, interrupt):
         reference = storage_ref(storage_url, plan.checkpoint_root)
         stopped = _work(plan, settings, studies, reference, seed=seed, interrupt=interrupt)
     interrupted = frozenset() if stopped is None else frozenset({stopped})
