@@ -9,7 +9,7 @@ one warm *template* process that has imported them, and forks each trial from it
                                                 det_lightning._runner._template)
       __enter__: starts the template            imports torch, lightning, optuna,
                                                 det_lightning.pytorch and .adapters (no CUDA,
-                                                no threads); ignores SIGINT/SIGTERM; "ready"
+                                                no threads); blocks SIGINT/SIGTERM; "ready"
       start(request)      -- request -->        flushes, forks; the child (become_trial):
                                                     own process group, dies with its parent,
                                                     cwd, environment, argv, fresh random seeds,
@@ -20,8 +20,11 @@ one warm *template* process that has imported them, and forks each trial from it
       __exit__: closes the socket -->           exits (and dies with the worker: SIGKILL)
 
 A trial's process group is its own: the worker passes a SIGTERM/SIGINT on to it exactly once
-(``SearchInterrupt.forward_to``), and a second signal kills the worker, then the template,
-then the trial (each dies with its parent, ``PR_SET_PDEATHSIG``). Where fork cannot be used
+(``SearchInterrupt.forwarding``), and a second signal kills the worker, then the template,
+then the trial (each dies with its parent, ``PR_SET_PDEATHSIG``). The template blocks both
+signals rather than ignoring them, and a forked trial unblocks them only once its handlers are
+set: one passed on while the trial's process was still becoming the trial waits for it
+(ignored, it was lost, and the trial trained on after its search had stopped). Where fork cannot be used
 (no ``os.fork``, or ``DET_LIGHTNING_WARM_START=0``), each trial is a new interpreter running
 the same ``become_trial``, and the log says so once. The trial's output goes to the worker's
 own stdout and stderr, as the template inherited them.
@@ -65,6 +68,7 @@ PRELOAD = (
 )
 PRELOAD_IF_INSTALLED = ("s3fs", "gcsfs", "adlfs")
 _PR_SET_PDEATHSIG = 1
+PASSED_ON = (signal.SIGINT, signal.SIGTERM)  # what the worker sends a trial's process group
 
 
 @dataclasses.dataclass(frozen=True)
@@ -183,6 +187,8 @@ def become_trial(request: TrialRequest, parent: int) -> None:
         die_with_parent(parent)
         signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        # A signal sent since the fork was held (the template blocks them): it acts now.
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, PASSED_ON)
         started_in = os.getcwd()
         os.chdir(request.cwd)
         if sys.path and sys.path[0] in (started_in, ""):  # as `python -m` started in cwd has it
@@ -248,7 +254,10 @@ def main(argv: List[str]) -> None:
         become_trial(request, int(argv[1]))
     fd, worker = int(argv[0]), int(argv[1])
     die_with_parent(worker)
-    for signum in (signal.SIGINT, signal.SIGTERM):  # the worker passes them on to the trial
+    # The worker passes them on to the trial. Blocked, not only ignored: a forked trial
+    # inherits the mask, so one sent before it set its handlers is held for it, not dropped.
+    signal.pthread_sigmask(signal.SIG_BLOCK, PASSED_ON)
+    for signum in PASSED_ON:
         signal.signal(signum, signal.SIG_IGN)
     _preload()
     sock = socket.socket(fileno=fd)

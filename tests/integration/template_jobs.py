@@ -43,3 +43,11 @@ def describe() -> int:
         flush=True,
     )
     return 0
+
+
+def held(signum: int) -> int:
+    """Signaled (``signum``) as it starts: never gets this far within 30 s."""
+    import time
+
+    time.sleep(30)
+    return 0
