@@ -185,10 +185,12 @@ def become_trial(request: TrialRequest, parent: int) -> None:
         if os.getpgid(0) != os.getpid():
             os.setpgid(0, 0)
         die_with_parent(parent)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        # A signal sent since the fork was held (the template blocks them): it acts now.
+        # A signal sent since the fork was held (the template blocks them): it acts now, at
+        # its default, as on a new interpreter before its start-up: it ends the process.
+        for signum in PASSED_ON:
+            signal.signal(signum, signal.SIG_DFL)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, PASSED_ON)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         started_in = os.getcwd()
         os.chdir(request.cwd)
         if sys.path and sys.path[0] in (started_in, ""):  # as `python -m` started in cwd has it

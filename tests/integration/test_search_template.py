@@ -92,8 +92,9 @@ def test_each_job_runs_fresh_and_its_end_is_read(tmp_path: pathlib.Path, warm: b
         "describe status 0",
         "held status -15",  # killed by the SIGTERM, not 30 s later with 0
     ], lines
-    # SIGINT: its KeyboardInterrupt (a new interpreter: killed, before Python's handler is set)
-    assert statuses[-1] in ["held status 1"] + ([] if warm else ["held status -2"]), lines
+    # SIGINT: killed as a new interpreter still starting is; or, where the driver was slower
+    # than the hold (a busy machine), its KeyboardInterrupt (1, or 130 in the job).
+    assert statuses[-1] in ["held status -2", "held status 1", "held status 130"], lines
     assert "ValueError: raised in the trial's process" in result.stderr
     [described] = [json.loads(line) for line in lines if line.startswith("{")]
     assert described == {

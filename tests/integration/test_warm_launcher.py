@@ -135,6 +135,36 @@ def test_a_signal_to_a_warm_childs_group_ends_it(isolated_run: pathlib.Path) -> 
     child.stdout.close()
 
 
+SIGNALS_ITS_CHILD_AT_ONCE = """
+import signal, subprocess, sys
+for signum in (signal.SIGINT, signal.SIGTERM):
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+    child.send_signal(signum)
+    print(child.wait(60), flush=True)
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_warm_child_signaled_as_it_starts_ends_as_a_new_one_would(
+    isolated_run: pathlib.Path, signum: int
+) -> None:
+    """A signal sent the moment a child is started, while it may still be becoming the child
+    (a search stopped as it starts a trial): it ends the child, as it ends a new interpreter,
+    never dropped by the servers that ignore it (the child would sleep 300 s); for what a warm
+    child starts too."""
+    child = warm.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+    child.send_signal(signum)
+    assert child.wait(60) == -signum
+    if signum == signal.SIGTERM:
+        result = warm.run(
+            [sys.executable, "-c", SIGNALS_ITS_CHILD_AT_ONCE],
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+        assert result.stdout.split() == ["-2", "-15"], result.stdout + result.stderr
+
+
 # What a process started by a warm child sees (argument 1: its starter's process group). Left
 # out of its environment: what tells it apart, and what importing Lightning sets in a new
 # interpreter (a forked one's environment is exactly what it was given).
