@@ -12,6 +12,7 @@ import logging
 import os
 import subprocess
 import sys
+import time
 from typing import Mapping, Optional, Sequence
 
 import det_lightning
@@ -22,7 +23,7 @@ from det_lightning._runner import _launch_checks, _overrides
 from det_lightning._runner._cli_text import EXIT_USAGE, PROG, print_error
 from det_lightning._runner._launch_checks import already_launched, launch_options
 from det_lightning._runner.config._experiment_config import announce_ignored
-from det_lightning._runner.experiment import INTERRUPTED_NOTE, run_experiment
+from det_lightning._runner.experiment import INTERRUPTED_NOTE, announce, run_experiment
 from det_lightning._runner.plan import Plan, UsageError, plan_experiment
 from det_lightning._runner.search._dashboard import dashboard_beside
 from det_lightning._runner.search._interrupt import SearchInterrupt
@@ -116,6 +117,8 @@ def _search_workers(plan: Plan, asked: Optional[int]) -> int:
 def _run_workers(workers: int, plan: Plan, argv: Sequence[str]) -> int:
     """Starts ``workers`` processes of this command on one search (their own GPUs each); the
     first to start prints nothing more than the others, then this one prints the summary."""
+    started = time.monotonic()  # the summary's wall time: the workers', not its own
+    announce(plan)  # once, not once per worker
     slots = max(plan.config.resources_config.slots_per_trial, 1)
     gpus = _launch_checks.gpu_count()
     children = []
@@ -130,7 +133,7 @@ def _run_workers(workers: int, plan: Plan, argv: Sequence[str]) -> int:
         codes = [child.wait() for child in children]
     os.environ[SEARCH_WORKER_ENV] = "summary"  # every trial is done: this process only reports
     try:
-        status = run_experiment(plan)
+        status = run_experiment(plan, started)
     finally:
         del os.environ[SEARCH_WORKER_ENV]
     preempted = errors.TrialPreempted.EXIT_CODE

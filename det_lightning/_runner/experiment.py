@@ -64,20 +64,28 @@ def _retain_experiment_best(plan: Plan, results: Sequence[TrialResult]) -> None:
         logger.info(f"checkpoint_storage retention deleted {len(deleted)} checkpoint(s)")
 
 
-def run_experiment(plan: Plan) -> int:
-    """Runs every trial of ``plan`` and prints the summary.
+def announce(plan: Plan) -> None:
+    """The experiment's first line: its id, name, trials, searcher and folder."""
+    config = plan.config
+    logger.info(
+        f"experiment {plan.experiment_id} ({config.name!r}): {plan.search.max_trials} "
+        f"trial(s), searcher {config.searcher_config.name}; checkpoints under "
+        f"{plan.checkpoint_root}"
+    )
+
+
+def run_experiment(plan: Plan, started: Optional[float] = None) -> int:
+    """Runs every trial of ``plan`` and prints the summary (``started``: when the command
+    began, ``time.monotonic()``, for the wall time it shows; by default now).
 
     Returns:
         0 unless a trial failed (trials other workers of a search still run do not count).
     """
     from det_lightning._runner.search import _worker
 
-    started, config = time.monotonic(), plan.config
-    logger.info(
-        f"experiment {plan.experiment_id} ({config.name!r}): {plan.search.max_trials} "
-        f"trial(s), searcher {config.searcher_config.name}; checkpoints under "
-        f"{plan.checkpoint_root}"
-    )
+    started, config = time.monotonic() if started is None else started, plan.config
+    if os.environ.get(SEARCH_WORKER_ENV) is None:  # --workers: their parent said it
+        announce(plan)
     interrupted_by = None
     if os.environ.get(SEARCH_WORKER_ENV) == "summary":  # the workers are done
         results = _worker.search_summary(plan, plan.storage)
@@ -184,4 +192,4 @@ def _report(
         print(INTERRUPTED_NOTE, file=sys.stderr, flush=True)
 
 
-__all__ = ["best_trial", "format_summary", "run_experiment"]
+__all__ = ["announce", "best_trial", "format_summary", "run_experiment"]

@@ -176,6 +176,13 @@ def test_workers_flag_runs_trials_at_once_and_prints_one_summary(
     check_search(checkpoint_dir, trials, replay=False)
     assert len({t.user_attrs["pid"] for t in trials}) == 2
     assert out.count("best: trial") == 1  # the summary, printed once when all are done
+    assert out.count("trial(s), searcher adaptive_asha; checkpoints under") == 1, out
+    # Its wall time is the workers' (not the summary's own fraction of a second).
+    shown = re.search(r"^wall time (?:(\d+) min )?([\d.]+) s$", out, re.M)
+    assert shown, out
+    wall_s = 60 * int(shown.group(1) or 0) + float(shown.group(2))
+    trained = max(t.datetime_complete for t in trials) - min(t.datetime_start for t in trials)
+    assert wall_s >= trained.total_seconds() - 0.1, out
 
 
 def test_determineds_mnist_adaptive_config_runs_end_to_end(
