@@ -256,7 +256,7 @@ def _list(root: CheckpointStore, storage: Optional[str]) -> int:
 
 
 def _describe(root: CheckpointStore, experiment_id: str, storage: Optional[str]) -> int:
-    from det_lightning._runner.summary import format_summary
+    from det_lightning._runner.summary import format_summary, stopped_as
 
     record = find_record(root, experiment_id)
     if record is None:
@@ -269,6 +269,8 @@ def _describe(root: CheckpointStore, experiment_id: str, storage: Optional[str])
     trials = search_summary(plan, storage)
     total = 1 if searcher.name == "single" else None
     words = state_of(root, record["id"], trials, total)
+    if words == "CANCELED" or (words == "PAUSED" and stop_mark(root / record["id"])):
+        trials = stopped_as(trials, words)  # as its command's summary showed them
     print(f"experiment {record['id']} ({record.get('name')}): {words}")
     seed = seed_of(plan, storage)
     print(f"searcher {searcher.name}; experiment seed {seed}; created {record.get('created')}")

@@ -22,7 +22,6 @@ as on a cluster; configuration errors stop everything before the first trial. Re
 command continues the experiment.
 """
 
-import dataclasses
 import logging
 import os
 import sys
@@ -40,7 +39,7 @@ from det_lightning._runner._record import (
 )
 from det_lightning._runner.plan import Plan
 from det_lightning._runner.search._interrupt import past
-from det_lightning._runner.summary import best_trial, format_summary, terminal_width
+from det_lightning._runner.summary import best_trial, format_summary, stopped_as, terminal_width
 from det_lightning._runner.trial import FINISHED, INVALID_HP, TrialResult
 
 logger = logging.getLogger("det_lightning")
@@ -167,12 +166,9 @@ def _report(
     """The summary table on stdout; after a signal, a cancel or a pause, how to continue on
     stderr. A canceled (paused) experiment's trials that stopped before their end are CANCELED
     (PAUSED), as the client and Determined show them."""
-    if stopped is not None:
+    if stopped is not None:  # its other workers stop theirs too (RUNNING)
         word = "PAUSED" if stopped_by(stopped) == "pause" else "CANCELED"
-        results = [
-            dataclasses.replace(r, status=word) if r.status in ("INTERRUPTED", "RUNNING") else r
-            for r in results
-        ]
+        results = stopped_as(results, word, ("INTERRUPTED", "RUNNING"))
     searcher = plan.config.searcher_config
     table = format_summary(
         results,

@@ -7,6 +7,7 @@ hyperparameters wrap onto a second line, cut with ``...`` after it. The best tri
 command's wall time close it.
 """
 
+import dataclasses
 import shutil
 import sys
 import textwrap
@@ -128,6 +129,20 @@ def _table(rows: List[List[str]], widths: List[int]) -> List[str]:
             cells = [*cells[:2], part, *cells[3:]]
             lines.append(_GAP.join(_cut(c, w).ljust(w) for c, w in zip(cells, widths)).rstrip())
     return lines
+
+
+def stopped_as(
+    results: Sequence[TrialResult], word: str, statuses: Sequence[str] = ("INTERRUPTED",)
+) -> List[TrialResult]:
+    """``results`` with the trials a client's cancel or pause stopped before their end (those
+    in ``statuses``) shown as ``word``, ``CANCELED`` or ``PAUSED``, as the client and Determined
+    show them.
+
+    >>> [r.status for r in stopped_as([TrialResult(1, {}, "COMPLETED"),
+    ...                                TrialResult(2, {}, "INTERRUPTED")], "CANCELED")]
+    ['COMPLETED', 'CANCELED']
+    """
+    return [dataclasses.replace(r, status=word) if r.status in statuses else r for r in results]
 
 
 def format_summary(

@@ -495,7 +495,7 @@ def test_a_cancel_from_anywhere_stops_the_running_experiment(
         before = max(e.metadata["steps_completed"] for e in ckpt.list_local(trial_dir))
     finally:
         os.killpg(runner._process.pid, signal.SIGCONT)
-    _said_it_stopped(runner, "canceled (kill()", "CANCELED")
+    _said_it_stopped(runner, "canceled (kill()", "CANCELED", capsys)
     assert elsewhere.wait(interval=0.2) is client.ExperimentState.CANCELED
     assert elsewhere.list_trials()[0].state is client.TrialState.CANCELED
     stopped_at = max(e.metadata["steps_completed"] for e in ckpt.list_local(trial_dir))
@@ -534,7 +534,7 @@ def test_a_pause_from_anywhere_then_activate(
         before = max(e.metadata["steps_completed"] for e in ckpt.list_local(trial_dir))
     finally:
         os.killpg(runner._process.pid, signal.SIGCONT)
-    _said_it_stopped(runner, "paused (pause()", "PAUSED")
+    _said_it_stopped(runner, "paused (pause()", "PAUSED", capsys)
     paused_at = max(e.metadata["steps_completed"] for e in ckpt.list_local(trial_dir))
     assert paused_at > before, _log(runner)  # it trained on, then checkpointed where it stopped
 
@@ -549,14 +549,23 @@ def test_a_pause_from_anywhere_then_activate(
     assert "this run continues it" in resumed and "resum" in resumed, resumed
 
 
-def _said_it_stopped(runner: client.Experiment, how: str, status: str) -> None:
+def _said_it_stopped(
+    runner: client.Experiment, how: str, status: str, capsys: pytest.CaptureFixture
+) -> None:
     """The experiment's command saw its mark (``how``: ``canceled (kill()``), stopped its trial
-    (``status`` in the summary), said so last, and exited 1."""
+    (``status`` in the summary, and in ``experiment describe``'s), said so last, and exited 1."""
+    from det_lightning._runner import cli
+
     assert _ended(runner) == 1, _log(runner)
     log = _log(runner)
     assert f"The experiment was {how} at" in log, log
     assert f"experiment {runner.id} was {how} at" in log and "Traceback" not in log
     assert any(line.split()[:2] == ["1", status] for line in log.splitlines()), log
+    capsys.readouterr()
+    where = ["--checkpoint-dir", str(runner._root)]
+    assert cli.main(["experiment", "describe", runner.id, *where]) == 0
+    described = capsys.readouterr().out.splitlines()
+    assert described[0].endswith(f": {status}") and described[4].split()[:2] == ["1", status]
 
 
 def _wait_for_a_checkpoint(trial: pathlib.Path, timeout_s: float = 120.0, after: int = -1) -> None:
