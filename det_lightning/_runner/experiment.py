@@ -85,7 +85,7 @@ def run_experiment(plan: Plan, started: Optional[float] = None) -> int:
     started, config = time.monotonic() if started is None else started, plan.config
     if os.environ.get(SEARCH_WORKER_ENV) is None:  # --workers: their parent said it
         announce(plan)
-    interrupted_by = None
+    interrupted_by, seen = None, None
     if os.environ.get(SEARCH_WORKER_ENV) == "summary":  # the workers are done
         results = _worker.search_summary(plan, plan.storage)
     else:
@@ -102,9 +102,9 @@ def run_experiment(plan: Plan, started: Optional[float] = None) -> int:
         except errors.InvalidExperimentException:  # e.g. no searcher.metric: it stops
             _report(plan, _worker.search_summary(plan, plan.storage), False, started)
             raise  # the command prints its one line
-        results, interrupted_by = outcome.trials, outcome.interrupted_by
+        results, interrupted_by, seen = outcome.trials, outcome.interrupted_by, outcome.mark
     interrupted = interrupted_by is not None or any(r.status == "INTERRUPTED" for r in results)
-    stopped = _stopped(plan, results)
+    stopped = _stopped(plan, results, seen)
     chief = os.environ.get("RANK", "0") == "0"
     if chief and config.checkpoint_storage and not interrupted and stopped is None:
         _retain_experiment_best(plan, results)
@@ -119,13 +119,16 @@ def run_experiment(plan: Plan, started: Optional[float] = None) -> int:
     return 1 if any(r.status not in (*FINISHED, "RUNNING", INVALID_HP) for r in results) else 0
 
 
-def _stopped(plan: Plan, results: Sequence[TrialResult]) -> Optional[Dict[str, Any]]:
+def _stopped(
+    plan: Plan, results: Sequence[TrialResult], seen: Optional[Dict[str, Any]]
+) -> Optional[Dict[str, Any]]:
     """The experiment's cancel or pause mark when a client canceled or paused it before its
-    end (a client's ``cancel()`` or ``pause()`` seen while it ran, or before: by this worker
-    or another); None otherwise, also when every trial ended first (it stays COMPLETED)."""
+    end: the one this worker stopped for (``seen``), else the one there now (seen by another
+    worker, or written before this one started); None otherwise, also when every trial ended
+    first (it stays COMPLETED)."""
     from det_lightning._runner._bookkeeping import state
 
-    mark = stop_mark(plan.checkpoint_root)
+    mark = seen if seen is not None else stop_mark(plan.checkpoint_root)
     if mark is None or state(list(results), plan.search.max_trials) == "COMPLETED":
         return None
     return mark

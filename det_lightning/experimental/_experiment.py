@@ -395,6 +395,9 @@ class Experiment:
             FileNotFoundError: its model directory is gone (every checkpoint keeps the code
                 in its ``code/`` folder).
         """
+        from det_lightning._runner._record import clear_stop, stopped_at, stopped_by
+        from det_lightning._runner.search._interrupt import past
+
         if self._process is not None and self._process.poll() is None:
             return
         self.reload()
@@ -409,6 +412,17 @@ class Experiment:
         if not self._command:
             self._command, self._log = self._command_from_record()
             print(f"Started experiment {self._id}; its output: {self._log}", file=sys.stderr)
+        # Taken back here, as the command takes it back when it starts: ACTIVE from now on,
+        # for every reader, not PAUSED (CANCELED) until the command has started. (A process
+        # that stopped for it goes by the mark it saw.)
+        mark = clear_stop(self._root / self._id)
+        if mark is not None:
+            by = stopped_by(mark)
+            print(
+                f"Experiment {self._id} was {past(by)} ({by}() at {stopped_at(mark)}); "
+                "activate() continues it.",
+                file=sys.stderr,
+            )
         self._process = self._session._start(self._command, self._log)
         self.reload()
 

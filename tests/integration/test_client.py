@@ -416,10 +416,13 @@ def test_create_experiment_starts_it_and_wait_waits(
     # Another client (a notebook later) continues it: the command from its record; that
     # takes the cancel back, and the trial resumes from the pause's checkpoint.
     resumed = _client(root).get_experiment(experiment.id)
+    capsys.readouterr()
     resumed.activate()
     assert resumed._command[4:6] == ["--checkpoint-dir", str(root)] and resumed._process
+    assert resumed.state is client.ExperimentState.ACTIVE  # the cancel taken back at once
+    assert f"Experiment {experiment.id} was canceled (kill() at" in capsys.readouterr().err
     assert resumed.wait(interval=0.5) is client.ExperimentState.COMPLETED, _log(resumed)
-    assert "resum" in _log(resumed) and "was canceled (kill" in _log(resumed)
+    assert "resum" in _log(resumed)
     resumed.activate()  # completed: nothing is started
     assert resumed._process.returncode == 0
     experiment.reload()  # the first client's object reads the files again
@@ -495,7 +498,11 @@ def test_a_cancel_from_anywhere_stops_the_running_experiment(
         before = max(e.metadata["steps_completed"] for e in ckpt.list_local(trial_dir))
     finally:
         os.killpg(runner._process.pid, signal.SIGCONT)
-    _said_it_stopped(runner, "canceled (kill()", "CANCELED", capsys)
+    _said_it_stopped(runner, "canceled (kill()", "CANCELED")
+    capsys.readouterr()
+    assert cli.main(["experiment", "describe", runner.id, "--checkpoint-dir", str(root)]) == 0
+    described = capsys.readouterr().out.splitlines()  # the trial as the summary showed it
+    assert described[0].endswith(": CANCELED") and described[4].split()[:2] == ["1", "CANCELED"]
     assert elsewhere.wait(interval=0.2) is client.ExperimentState.CANCELED
     assert elsewhere.list_trials()[0].state is client.TrialState.CANCELED
     stopped_at = max(e.metadata["steps_completed"] for e in ckpt.list_local(trial_dir))
@@ -534,38 +541,34 @@ def test_a_pause_from_anywhere_then_activate(
         before = max(e.metadata["steps_completed"] for e in ckpt.list_local(trial_dir))
     finally:
         os.killpg(runner._process.pid, signal.SIGCONT)
-    _said_it_stopped(runner, "paused (pause()", "PAUSED", capsys)
-    paused_at = max(e.metadata["steps_completed"] for e in ckpt.list_local(trial_dir))
-    assert paused_at > before, _log(runner)  # it trained on, then checkpointed where it stopped
+    try:
+        _said_it_stopped(runner, "paused (pause()", "PAUSED")
+        paused_at = max(e.metadata["steps_completed"] for e in ckpt.list_local(trial_dir))
+        assert paused_at > before, _log(runner)  # it trained on, then checkpointed then
 
-    activating.join(120)
-    assert not activating.is_alive() and elsewhere._process is not None
-    _wait_for_a_checkpoint(trial_dir, after=paused_at)  # it resumed and trained on
-    assert not (root / runner.id / "paused.json").exists()  # the rerun took the pause back
-    elsewhere.kill()  # its own process: stopped as Ctrl+C, then marked
-    assert elsewhere.state is client.ExperimentState.CANCELED
-    resumed = _log(elsewhere)
-    assert f"Experiment {runner.id} was paused (pause() at" in resumed, resumed
-    assert "this run continues it" in resumed and "resum" in resumed, resumed
+        activating.join(120)
+        assert not activating.is_alive() and elsewhere._process is not None
+        _wait_for_a_checkpoint(trial_dir, after=paused_at)  # it resumed and trained on
+        assert not (root / runner.id / "paused.json").exists()  # activate() took it back
+        elsewhere.kill()  # its own process: stopped as Ctrl+C, then marked
+        assert elsewhere.state is client.ExperimentState.CANCELED
+    finally:  # nothing left running when an assertion fails
+        activating.join(120)
+        if elsewhere._process is not None and elsewhere._process.poll() is None:
+            os.killpg(elsewhere._process.pid, signal.SIGKILL)
+            elsewhere._process.wait()
+    assert f"Experiment {runner.id} was paused (pause() at" in capsys.readouterr().err
+    assert "resumed from its latest checkpoint" in _log(elsewhere), _log(elsewhere)
 
 
-def _said_it_stopped(
-    runner: client.Experiment, how: str, status: str, capsys: pytest.CaptureFixture
-) -> None:
+def _said_it_stopped(runner: client.Experiment, how: str, status: str) -> None:
     """The experiment's command saw its mark (``how``: ``canceled (kill()``), stopped its trial
-    (``status`` in the summary, and in ``experiment describe``'s), said so last, and exited 1."""
-    from det_lightning._runner import cli
-
+    (``status`` in the summary), said so last, and exited 1."""
     assert _ended(runner) == 1, _log(runner)
     log = _log(runner)
     assert f"The experiment was {how} at" in log, log
     assert f"experiment {runner.id} was {how} at" in log and "Traceback" not in log
     assert any(line.split()[:2] == ["1", status] for line in log.splitlines()), log
-    capsys.readouterr()
-    where = ["--checkpoint-dir", str(runner._root)]
-    assert cli.main(["experiment", "describe", runner.id, *where]) == 0
-    described = capsys.readouterr().out.splitlines()
-    assert described[0].endswith(f": {status}") and described[4].split()[:2] == ["1", status]
 
 
 def _wait_for_a_checkpoint(trial: pathlib.Path, timeout_s: float = 120.0, after: int = -1) -> None:

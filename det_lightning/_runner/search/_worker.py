@@ -139,10 +139,12 @@ def lengths_for(
 class SearchOutcome:
     """What one worker's run of a search ends with: every trial's result, and the signal that
     interrupted the run, or ``cancel``/``kill``/``pause`` (None: it ran until no trial was
-    left to start)."""
+    left to start) with the mark that said so (``mark``: as this worker read it, whatever
+    became of the file since: an ``activate()`` may have taken it back already)."""
 
     trials: List[TrialResult]
     interrupted_by: Optional[str] = None
+    mark: Optional[Dict[str, Any]] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -218,7 +220,8 @@ def run_search(plan: Plan, storage_url: Optional[str] = None) -> SearchOutcome:
         reference = storage_ref(storage_url, plan.checkpoint_root)
         stopped = _work(plan, settings, studies, reference, seed=seed, interrupt=interrupt)
     interrupted = frozenset() if stopped is None else frozenset({stopped})
-    return SearchOutcome(summarize(studies, plan, settings, interrupted), interrupt.received)
+    results = summarize(studies, plan, settings, interrupted)
+    return SearchOutcome(results, interrupt.received, interrupt.mark)
 
 
 def _work(
