@@ -44,7 +44,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, AbstractSet, Any, Callable, Dict, List, Mapping, Optional
 
 from det_lightning import errors
-from det_lightning._env import LATEST_CHECKPOINT_ENV, RESUME_ADVICE_ENV
+from det_lightning._env import LATEST_CHECKPOINT_ENV, RESUME_ADVICE_ENV, SEARCH_ENV
 from det_lightning.adapters import gloo_loop
 from det_lightning.pytorch._boundaries import Boundary, next_agreement_interval, stop_agreement_due
 
@@ -147,10 +147,14 @@ class SignalWatcher:
             f"Trainer.fit(..., latest_checkpoint='latest'), or set {LATEST_CHECKPOINT_ENV}=latest."
         )
         # The advice last: it may end with a command, to copy without a full stop after it.
-        message = (
-            f"Stopped by {name}. {saved} Exiting with status "
-            f"{errors.TrialPreempted.EXIT_CODE}. {advice}"
+        # A search's trial leaves its exit status to the command's last line, which may differ
+        # (1 after the experiment's cancel or pause, whose SIGTERM this is).
+        status = (
+            ""
+            if os.environ.get(SEARCH_ENV)
+            else f" Exiting with status {errors.TrialPreempted.EXIT_CODE}."
         )
+        message = f"Stopped by {name}. {saved}{status} {advice}"
         if self.distributed.rank == 0:
             logger.warning(message)  # the job's one line about it (the chief's)
         where = str(checkpoint) if checkpoint else None

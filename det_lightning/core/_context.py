@@ -142,9 +142,14 @@ class Context:
             "To continue, restore it when the loop starts again "
             "(core_context.checkpoint.restore_path)."
         )
+        # A search's trial leaves its exit status to the command's last line (see adapters).
+        status = (
+            ""
+            if os.environ.get(SEARCH_ENV)
+            else f" Exiting with status {errors.TrialPreempted.EXIT_CODE}."
+        )
         message = (
-            f"Stopped by {name}: the loop returned at should_preempt(). {saved} Exiting with "
-            f"status {errors.TrialPreempted.EXIT_CODE}. {advice}"
+            f"Stopped by {name}: the loop returned at should_preempt(). {saved}{status} {advice}"
         )
         if self.distributed.rank == 0:
             logger.warning(message)  # the job's one line about it (the chief's)

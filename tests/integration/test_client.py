@@ -569,6 +569,7 @@ def _said_it_stopped(runner: client.Experiment, how: str, status: str) -> None:
     assert f"The experiment was {how} at" in log, log
     assert f"experiment {runner.id} was {how} at" in log and "Traceback" not in log
     assert any(line.split()[:2] == ["1", status] for line in log.splitlines()), log
+    assert "Exiting with status 75" not in log, log  # the trial's line leaves it to the command
 
 
 def _wait_for_a_checkpoint(trial: pathlib.Path, timeout_s: float = 120.0, after: int = -1) -> None:
