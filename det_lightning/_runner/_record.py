@@ -130,11 +130,16 @@ def mark_stop(folder: CheckpointStore, by: str) -> None:
 
 def clear_stop(folder: CheckpointStore) -> Optional[Dict[str, Any]]:
     """Removes the experiment's cancel and pause marks (a rerun continues the experiment);
-    returns the mark that stopped it (``stop_mark``), or None."""
+    returns the mark that stopped it (``stop_mark``), or None. Both are removed even when
+    neither could be read (a bucket that failed to answer once): a mark left there would stop
+    the run that continues the experiment as soon as its watcher read it.
+
+    Raises:
+        OSError: the folder cannot be written (``CheckpointStorageError`` for a bucket).
+    """
     mark = stop_mark(folder)
-    if mark is not None:
-        folder.set_file(CANCEL_NAME, None)
-        folder.set_file(PAUSE_NAME, None)
+    folder.set_file(CANCEL_NAME, None)  # one that is not there counts as removed
+    folder.set_file(PAUSE_NAME, None)
     return mark
 
 

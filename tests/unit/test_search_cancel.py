@@ -5,7 +5,7 @@ the trial once."""
 import pathlib
 import signal
 import threading
-from typing import List
+from typing import List, Optional
 
 import pytest
 
@@ -107,7 +107,7 @@ def test_a_failing_read_is_looked_at_again_not_raised(tmp_path: pathlib.Path) ->
     class Flaky(LocalStore):
         failures = 3
 
-        def read_once(self, name: str) -> "bytes | None":
+        def read_once(self, name: str) -> Optional[bytes]:
             if Flaky.failures:
                 Flaky.failures -= 1
                 raise RuntimeError("the endpoint answered 500")
@@ -126,3 +126,24 @@ def test_a_failing_read_is_looked_at_again_not_raised(tmp_path: pathlib.Path) ->
     ):
         assert seen.wait(30) and Flaky.failures == 0
     assert interrupt.received == "cancel"
+
+
+class _ReadFailsOnce(LocalStore):
+    """A folder whose first read fails, as a bucket's that did not answer once does."""
+
+    failed = False
+
+    def read_once(self, name: str) -> Optional[bytes]:
+        if not self.failed:
+            self.failed = True
+            raise OSError("the bucket did not answer")
+        return super().read_once(name)
+
+
+def test_a_rerun_takes_back_a_mark_it_could_not_read(tmp_path: pathlib.Path) -> None:
+    # Left there, the mark would stop the continued run once its watcher read it.
+    folder = _ReadFailsOnce(tmp_path / "experiment")
+    mark_stop(folder, "pause")
+    mark_stop(folder, "cancel")
+    assert clear_stop(folder) is None and folder.failed  # not read: nothing to say
+    assert stop_mark(folder) is None and list(folder.path.iterdir()) == []
