@@ -8,9 +8,10 @@ list/describe`` and ``det checkpoint list``::
 
 The checkpoint directory is ``--checkpoint-dir``, else ``$DET_LIGHTNING_CHECKPOINT_DIR``,
 else ``./checkpoints``: a directory, or a bucket's prefix (``s3://bucket/prefix``), read through
-the ``CheckpointStore`` interface either way. An experiment run with ``--storage URL`` is read
-from that storage when given the same ``--storage`` (else from the journal beside the
-checkpoints, or for a bucket beside this machine's local copies of them).
+the ``CheckpointStore`` interface either way. An experiment is read from the search storage its
+record names: the journal beside its checkpoints (for a bucket, beside this machine's local
+copies of them), or the ``--storage URL`` it began with; a database URL's password is not
+recorded: give it with ``--storage``.
 """
 
 import argparse
@@ -23,7 +24,7 @@ from typing import Any, Dict, List, NamedTuple, Optional
 
 from det_lightning import errors
 from det_lightning._env import CHECKPOINT_DIR_ENV
-from det_lightning._runner._record import RECORD_NAME, stop_mark, stopped_by
+from det_lightning._runner._record import RECORD_NAME, search_storage, stop_mark, stopped_by
 from det_lightning._runner.config._searcher import SearcherConfig
 from det_lightning._runner.trial import FINISHED, INVALID_HP, TrialResult
 from det_lightning.pytorch import _checkpoint as ckpt
@@ -72,10 +73,16 @@ def _plan_of(root: CheckpointStore, record: Dict[str, Any]) -> Any:
 def trials_of(
     root: CheckpointStore, record: Dict[str, Any], storage: Optional[str]
 ) -> List[TrialResult]:
-    """The experiment's trials as its summary shows them (from its search storage)."""
+    """The experiment's trials as its summary shows them, from its search storage
+    (``search_storage``: ``storage`` if its record names that one, else the record's).
+
+    Raises:
+        ValueError: its record names a database whose password it leaves out, and ``storage``
+            is not that database's URL.
+    """
     from det_lightning._runner.search._worker import search_summary
 
-    return search_summary(_plan_of(root, record), storage)
+    return search_summary(_plan_of(root, record), search_storage(record, storage))
 
 
 def seed_of(plan: Any, storage: Optional[str]) -> str:
@@ -206,7 +213,12 @@ def _parser(command: str) -> argparse.ArgumentParser:
             "id", nargs="?" if command == "checkpoint list" else None, help="the experiment id"
         )
     parser.add_argument("--checkpoint-dir", default=None, help="where the experiments are")
-    parser.add_argument("--storage", default=None, help="the search storage they used, if any")
+    parser.add_argument(
+        "--storage",
+        default=None,
+        help="a search storage's database URL with the password (each record names the "
+        "storage its experiment began with, a password left out)",
+    )
     return parser
 
 
@@ -266,6 +278,11 @@ def _describe(root: CheckpointStore, experiment_id: str, storage: Optional[str])
     from det_lightning._runner.search._worker import search_summary
 
     plan = _plan_of(root, record)
+    try:
+        storage = search_storage(record, storage)
+    except ValueError as e:
+        print(f"det-lightning experiment describe: error: {e}", file=sys.stderr)
+        return 1
     trials = search_summary(plan, storage)
     total = 1 if searcher.name == "single" else None
     words = state_of(root, record["id"], trials, total)

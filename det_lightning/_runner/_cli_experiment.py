@@ -13,7 +13,7 @@ import os
 import subprocess
 import sys
 import time
-from typing import Mapping, Optional, Sequence
+from typing import List, Mapping, Optional, Sequence
 
 import det_lightning
 from det_lightning import compat, errors
@@ -22,11 +22,13 @@ from det_lightning._job_processes import is_chief, quiet_unless_chief
 from det_lightning._runner import _launch_checks, _overrides
 from det_lightning._runner._cli_text import EXIT_USAGE, PROG, print_error
 from det_lightning._runner._launch_checks import already_launched, launch_options
+from det_lightning._runner._record import write_launch
 from det_lightning._runner.config._experiment_config import announce_ignored
 from det_lightning._runner.experiment import INTERRUPTED_NOTE, announce, run_experiment
 from det_lightning._runner.plan import Plan, UsageError, plan_experiment
 from det_lightning._runner.search._dashboard import dashboard_beside
 from det_lightning._runner.search._interrupt import SearchInterrupt
+from det_lightning._runner.search._storage import check_search_is_here
 
 
 def cmd_experiment(args: argparse.Namespace) -> int:
@@ -57,6 +59,13 @@ def _run_plan(plan: Plan, args: argparse.Namespace) -> int:
     # by the one that starts a search's workers.
     announce = is_chief(os.environ) and os.environ.get(SEARCH_WORKER_ENV) is None
     if os.environ.get(SEARCH_WORKER_ENV) is None:
+        # Before any worker: a rerun in a storage without the experiment's search is refused.
+        check_search_is_here(plan.storage, plan.checkpoint_root, plan.experiment_id)
+        check_experiment_launch(plan, os.environ)
+        try:  # what activate() continues it with
+            write_launch(plan.checkpoint_root, relaunch_flags(args))
+        except OSError:
+            pass  # the record, written next, names the folder and the fix
         workers = _search_workers(plan, args.workers)
         if workers > 1:
             announce_ignored(plan.config.ignored_keys)
@@ -71,6 +80,32 @@ def _run_plan(plan: Plan, args: argparse.Namespace) -> int:
     if announce:
         announce_ignored(plan.config.ignored_keys)
     return run_experiment(plan)
+
+
+def relaunch_flags(args: argparse.Namespace) -> List[str]:
+    """The command line's launch flags that ``activate()`` continues the experiment with
+    (``--storage`` is the record's; ``--dashboard`` and ``--config`` are not launch flags: the
+    record's config has the overrides).
+
+    >>> parsed = argparse.Namespace(accelerator=None, devices=[0, 1], num_nodes=None,
+    ...     strategy=None, precision=None, deterministic=True, heartbeat_timeout=90.0, workers=2)
+    >>> relaunch_flags(parsed)
+    ['--devices', '0,1', '--deterministic', '--heartbeat-timeout', '90.0', '--workers', '2']
+    """
+    flags: List[str] = []
+    for name, value in launch_options(args).items():
+        flag = "--" + name.replace("_", "-")
+        if isinstance(value, bool):
+            flags += [flag] if value else []
+        elif isinstance(value, (list, tuple)):
+            flags += [flag, ",".join(str(v) for v in value)]
+        else:
+            flags += [flag, str(value)]
+    if args.heartbeat_timeout is not None:
+        flags += ["--heartbeat-timeout", str(args.heartbeat_timeout)]
+    if args.workers is not None:
+        flags += ["--workers", str(args.workers)]
+    return flags
 
 
 def check_experiment_launch(plan: Plan, environ: Mapping[str, str]) -> None:

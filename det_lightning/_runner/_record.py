@@ -5,7 +5,8 @@ it there and leaves it); the bookkeeping commands read it::
 
     {"id": "mnist-3f2a9c01de", "name": "mnist", "searcher": "adaptive_asha",
      "model_dir": "/home/me/mnist", "tensorboard_dir": "/home/me/tensorboard/mnist-3f2a9c01de",
-     "created": "2026-11-27T06:40:00+00:00", "config": {...}}
+     "storage": "postgresql://me:***@db:5432/search", "created": "2026-11-27T06:40:00+00:00",
+     "config": {...}}
 
 Beside it, the marks a client's ``cancel()``, ``kill()`` or ``pause()`` leaves, from any
 process or machine: ``canceled.json`` while the experiment is canceled (its state is then
@@ -15,11 +16,19 @@ of its command (or ``activate()``) removes both and continues the experiment::
 
     {"canceled": "2026-11-29T10:40:00+00:00", "by": "kill"}
     {"paused": "2026-11-30T09:12:00+00:00", "by": "pause"}
+
+And ``launch.json``, the launch flags of the command that last (re)started it, which
+``activate()`` continues it with::
+
+    {"flags": ["--workers", "2", "--precision", "bf16-mixed"],
+     "started": "2026-11-30T09:20:00+00:00"}
 """
 
 import datetime
 import json
-from typing import Any, Dict, Optional
+import pathlib
+import urllib.parse
+from typing import Any, Dict, List, Optional
 
 from det_lightning._runner.plan import Plan, UsageError
 from det_lightning.pytorch._store import CheckpointStore
@@ -27,6 +36,8 @@ from det_lightning.pytorch._store import CheckpointStore
 RECORD_NAME = "experiment.json"
 CANCEL_NAME = "canceled.json"
 PAUSE_NAME = "paused.json"
+LAUNCH_NAME = "launch.json"
+_HIDDEN = ":***@"  # a database URL's password, as a record keeps it (shown_storage)
 
 
 def experiment_record(plan: Plan) -> Dict[str, Any]:
@@ -37,10 +48,67 @@ def experiment_record(plan: Plan) -> Dict[str, Any]:
         "searcher": plan.config.searcher_config.name,
         "model_dir": str(plan.model_dir),
         "tensorboard_dir": str(plan.tensorboard_root),  # for the client's delete()
+        # Where its search is (None: the journal beside the checkpoints), a database's password
+        # left out: a rerun given another storage is refused (search._storage).
+        "storage": shown_storage(plan.storage),
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         # As given: an unnamed experiment's random name left out, so the id reads back.
         "config": {k: v for k, v in plan.config.as_given.items() if v is not None or k != "name"},
     }
+
+
+def shown_storage(url: Optional[str]) -> Optional[str]:
+    """A search's storage as an experiment's record keeps it and messages name it: a database
+    URL without its password, a journal file's path made absolute; None for the journal beside
+    the checkpoints (no ``--storage``).
+
+    >>> shown_storage("postgresql://me:s3cret@db.example:5432/search")
+    'postgresql://me:***@db.example:5432/search'
+    >>> shown_storage("sqlite:////tmp/search.db"), shown_storage(None)
+    ('sqlite:////tmp/search.db', None)
+    """
+    if not url:
+        return None
+    if "://" not in url:
+        return str(pathlib.Path(url).resolve())
+    parts = urllib.parse.urlsplit(url)
+    if parts.password is None:
+        return url
+    user = parts.netloc.rpartition("@")[0].partition(":")[0]
+    host = parts.netloc.rpartition("@")[2]
+    return urllib.parse.urlunsplit(parts._replace(netloc=f"{user}{_HIDDEN}{host}"))
+
+
+def search_storage(record: Dict[str, Any], given: Optional[str]) -> Optional[str]:
+    """The storage that holds the search of the experiment ``record`` describes: ``given``
+    (``--storage``, ``Determined(storage=...)``) when the record names that storage, or names
+    none (a record from before records did); else the record's own (None: the journal beside
+    its checkpoints). Reading, continuing or deleting it in any other would find no search.
+
+    >>> began = {"storage": "postgresql://me:***@db/search"}
+    >>> search_storage(began, "postgresql://me:s3cret@db/search")
+    'postgresql://me:s3cret@db/search'
+    >>> search_storage({"storage": "sqlite:////srv/search.db"}, None)
+    'sqlite:////srv/search.db'
+    >>> search_storage({"storage": None}, "sqlite:////srv/other.db") is None  # its journal
+    True
+
+    Raises:
+        ValueError: the record names a database whose password it left out, and ``given`` is
+            not that database's URL (naming what to pass).
+    """
+    if "storage" not in record:
+        return given
+    began = record["storage"]
+    if given is not None and shown_storage(given) == began:
+        return given
+    if began is not None and _HIDDEN in began:
+        raise ValueError(
+            f"experiment {record.get('id')}'s search is in {began}, whose password its record "
+            "leaves out: give that URL, password included (--storage URL; in Python "
+            "Determined(storage=URL))."
+        )
+    return None if began is None else str(began)
 
 
 def write_experiment_record(plan: Plan) -> None:
@@ -60,6 +128,30 @@ def write_experiment_record(plan: Plan) -> None:
             f"the experiment's record {root / RECORD_NAME} cannot be written in {root} "
             f"({e.strerror or e}); give a writable folder with --checkpoint-dir."
         ) from None
+
+
+def write_launch(folder: CheckpointStore, flags: List[str]) -> None:
+    """Records the launch flags of the command that (re)started the experiment in ``folder``
+    (``--workers``, ``--devices``, ``--precision``, ...; not ``--storage``, which its record
+    keeps): ``activate()`` continues it with them, as Determined's continues an experiment
+    with its resources. Replaced by each start: the latest command's flags.
+
+    Raises:
+        OSError: the folder cannot be written (``CheckpointStorageError`` for a bucket).
+    """
+    now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    folder.set_file(LAUNCH_NAME, json.dumps({"flags": flags, "started": now}).encode())
+
+
+def launch_flags(folder: CheckpointStore) -> List[str]:
+    """The launch flags ``write_launch`` recorded in ``folder``; none when there are none (an
+    experiment begun before they were recorded, or a file that cannot be read)."""
+    try:
+        data = folder.read_once(LAUNCH_NAME)
+        flags = json.loads(data)["flags"] if data is not None else []
+    except Exception:  # any store's failure to read, or not what write_launch wrote
+        return []
+    return [str(f) for f in flags] if isinstance(flags, list) else []
 
 
 def _read_mark(folder: CheckpointStore, name: str) -> Optional[Dict[str, Any]]:
@@ -145,14 +237,19 @@ def clear_stop(folder: CheckpointStore) -> Optional[Dict[str, Any]]:
 
 __all__ = [
     "CANCEL_NAME",
+    "LAUNCH_NAME",
     "PAUSE_NAME",
     "RECORD_NAME",
     "cancel_mark",
     "clear_stop",
     "experiment_record",
+    "launch_flags",
     "mark_stop",
+    "search_storage",
+    "shown_storage",
     "stop_mark",
     "stopped_at",
     "stopped_by",
     "write_experiment_record",
+    "write_launch",
 ]

@@ -335,7 +335,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="grid, random, adaptive_asha: the Optuna storage every worker "
         "of the search "
         "shares (a database URL, or a journal file path; default: "
-        "<checkpoint dir>/<experiment id>/search.journal). Rerun to continue a search.",
+        "<checkpoint dir>/<experiment id>/search.journal). Rerun with the same one to "
+        "continue a search (another is refused: it does not hold the search).",
     )
     experiment.add_argument(
         "--heartbeat-timeout",

@@ -32,7 +32,12 @@ def _parser(action: str) -> argparse.ArgumentParser:
     )
     parser.add_argument("id", help="the experiment id (`det-lightning experiment list`)")
     parser.add_argument("--checkpoint-dir", default=None, help="where the experiments are")
-    parser.add_argument("--storage", default=None, help="the search storage it used, if any")
+    parser.add_argument(
+        "--storage",
+        default=None,
+        help="its search storage's database URL with the password (its record names the "
+        "storage it began with, a password left out)",
+    )
     if action == "delete":
         parser.add_argument("--yes", "-y", action="store_true", help="delete without asking")
     return parser

@@ -259,7 +259,9 @@ class Determined:
         if not isinstance(config, (str, os.PathLike, dict)):
             raise ValueError("config parameter must be dictionary or path")
         directory = str(pathlib.Path(model_dir or ".").resolve())
-        plan, command, log = self._launch(config, directory, self._checkpoint_dir)
+        plan, command, log = self._launch(
+            config, directory, self._checkpoint_dir, storage=self._storage
+        )
         experiment = Experiment(plan.experiment_id, self)
         experiment._root = plan.checkpoint_root.parent  # checkpoint_storage may put it elsewhere
         experiment._command, experiment._log = command, log
@@ -273,10 +275,13 @@ class Determined:
         config: Union[str, "os.PathLike[str]", Dict[str, Any]],
         directory: str,
         checkpoint_dir: Optional[str],
+        *,
+        storage: Optional[str],
+        flags: Sequence[str] = (),
     ) -> Tuple[Any, List[str], pathlib.Path]:
-        """The experiment's plan (every check before it starts), the command that runs it and
-        the file its output goes to (beside its checkpoints, or for a bucket in the
-        temporary directory)."""
+        """The experiment's plan (every check before it starts), the command that runs it
+        (with ``--storage storage`` and the launch ``flags``) and the file its output goes to
+        (beside its checkpoints, or for a bucket in the temporary directory)."""
         from det_lightning._runner.config import load_config
         from det_lightning._runner.plan import plan_experiment
 
@@ -292,8 +297,9 @@ class Determined:
         command = [sys.executable, "-m", "det_lightning", "experiment", config_path, directory]
         if checkpoint_dir:
             command[4:4] = ["--checkpoint-dir", checkpoint_dir]
-        if self._storage:
-            command[4:4] = ["--storage", self._storage]
+        if storage:
+            command[4:4] = ["--storage", storage]
+        command[4:4] = list(flags)
         stamp = time.strftime("%Y%m%d-%H%M%S")
         log = logs / (
             f"client-{stamp}.log" if folder.is_local else f"{plan.experiment_id}-{stamp}.log"

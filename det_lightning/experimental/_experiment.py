@@ -385,13 +385,17 @@ class Experiment:
     def activate(self) -> None:
         """Continues the experiment, paused or canceled: reruns its command in a process of
         its own (the trials resume from their checkpoints; a cancel or pause is taken back).
-        One this client did not start gets the command from its record (its config, model
-        directory and folder). One paused while another process ran it is continued once
-        that process has stopped its trials (this waits for them). Nothing happens while it
-        runs, nor once it completed.
+        One this client did not start gets the command from its record: its config, model
+        directory and folder, the search storage it began with, and the launch flags
+        (``--workers``, ``--devices``, ``--precision``, ...) of the command that last ran it,
+        as Determined continues an experiment with its resources. One paused while another
+        process ran it is continued once that process has stopped its trials (this waits for
+        them). Nothing happens while it runs, nor once it completed.
 
         Raises:
-            ValueError: it is stopping after a cancel (``wait()`` for it first).
+            ValueError: it is stopping after a cancel (``wait()`` for it first); or its search
+                is in a database whose password its record leaves out, and this client was
+                not given that URL (``Determined(storage=URL)``).
             FileNotFoundError: its model directory is gone (every checkpoint keeps the code
                 in its ``code/`` folder).
         """
@@ -456,8 +460,15 @@ class Experiment:
                 f"{self._root}` with a copy of it (every checkpoint keeps the code in its "
                 "code/ folder)."
             )
+        from det_lightning._runner._record import launch_flags, search_storage
+
         config = dict(self._record.get("config") or {})
-        plan, command, log = self._session._launch(config, model_dir, str(self._root))
+        # The storage its search is in, and the launch flags of the command that last ran it.
+        storage = search_storage(self._record, self._session._storage)
+        flags = launch_flags(self._root / self._id)
+        plan, command, log = self._session._launch(
+            config, model_dir, str(self._root), storage=storage, flags=flags
+        )
         if plan.experiment_id != self._id:  # a record edited by hand, or from a copy
             raise ValueError(
                 f"experiment {self._id}'s config now names experiment {plan.experiment_id}: "
@@ -467,9 +478,9 @@ class Experiment:
 
     def delete(self) -> None:
         """Deletes the experiment and what it wrote: its folder (checkpoints, trials' files,
-        its record: on a disk at once), its studies in the search storage, its TensorBoard
-        files. As on Determined, only an experiment in a terminal state (``COMPLETED``,
-        ``CANCELED``, ``ERROR``) is deleted; its state is then ``DELETED``.
+        its record: on a disk at once), its studies in the search storage it began with, its
+        TensorBoard files. As on Determined, only an experiment in a terminal state
+        (``COMPLETED``, ``CANCELED``, ``ERROR``) is deleted; its state is then ``DELETED``.
 
         Raises:
             ValueError: it is active or paused (``cancel()`` it first).
@@ -483,12 +494,16 @@ class Experiment:
                 "on Determined, only an experiment in a terminal state is deleted; cancel() "
                 "it first."
             )
+        from det_lightning._runner._record import RECORD_NAME, search_storage
+
         folder = self._root / self._id
-        if self._session._storage:  # a search storage of its own: the studies go there
+        # A search storage of its own (not the journal in its folder): its studies go there,
+        # first (left there, a new experiment of the same id would find its search done).
+        storage = search_storage(self._record, self._session._storage)
+        if storage:
             from det_lightning._runner.search._storage import delete_studies
 
-            delete_studies(self._session._storage, self._id)
-        from det_lightning._runner._record import RECORD_NAME
+            delete_studies(storage, self._id)
 
         folder.remove_all(last=[RECORD_NAME])  # the journal beside its checkpoints goes too
         if not folder.is_local:

@@ -17,7 +17,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any, Dict, Iterator, List, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Tuple
 
 import pytest
 import yaml
@@ -418,7 +418,8 @@ def test_create_experiment_starts_it_and_wait_waits(
     resumed = _client(root).get_experiment(experiment.id)
     capsys.readouterr()
     resumed.activate()
-    assert resumed._command[4:6] == ["--checkpoint-dir", str(root)] and resumed._process
+    where = resumed._command.index("--checkpoint-dir")
+    assert resumed._command[where + 1] == str(root) and resumed._process
     assert resumed.state is client.ExperimentState.ACTIVE  # the cancel taken back at once
     assert f"Experiment {experiment.id} was canceled (kill() at" in capsys.readouterr().err
     assert resumed.wait(interval=0.5) is client.ExperimentState.COMPLETED, _log(resumed)
@@ -559,6 +560,102 @@ def test_a_pause_from_anywhere_then_activate(
             elsewhere._process.wait()
     assert f"Experiment {runner.id} was paused (pause() at" in capsys.readouterr().err
     assert "resumed from its latest checkpoint" in _log(elsewhere), _log(elsewhere)
+
+
+def test_activate_continues_with_the_storage_and_launch_flags_it_ran_with(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture
+) -> None:
+    """An experiment started from a shell with ``--storage`` and launch flags, canceled, then
+    activated by a client given neither: read, continued and deleted in the storage its record
+    names (the client's own default, the journal, holds no search: activate() without it
+    started a search over, now refused), with the flags of the command that last ran it."""
+
+    project, root = _project(tmp_path), tmp_path / "checkpoints"
+    config = yaml.safe_load((project / "const.yaml").read_text())
+    config["searcher"]["max_length"] = {"batches": 10_000_000}
+    config["min_checkpoint_period"] = {"batches": 40}
+    (project / "long.yaml").write_text(yaml.safe_dump(config))
+    database = f"sqlite:///{tmp_path / 'search.db'}"
+    flags = ["--heartbeat-timeout", "90.0", "--workers", "2"]
+    shell_log = tmp_path / "shell.log"
+    with open(shell_log, "wb") as out:
+        command = [sys.executable, "-m", "det_lightning", "experiment", "long.yaml", "."]
+        shell = subprocess.Popen(
+            [*command, "--checkpoint-dir", str(root), "--storage", database, *flags],
+            cwd=project,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    elsewhere: "client.Experiment | None" = None
+    try:
+        (experiment_id,) = _wait_for(lambda: [p.parent.name for p in root.glob("*/trial-1")])
+        trial_dir = root / experiment_id / "trial-1"
+        _wait_for_a_checkpoint(trial_dir)
+        elsewhere = _client(root).get_experiment(experiment_id)
+        assert elsewhere.state is client.ExperimentState.ACTIVE  # read from its database
+        assert [t.state for t in elsewhere.list_trials()] == [client.TrialState.RUNNING]
+        elsewhere.cancel()
+        assert shell.wait(timeout=120) == 1, shell_log.read_text()
+        assert elsewhere.wait(interval=0.2) is client.ExperimentState.CANCELED
+        stopped = max(e.metadata["steps_completed"] for e in ckpt.list_local(trial_dir))
+
+        elsewhere.activate()
+        assert elsewhere._process is not None
+        args = list(elsewhere._process.args)  # type: ignore[arg-type]
+        assert args[args.index("--storage") + 1] == database, args
+        assert " ".join(flags) in " ".join(args), args
+        _wait_for_a_checkpoint(trial_dir, after=stopped)  # resumed in its search, trained on
+        log = _log(elsewhere)
+        assert "2 workers share this search" in log and "resumed from" in log, log
+        elsewhere.kill()
+        assert elsewhere.state is client.ExperimentState.CANCELED
+    finally:  # nothing left running when an assertion fails
+        for process in (shell, elsewhere and elsewhere._process):
+            if process is not None and process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+
+    import optuna
+
+    record = json.loads((root / experiment_id / "experiment.json").read_text())
+    assert record["storage"] == database
+    assert any(experiment_id in n for n in optuna.get_all_study_names(database))
+    elsewhere.delete()  # its studies too, from its database: none left for a new one to find
+    assert not any(experiment_id in n for n in optuna.get_all_study_names(database))
+
+
+def test_a_database_password_is_not_recorded_and_is_asked_for(
+    searched: Dict[str, Any], tmp_path: pathlib.Path, capsys: pytest.CaptureFixture
+) -> None:
+    """A record keeps a database URL without its password; reading the experiment without
+    being given that URL says what to pass (it read the wrong storage: no trials, a wrong
+    state)."""
+    from det_lightning._runner import cli
+    from det_lightning._runner._record import search_storage, shown_storage
+
+    root = tmp_path / "checkpoints"
+    shutil.copytree(searched["root"], root)
+    url = "postgresql://me:s3cret@db.example/search"
+    path = root / searched["id"] / "experiment.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "storage": shown_storage(url)}))
+    assert "s3cret" not in path.read_text()
+    capsys.readouterr()
+    assert cli.main(["experiment", "describe", searched["id"], "--checkpoint-dir", str(root)]) == 1
+    said = " ".join(capsys.readouterr().err.split())
+    assert "postgresql://me:***@db.example/search, whose password its record leaves out" in said
+    assert "--storage URL" in said, said
+    with pytest.raises(ValueError, match="Determined.storage=URL."):
+        _client(root).get_experiment(searched["id"])
+    assert search_storage(json.loads(path.read_text()), url) == url  # given: used
+
+
+def _wait_for(found: Callable[[], List[str]], timeout_s: float = 120.0) -> List[str]:
+    deadline = time.monotonic() + timeout_s
+    while not found():
+        assert time.monotonic() < deadline, "waited too long"
+        time.sleep(0.1)
+    return found()
 
 
 def _said_it_stopped(runner: client.Experiment, how: str, status: str) -> None:

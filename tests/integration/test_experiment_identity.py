@@ -177,6 +177,52 @@ def test_a_single_experiment_continues_when_rerun(
     assert trial.state == optuna.trial.TrialState.COMPLETE
 
 
+def _files(folder: pathlib.Path) -> Dict[str, bytes]:
+    return {str(f.relative_to(folder)): f.read_bytes() for f in folder.rglob("*") if f.is_file()}
+
+
+def test_a_rerun_in_another_search_storage_is_refused(
+    isolated_run: pathlib.Path, checkpoint_dir: pathlib.Path
+) -> None:
+    """Rerun without the ``--storage`` it began with (or with another), an experiment's search
+    started over in an empty storage: its trials resumed past the rungs and decisions it no
+    longer knew, and the summary reported a search that never ran. The rerun is refused,
+    naming the storage it began with; nothing is written; with that storage it continues."""
+    config = _config("stored", 0.1, 4)
+    path = isolated_run / "stored.yaml"
+    path.write_text(yaml.safe_dump(config))
+    began = f"sqlite:///{isolated_run / 'search.db'}"
+
+    def run(*storage: str) -> subprocess.CompletedProcess:
+        return run_cli("experiment", str(path), str(PROJECT), *storage, cwd=isolated_run)
+
+    first = run("--storage", began)
+    assert first.returncode == 0, output(first)
+    folder = experiment_dir(checkpoint_dir, config)
+    assert json.loads((folder / "experiment.json").read_text())["storage"] == began
+    before = _files(folder)
+    other = isolated_run / "other.db"
+    for storage, here in (
+        ((), str(folder / "search.journal")),
+        (("--storage", f"sqlite:///{other}"), f"sqlite:///{other}"),
+    ):
+        refused = run(*storage)
+        assert refused.returncode == 2, output(refused)
+        said = " ".join(output(refused).split())
+        assert f"experiment {folder.name} has 1 trial folder(s) in {folder}" in said, said
+        assert f"its search is not in {here}" in said or f"not in the journal {here}" in said
+        assert f"It began with --storage {began}: rerun with that" in said, said
+    assert _files(folder) == before and not other.exists()  # no journal, database, record
+    again = run("--storage", began)
+    assert again.returncode == 0, output(again)
+    assert re.search(r"^1\s+COMPLETED\s+-\s+4\s", output(again), re.M), output(again)
+    assert "resuming from" not in output(again), output(again)  # done: nothing trained
+    (isolated_run / "search.db").unlink()  # the storage lost the search
+    lost = run("--storage", began)
+    assert lost.returncode == 2, output(lost)
+    assert "Its storage no longer holds it" in " ".join(output(lost).split()), output(lost)
+
+
 def test_the_same_experiment_started_twice_trains_once(
     isolated_run: pathlib.Path, checkpoint_dir: pathlib.Path, slow_project: pathlib.Path
 ) -> None:

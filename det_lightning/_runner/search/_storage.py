@@ -2,14 +2,17 @@
 database several machines share) and its studies, one per bracket."""
 
 import errno
+import json
 import logging
 import os
 import pathlib
+import re
 from typing import Any, List, Optional
 
 import optuna
 
 from det_lightning._runner._lease import BRACKET, search_name, search_name_of
+from det_lightning._runner._record import RECORD_NAME, shown_storage
 from det_lightning._runner._search_settings import SearchSettings
 from det_lightning._runner._serial import creating
 from det_lightning._runner.plan import UsageError
@@ -141,6 +144,55 @@ def delete_studies(url: str, experiment_id: str) -> List[str]:
     for name in names:
         optuna.delete_study(study_name=name, storage=storage)
     return names
+
+
+def check_search_is_here(url: Optional[str], checkpoint_root: CheckpointStore, key: str) -> None:
+    """Refuses to begin experiment ``key``'s search in the storage ``url`` when its folder
+    ``checkpoint_root`` has trials already: their search is in another storage (a rerun without
+    the ``--storage`` it began with, or with another), or its storage lost it. Begun there,
+    the search would start over, its trials resuming from checkpoints whose rungs and
+    decisions it no longer knows, and the summary would report a search that never ran.
+
+    The folder is listed before the storage is read: a worker that begins the search makes
+    its study before any trial folder, so a trial folder seen first means the study is there.
+
+    Raises:
+        UsageError: naming the storage the experiment began with (its record's) and the fix.
+    """
+    trials = [n for n in checkpoint_root.folders() if re.fullmatch(r"trial-\d+", n)]
+    if not trials or read_studies(url, checkpoint_root, key):
+        return
+    journal = checkpoint_root.staging() / JOURNAL_NAME
+    current = shown_storage(url)
+    data = checkpoint_root.read_once(RECORD_NAME)
+    record = json.loads(data) if data is not None else {}
+    began = record.get("storage")
+    if "storage" not in record:  # a record from before records named the storage
+        fix = (
+            "It began with another storage: rerun with the --storage its first run was given "
+            "(none: its journal beside the checkpoints, on the machine that ran it)."
+        )
+    elif began != current:
+        fix = (
+            f"It began with --storage {began}: rerun with that (a database's password as before)."
+            if began is not None
+            else "It began without --storage: its search is in the journal beside its "
+            "checkpoints on the machine that ran it; rerun there without --storage."
+        )
+    elif not checkpoint_root.is_local and url is None:
+        fix = (
+            f"Its journal ({journal}) is kept on the machine that began it, beside its local "
+            "copies: rerun there (give experiments in a bucket --storage with a database "
+            "every machine reaches)."
+        )
+    else:
+        fix = "Its storage no longer holds it: it was emptied, deleted or replaced."
+    raise UsageError(
+        f"experiment {key} has {len(trials)} trial folder(s) in {checkpoint_root}, but its "
+        f"search is not in {current or f'the journal {journal}'}. {fix} Begun here, the "
+        "search would start over, and its trials would resume past decisions it no longer "
+        "knows. To start a new experiment instead, change its name (or delete its folder)."
+    )
 
 
 def storage_ref(url: Optional[str], checkpoint_root: CheckpointStore) -> str:
