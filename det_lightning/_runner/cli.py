@@ -319,8 +319,9 @@ def build_parser() -> argparse.ArgumentParser:
         "name, hyperparameters, searcher and entrypoint: trial n checkpoints to "
         "<checkpoint dir>/<id>/trial-<n>/ and rerunning the same command continues the "
         "experiment (an interrupted or failed trial resumes from its own latest checkpoint; "
-        "several workers may share one through --storage). To start over, change the name or "
-        "delete the folder. Also spelled `experiment create CONFIG MODEL_DIR`.",
+        "several workers may share one through --storage; give a rerun the same --storage and "
+        "--checkpoint-dir). To start over, change the name or `experiment delete ID`. Also "
+        "spelled `experiment create CONFIG MODEL_DIR`.",
     )
     add_launch_arguments(experiment)
     experiment.add_argument(

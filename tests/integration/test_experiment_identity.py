@@ -187,7 +187,9 @@ def test_a_rerun_in_another_search_storage_is_refused(
     """Rerun without the ``--storage`` it began with (or with another), an experiment's search
     started over in an empty storage: its trials resumed past the rungs and decisions it no
     longer knew, and the summary reported a search that never ran. The rerun is refused,
-    naming the storage it began with; nothing is written; with that storage it continues."""
+    naming the storage it began with; nothing is written; with that storage it continues. Its
+    search without its folder (another ``--checkpoint-dir``, a folder deleted by hand) is
+    refused too."""
     config = _config("stored", 0.1, 4)
     path = isolated_run / "stored.yaml"
     path.write_text(yaml.safe_dump(config))
@@ -217,6 +219,26 @@ def test_a_rerun_in_another_search_storage_is_refused(
     assert again.returncode == 0, output(again)
     assert re.search(r"^1\s+COMPLETED\s+-\s+4\s", output(again), re.M), output(again)
     assert "resuming from" not in output(again), output(again)  # done: nothing trained
+
+    # The other way round: its search there, its folder not (another --checkpoint-dir, or a
+    # folder deleted without its studies). It reported the search done, its best checkpoint
+    # in the other folder.
+    elsewhere = isolated_run / "elsewhere"
+    moved = run("--storage", began, "--checkpoint-dir", str(elsewhere))
+    shutil.rmtree(folder)
+    deleted = run("--storage", began)
+    for refused in (moved, deleted):
+        assert refused.returncode == 2, output(refused)
+        said = " ".join(output(refused).split())
+        assert f"experiment {folder.name}'s search in {began} has 1 trial(s), but" in said, said
+        assert "rerun with the --checkpoint-dir it began with" in said, said
+    assert not elsewhere.exists() and not folder.exists()
+    for name in optuna.get_all_study_names(began):  # as the message says: then it starts over
+        optuna.delete_study(study_name=name, storage=began)
+    over = run("--storage", began)
+    assert over.returncode == 0 and "resuming from" not in output(over), output(over)
+    assert re.search(r"^1\s+COMPLETED\s+-\s+4\s", output(over), re.M), output(over)
+
     (isolated_run / "search.db").unlink()  # the storage lost the search
     lost = run("--storage", began)
     assert lost.returncode == 2, output(lost)

@@ -90,13 +90,16 @@ def test_a_trial_killed_between_ask_and_lease_is_not_left_running_forever(
     """The worker died right after study.ask(): no lease, no hyperparameters' owner. A rerun
     on another machine takes the trial over once its heartbeat timeout has passed."""
     slow_config(slow_project, RANDOM_SEARCHER)
+    from det_lightning._runner._record import write_experiment_record
     from det_lightning._runner._search_settings import SearchSettings, experiment_id
     from det_lightning._runner.config import load_config
+    from det_lightning._runner.plan import plan_experiment
     from det_lightning._runner.search._storage import open_studies
 
     config = load_config(str(slow_project / "asha.yaml"))
     journal = checkpoint_dir / experiment_id(config.as_given) / "search.journal"
-    journal.parent.mkdir(parents=True)
+    # As a worker does, the experiment's record first, then its study.
+    write_experiment_record(plan_experiment(config, str(slow_project), {}, str(checkpoint_dir)))
     storage = optuna.storages.JournalStorage(
         optuna.storages.journal.JournalFileBackend(str(journal))
     )

@@ -147,21 +147,47 @@ def delete_studies(url: str, experiment_id: str) -> List[str]:
 
 
 def check_search_is_here(url: Optional[str], checkpoint_root: CheckpointStore, key: str) -> None:
-    """Refuses to begin experiment ``key``'s search in the storage ``url`` when its folder
-    ``checkpoint_root`` has trials already: their search is in another storage (a rerun without
-    the ``--storage`` it began with, or with another), or its storage lost it. Begun there,
-    the search would start over, its trials resuming from checkpoints whose rungs and
-    decisions it no longer knows, and the summary would report a search that never ran.
+    """Refuses to run experiment ``key`` where its folder ``checkpoint_root`` and its search
+    storage ``url`` disagree (each a rerun that reported success on wrong results before):
 
-    The folder is listed before the storage is read: a worker that begins the search makes
-    its study before any trial folder, so a trial folder seen first means the study is there.
+    - the folder has trials, and the storage holds none of its search: a rerun without the
+      ``--storage`` it began with, or with another, or a storage that lost it. Begun there, the
+      search would start over, its trials resuming past rungs and decisions it no longer knew;
+    - the storage holds its search, with trials, and the folder has neither its record nor a
+      trial: its checkpoints are in another folder (another ``--checkpoint-dir``), or the folder
+      was deleted and its studies were not. Continued there, the search would count trials
+      whose checkpoints it does not have (finished: nothing would run at all).
+
+    Each side is read after the one written before it (a worker writes the experiment's record,
+    then makes its studies, then its trial folders), so a search that other workers are
+    beginning meanwhile is never refused.
 
     Raises:
-        UsageError: naming the storage the experiment began with (its record's) and the fix.
+        UsageError: naming the storage or the folder the experiment began with, and the fix.
     """
     trials = [n for n in checkpoint_root.folders() if re.fullmatch(r"trial-\d+", n)]
-    if not trials or read_studies(url, checkpoint_root, key):
-        return
+    studies = read_studies(url, checkpoint_root, key)
+    if trials and not studies:
+        _refuse_another_storage(url, checkpoint_root, key, len(trials))
+    if studies and not trials and checkpoint_root.read_once(RECORD_NAME) is None:
+        begun = sum(len(s.get_trials(deepcopy=False)) for s in studies)
+        if begun:
+            where = shown_storage(url) or str(checkpoint_root.staging() / JOURNAL_NAME)
+            names = ", ".join(s.study_name for s in studies)
+            raise UsageError(
+                f"experiment {key}'s search in {where} has {begun} trial(s), but "
+                f"{checkpoint_root} has neither its record nor its trials: its checkpoints are "
+                "in another folder (rerun with the --checkpoint-dir it began with), or were "
+                "deleted without its search. Continued here, the search would count trials "
+                "whose checkpoints it does not have. To start over, delete its studies too "
+                f"(optuna delete-study --storage URL --study-name NAME for each of {names}), "
+                "or change the experiment's name."
+            )
+
+
+def _refuse_another_storage(
+    url: Optional[str], checkpoint_root: CheckpointStore, key: str, trials: int
+) -> None:
     journal = checkpoint_root.staging() / JOURNAL_NAME
     current = shown_storage(url)
     data = checkpoint_root.read_once(RECORD_NAME)
@@ -188,7 +214,7 @@ def check_search_is_here(url: Optional[str], checkpoint_root: CheckpointStore, k
     else:
         fix = "Its storage no longer holds it: it was emptied, deleted or replaced."
     raise UsageError(
-        f"experiment {key} has {len(trials)} trial folder(s) in {checkpoint_root}, but its "
+        f"experiment {key} has {trials} trial folder(s) in {checkpoint_root}, but its "
         f"search is not in {current or f'the journal {journal}'}. {fix} Begun here, the "
         "search would start over, and its trials would resume past decisions it no longer "
         "knows. To start a new experiment instead, change its name (or delete its folder)."
@@ -237,7 +263,9 @@ def _has_tables(url: str) -> bool:
             return False  # a new empty database each time: nothing to read
         if not database.startswith("file:") and not pathlib.Path(database).is_file():
             return False
-    engine = sqlalchemy.create_engine(url, poolclass=sqlalchemy.pool.NullPool)
+    # The search's own pool: a server at its connection limit is tried again for a while,
+    # then named with the fixes (ConnectionLimitReached), not a driver's traceback.
+    engine = sqlalchemy.create_engine(url, poolclass=OneConnectionPool)
     try:
         return sqlalchemy.inspect(engine).has_table("studies")
     finally:
