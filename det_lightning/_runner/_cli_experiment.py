@@ -8,6 +8,7 @@ that started the workers then prints the summary. ``cli`` parses the arguments.
 """
 
 import argparse
+import json
 import logging
 import os
 import subprocess
@@ -22,13 +23,19 @@ from det_lightning._job_processes import is_chief, quiet_unless_chief
 from det_lightning._runner import _launch_checks, _overrides
 from det_lightning._runner._cli_text import EXIT_USAGE, PROG, print_error
 from det_lightning._runner._launch_checks import already_launched, launch_options
-from det_lightning._runner._record import write_launch
+from det_lightning._runner._record import (
+    config_changes,
+    last_config,
+    recorded_config,
+    write_launch,
+)
 from det_lightning._runner.config._experiment_config import announce_ignored
 from det_lightning._runner.experiment import INTERRUPTED_NOTE, announce, run_experiment
 from det_lightning._runner.plan import Plan, UsageError, plan_experiment
 from det_lightning._runner.search._dashboard import dashboard_beside
 from det_lightning._runner.search._interrupt import SearchInterrupt
-from det_lightning._runner.search._storage import check_search_is_here
+
+logger = logging.getLogger("det_lightning")
 
 
 def cmd_experiment(args: argparse.Namespace) -> int:
@@ -60,10 +67,13 @@ def _run_plan(plan: Plan, args: argparse.Namespace) -> int:
     announce = is_chief(os.environ) and os.environ.get(SEARCH_WORKER_ENV) is None
     if os.environ.get(SEARCH_WORKER_ENV) is None:
         # Before any worker: a rerun in a storage without the experiment's search is refused.
+        from det_lightning._runner.search._storage import check_search_is_here  # Optuna's
+
         check_search_is_here(plan.storage, plan.checkpoint_root, plan.experiment_id)
         check_experiment_launch(plan, os.environ)
+        note_config_changes(plan)
         try:  # what activate() continues it with
-            write_launch(plan.checkpoint_root, relaunch_flags(args))
+            write_launch(plan, relaunch_flags(args))
         except OSError:
             pass  # the record, written next, names the folder and the fix
         workers = _search_workers(plan, args.workers)
@@ -80,6 +90,26 @@ def _run_plan(plan: Plan, args: argparse.Namespace) -> int:
     if announce:
         announce_ignored(plan.config.ignored_keys)
     return run_experiment(plan)
+
+
+def note_config_changes(plan: Plan) -> None:
+    """Says which keys of the config differ from those the experiment last ran with, when a
+    rerun continues it with another config: its id comes from its name, hyperparameters,
+    searcher and entrypoint only, so an edited config (periods, data, optimizations...)
+    continues the experiment, its trials resuming from their checkpoints, where Determined
+    made a new experiment of each ``create``."""
+    before = last_config(plan.checkpoint_root)
+    if before is None:
+        return
+    now = json.loads(json.dumps(recorded_config(plan), default=str))  # as the files keep it
+    changed = config_changes(before, now)
+    if changed:
+        shown = ", ".join(changed[:8]) + (f" and {len(changed) - 8} more" if changed[8:] else "")
+        logger.warning(
+            f"experiment {plan.experiment_id} continues, its trials resuming from their "
+            f"checkpoints, with a config changed since it last ran: {shown}. To begin a new "
+            "experiment instead, change its name."
+        )
 
 
 def relaunch_flags(args: argparse.Namespace) -> List[str]:

@@ -17,11 +17,11 @@ of its command (or ``activate()``) removes both and continues the experiment::
     {"canceled": "2026-11-29T10:40:00+00:00", "by": "kill"}
     {"paused": "2026-11-30T09:12:00+00:00", "by": "pause"}
 
-And ``launch.json``, the launch flags of the command that last (re)started it, which
-``activate()`` continues it with::
+And ``launch.json``, the launch flags, model directory and config of the command that last
+(re)started it, which ``activate()`` continues it with::
 
-    {"flags": ["--workers", "2", "--precision", "bf16-mixed"],
-     "started": "2026-11-30T09:20:00+00:00"}
+    {"flags": ["--workers", "2", "--precision", "bf16-mixed"], "model_dir": "/home/me/mnist",
+     "config": {...}, "started": "2026-11-30T09:20:00+00:00"}
 """
 
 import datetime
@@ -52,8 +52,7 @@ def experiment_record(plan: Plan) -> Dict[str, Any]:
         # left out: a rerun given another storage is refused (search._storage).
         "storage": shown_storage(plan.storage),
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        # As given: an unnamed experiment's random name left out, so the id reads back.
-        "config": {k: v for k, v in plan.config.as_given.items() if v is not None or k != "name"},
+        "config": recorded_config(plan),
     }
 
 
@@ -130,28 +129,81 @@ def write_experiment_record(plan: Plan) -> None:
         ) from None
 
 
-def write_launch(folder: CheckpointStore, flags: List[str]) -> None:
-    """Records the launch flags of the command that (re)started the experiment in ``folder``
+def recorded_config(plan: Plan) -> Dict[str, Any]:
+    """The plan's config as records keep it: as given, an unnamed experiment's random name
+    left out, so that its id reads back."""
+    return {k: v for k, v in plan.config.as_given.items() if v is not None or k != "name"}
+
+
+def write_launch(plan: Plan, flags: List[str]) -> None:
+    """Records the command that (re)started the plan's experiment: its launch flags
     (``--workers``, ``--devices``, ``--precision``, ...; not ``--storage``, which its record
-    keeps): ``activate()`` continues it with them, as Determined's continues an experiment
-    with its resources. Replaced by each start: the latest command's flags.
+    keeps), its model directory and its config (``--config`` overrides applied). ``activate()`` continues the
+    experiment with them, as Determined's continued one with its resources. Replaced by each
+    start: the latest command's.
 
     Raises:
         OSError: the folder cannot be written (``CheckpointStorageError`` for a bucket).
     """
     now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    folder.set_file(LAUNCH_NAME, json.dumps({"flags": flags, "started": now}).encode())
+    launch = {
+        "flags": flags,
+        "model_dir": str(plan.model_dir),
+        "config": recorded_config(plan),
+        "started": now,
+    }
+    plan.checkpoint_root.set_file(LAUNCH_NAME, json.dumps(launch, default=str).encode())
+
+
+def last_launch(folder: CheckpointStore) -> Dict[str, Any]:
+    """What ``write_launch`` recorded in ``folder``; empty when nothing is (an experiment
+    begun before launches were recorded, or a file that cannot be read)."""
+    try:
+        data = folder.read_once(LAUNCH_NAME)
+        launch = json.loads(data) if data is not None else {}
+    except Exception:  # any store's failure to read, or not JSON
+        return {}
+    return launch if isinstance(launch, dict) else {}
 
 
 def launch_flags(folder: CheckpointStore) -> List[str]:
-    """The launch flags ``write_launch`` recorded in ``folder``; none when there are none (an
-    experiment begun before they were recorded, or a file that cannot be read)."""
-    try:
-        data = folder.read_once(LAUNCH_NAME)
-        flags = json.loads(data)["flags"] if data is not None else []
-    except Exception:  # any store's failure to read, or not what write_launch wrote
-        return []
+    """The launch flags of the command that last ran the experiment in ``folder`` (none when
+    they were not recorded)."""
+    flags = last_launch(folder).get("flags")
     return [str(f) for f in flags] if isinstance(flags, list) else []
+
+
+def last_config(folder: CheckpointStore) -> Optional[Dict[str, Any]]:
+    """The config the experiment in ``folder`` last ran with: its last launch's, else its
+    record's; None for an experiment not begun (or whose files cannot be read)."""
+    config = last_launch(folder).get("config")
+    if isinstance(config, dict):
+        return config
+    try:
+        data = folder.read_once(RECORD_NAME)
+        record = json.loads(data) if data is not None else {}
+    except Exception:  # any store's failure to read, or not JSON
+        return None
+    config = record.get("config") if isinstance(record, dict) else None
+    return config if isinstance(config, dict) else None
+
+
+def config_changes(before: Any, after: Any, where: str = "") -> List[str]:
+    """The dotted keys whose values differ between two configs (added and removed ones too).
+
+    >>> config_changes({"a": 1, "b": {"c": 2, "d": 3}}, {"a": 1, "b": {"c": 5}, "e": 0})
+    ['b.c', 'b.d', 'e']
+    """
+    if not isinstance(before, dict) or not isinstance(after, dict):
+        return [] if before == after else [where or "(the whole config)"]
+    changed = []
+    for key in sorted(set(before) | set(after), key=str):
+        path = f"{where}.{key}" if where else str(key)
+        if key not in before or key not in after:
+            changed.append(path)
+        else:
+            changed += config_changes(before[key], after[key], path)
+    return changed
 
 
 def _read_mark(folder: CheckpointStore, name: str) -> Optional[Dict[str, Any]]:
@@ -242,9 +294,13 @@ __all__ = [
     "RECORD_NAME",
     "cancel_mark",
     "clear_stop",
+    "config_changes",
     "experiment_record",
+    "last_config",
+    "last_launch",
     "launch_flags",
     "mark_stop",
+    "recorded_config",
     "search_storage",
     "shown_storage",
     "stop_mark",

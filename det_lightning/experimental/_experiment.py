@@ -385,8 +385,8 @@ class Experiment:
     def activate(self) -> None:
         """Continues the experiment, paused or canceled: reruns its command in a process of
         its own (the trials resume from their checkpoints; a cancel or pause is taken back).
-        One this client did not start gets the command from its record: its config, model
-        directory and folder, the search storage it began with, and the launch flags
+        One this client did not start gets the command from its records: its folder, the
+        search storage it began with, and the model directory, config and launch flags
         (``--workers``, ``--devices``, ``--precision``, ...) of the command that last ran it,
         as Determined continues an experiment with its resources. One paused while another
         process ran it is continued once that process has stopped its trials (this waits for
@@ -452,7 +452,13 @@ class Experiment:
     def _command_from_record(self) -> "Tuple[List[str], pathlib.Path]":
         """The command that continues this experiment, and its output's file, from its
         record: its config as given, its model directory, the folder it was found in."""
-        model_dir = str(self._record.get("model_dir") or "")
+        from det_lightning._runner._record import last_launch, launch_flags, search_storage
+
+        folder = self._root / self._id
+        # The model directory, config and launch flags of the command that last ran it (its
+        # record's for one begun before those were kept), and the storage its search is in.
+        launch = last_launch(folder)
+        model_dir = str(launch.get("model_dir") or self._record.get("model_dir") or "")
         if not model_dir or not pathlib.Path(model_dir).is_dir():
             raise FileNotFoundError(
                 f"experiment {self._id}'s model directory {model_dir or '(none recorded)'} "
@@ -460,12 +466,9 @@ class Experiment:
                 f"{self._root}` with a copy of it (every checkpoint keeps the code in its "
                 "code/ folder)."
             )
-        from det_lightning._runner._record import launch_flags, search_storage
-
-        config = dict(self._record.get("config") or {})
-        # The storage its search is in, and the launch flags of the command that last ran it.
+        config = dict(launch.get("config") or self._record.get("config") or {})
+        flags = launch_flags(folder)
         storage = search_storage(self._record, self._session._storage)
-        flags = launch_flags(self._root / self._id)
         plan, command, log = self._session._launch(
             config, model_dir, str(self._root), storage=storage, flags=flags
         )

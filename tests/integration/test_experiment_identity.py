@@ -245,6 +245,41 @@ def test_a_rerun_in_another_search_storage_is_refused(
     assert "Its storage no longer holds it" in " ".join(output(lost).split()), output(lost)
 
 
+def test_a_rerun_with_an_edited_config_says_what_changed(
+    isolated_run: pathlib.Path, checkpoint_dir: pathlib.Path
+) -> None:
+    """An experiment's id comes from its name, hyperparameters, searcher and entrypoint: a
+    rerun with other periods continues it (Determined made a new experiment). It says which
+    keys changed since the experiment last ran, once; activate() reruns the latest config."""
+    from det_lightning.experimental import client
+
+    config = _config("edited", 0.1, 4)
+    path = isolated_run / "edited.yaml"
+    path.write_text(yaml.safe_dump(config))
+
+    def run(*more: str) -> str:
+        result = run_cli("experiment", str(path), str(PROJECT), *more, cwd=isolated_run)
+        assert result.returncode == 0, output(result)
+        return " ".join(output(result).split())
+
+    said = "with a config changed since it last ran:"
+    assert said not in run()
+    override = ("--config", "min_validation_period.batches=1", "--config", "labels=[a]")
+    assert f"{said} labels, min_validation_period.batches. To begin a new" in run(*override)
+    assert said not in run(*override)  # as it last ran
+    assert f"{said} labels, min_validation_period.batches." in run()
+    run(*override)
+    folder = experiment_dir(checkpoint_dir, config)
+    launch = json.loads((folder / "launch.json").read_text())
+    assert launch["config"]["min_validation_period"] == {"batches": 1}
+    record = json.loads((folder / "experiment.json").read_text())
+    assert record["config"]["min_validation_period"] == {"batches": 2}  # the first, kept
+    experiment = client.Determined(checkpoint_dir=str(checkpoint_dir)).get_experiment(folder.name)
+    command, _ = experiment._command_from_record()  # what activate() runs
+    rerun = yaml.safe_load(pathlib.Path(command[-2]).read_text())  # CONFIG MODEL_DIR last
+    assert rerun["min_validation_period"] == {"batches": 1} and rerun["labels"] == ["a"]
+
+
 def test_the_same_experiment_started_twice_trains_once(
     isolated_run: pathlib.Path, checkpoint_dir: pathlib.Path, slow_project: pathlib.Path
 ) -> None:
