@@ -451,7 +451,8 @@ class Experiment:
 
     def _command_from_record(self) -> "Tuple[List[str], pathlib.Path]":
         """The command that continues this experiment, and its output's file, from its
-        record: its config as given, its model directory, the folder it was found in."""
+        records: the folder it was found in, its search storage (``experiment.json``), the
+        model directory, config and launch flags it last ran with (``launch.json``)."""
         from det_lightning._runner._record import last_launch, launch_flags, search_storage
 
         folder = self._root / self._id

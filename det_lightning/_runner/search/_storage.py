@@ -190,8 +190,12 @@ def _refuse_another_storage(
 ) -> None:
     journal = checkpoint_root.staging() / JOURNAL_NAME
     current = shown_storage(url)
-    data = checkpoint_root.read_once(RECORD_NAME)
-    record = json.loads(data) if data is not None else {}
+    try:
+        data = checkpoint_root.read_once(RECORD_NAME)
+        record = json.loads(data) if data is not None else {}
+    except ValueError:  # not JSON: a record damaged by hand; what it began with is unknown
+        record = {}
+    record = record if isinstance(record, dict) else {}
     began = record.get("storage")
     if "storage" not in record:  # a record from before records named the storage
         fix = (
