@@ -124,11 +124,16 @@ def _stopped(
 ) -> Optional[Dict[str, Any]]:
     """The experiment's cancel or pause mark when a client canceled or paused it before its
     end: the one this worker stopped for (``seen``), else the one there now (seen by another
-    worker, or written before this one started); None otherwise, also when every trial ended
-    first (it stays COMPLETED)."""
+    worker, or written before this one started); a cancel there now outranks a pause it
+    stopped for (killed while its trials stopped for the pause: every reader says CANCELED).
+    None otherwise, also when every trial ended first (it stays COMPLETED). (A mark taken back
+    meanwhile, by ``activate()``, leaves the one it stopped for.)"""
     from det_lightning._runner._bookkeeping import state
 
-    mark = seen if seen is not None else stop_mark(plan.checkpoint_root)
+    now = stop_mark(plan.checkpoint_root)
+    mark = seen if seen is not None else now
+    if mark is not None and now is not None and stopped_by(mark) == "pause":
+        mark = now  # a cancel outranks the pause (stop_mark reads it first)
     if mark is None or state(list(results), plan.search.max_trials) == "COMPLETED":
         return None
     return mark

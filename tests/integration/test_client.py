@@ -562,6 +562,63 @@ def test_a_pause_from_anywhere_then_activate(
     assert "resumed from its latest checkpoint" in _log(elsewhere), _log(elsewhere)
 
 
+def _trial_group(worker: int, timeout_s: float = 60.0) -> int:
+    """The process group of the trial that the worker ``worker`` (a process group leader)
+    runs: a descendant's group that is not the worker's (a trial has one of its own)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        parents: Dict[int, int] = {}
+        for stat in pathlib.Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rpartition(")")[2].split()
+            except OSError:  # ended meanwhile
+                continue
+            parents[int(stat.parent.name)] = int(fields[1])
+        groups = set()
+        for pid in parents:
+            ancestor = parents.get(pid)
+            while ancestor is not None and ancestor != worker and ancestor > 1:
+                ancestor = parents.get(ancestor)
+            if ancestor == worker and os.getpgid(pid) != worker:
+                groups.add(os.getpgid(pid))
+        if len(groups) == 1:
+            return groups.pop()
+        assert time.monotonic() < deadline, f"no single trial group under {worker}: {groups}"
+        time.sleep(0.1)
+
+
+def test_a_kill_while_a_pause_stops_the_trial_ends_canceled(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture
+) -> None:
+    """Paused, then killed while its trial still stopped for the pause: the command said
+    PAUSED (the mark it had seen) while every reader said CANCELED. A cancel outranks a pause,
+    in its summary too. The trial is frozen (SIGSTOP) between the two, so the worker has seen
+    the pause and waits for the trial when the kill comes."""
+    root = tmp_path / "checkpoints"
+    runner, _ = _frozen_after_a_checkpoint(tmp_path, root)
+    assert runner._process is not None
+    trial = _trial_group(runner._process.pid)
+    os.killpg(trial, signal.SIGSTOP)
+    try:
+        elsewhere = _client(root).get_experiment(runner.id)
+        elsewhere.pause()
+        os.killpg(runner._process.pid, signal.SIGCONT)  # the worker sees the pause
+        deadline = time.monotonic() + 60
+        while "The experiment was paused (pause() at" not in _log(runner):
+            assert time.monotonic() < deadline, _log(runner)
+            time.sleep(0.1)
+        elsewhere.kill()
+        assert elsewhere.state is client.ExperimentState.STOPPING_KILLED
+    finally:
+        os.killpg(trial, signal.SIGCONT)
+        os.killpg(runner._process.pid, signal.SIGCONT)
+    assert _ended(runner) == 1, _log(runner)
+    log = _log(runner)
+    assert f"experiment {runner.id} was canceled (kill() at" in log and "Traceback" not in log
+    assert any(line.split()[:2] == ["1", "CANCELED"] for line in log.splitlines()), log
+    assert elsewhere.wait(interval=0.2) is client.ExperimentState.CANCELED
+
+
 def test_activate_continues_with_the_storage_and_launch_flags_it_ran_with(
     tmp_path: pathlib.Path, capsys: pytest.CaptureFixture
 ) -> None:
