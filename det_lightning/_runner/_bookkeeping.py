@@ -24,7 +24,13 @@ from typing import Any, Dict, List, NamedTuple, Optional
 
 from det_lightning import errors
 from det_lightning._env import CHECKPOINT_DIR_ENV
-from det_lightning._runner._record import RECORD_NAME, search_storage, stop_mark, stopped_by
+from det_lightning._runner._record import (
+    RECORD_NAME,
+    read_record,
+    search_storage,
+    stop_mark,
+    stopped_by,
+)
 from det_lightning._runner.config._searcher import SearcherConfig
 from det_lightning._runner.trial import FINISHED, INVALID_HP, TrialResult
 from det_lightning.pytorch import _checkpoint as ckpt
@@ -226,12 +232,7 @@ def find_record(root: CheckpointStore, experiment_id: str) -> Optional[Dict[str,
     """Experiment ``experiment_id``'s ``experiment.json`` under ``root``, or None."""
     if not experiment_id or "/" in experiment_id or experiment_id.startswith("."):
         return None
-    try:
-        data = (root / experiment_id).read_once(RECORD_NAME)
-        record = json.loads(data) if data is not None else None
-    except (OSError, ValueError):
-        return None
-    return record if isinstance(record, dict) else None
+    return read_record(root / experiment_id)
 
 
 def _list(root: CheckpointStore, storage: Optional[str]) -> int:

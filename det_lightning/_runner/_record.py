@@ -129,6 +129,17 @@ def write_experiment_record(plan: Plan) -> None:
         ) from None
 
 
+def read_record(folder: CheckpointStore) -> Optional[Dict[str, Any]]:
+    """The ``experiment.json`` in the experiment's ``folder``; None when there is none, or it
+    cannot be read or is not a record (a store's failure, a file damaged by hand)."""
+    try:
+        data = folder.read_once(RECORD_NAME)
+        record = json.loads(data) if data is not None else None
+    except (OSError, ValueError):  # a bucket's errors are OSErrors (CheckpointStorageError)
+        return None
+    return record if isinstance(record, dict) else None
+
+
 def recorded_config(plan: Plan) -> Dict[str, Any]:
     """The plan's config as records keep it: as given, an unnamed experiment's random name
     left out, so that its id reads back."""
@@ -138,9 +149,9 @@ def recorded_config(plan: Plan) -> Dict[str, Any]:
 def write_launch(plan: Plan, flags: List[str]) -> None:
     """Records the command that (re)started the plan's experiment: its launch flags
     (``--workers``, ``--devices``, ``--precision``, ...; not ``--storage``, which its record
-    keeps), its model directory and its config (``--config`` overrides applied). ``activate()`` continues the
-    experiment with them, as Determined's continued one with its resources. Replaced by each
-    start: the latest command's.
+    keeps), its model directory and its config (``--config`` overrides applied).
+    ``activate()`` continues the experiment with them, as Determined's continued one with its
+    resources. Replaced by each start: the latest command's.
 
     Raises:
         OSError: the folder cannot be written (``CheckpointStorageError`` for a bucket).
@@ -177,14 +188,8 @@ def last_config(folder: CheckpointStore) -> Optional[Dict[str, Any]]:
     """The config the experiment in ``folder`` last ran with: its last launch's, else its
     record's; None for an experiment not begun (or whose files cannot be read)."""
     config = last_launch(folder).get("config")
-    if isinstance(config, dict):
-        return config
-    try:
-        data = folder.read_once(RECORD_NAME)
-        record = json.loads(data) if data is not None else {}
-    except Exception:  # any store's failure to read, or not JSON
-        return None
-    config = record.get("config") if isinstance(record, dict) else None
+    if not isinstance(config, dict):
+        config = (read_record(folder) or {}).get("config")
     return config if isinstance(config, dict) else None
 
 
@@ -300,6 +305,7 @@ __all__ = [
     "last_launch",
     "launch_flags",
     "mark_stop",
+    "read_record",
     "recorded_config",
     "search_storage",
     "shown_storage",

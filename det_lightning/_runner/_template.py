@@ -26,8 +26,8 @@ signals rather than ignoring them, and a forked trial unblocks them only once it
 set: one passed on while the trial's process was still becoming the trial waits for it
 (ignored, it was lost, and the trial trained on after its search had stopped). Where fork
 cannot be used (no ``os.fork``, or ``DET_LIGHTNING_WARM_START=0``), each trial is a new
-interpreter running the same ``become_trial``, and the log says so once. The trial's output goes to the worker's
-own stdout and stderr, as the template inherited them.
+interpreter running the same ``become_trial``, and the log says so once. The trial's output
+goes to the worker's own stdout and stderr, as the template inherited them.
 """
 
 import atexit

@@ -2,17 +2,16 @@
 database several machines share) and its studies, one per bracket."""
 
 import errno
-import json
 import logging
 import os
 import pathlib
 import re
-from typing import Any, List, Optional
+from typing import Any, List, NoReturn, Optional
 
 import optuna
 
 from det_lightning._runner._lease import BRACKET, search_name, search_name_of
-from det_lightning._runner._record import RECORD_NAME, shown_storage
+from det_lightning._runner._record import RECORD_NAME, read_record, shown_storage
 from det_lightning._runner._search_settings import SearchSettings
 from det_lightning._runner._serial import creating
 from det_lightning._runner.plan import UsageError
@@ -187,15 +186,10 @@ def check_search_is_here(url: Optional[str], checkpoint_root: CheckpointStore, k
 
 def _refuse_another_storage(
     url: Optional[str], checkpoint_root: CheckpointStore, key: str, trials: int
-) -> None:
+) -> NoReturn:
     journal = checkpoint_root.staging() / JOURNAL_NAME
     current = shown_storage(url)
-    try:
-        data = checkpoint_root.read_once(RECORD_NAME)
-        record = json.loads(data) if data is not None else {}
-    except ValueError:  # not JSON: a record damaged by hand; what it began with is unknown
-        record = {}
-    record = record if isinstance(record, dict) else {}
+    record = read_record(checkpoint_root) or {}  # none readable: what it began with is unknown
     began = record.get("storage")
     if "storage" not in record:  # a record from before records named the storage
         fix = (
