@@ -92,6 +92,7 @@ def lightning_trainer(
         lean_validation.install(trainer)
         lean_results.install(trainer)
         internals.answer_validation_checks(trainer, schedule_cb.should_check_val)
+        internals.keep_on_device(trainer)
     except BaseException:  # no fit will release it: Lightning's own dispatch back now
         hooks.release(trainer)
         raise

@@ -1,15 +1,16 @@
 """The markdown report of ``run.py --device cuda``: time per step, synchronisations per batch
 and peak memory on the device, per workload and system (what ``cuda.CudaWindow`` measured).
 
-Never produced on a GPU yet (written on a CPU-only machine); ``tests/integration/test_benchmark_device.py``
-renders it from made-up worker results to check its shape only.
+First produced on an H100 (2026-11-26), then on an H200 (``benchmarks/results/``);
+``tests/integration/test_benchmark_device.py`` renders it from made-up worker results to check its
+shape on the CPU.
 """
 
 import json
 import pathlib
 import subprocess
 import sys
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, List, Tuple
 
 from report import Column, Report
 
@@ -24,10 +25,10 @@ METHOD = (
     "whichever is slower. **Syncs / batch**: the synchronising operations torch itself reports "
     "under `torch.cuda.set_sync_debug_mode('warn')` (`.item()`, a copy to or from pageable host "
     "memory, `nonzero`, ...) over whole batches: the step and what the framework does until "
-    "the next one starts. Batches come from pageable memory: the raw loop, Determined's and "
-    "det_lightning's `to_device` move them with a blocking `.to(device)`, which torch counts "
-    "(one per tensor, if torch flags host-to-device copies as its source suggests); native "
-    "Lightning moves them with `non_blocking=True`, which torch does not count. **Peak memory**: "
+    "the next one starts; where each one was made is listed below the table. The raw loop and "
+    "Determined copy batches from pageable memory with a blocking `.to(device)` (one sync per "
+    "tensor); raw-best and det_lightning pin them in the loader and copy with "
+    "`non_blocking=True`, as native Lightning copies. **Peak memory**: "
     "`torch.cuda.max_memory_allocated()` after the warm-up (reset then), tensors only, not the "
     "allocator's cache or the CUDA context. **Same weights**: the final weights' sum against "
     "raw's (on a GPU, kernels may reduce in another order from one process to the next, so a "
@@ -112,7 +113,46 @@ def render(
         "",
         *report.steps_table(DEVICE_TIME, DEVICE_COLUMNS, DEVICE_RATIOS),
     ]
+    lines += sync_site_lines(report)
     failures = report.failure_lines()
     if failures:
         lines += ["", "## Not measured", "", *failures]
     return "\n".join(lines) + "\n"
+
+
+def sync_site_lines(report: Report) -> List[str]:
+    """Where the counted synchronisations were made: for each workload and system that made any,
+    each source line (``cuda_window.sync_sites``) with its count per counted run, most first.
+
+    >>> runs = {("mlp", "a"): [{"sync_sites": {"x.py:3": 4, "y.py:9": 1}},
+    ...                        {"sync_sites": {"x.py:3": 4}}],
+    ...         ("mlp", "b"): [{"sync_sites": {}}]}
+    >>> print("\\n".join(sync_site_lines(Report(runs, {}, ["a", "b"], {}))))
+    <BLANKLINE>
+    ## Where the synchronisations were made
+    <BLANKLINE>
+    Each source line torch's warning named, with its count per counted run (the counting window's batches).
+    <BLANKLINE>
+    - mlp, a: `x.py:3` 4.0, `y.py:9` 0.5
+    """
+    found: List[str] = []
+    for (workload, system), runs in report.runs.items():
+        totals: Dict[str, int] = {}
+        for run in runs:
+            for site, n in (run.get("sync_sites") or {}).items():
+                totals[site] = totals.get(site, 0) + n
+        if totals:
+            ranked = sorted(totals.items(), key=lambda kv: (-kv[1], kv[0]))
+            sites = ", ".join(f"`{site}` {n / len(runs):.1f}" for site, n in ranked)
+            found.append(f"- {workload}, {system}: {sites}")
+    if not found:
+        return []
+    return [
+        "",
+        "## Where the synchronisations were made",
+        "",
+        "Each source line torch's warning named, with its count per counted run (the counting "
+        "window's batches).",
+        "",
+        *found,
+    ]

@@ -22,9 +22,14 @@ that it still exists with the shape used here. Each is the same in every release
     reruns_the_script          _SubprocessScriptLauncher            processes start in init()
     attached_trainer           LightningModule._trainer             is the module attached
                                                                     (the property raises)
+    keep_on_device             Strategy.teardown, Strategy.         the trial's models and
+                               _optimizers                          optimizer states stay on
+                                                                    the device after a fit
 """
 
-from typing import Any, Callable, Optional
+import contextlib
+import types
+from typing import Any, Callable, Iterator, Optional
 
 import lightning.pytorch as pl
 
@@ -108,3 +113,40 @@ def attached_trainer(module: pl.LightningModule) -> Optional[pl.Trainer]:
     """The Trainer ``module`` is attached to, or None (``LightningModule.trainer`` raises when
     there is none; ``_trainer`` is what it reads)."""
     return module._trainer
+
+
+def keep_on_device(trainer: pl.Trainer) -> None:
+    """After this trainer's fit (however it ends) the module and the optimizers' states stay on
+    the device they trained on, as Determined leaves them: ``trial.model`` is still the CUDA
+    model after ``Trainer.fit()``, and a second fit or an evaluation by hand moves nothing.
+
+    ``Strategy.teardown`` (every strategy's ends in it) moves both to the CPU:
+    ``_optimizers_to_device(self.optimizers, cpu)`` then ``self.lightning_module.cpu()``. Its
+    other steps (the precision plugin's, the accelerator's, the checkpoint IO's teardown; a DDP
+    wrapper taken off) still run: this strategy's teardown runs its own class's with no
+    optimizers to move and a module whose ``cpu()`` keeps it where it is."""
+    strategy = trainer.strategy
+    # setattr: replacing a bound method on one instance, which mypy refuses as an assignment.
+    setattr(strategy, "teardown", types.MethodType(_teardown_kept_on_device, strategy))  # noqa: B010
+
+
+def _teardown_kept_on_device(strategy: Any) -> None:
+    optimizers, strategy._optimizers = strategy._optimizers, []
+    try:
+        with _cpu_moves_nothing(strategy.lightning_module):
+            type(strategy).teardown(strategy)
+    finally:
+        strategy._optimizers = optimizers
+
+
+@contextlib.contextmanager
+def _cpu_moves_nothing(module: Optional[pl.LightningModule]) -> Iterator[None]:
+    if module is None:
+        yield
+        return
+    # An instance attribute shadows LightningModule.cpu for this module alone, for this while.
+    object.__setattr__(module, "cpu", lambda: module)
+    try:
+        yield
+    finally:
+        object.__delattr__(module, "cpu")

@@ -307,5 +307,10 @@ def test_batches_reach_the_device_from_pinned_memory_without_waiting(
             validation_period=pytorch.Batch(4),
             checkpoint_policy="none",
         )
-    assert len(copies) >= 16  # inputs and targets of 8 training batches, then validation's
-    assert set(copies) == {(True, True)}
+    # Lightning's bookkeeping of each metric logged (self.log) makes its 0-dimensional state
+    # on the host and moves it to the device once, when the key is first logged: no batch.
+    batches = [c for c in copies if c.shape != ()]
+    once = [c for c in copies if c.shape == ()]
+    assert len(batches) >= 16  # inputs and targets of 8 training batches, then validation's
+    assert {c[:2] for c in batches} == {(True, True)}, batches
+    assert len(once) < len(batches) // 2, once

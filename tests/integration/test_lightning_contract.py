@@ -14,7 +14,7 @@ from lightning.pytorch.core.optimizer import LightningOptimizer, do_nothing_clos
 from lightning.pytorch.loops.fetchers import _PrefetchDataFetcher
 from lightning.pytorch.loops.optimization.manual import _ManualOptimization
 from lightning.pytorch.loops.training_epoch_loop import _TrainingEpochLoop
-from lightning.pytorch.strategies import Strategy
+from lightning.pytorch.strategies import SingleDeviceStrategy, Strategy
 
 from det_lightning.adapters.lightning import hooks, internals, lean, versions
 
@@ -191,3 +191,49 @@ def test_attached_trainer_reads_the_module_trainer(trainer: pl.Trainer) -> None:
     assert internals.attached_trainer(module) is None
     module.trainer = trainer
     assert internals.attached_trainer(module) is trainer
+
+
+def test_a_strategy_teardown_moves_to_the_cpu_as_keep_on_device_expects() -> None:
+    source = inspect.getsource(Strategy.teardown)
+    assert "_optimizers_to_device(self.optimizers, " in source
+    assert "self.lightning_module.cpu()" in source
+    strategy = SingleDeviceStrategy(torch.device("cpu"))
+    assert strategy._optimizers is strategy.optimizers  # the list teardown moves
+
+
+def test_after_a_fit_the_models_and_optimizer_states_stay_where_they_trained(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Determined leaves ``trial.model`` and its optimizer's state on the device after
+    ``Trainer.fit()``; Lightning's teardown would move both to the CPU. On the CPU the move is
+    seen as calls: ``Module.cpu()`` on the trial's modules, and each parameter's optimizer
+    state rebuilt (a new dict) by ``_optimizers_to_device``. ``tests/gpu`` checks the device."""
+    from det_lightning import pytorch
+    from tests.fixtures.trials import make_trials
+
+    moved: list = []
+    real_cpu = torch.nn.Module.cpu
+
+    def recording_cpu(self: torch.nn.Module) -> torch.nn.Module:
+        moved.append(type(self).__name__)
+        return real_cpu(self)
+
+    monkeypatch.setattr(torch.nn.Module, "cpu", recording_cpu)
+    base = make_trials(pytorch)["MLPTrial"]
+    states: dict = {}
+
+    class Probe(base):  # type: ignore[misc, valid-type]
+        def train_batch(self, batch: Any, epoch_idx: int, batch_idx: int) -> Any:
+            out = super().train_batch(batch, epoch_idx, batch_idx)
+            states.update({id(p): self.opt.state[p] for p in self.model.parameters()})
+            return out
+
+    with pytorch.init(hparams={"lr": 0.01, "n": 32}) as context:
+        trial = Probe(context)
+        pytorch.Trainer(trial, context, logger=False).fit(
+            max_length=pytorch.Batch(4), checkpoint_policy="none"
+        )
+    assert moved == []
+    after = {id(p): trial.opt.state[p] for p in trial.model.parameters()}
+    assert states and all("momentum_buffer" in s for s in states.values())
+    assert all(after[k] is states[k] for k in states)
