@@ -92,14 +92,15 @@ def render(
     *,
     host: Dict[str, Any],
     started: str,
+    dropped: bool = True,
 ) -> str:
     """The whole report; ``host`` is ``run.machine()`` and ``versions()`` merged, with the
-    source's state under ``"source"``."""
+    source's state under ``"source"``; ``dropped``: the first repetition was a warm-up."""
     lines = [
         f"# det_lightning overhead on a CUDA device, {facts['name']}, {started[:10]}",
         "",
         f"Command: `{command}` ({repeats} repetition(s)"
-        f"{', the first (warm-up) dropped' if repeats > 1 else ''}).",
+        f"{', the first (warm-up) dropped' if dropped and repeats > 1 else ''}).",
         "",
         device_line(facts),
         f"Host: {host['cpu']}, {host['cores']} cores, {host['memory']}, {host['os']}; Python "

@@ -7,7 +7,8 @@
 Every (repetition, workload, system) runs in its own fresh process (``worker.py``), on one
 thread, one at a time; the systems are interleaved within each repetition, so slow drift of the
 machine hits all of them alike. The first repetition is a warm-up and is dropped (when there is
-more than one). The command reports; it never fails because a ratio is high.
+more than one, and unless ``--no-warm-up`` says a run just before warmed the machine). The
+command reports; it never fails because a ratio is high.
 """
 
 import argparse
@@ -393,15 +394,20 @@ def collect(
                     continue
                 result = dict(results[key[0]], system=system, workload=key[0], repetition=rep)
                 every.append(result)
-                if rep > 0 or args.repeats == 1:
+                if rep > 0 or not drops_first(args):
                     runs.setdefault(key, []).append(result)
     return runs, failures, every
+
+
+def drops_first(args: argparse.Namespace) -> bool:
+    """Whether the first repetition is a warm-up, left out of the results."""
+    return args.repeats > 1 and not args.no_warm_up
 
 
 def render(
     args: argparse.Namespace, report: Report, have_determined: bool, started: str, *, took: float
 ) -> str:
-    counted = args.repeats - 1 if args.repeats > 1 else 1
+    counted = args.repeats - 1 if drops_first(args) else args.repeats
     steps = instruction_steps(args.quick)
     mach, vers = machine(), versions()
     lines = [
@@ -409,7 +415,7 @@ def render(
         "",
         f"Command: `{' '.join(['python benchmarks/run.py', *args.argv])}` "
         f"({took / 60:.1f} min, {args.repeats} repetition(s)). Each cell: median over {counted} "
-        f"repetition(s){', the first (warm-up) repetition dropped' if args.repeats > 1 else ''}; "
+        f"repetition(s){', the first (warm-up) repetition dropped' if drops_first(args) else ''}; "
         "every system and repetition in its own process, one at a time, interleaved.",
         "",
         f"Machine: {mach['cpu']}, {mach['cores']} cores, {mach['memory']}, {mach['os']}; "
@@ -549,6 +555,12 @@ def main(argv: Optional[List[str]] = None) -> int:
         help="repetitions, the first dropped (default 5, quick 1)",
     )
     parser.add_argument(
+        "--no-warm-up",
+        action="store_true",
+        help="count the first repetition too: the machine's caches were warmed by a run just "
+        "before (scripts/gpu-check.sh's workloads after its first)",
+    )
+    parser.add_argument(
         "--device",
         choices=("cpu", "cuda"),
         default="cpu",
@@ -617,7 +629,15 @@ def main(argv: Optional[List[str]] = None) -> int:
         facts = cuda_tables.device_facts()
         host = {**machine(), **versions(), "source": source_state()}
         command = " ".join(["python benchmarks/run.py", *args.argv])
-        text = cuda_tables.render(command, args.repeats, report, facts, host=host, started=started)
+        text = cuda_tables.render(
+            command,
+            args.repeats,
+            report,
+            facts,
+            host=host,
+            started=started,
+            dropped=drops_first(args),
+        )
         theme, where = "overhead-cuda", cuda_tables.slug(facts["name"])
     else:
         text = render(args, report, have_determined, started, took=time.perf_counter() - t0)

@@ -18,6 +18,7 @@
 #   GPU_CHECK_WORKLOADS  in the order run, while time is left (default mlp,validation,amp,cnn)
 #   GPU_CHECK_PROCESS_S  the estimate of one benchmark process, to size the benchmark (default 15)
 #   PYTHON               the Python to use (default: python3, the image's, with its CUDA torch)
+#   GPU_CHECK_RESULTS    the folder of the reports (default benchmarks/results/gpu-check-<time>)
 #
 # The steps:
 #   1. a Python whose torch sees a CUDA device (else exit 2, nothing run);
@@ -26,10 +27,12 @@
 #      machine's packages: its lightning, torchmetrics and accelerate stay as they are), and
 #      det_lightning is built from this checkout into it; then
 #      `import det_lightning.adapters, determined.pytorch, lightning` is proven (else exit 3);
-#   3. pytest -m gpu tests/gpu, stopped when the budget is half spent;
-#   4. benchmarks/run.py --device cuda --quick --repeats 3 (two counted repetitions, the first
-#      dropped), one workload at a time while the estimate fits the time left; each writes its
-#      report into benchmarks/results/gpu-check-<time>/<workload>/ as it ends.
+#   3. pytest -m gpu tests/gpu (four processes with pytest-xdist), stopped when the budget is half
+#      spent;
+#   4. benchmarks/run.py --device cuda --quick, two counted repetitions of each workload (the first
+#      workload's after a warm-up repetition, dropped; the later ones' with --no-warm-up), one
+#      workload at a time while the estimate fits the time left; each writes its report into
+#      benchmarks/results/gpu-check-<time>/<workload>/ as it ends.
 # With $OUT set (the device tool's folder of files that come back) the log is written there as it
 # goes, and each report is copied there as it is written.
 #
@@ -98,7 +101,12 @@ tests_line="not run (--no-tests)"
 if [ "$tests" = 1 ]; then
   say "== pytest -m gpu tests/gpu ($(left) s left)"
   set +e
-  timeout $(( $(left) / 2 )) "$python" -m pytest -m gpu tests/gpu -q -p no:cacheprovider 2>&1 | tee -a "$log"
+  # Four test processes at once where the machine has pytest-xdist (the GPU image does): the
+  # deterministic tests' child processes spend most of their time starting Python.
+  parallel=()
+  "$python" -c 'import xdist' 2>/dev/null && parallel=(-n 4)
+  timeout $(( $(left) / 2 )) "$python" -m pytest -m gpu tests/gpu -q -p no:cacheprovider \
+    "${parallel[@]}" 2>&1 | tee -a "$log"
   code=${PIPESTATUS[0]}
   set -e
   [ "$code" = 0 ] || status=1
@@ -108,23 +116,27 @@ fi
 
 systems=${GPU_CHECK_SYSTEMS:-raw-best,det_lightning,determined}
 per_process=${GPU_CHECK_PROCESS_S:-15}
-results=benchmarks/results/gpu-check-$(date -u +%Y%m%d-%H%M)
+results=${GPU_CHECK_RESULTS:-benchmarks/results/gpu-check-$(date -u +%Y%m%d-%H%M)}
 measured=()
 if [ "$bench" = 1 ]; then
   IFS=, read -ra workloads <<<"${GPU_CHECK_WORKLOADS:-mlp,validation,amp,cnn}"
   IFS=, read -ra names <<<"$systems"
+  # The first workload measured runs a warm-up repetition (dropped); the machine is warm for the
+  # ones after it (the libraries read, the GPU clocked up), which count both repetitions.
+  repeats=(--repeats 3)
   for w in "${workloads[@]}"; do
-    need=$(( ${#names[@]} * 3 * per_process ))
+    need=$(( ${#names[@]} * (${#measured[@]} ? 2 : 3) * per_process ))
     if [ "$(left)" -lt "$need" ]; then
       say "== $w: not run ($(left) s left, about $need s needed)"
       continue
     fi
-    say "== benchmarks/run.py --device cuda --quick --repeats 3 --workloads $w ($(left) s left)"
-    "$python" benchmarks/run.py --device cuda --quick --repeats 3 --workloads "$w" \
+    say "== benchmarks/run.py --device cuda --quick ${repeats[*]} --workloads $w ($(left) s left)"
+    "$python" benchmarks/run.py --device cuda --quick "${repeats[@]}" --workloads "$w" \
       --systems "$systems" --out "$results/$w" "${bench_args[@]}" 2>&1 | tee -a "$log" || status=1
     for report in "$results/$w"/overhead-cuda*.md; do
       [ -e "$report" ] || continue
       measured+=("$w")
+      repeats=(--repeats 2 --no-warm-up)
       [ -n "${OUT:-}" ] && cp "$report" "$OUT/$w-$(basename "$report")"
     done
   done

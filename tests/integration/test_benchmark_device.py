@@ -193,3 +193,94 @@ def test_gpu_wheels_lists_what_the_gpu_machine_needs_from_this_venv(
     listing = tmp_path / "KINDS.md"
     listing.write_text("# machines\n\nPackages: absl-py, Typing_Extensions, zipp.\n")
     assert wheels.names_in(listing) == {"absl-py", "typing-extensions", "zipp"}
+
+
+# The GPU machine's Python, played by a shell script: it sees a CUDA device, and it records each
+# test and benchmark command instead of running it (each benchmark writes a one-line report where
+# run.py would), so that the plan gpu-check.sh makes from its budget is checked on the CPU.
+MACHINE_PYTHON = r"""#!/usr/bin/env bash
+case "$*" in
+  *torch.cuda.is_available*) exit 0 ;;
+  *torch.__version__*) echo "torch 2.11.0+cu130, CUDA 13.0, NVIDIA H200"; exit 0 ;;
+  *"import xdist"*) [ -n "$HAS_XDIST" ] ;;
+  *gpu_install.py*) echo "gpu_install: added nothing in $1"; exit 0 ;;
+  *profiler_labels*) exit 0 ;;
+  *"-m pytest"*) echo "$*" >> "$CALLS"; echo "15 passed in 1.00s"; exit 0 ;;
+  *benchmarks/run.py*)
+    echo "$*" >> "$CALLS"
+    out=$(printf '%s\n' "$@" | grep -A1 -- '^--out$' | tail -n 1)
+    mkdir -p "$out" && echo "report of: $*" > "$out/overhead-cuda-quick_nvidia-h200.md"
+    sleep "${BENCH_SLEEP:-0}"; exit 0 ;;
+  *) echo "machine python: unexpected $*" >&2; exit 9 ;;
+esac
+"""
+
+
+def _gpu_check(
+    tmp_path: pathlib.Path, **env: str
+) -> "tuple[subprocess.CompletedProcess, List[str]]":
+    python = tmp_path / "python3"
+    python.write_text(MACHINE_PYTHON)
+    python.chmod(0o755)
+    calls, out = tmp_path / "calls", tmp_path / "out"
+    out.mkdir()
+    proc = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "gpu-check.sh")],
+        capture_output=True,
+        text=True,
+        env={
+            **os.environ,
+            "PYTHON": str(python),
+            "CALLS": str(calls),
+            "OUT": str(out),
+            "GPU_CHECK_RESULTS": str(tmp_path / "results"),
+            **env,
+        },
+        timeout=300,
+    )
+    return proc, calls.read_text().splitlines() if calls.exists() else []
+
+
+def test_gpu_check_warms_up_once_and_counts_two_repetitions_of_every_workload(
+    tmp_path: pathlib.Path,
+) -> None:
+    """The plan on a machine with pytest-xdist: tests/gpu in four processes, then the four
+    workloads, the first after a warm-up repetition, the others with both counted; each report
+    and the log copied to ``$OUT`` as written."""
+    proc, calls = _gpu_check(tmp_path, HAS_XDIST="1", GPU_CHECK_PROCESS_S="1")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    pytest_call, *bench_calls = calls
+    assert "-m pytest -m gpu tests/gpu" in pytest_call and pytest_call.endswith("-n 4")
+    assert [c.split("--workloads ")[1].split()[0] for c in bench_calls] == [
+        "mlp",
+        "validation",
+        "amp",
+        "cnn",
+    ]
+    assert "--repeats 3 " in bench_calls[0] and "--no-warm-up" not in bench_calls[0]
+    assert all("--repeats 2 --no-warm-up " in c for c in bench_calls[1:])
+    out = tmp_path / "out"
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        ["gpu-check.log"]
+        + [f"{w}-overhead-cuda-quick_nvidia-h200.md" for w in ("mlp", "validation", "amp", "cnn")]
+    )
+    log = (out / "gpu-check.log").read_text()
+    assert "benchmark: mlp validation amp cnn" in log and "scripts/gpu-check.sh: done" in log
+
+
+def test_gpu_check_runs_the_workloads_that_fit_the_time_left(tmp_path: pathlib.Path) -> None:
+    """Without pytest-xdist the tests run in one process. With 20 s in all and an estimate of
+    1 s a process (3 systems: 9 s for the first workload, 6 s for each after), a first workload
+    that takes 15 s leaves too little for the others: each is named as not run, and the check
+    still ends well."""
+    proc, calls = _gpu_check(
+        tmp_path, GPU_CHECK_BUDGET_S="20", GPU_CHECK_PROCESS_S="1", BENCH_SLEEP="15"
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    pytest_call, *bench_calls = calls
+    assert "-n 4" not in pytest_call
+    assert len(bench_calls) == 1 and "--workloads mlp " in bench_calls[0]
+    for w in ("validation", "amp", "cnn"):
+        assert f"== {w}: not run (" in proc.stdout
+    assert proc.stdout.count("about 6 s needed") == 3
+    assert "benchmark: mlp (reports in" in proc.stdout
