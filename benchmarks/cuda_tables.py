@@ -112,6 +112,7 @@ def render(
         "",
         METHOD,
         "",
+        *profiled_lines(report),
         *report.steps_table(DEVICE_TIME, DEVICE_COLUMNS, DEVICE_RATIOS),
     ]
     lines += sync_site_lines(report)
@@ -156,4 +157,16 @@ def sync_site_lines(report: Report) -> List[str]:
         "window's batches).",
         "",
         *found,
+    ]
+
+
+def profiled_lines(report: Report) -> List[str]:
+    """A warning above the table when torch's profiler watched the timed windows
+    (``BENCH_CUDA_PROFILE``): their times are then the profiler's too."""
+    if not any(run.get("profiled") for runs in report.runs.values() for run in runs):
+        return []
+    return [
+        "**Profiled** (`BENCH_CUDA_PROFILE`): torch's profiler recorded the timed windows, so "
+        "the times below include its own cost; read the profiles, not the times.",
+        "",
     ]

@@ -30,10 +30,19 @@ word without synchronising (autograd's once-per-process AccumulateGrad stream no
 The device is drained before the counting starts, so that nothing queued by the warm-up is
 waited for inside the window, and where each counted warning came from is kept in the result
 (``sync_sites``) so that a count above zero names its code.
+
+``BENCH_CUDA_PROFILE=DIR`` (to find where a cost comes from, not to measure it): torch's profiler
+records the timed window, host and device, and writes its table of operations, CUDA runtime
+calls among them, sorted by their own host time, to ``DIR/<system>-<workload>-<pid>.txt``. The
+profiler slows what it watches: such a run's times are not measurements (``"profiled"`` in the
+result says so).
 """
 
 import collections
+import os
+import pathlib
 import subprocess
+import sys
 import time
 import warnings
 from typing import Any, Dict, Iterable, List, Optional
@@ -99,6 +108,8 @@ class CudaWindow:
         self._catching: Any = None
         self._caught: List[warnings.WarningMessage] = []
         self.sites: Dict[str, int] = {}
+        self.profile_dir = os.environ.get(PROFILE_ENV) or None
+        self._profiler: Any = None
 
     def at_start(self, i: int) -> None:
         import torch
@@ -116,6 +127,8 @@ class CudaWindow:
             self.sites = sync_sites(self._caught)
             self.syncs = sum(self.sites.values())
             torch.cuda.synchronize()  # what was queued before the window is not timed in it
+            if self.profile_dir:
+                self._profiler = start_profiler()
             self.started = time.perf_counter()
 
     def at_end(self, i: int) -> None:
@@ -125,6 +138,9 @@ class CudaWindow:
             torch.cuda.synchronize()  # the window's last kernels are done
             self.ended = time.perf_counter()
             self.peak_bytes = torch.cuda.max_memory_allocated()
+            if self._profiler is not None:
+                self._profiler.__exit__(None, None, None)
+                write_profile(self._profiler, self.profile_dir)
 
     def result(self) -> Dict[str, Any]:
         """What ``common.step_result`` adds for a CUDA fit."""
@@ -137,7 +153,36 @@ class CudaWindow:
             "batches_timed": self.last + 1 - self.time_from,
             "peak_memory_mb": (self.peak_bytes or 0) / 2**20,
             "sync_sites": self.sites,
+            **({"profiled": True} if self.profile_dir else {}),
         }
+
+
+PROFILE_ENV = "BENCH_CUDA_PROFILE"
+
+
+def start_profiler() -> Any:
+    """torch's profiler, recording host and (where there is one) CUDA activity from now on."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU]
+    if torch.cuda.is_available():
+        activities.append(ProfilerActivity.CUDA)
+    profiler = profile(activities=activities)
+    profiler.__enter__()
+    return profiler
+
+
+def write_profile(profiler: Any, directory: str) -> pathlib.Path:
+    """The profiler's table (60 rows by own host time) as ``<system>-<workload>-<pid>.txt`` in
+    ``directory``; the worker's command line names the system and workload."""
+    args = [a for a in sys.argv[1:] if not a.startswith("-")]
+    name = "-".join([*args[:2], str(os.getpid())]).replace("/", "_")
+    path = pathlib.Path(directory) / f"{name}.txt"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    table = profiler.key_averages().table(sort_by="self_cpu_time_total", row_limit=60)
+    path.write_text(f"{' '.join(sys.argv)}\n{table}\n")
+    return path
 
 
 def describe_device() -> Dict[str, str]:

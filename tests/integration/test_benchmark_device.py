@@ -284,3 +284,25 @@ def test_gpu_check_runs_the_workloads_that_fit_the_time_left(tmp_path: pathlib.P
         assert f"== {w}: not run (" in proc.stdout
     assert proc.stdout.count("about 6 s needed") == 3
     assert "benchmark: mlp (reports in" in proc.stdout
+
+
+def test_a_profiled_window_writes_the_profilers_table_named_for_its_worker(
+    bench: Dict[str, Any], tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``BENCH_CUDA_PROFILE``'s pieces on the CPU (the window itself needs a device): the table
+    names the operations the window ran, in a file named for the worker's system and workload;
+    a report of profiled runs says that its times are not measurements."""
+    import torch
+
+    window = bench["cuda_window"]
+    monkeypatch.setattr(sys, "argv", ["worker.py", "det_lightning", "validation", "out.json"])
+    profiler = window.start_profiler()
+    torch.ones(64, 64) @ torch.ones(64, 64)
+    profiler.__exit__(None, None, None)
+    path = window.write_profile(profiler, str(tmp_path / "profiles"))
+    assert path.name.startswith("det_lightning-validation-") and path.suffix == ".txt"
+    assert "aten::mm" in path.read_text()
+    report = bench["cuda_tables"].Report(
+        {("validation", "det_lightning"): [{"profiled": True}]}, {}, ["det_lightning"], {}
+    )
+    assert "**Profiled**" in bench["cuda_tables"].profiled_lines(report)[0]
