@@ -52,11 +52,13 @@ ZERO_GRAD = "torch.optim.optimizer:Optimizer.zero_grad"
 NEXT = "torch.utils.data.dataloader:_BaseDataLoaderIter.__next__"
 
 # The functions followed, by the fingerprints of the torch releases read (wheels' sources).
+# 2.11.0 (the GPU image's torch) differs from 2.13.0 in STEP and SCHEDULED_STEP by a
+# lint-suppression comment on the signature alone (D102, D107).
 READ: Dict[str, FrozenSet[str]] = {
-    STEP: frozenset({"025aa7b98306"}),  # 2.13.0, 2.14.1
-    SCHEDULED_STEP: frozenset({"37676bc017fa"}),  # 2.13.0, 2.14.1
-    ZERO_GRAD: frozenset({"d8f8c317c527"}),  # 2.13.0, 2.14.1
-    NEXT: frozenset({"6e242e666e66"}),  # 2.13.0, 2.14.1
+    STEP: frozenset({"025aa7b98306", "6dd3565e36bf"}),  # 2.13.0, 2.14.1; 2.11.0
+    SCHEDULED_STEP: frozenset({"37676bc017fa", "77a16357950a"}),  # 2.13.0, 2.14.1; 2.11.0
+    ZERO_GRAD: frozenset({"d8f8c317c527"}),  # 2.11.0, 2.13.0, 2.14.1
+    NEXT: frozenset({"6e242e666e66"}),  # 2.11.0, 2.13.0, 2.14.1
 }
 
 _profiler_enabled: Callable[[], bool] = torch._C._autograd._profiler_enabled
