@@ -26,7 +26,8 @@
 #      lacks goes, --no-deps, into a folder of its own put on PYTHONPATH (nothing is laid over the
 #      machine's packages: its lightning, torchmetrics and accelerate stay as they are), and
 #      det_lightning is built from this checkout into it; then
-#      `import det_lightning.adapters, determined.pytorch, lightning` is proven (else exit 3);
+#      `import det_lightning.adapters, determined.pytorch, lightning` is proven (else exit 3), and
+#      in the same process the torch functions the loop follows without profiler labels logged;
 #   3. pytest -m gpu tests/gpu (four processes with pytest-xdist), stopped when the budget is half
 #      spent;
 #   4. benchmarks/run.py --device cuda --quick, two counted repetitions of each workload (the first
@@ -61,12 +62,16 @@ for arg in "$@"; do
   esac
 done
 
-sees_cuda() {  # true when the torch of Python $1 sees a CUDA device
-  "$1" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null
-}
+# One start of each Python tried (on the GPU image a Python importing torch takes seconds):
+# prints the device line and succeeds when its torch sees a CUDA device.
+describe_cuda='import sys, torch
+if not torch.cuda.is_available():
+    sys.exit(1)
+print(f"torch {torch.__version__}, CUDA {torch.version.cuda}, {torch.cuda.get_device_name(0)}")'
 python=""
+device=""
 for candidate in ${PYTHON:-} "$(command -v python3 || true)"; do
-  if [ -n "$candidate" ] && [ -x "$candidate" ] && sees_cuda "$candidate"; then
+  if [ -n "$candidate" ] && [ -x "$candidate" ] && device=$("$candidate" -c "$describe_cuda" 2>/dev/null); then
     python="$candidate"
     break
   fi
@@ -80,7 +85,7 @@ if [ -z "$python" ]; then
   fi
   exit 2
 fi
-echo "scripts/gpu-check.sh: $("$python" -c 'import torch; print(f"torch {torch.__version__}, CUDA {torch.version.cuda}, {torch.cuda.get_device_name(0)}")') ($python)"
+echo "scripts/gpu-check.sh: $device ($python)"
 
 
 log=${OUT:-$(mktemp -d)}/gpu-check.log
@@ -92,9 +97,6 @@ site=${GPU_CHECK_SITE:-/tmp/det-lightning-gpu-site}
 "$python" scripts/gpu_install.py "$site" --wheels .whl 2>&1 | tee -a "$log" || exit 3
 export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" PYTHONUNBUFFERED=1
-# which of torch's functions the training loop follows without their profiler labels (a torch
-# not read yet keeps the labels: its fingerprints go into adapters/profiler_labels.py's READ)
-"$python" -c 'from det_lightning.adapters import profiler_labels as p; print(p.report())' 2>&1 | tee -a "$log" || true
 
 status=0
 tests_line="not run (--no-tests)"

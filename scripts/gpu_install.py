@@ -26,6 +26,11 @@ from typing import List
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PROOF = "import det_lightning.adapters, determined.pytorch, lightning"
+# Asked in the same process as the proof (on the GPU image each Python that imports torch and
+# Lightning takes about 8 s to start): which of torch's functions the training loop follows
+# without their profiler labels (a torch not read yet keeps them: its fingerprints go into
+# adapters/profiler_labels.py's READ).
+REPORT = "from det_lightning.adapters import profiler_labels; print(profiler_labels.report())"
 
 
 def normalized(name: str) -> str:
@@ -72,13 +77,18 @@ def install(site: pathlib.Path, wheel_dir: pathlib.Path) -> List[str]:
 
 
 def prove(site: pathlib.Path) -> subprocess.CompletedProcess:
-    """``PROOF`` in a fresh process of this Python, with ``site`` on its path."""
+    """``PROOF`` in a fresh process of this Python, with ``site`` on its path, then
+    ``REPORT``."""
     env = dict(
         os.environ,
         PYTHONPATH=os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")])),
     )
     return subprocess.run(
-        [sys.executable, "-c", PROOF], env=env, capture_output=True, text=True, cwd=ROOT
+        [sys.executable, "-c", f"{PROOF}; {REPORT}"],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
     )
 
 
@@ -100,6 +110,7 @@ def main() -> int:
         )
         return 3
     print(f"gpu_install: {PROOF}: ok", flush=True)
+    print(proof.stdout.rstrip(), flush=True)
     return 0
 
 

@@ -200,14 +200,13 @@ def test_gpu_wheels_lists_what_the_gpu_machine_needs_from_this_venv(
 # run.py would), so that the plan gpu-check.sh makes from its budget is checked on the CPU.
 MACHINE_PYTHON = r"""#!/usr/bin/env bash
 case "$*" in
-  *torch.cuda.is_available*) exit 0 ;;
-  *torch.__version__*) echo "torch 2.11.0+cu130, CUDA 13.0, NVIDIA H200"; exit 0 ;;
-  *"import xdist"*) [ -n "$HAS_XDIST" ] ;;
-  *gpu_install.py*) echo "gpu_install: added nothing in $1"; exit 0 ;;
-  *profiler_labels*) exit 0 ;;
-  *"-m pytest"*) echo "$*" >> "$CALLS"; echo "15 passed in 1.00s"; exit 0 ;;
+  *torch.__version__*) echo describe >> "$CALLS.all"
+    echo "torch 2.11.0+cu130, CUDA 13.0, NVIDIA H200"; exit 0 ;;
+  *"import xdist"*) echo xdist >> "$CALLS.all"; [ -n "$HAS_XDIST" ] ;;
+  *gpu_install.py*) echo install >> "$CALLS.all"; echo "gpu_install: added nothing in $1"; exit 0 ;;
+  *"-m pytest"*) echo pytest >> "$CALLS.all"; echo "$*" >> "$CALLS"; echo "15 passed in 1.00s"; exit 0 ;;
   *benchmarks/run.py*)
-    echo "$*" >> "$CALLS"
+    echo bench >> "$CALLS.all"; echo "$*" >> "$CALLS"
     out=$(printf '%s\n' "$@" | grep -A1 -- '^--out$' | tail -n 1)
     mkdir -p "$out" && echo "report of: $*" > "$out/overhead-cuda-quick_nvidia-h200.md"
     sleep "${BENCH_SLEEP:-0}"; exit 0 ;;
@@ -249,6 +248,11 @@ def test_gpu_check_warms_up_once_and_counts_two_repetitions_of_every_workload(
     and the log copied to ``$OUT`` as written."""
     proc, calls = _gpu_check(tmp_path, HAS_XDIST="1", GPU_CHECK_PROCESS_S="1")
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    # Two starts of the machine's Python before the tests (on the GPU image each takes seconds):
+    # the device line, and the install with its import proof (and, in it, the labels report).
+    starts = (tmp_path / "calls.all").read_text().split()
+    assert starts == ["describe", "install", "xdist", "pytest"] + ["bench"] * 4
+    assert "scripts/gpu-check.sh: torch 2.11.0+cu130, CUDA 13.0, NVIDIA H200 (" in proc.stdout
     pytest_call, *bench_calls = calls
     assert "-m pytest -m gpu tests/gpu" in pytest_call and pytest_call.endswith("-n 4")
     assert [c.split("--workloads ")[1].split()[0] for c in bench_calls] == [
