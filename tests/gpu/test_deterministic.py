@@ -3,7 +3,8 @@ weights bit for bit (a trial with convolutions, dropout and a shuffled loader), 
 det_lightning runs. Each run is a process of its own (``deterministic_child.py``): torch's
 flags and cuBLAS's workspace setting are process-wide, and are fixed when CUDA starts.
 
-Written without a GPU (2026-11-27); first to run where ``scripts/gpu-check.sh`` runs.
+The two bit-for-bit tests passed on an NVIDIA H200 (2026-11-29); the comparison without the
+mode was written after that run and is still to run on a GPU.
 """
 
 import pathlib
@@ -25,9 +26,9 @@ def _needs_cuda() -> None:
         pytest.fail("tests/gpu needs a CUDA device; CI deselects them with -m 'not gpu'")
 
 
-def _run(which: str, out: pathlib.Path) -> Dict[str, Any]:
+def _run(which: str, out: pathlib.Path, *flags: str) -> Dict[str, Any]:
     result = subprocess.run(
-        [sys.executable, "-m", "tests.gpu.deterministic_child", which, str(out)],
+        [sys.executable, "-m", "tests.gpu.deterministic_child", which, str(out), *flags],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -56,3 +57,26 @@ def test_two_det_lightning_runs_match_bit_for_bit(tmp_path: pathlib.Path) -> Non
     _assert_identical(
         _run("det_lightning", tmp_path / "a.pt"), _run("det_lightning", tmp_path / "b.pt")
     )
+
+
+def _largest_difference(a: Dict[str, Any], b: Dict[str, Any]) -> float:
+    return max(
+        [float((a["losses"] - b["losses"]).abs().max())]
+        + [float((a["state"][k].float() - b["state"][k].float()).abs().max()) for k in a["state"]]
+    )
+
+
+def test_without_the_mode_det_lightning_is_as_far_from_determined_as_determined_from_itself(
+    tmp_path: pathlib.Path,
+) -> None:
+    """Without the deterministic mode (neither framework's default sets it), a GPU may reduce
+    in another order from one run to the next (cuDNN's and cuBLAS's atomics), so bit identity
+    is not the claim. The claim: det_lightning's difference from Determined is of the size of
+    Determined's from itself, run to run (none where Determined repeats itself exactly)."""
+    ours = _run("det_lightning", tmp_path / "ours.pt", "--no-mode")
+    theirs = _run("determined", tmp_path / "theirs.pt", "--no-mode")
+    again = _run("determined", tmp_path / "again.pt", "--no-mode")
+    spread = _largest_difference(theirs, again)
+    apart = _largest_difference(ours, theirs)
+    report = f"det_lightning vs Determined {apart:.3g}; Determined vs Determined {spread:.3g}"
+    assert apart <= 10 * spread, report
