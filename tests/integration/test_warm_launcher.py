@@ -165,6 +165,47 @@ def test_a_warm_child_signaled_as_it_starts_ends_as_a_new_one_would(
         assert result.stdout.split() == ["-2", "-15"], result.stdout + result.stderr
 
 
+# A SIGINT that comes while a warm child forks (its descendants' server, a search worker's
+# template): sent from an after-fork callback, it is handled in the next one, inside
+# ``os.fork()``, where Python prints a handler's KeyboardInterrupt and drops it.
+SIGNALED_INSIDE_FORK = """
+import os, signal, sys, time
+sys.path.insert(0, sys.argv[1])
+from tests.fixtures import zygote
+
+def noop():  # a Python call: where the interpreter runs the pending handler
+    pass
+
+os.register_at_fork(after_in_parent=lambda: (os.kill(os.getpid(), signal.SIGINT), noop()))
+signal.signal(signal.SIGINT, signal.default_int_handler)  # a new interpreter's
+try:
+    if sys.argv[2] == "serve_descendants":
+        zygote.serve_descendants({})
+    elif zygote._fork_flushed() == 0:  # the forked child: only its parent was signaled
+        os._exit(0)
+    time.sleep(30)
+    print("slept on", flush=True)
+except KeyboardInterrupt:
+    print("interrupted", signal.getsignal(signal.SIGINT) is signal.default_int_handler, flush=True)
+"""
+
+
+@pytest.mark.parametrize("fork", ["serve_descendants", "_fork_flushed"])
+def test_a_sigint_that_comes_inside_the_fork_is_not_dropped(
+    isolated_run: pathlib.Path, fork: str
+) -> None:
+    """The race that once turned a CI run red: the signaled-at-start test's child slept on."""
+    root = str(pathlib.Path(__file__).resolve().parents[2])
+    result = subprocess.run(
+        [sys.executable, "-c", SIGNALED_INSIDE_FORK, root, fork],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.stdout.split()[:2] == ["interrupted", "True"], result.stdout + result.stderr
+    assert "Exception ignored" not in result.stderr, result.stderr
+
+
 # What a process started by a warm child sees (argument 1: its starter's process group). Left
 # out of its environment: what tells it apart, and what importing Lightning sets in a new
 # interpreter (a forked one's environment is exactly what it was given).
