@@ -49,6 +49,17 @@ def warm_launcher(request: pytest.FixtureRequest) -> Iterator[None]:
     warm.set_cold(False)
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """The suite handles SIGINT as a terminal's Python does, however it was started. A shell
+    script that runs it in the background (``nohup ... &``: CI's scripts, a long run left
+    behind) hands it SIGINT ignored, which every process it starts would inherit: the tests of
+    what a SIGINT does (``test_core_preempt.py``, the search template's, the warm launcher's)
+    would then see it ignored and fail. Runs in pytest's process and in each xdist worker (they
+    start after it, and inherit it)."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 _CHECKED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 
 
