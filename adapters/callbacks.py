@@ -151,7 +151,7 @@ class TrialHooks(Callback):
         self.metrics = self.buffer.reduce(module.trial, module.context, module.evaluates_batches)
         # Under LightningTrial, loggers, ModelCheckpoint(monitor=...) and trainer.validate()'s
         # results see them under the trial's own names.
-        for name, value in metric_utils.scalars(self.metrics).items():
+        for name, value in metric_utils.host_scalars(self.metrics).items():
             # logger=None: Lightning's default, which stays quiet when there is no logger.
             logger = False if self.determined_logging else None
             module.log(name, value, logger=logger, sync_dist=False)

@@ -358,3 +358,22 @@ def scalars(metrics: Dict[str, Any], prefix: str = "") -> Dict[str, float]:
     return {
         prefix + name: float(value) for name, value in metrics.items() if is_numerical_scalar(value)
     }
+
+
+def host_scalars(metrics: Dict[str, Any]) -> Dict[str, torch.Tensor]:
+    """The numerical scalars of ``metrics`` as 0-d tensors on the host, for ``self.log``.
+
+    Given a float, Lightning makes the tensor on the module's device: on a GPU one copy from
+    pageable memory (the host waits for all queued work), a few kernels per pass to average it,
+    and another wait to read it back for the progress bar and ``callback_metrics``. These
+    values are on the host already (reduced there, as Determined reduces them); given a host
+    tensor, Lightning keeps what it logs for it on the host. The dtype is the one Lightning
+    gives a float (the default, at least float32).
+
+    >>> logged = host_scalars({"loss": 0.5, "name": "x"})
+    >>> list(logged), logged["loss"].device.type, logged["loss"].dtype, logged["loss"].shape
+    (['loss'], 'cpu', torch.float32, torch.Size([]))
+    """
+    dtype = torch.get_default_dtype()
+    dtype = dtype if dtype in (torch.float32, torch.float64) else torch.float32
+    return {name: torch.tensor(value, dtype=dtype) for name, value in scalars(metrics).items()}

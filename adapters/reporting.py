@@ -75,8 +75,8 @@ class TrainingReport:
         _log_per_batch(trainer, batch_metrics, averages, first_idx)
         if not in_loop:  # after training Lightning takes no self.log; nothing monitors it then
             return
-        for name, value in metric_utils.scalars(averages).items():
-            if name not in COUNTERS:  # each self.log costs ~1 ms (benchmarks/README.md)
+        for name, value in metric_utils.host_scalars(averages).items():
+            if name not in COUNTERS:  # the counters: no self.log (each is Lightning bookkeeping)
                 module.log(name, value, logger=False, prog_bar=(name == "loss"))
 
 

@@ -294,6 +294,50 @@ def test_no_cuda_synchronisation_between_validation_batches() -> None:
     assert syncs == []
 
 
+def test_a_validation_pass_ends_with_one_wait() -> None:
+    """From the end of the first pass's last validation batch to the next training batch: the
+    pass's reduction and report, Lightning's record of the metric (``self.log``) and its
+    callbacks. One wait, for the metrics' copies to the host (``adapters/metrics.py``), where
+    Determined waits once per batch. Lightning given the reduced float made two more per
+    metric: its copy onto the device from pageable memory and the read back."""
+    import warnings
+
+    base = TRIALS["MLPTrial"]
+    batches = 4
+
+    class Probe(base):  # type: ignore[misc, valid-type]
+        passes = 0
+
+        def build_validation_data_loader(self) -> Any:
+            return pytorch.DataLoader(regression_data(2 * batches, seed=1), batch_size=2)
+
+        def evaluate_batch(self, batch: Any, batch_idx: int) -> Dict[str, Any]:
+            x, y = batch
+            output = {"validation_loss": nn.functional.mse_loss(self.model(x), y)}
+            if batch_idx == batches - 1:
+                Probe.passes += 1
+                torch.cuda.set_sync_debug_mode(1 if Probe.passes == 1 else 0)
+            return output
+
+        def train_batch(self, batch: Any, epoch_idx: int, batch_idx: int) -> Any:
+            torch.cuda.set_sync_debug_mode(0)
+            return super().train_batch(batch, epoch_idx, batch_idx)
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytorch.init(hparams={"lr": 0.01, "n": 64}, accelerator="gpu") as context:
+            trial = Probe(context)
+            pytorch.Trainer(trial, context, logger=False).fit(
+                max_length=pytorch.Batch(8),
+                validation_period=pytorch.Batch(4),
+                checkpoint_policy="none",
+            )
+    torch.cuda.set_sync_debug_mode(0)
+    assert Probe.passes == 2
+    syncs = [f"{w.filename}:{w.lineno}" for w in caught if str(w.message).startswith(SYNC)]
+    assert len(syncs) <= 1 and all("adapters/metrics.py" in s for s in syncs), syncs
+
+
 def test_batches_reach_the_device_from_pinned_memory_without_waiting(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -135,3 +135,40 @@ def test_no_host_sync_between_validation_batches(monkeypatch: pytest.MonkeyPatch
     assert [v.tobytes() for v in values] == [e.tobytes() for e in expected]
     # The default reducer, Determined's: the mean of the per-batch values.
     assert reported == [{"validation_loss": np.mean(np.stack(expected)).item()}]
+
+
+def test_reported_metrics_reach_self_log_as_host_tensors(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The training averages and the reduced validation metrics, reduced on the host as
+    Determined reduces them, go to Lightning's ``self.log`` (for callbacks' monitors and the
+    progress bar) as 0-d host tensors. Given a float, Lightning would make the tensor on the
+    module's device: on a GPU a copy from pageable memory that waits for all queued work, and
+    another wait to read it back, per metric and report (``tests/gpu/test_cuda.py``)."""
+    import lightning.pytorch as pl
+
+    logged: List[Any] = []
+    original = pl.LightningModule.log
+
+    def spy(self: Any, name: str, value: Any, *args: Any, **kwargs: Any) -> None:
+        logged.append((name, value))
+        original(self, name, value, *args, **kwargs)
+
+    monkeypatch.setattr(pl.LightningModule, "log", spy)
+    seed_everything(1)
+    with pytorch.init(hparams={"lr": 0.01, "n": 64}) as context:
+        trial = make_trials(pytorch)["MLPTrial"](context)
+        trainer = pytorch.Trainer(trial, context)
+        trainer.fit(
+            max_length=pytorch.Batch(8),
+            reporting_period=pytorch.Batch(2),
+            validation_period=pytorch.Batch(4),
+            checkpoint_policy="none",
+        )
+    names = [name for name, _ in logged]
+    assert names.count("loss") == 4 and names.count("validation_loss") == 2, names
+    for name, value in logged:
+        assert isinstance(value, torch.Tensor), (name, value)
+        assert (value.device.type, value.dtype, value.shape) == ("cpu", torch.float32, ()), name
+    # Lightning's record of them stays on the host too, with the reported numbers.
+    callback_metrics = trainer._lightning_trainer.callback_metrics
+    assert callback_metrics["validation_loss"].device.type == "cpu"
+    assert float(callback_metrics["validation_loss"]) == float(logged[-1][1])
