@@ -19,6 +19,10 @@
 #   GPU_CHECK_PROCESS_S  the estimate of one benchmark process, to size the benchmark (default 15)
 #   PYTHON               the Python to use (default: python3, the image's, with its CUDA torch)
 #   GPU_CHECK_RESULTS    the folder of the reports (default benchmarks/results/gpu-check-<time>)
+#   GPU_CHECK_PROFILE    workloads to profile after the benchmark, while time is left (default
+#                        none; e.g. validation): one run of each with BENCH_CUDA_PROFILE, its
+#                        tables in $OUT/prof (else the results folder's prof/)
+#   GPU_CHECK_PROFILE_SYSTEMS  the systems profiled (default det_lightning,determined)
 #
 # The steps:
 #   1. a Python whose torch sees a CUDA device (else exit 2, nothing run);
@@ -33,7 +37,10 @@
 #   4. benchmarks/run.py --device cuda --quick, two counted repetitions of each workload (the first
 #      workload's after a warm-up repetition, dropped; the later ones' with --no-warm-up), one
 #      workload at a time while the estimate fits the time left; each writes its report into
-#      benchmarks/results/gpu-check-<time>/<workload>/ as it ends.
+#      benchmarks/results/gpu-check-<time>/<workload>/ as it ends;
+#   5. with GPU_CHECK_PROFILE, one profiled run of each named workload per system, while time is
+#      left: torch's profiler over the timed window, its table of operations per worker
+#      (benchmarks/cuda_window.py; the times of those runs are not measurements).
 # With $OUT set (the device tool's folder of files that come back) the log is written there as it
 # goes, and each report is copied there as it is written.
 #
@@ -143,9 +150,29 @@ if [ "$bench" = 1 ]; then
     done
   done
 fi
+profiled=()
+if [ -n "${GPU_CHECK_PROFILE:-}" ]; then
+  IFS=, read -ra targets <<<"$GPU_CHECK_PROFILE"
+  profile_systems=${GPU_CHECK_PROFILE_SYSTEMS:-det_lightning,determined}
+  IFS=, read -ra names <<<"$profile_systems"
+  tables=${OUT:-$results}/prof
+  for w in "${targets[@]}"; do
+    need=$(( ${#names[@]} * per_process ))
+    if [ "$(left)" -lt "$need" ]; then
+      say "== $w, profiled: not run ($(left) s left, about $need s needed)"
+      continue
+    fi
+    say "== $w, profiled (BENCH_CUDA_PROFILE=$tables; $(left) s left)"
+    BENCH_CUDA_PROFILE="$tables" "$python" benchmarks/run.py --device cuda --quick --repeats 1 \
+      --no-warm-up --workloads "$w" --systems "$profile_systems" --out "$results/profile-$w" \
+      "${bench_args[@]}" 2>&1 | tee -a "$log" || status=1
+    profiled+=("$w")
+  done
+fi
 say ""
 say "== summary ($((SECONDS - started)) s)"
 say "tests/gpu: $tests_line"
 say "benchmark: ${measured[*]:-no workload measured} (reports in $results)"
+[ -n "${GPU_CHECK_PROFILE:-}" ] && say "profiled: ${profiled[*]:-none} (tables in $tables)"
 if [ "$status" = 0 ]; then say "scripts/gpu-check.sh: done"; else say "scripts/gpu-check.sh: FAILED (above)"; fi
 exit "$status"

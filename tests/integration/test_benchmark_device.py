@@ -206,7 +206,7 @@ case "$*" in
   *gpu_install.py*) echo install >> "$CALLS.all"; echo "gpu_install: added nothing in $1"; exit 0 ;;
   *"-m pytest"*) echo pytest >> "$CALLS.all"; echo "$*" >> "$CALLS"; echo "15 passed in 1.00s"; exit 0 ;;
   *benchmarks/run.py*)
-    echo bench >> "$CALLS.all"; echo "$*" >> "$CALLS"
+    echo bench >> "$CALLS.all"; echo "$*${BENCH_CUDA_PROFILE:+ PROFILE=$BENCH_CUDA_PROFILE}" >> "$CALLS"
     out=$(printf '%s\n' "$@" | grep -A1 -- '^--out$' | tail -n 1)
     mkdir -p "$out" && echo "report of: $*" > "$out/overhead-cuda-quick_nvidia-h200.md"
     sleep "${BENCH_SLEEP:-0}"; exit 0 ;;
@@ -288,6 +288,45 @@ def test_gpu_check_runs_the_workloads_that_fit_the_time_left(tmp_path: pathlib.P
         assert f"== {w}: not run (" in proc.stdout
     assert proc.stdout.count("about 6 s needed") == 3
     assert "benchmark: mlp (reports in" in proc.stdout
+
+
+def test_gpu_check_profiles_what_it_is_asked_to_after_the_benchmark(
+    tmp_path: pathlib.Path,
+) -> None:
+    """``GPU_CHECK_PROFILE=validation``: after the measured workloads, one profiled run of it
+    per system (det_lightning and Determined), its tables in ``$OUT/prof``, so that one device
+    call brings back both the measurements and the profile. A profile that does not fit the
+    time left is named as not run."""
+    proc, calls = _gpu_check(
+        tmp_path,
+        GPU_CHECK_PROCESS_S="1",
+        GPU_CHECK_WORKLOADS="mlp",
+        GPU_CHECK_PROFILE="validation,amp",
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    _, measured, *profiled = calls
+    assert "--workloads mlp " in measured and "PROFILE=" not in measured
+    out = tmp_path / "out"
+    assert [c.split("--workloads ")[1].split()[0] for c in profiled] == ["validation", "amp"]
+    for call in profiled:
+        assert "--repeats 1 --no-warm-up " in call and "--systems det_lightning,determined " in call
+        assert call.endswith(f"PROFILE={out}/prof")
+    assert "profiled: validation amp (tables in" in proc.stdout
+
+    (tmp_path / "short").mkdir()
+    proc, calls = _gpu_check(
+        tmp_path / "short",
+        GPU_CHECK_BUDGET_S="20",
+        GPU_CHECK_PROCESS_S="1",
+        GPU_CHECK_WORKLOADS="mlp",
+        GPU_CHECK_PROFILE="validation",
+        # Six systems at 1 s each: more than the at most 5 s the 15 s benchmark leaves.
+        GPU_CHECK_PROFILE_SYSTEMS="det_lightning,determined,raw-best,raw,lightning,determined+tb",
+        BENCH_SLEEP="15",
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert len(calls) == 2 and "== validation, profiled: not run (" in proc.stdout
+    assert "profiled: none (tables in" in proc.stdout
 
 
 def test_a_profiled_window_writes_the_profilers_table_named_for_its_worker(
