@@ -39,6 +39,7 @@ result says so).
 """
 
 import collections
+import json
 import os
 import pathlib
 import subprocess
@@ -140,7 +141,7 @@ class CudaWindow:
             self.peak_bytes = torch.cuda.max_memory_allocated()
             if self._profiler is not None:
                 self._profiler.__exit__(None, None, None)
-                write_profile(self._profiler, self.profile_dir)
+                write_profile(self._profiler, self.profile_dir, self.last + 1 - self.time_from)
 
     def result(self) -> Dict[str, Any]:
         """What ``common.step_result`` adds for a CUDA fit."""
@@ -173,15 +174,31 @@ def start_profiler() -> Any:
     return profiler
 
 
-def write_profile(profiler: Any, directory: str) -> pathlib.Path:
+def write_profile(profiler: Any, directory: str, steps: int = 1) -> pathlib.Path:
     """The profiler's table (60 rows by own host time) as ``<system>-<workload>-<pid>.txt`` in
-    ``directory``; the worker's command line names the system and workload."""
+    ``directory``, and beside it ``.json``: every operation's calls and times per timed step
+    (``steps``), which ``benchmarks/profile_diff.py`` compares between systems. The worker's
+    command line names the system and workload."""
     args = [a for a in sys.argv[1:] if not a.startswith("-")]
     name = "-".join([*args[:2], str(os.getpid())]).replace("/", "_")
     path = pathlib.Path(directory) / f"{name}.txt"
     path.parent.mkdir(parents=True, exist_ok=True)
-    table = profiler.key_averages().table(sort_by="self_cpu_time_total", row_limit=60)
+    averages = profiler.key_averages()
+    table = averages.table(sort_by="self_cpu_time_total", row_limit=60)
     path.write_text(f"{' '.join(sys.argv)}\n{table}\n")
+    rows = [
+        {
+            "name": event.key,
+            "calls": event.count / steps,
+            "self_cpu_us": event.self_cpu_time_total / steps,
+            "cpu_us": event.cpu_time_total / steps,
+            "self_device_us": getattr(event, "self_device_time_total", 0.0) / steps,
+        }
+        for event in averages
+    ]
+    system, workload = (args + ["?", "?"])[:2]
+    record = {"system": system, "workload": workload, "steps": steps, "per_step": rows}
+    path.with_suffix(".json").write_text(json.dumps(record, indent=1))
     return path
 
 

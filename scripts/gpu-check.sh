@@ -40,7 +40,9 @@
 #      benchmarks/results/gpu-check-<time>/<workload>/ as it ends;
 #   5. with GPU_CHECK_PROFILE, one profiled run of each named workload per system, while time is
 #      left: torch's profiler over the timed window, its table of operations per worker
-#      (benchmarks/cuda_window.py; the times of those runs are not measurements).
+#      (benchmarks/cuda_window.py; the times of those runs are not measurements), then the
+#      operations whose time per step differs most between the systems
+#      (benchmarks/profile_diff.py).
 # With $OUT set (the device tool's folder of files that come back) the log is written there as it
 # goes, and each report is copied there as it is written.
 #
@@ -168,6 +170,13 @@ if [ -n "${GPU_CHECK_PROFILE:-}" ]; then
       "${bench_args[@]}" 2>&1 | tee -a "$log" || status=1
     profiled+=("$w")
   done
+  if [ ${#profiled[@]} -gt 0 ]; then
+    # Where the systems' profiled steps differ most, printed here so the call's output has it.
+    base=determined
+    [[ ",$profile_systems," == *,determined,* ]] || base=${names[-1]}
+    say "== where the profiled steps differ (benchmarks/profile_diff.py, against $base)"
+    "$python" benchmarks/profile_diff.py "$tables" --base "$base" 2>&1 | tee -a "$log" || true
+  fi
 fi
 say ""
 say "== summary ($((SECONDS - started)) s)"

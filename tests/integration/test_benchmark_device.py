@@ -9,6 +9,7 @@ shares), the CUDA report's shape, and the examples in the new modules' docstring
 import doctest
 import importlib
 import importlib.util
+import json
 import os
 import pathlib
 import subprocess
@@ -33,12 +34,13 @@ def _no_gpu_env() -> Dict[str, str]:
 def bench() -> Iterator[Dict[str, Any]]:
     sys.path.insert(0, str(BENCHMARKS))
     try:
-        yield {n: importlib.import_module(n) for n in ("cuda_window", "cuda_tables", "workloads")}
+        names = ("cuda_window", "cuda_tables", "workloads", "profile_diff")
+        yield {n: importlib.import_module(n) for n in names}
     finally:
         sys.path.remove(str(BENCHMARKS))
 
 
-@pytest.mark.parametrize("name", ["cuda_window", "cuda_tables", "workloads"])
+@pytest.mark.parametrize("name", ["cuda_window", "cuda_tables", "workloads", "profile_diff"])
 def test_docstring_examples(bench: Dict[str, Any], name: str) -> None:
     result = doctest.testmod(bench[name])
     assert result.attempted > 0 and result.failed == 0
@@ -205,6 +207,7 @@ case "$*" in
   *"import xdist"*) echo xdist >> "$CALLS.all"; [ -n "$HAS_XDIST" ] ;;
   *gpu_install.py*) echo install >> "$CALLS.all"; echo "gpu_install: added nothing in $1"; exit 0 ;;
   *"-m pytest"*) echo pytest >> "$CALLS.all"; echo "$*" >> "$CALLS"; echo "15 passed in 1.00s"; exit 0 ;;
+  *profile_diff.py*) echo diff >> "$CALLS.all"; echo "$*" >> "$CALLS"; exit 0 ;;
   *benchmarks/run.py*)
     echo bench >> "$CALLS.all"; echo "$*${BENCH_CUDA_PROFILE:+ PROFILE=$BENCH_CUDA_PROFILE}" >> "$CALLS"
     out=$(printf '%s\n' "$@" | grep -A1 -- '^--out$' | tail -n 1)
@@ -304,9 +307,10 @@ def test_gpu_check_profiles_what_it_is_asked_to_after_the_benchmark(
         GPU_CHECK_PROFILE="validation,amp",
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    _, measured, *profiled = calls
+    _, measured, *profiled, diff = calls
     assert "--workloads mlp " in measured and "PROFILE=" not in measured
     out = tmp_path / "out"
+    assert diff.endswith(f"benchmarks/profile_diff.py {out}/prof --base determined")
     assert [c.split("--workloads ")[1].split()[0] for c in profiled] == ["validation", "amp"]
     for call in profiled:
         assert "--repeats 1 --no-warm-up " in call and "--systems det_lightning,determined " in call
@@ -345,7 +349,45 @@ def test_a_profiled_window_writes_the_profilers_table_named_for_its_worker(
     path = window.write_profile(profiler, str(tmp_path / "profiles"))
     assert path.name.startswith("det_lightning-validation-") and path.suffix == ".txt"
     assert "aten::mm" in path.read_text()
+    record = json.loads(path.with_suffix(".json").read_text())
+    assert (record["system"], record["workload"], record["steps"]) == (
+        "det_lightning",
+        "validation",
+        1,
+    )
+    [mm] = [row for row in record["per_step"] if row["name"] == "aten::mm"]
+    assert mm["calls"] == 1 and mm["self_cpu_us"] > 0
     report = bench["cuda_tables"].Report(
         {("validation", "det_lightning"): [{"profiled": True}]}, {}, ["det_lightning"], {}
     )
     assert "**Profiled**" in bench["cuda_tables"].profiled_lines(report)[0]
+
+
+def test_profile_diff_names_what_one_system_ran_more_of_per_step(
+    bench: Dict[str, Any],
+    tmp_path: pathlib.Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+) -> None:
+    """Two profiled windows of the same workload, one with an extra operation per step: the
+    comparison lists it with its calls per step (3 against none) and the time it added."""
+    import torch
+
+    window, diff = bench["cuda_window"], bench["profile_diff"]
+    folder = tmp_path / "prof"
+    torch.sigmoid(torch.ones(32, 32) @ torch.ones(32, 32))  # first calls' costs out of both
+    for system, extra in (("det_lightning", 3), ("determined", 0)):
+        monkeypatch.setattr(sys, "argv", ["worker.py", system, "validation", "out.json"])
+        profiler = window.start_profiler()
+        for _ in range(2):  # two steps
+            x = torch.ones(32, 32) @ torch.ones(32, 32)
+            for _ in range(extra):
+                x = torch.sigmoid(x)
+        profiler.__exit__(None, None, None)
+        window.write_profile(profiler, str(folder), steps=2)
+    assert diff.main([str(folder)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "validation: det_lightning - determined, per timed step (2 and 2 steps)"
+    [sigmoid] = [line.split() for line in out if line.startswith("    aten::sigmoid ")][:1]
+    assert sigmoid[-2:] == ["3.00", "0.00"] and float(sigmoid[-3]) > 0, out
+    assert diff.main([str(tmp_path / "none")]) == 1
