@@ -75,9 +75,10 @@ class TrainingReport:
         _log_per_batch(trainer, batch_metrics, averages, first_idx)
         if not in_loop:  # after training Lightning takes no self.log; nothing monitors it then
             return
-        for name, value in metric_utils.host_scalars(averages).items():
-            if name not in COUNTERS:  # the counters: no self.log (each is Lightning bookkeeping)
-                module.log(name, value, logger=False, prog_bar=(name == "loss"))
+        # The counters get no self.log (each is Lightning bookkeeping).
+        logged = {name: value for name, value in averages.items() if name not in COUNTERS}
+        for name, value in metric_utils.host_scalars(logged).items():
+            module.log(name, value, logger=False, prog_bar=(name == "loss"))
 
 
 @dataclasses.dataclass

@@ -206,6 +206,40 @@ def test_a_sigint_that_comes_inside_the_fork_is_not_dropped(
     assert "Exception ignored" not in result.stderr, result.stderr
 
 
+SEES_SIGINT = """
+import signal
+def test_sigint():
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+"""
+
+
+def test_a_suite_started_with_sigint_ignored_handles_it(tmp_path: pathlib.Path) -> None:
+    """A suite a script starts in the background inherits SIGINT ignored; the tests' conftest
+    gives it Python's handler, so the tests of what a SIGINT does see one."""
+    (tmp_path / "test_sees.py").write_text(SEES_SIGINT)
+    root = pathlib.Path(__file__).resolve().parents[2]
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "tests.conftest",
+            str(tmp_path / "test_sees.py"),
+        ],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),  # a new interpreter
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "1 passed" in result.stdout
+
+
 # What a process started by a warm child sees (argument 1: its starter's process group). Left
 # out of its environment: what tells it apart, and what importing Lightning sets in a new
 # interpreter (a forked one's environment is exactly what it was given).
