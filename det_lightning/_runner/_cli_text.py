@@ -2,6 +2,7 @@
 
 import importlib.metadata
 import platform
+import re
 import sys
 
 import det_lightning
@@ -37,16 +38,28 @@ def _installed(distribution: str) -> str:
         return "not installed"
 
 
+def _torch_build() -> str:
+    """torch's version as ``torch.__version__`` gives it, build included (``2.13.0+cu130``,
+    ``2.13.0+cpu``), read from its ``torch/version.py`` without importing torch. PyPI's CUDA
+    wheels say only ``2.13.0`` in their metadata, which is the fallback."""
+    try:
+        version_py = importlib.metadata.distribution("torch").locate_file("torch/version.py")
+        found = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)['\"]", version_py.read_text(), re.M)
+    except (importlib.metadata.PackageNotFoundError, OSError, UnicodeDecodeError):
+        found = None
+    return found.group(1) if found else _installed("torch")
+
+
 def version_text() -> str:
     """``det-lightning <version>`` and, on a second line, the Lightning and torch it runs on
-    (read from their metadata: neither is imported).
+    (read from their files: neither is imported; torch's with its build, ``+cu130``).
 
     >>> version_text().splitlines()[0] == f"det-lightning {det_lightning.__version__}"
     True
     """
     return (
         f"det-lightning {det_lightning.__version__}\n"
-        f"lightning {_installed('lightning')}, torch {_installed('torch')}, "
+        f"lightning {_installed('lightning')}, torch {_torch_build()}, "
         f"Python {platform.python_version()}"
     )
 
