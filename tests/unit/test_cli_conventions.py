@@ -45,6 +45,36 @@ def test_version_is_the_package_version_with_lightning_and_torch(
     assert f"torch {torch.__version__}" in second
 
 
+def test_version_names_torchs_build_where_its_metadata_does_not(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PyPI's CUDA wheels say ``2.13.0`` in their metadata where ``torch.__version__`` is
+    ``2.13.0+cu130``: ``--version`` reads torch's ``version.py``, and falls back to the
+    metadata where that file is not there."""
+    from det_lightning._runner import _cli_text
+
+    (tmp_path / "torch").mkdir()
+    (tmp_path / "torch" / "version.py").write_text("__version__ = '9.8.7+cu999'\ncuda = '99.9'\n")
+    real = importlib.metadata.distribution
+
+    class Wheel:
+        version = "9.8.7"  # what a CUDA wheel's metadata says
+
+        def __init__(self, root: pathlib.Path) -> None:
+            self.root = root
+
+        def locate_file(self, name: str) -> pathlib.Path:
+            return self.root / name
+
+    def distribution(name: str) -> object:
+        return Wheel(tmp_path) if name == "torch" else real(name)
+
+    monkeypatch.setattr(_cli_text.importlib.metadata, "distribution", distribution)
+    assert "torch 9.8.7+cu999, " in _cli_text.version_text()
+    (tmp_path / "torch" / "version.py").unlink()
+    assert "torch 9.8.7, " in _cli_text.version_text()
+
+
 @pytest.mark.parametrize("argv", [["--help"], ["run", "--help"], ["experiment", "--help"]])
 def test_help_ends_with_the_exit_statuses(argv: List[str], capsys: pytest.CaptureFixture) -> None:
     code, out, _ = _exit(argv, capsys)
